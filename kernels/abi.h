@@ -1,0 +1,317 @@
+/*
+ * kernels/abi.h — the single definition of every memory layout shared by device code
+ * (CUDA kernels, compiled by NVRTC) and host code (Rust, through bindings that bindgen
+ * generates from this file into operator/src/abi/bindings.rs; CI regenerates them and fails
+ * on any difference).
+ *
+ * Layouts follow the mlx5 provider of rdma-core (mlx5dv.h, wqe.h) and PROTOCOLS.md section 4,
+ * so that the same device code drives a ConnectX through mlx5dv and the software NIC.
+ *
+ * Byte order: fields marked BE are big-endian, as the NIC reads and writes them; everything
+ * else is little-endian (host and GPU order).
+ *
+ * Ordering contracts: every word written by one side and polled by the other says
+ *   writer  -- who stores it,
+ *   poller  -- who reads it in a loop,
+ *   fence   -- what orders it: the producer writes the data, then a release fence at the
+ *              consumer's scope (system scope across PCIe: __threadfence_system() on the GPU,
+ *              a Release store on the CPU), then the word; the consumer polls the word only,
+ *              then an acquire fence, then reads the data.
+ * Producer and consumer indices live on separate 128-byte lines.
+ */
+#ifndef ROCELINK_ABI_H
+#define ROCELINK_ABI_H
+
+#if defined(__CUDACC_RTC__)
+/* NVRTC ships no <stdint.h>. */
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef int int32_t;
+#define RL_STATIC_ASSERT(c, m) static_assert(c, m)
+#elif defined(__cplusplus)
+#include <cstdint>
+#include <cstddef>
+#define RL_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#include <stdint.h>
+#include <stddef.h>
+#define RL_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+
+#ifndef offsetof
+#define offsetof(t, f) __builtin_offsetof(t, f)
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Sizes
+ * ------------------------------------------------------------------------------------- */
+
+/** A send WQE basic block (WQEBB). */
+#define RL_WQEBB_SIZE 64u
+/** A completion queue entry (CQE64). */
+#define RL_CQE_SIZE 64u
+/** A receive WQE with one scatter entry. */
+#define RL_RECV_WQE_SIZE 16u
+/** Lines that separate words written by different sides. */
+#define RL_LINE_SIZE 128u
+/** Largest inline payload of a one-WQEBB SEND: 64 - ctrl (16) - inline byte_count (4). */
+#define RL_MAX_INLINE_1BB 44u
+/** Bytes of a small receive the NIC may scatter into the CQE (CQE inline scatter). */
+#define RL_CQE_INLINE_MAX 32u
+/** Receives kept posted: the FPGA keeps at most this many slots in flight (PROTOCOLS.md 2.3). */
+#define RL_MAX_IN_FLIGHT 64u
+
+/* ---------------------------------------------------------------------------------------
+ * Send WQE segments (PROTOCOLS.md 4; rdma-core mlx5dv.h struct mlx5_wqe_*_seg)
+ * ------------------------------------------------------------------------------------- */
+
+/* Send opcodes (ctrl.opmod_idx_opcode bits 7:0). */
+#define RL_OPCODE_NOP 0x00u
+#define RL_OPCODE_RDMA_WRITE 0x08u
+#define RL_OPCODE_RDMA_WRITE_IMM 0x09u
+#define RL_OPCODE_SEND 0x0au
+#define RL_OPCODE_SEND_IMM 0x0bu
+#define RL_OPCODE_RDMA_READ 0x10u
+#define RL_OPCODE_ATOMIC_CS 0x11u
+#define RL_OPCODE_ATOMIC_FA 0x12u
+
+/* ctrl.fm_ce_se */
+#define RL_WQE_CTRL_CQ_UPDATE 0x08u /* write a CQE when this WQE completes */
+#define RL_WQE_CTRL_SOLICITED 0x02u
+/* data/inline byte_count bit 31: the data follows inline */
+#define RL_INLINE_SEG 0x80000000u
+
+/**
+ * Control segment, first 16 bytes of every send WQE. All fields BE.
+ * Written by the data path (GPU kernel or CPU backend) before the doorbell; read by the NIC
+ * after it sees the doorbell (ordered by the doorbell's release fence).
+ */
+struct rl_wqe_ctrl_seg {
+    uint32_t opmod_idx_opcode; /* BE: opmod << 24 | (wqe_index & 0xffff) << 8 | opcode */
+    uint32_t qpn_ds;           /* BE: qpn << 8 | ds, ds = number of 16-byte segments of the WQE */
+    uint8_t signature;
+    uint8_t rsvd[2];
+    uint8_t fm_ce_se;          /* RL_WQE_CTRL_CQ_UPDATE | RL_WQE_CTRL_SOLICITED | fence << 5 */
+    uint32_t imm;              /* BE: immediate for *_IMM opcodes */
+};
+
+/** Remote address segment (RDMA WRITE/READ). All fields BE. */
+struct rl_wqe_raddr_seg {
+    uint64_t raddr;
+    uint32_t rkey;
+    uint32_t reserved;
+};
+
+/** Data (scatter/gather) segment, also one receive WQE entry. All fields BE. */
+struct rl_wqe_data_seg {
+    uint32_t byte_count; /* bit 31 must be 0 here */
+    uint32_t lkey;
+    uint64_t addr;
+};
+
+/** Inline data header: byte_count | RL_INLINE_SEG, then the bytes, padded to 16. BE. */
+struct rl_wqe_inline_seg {
+    uint32_t byte_count;
+};
+
+/** A receive WQE with one scatter entry (the RQ ring is an array of these). */
+struct rl_recv_wqe {
+    struct rl_wqe_data_seg data;
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Completion queue entry (PROTOCOLS.md 4; rdma-core mlx5dv.h struct mlx5_cqe64)
+ * ------------------------------------------------------------------------------------- */
+
+/* op_own bits 7:4 */
+#define RL_CQE_REQ 0x0u
+#define RL_CQE_RESP_WR_IMM 0x1u
+#define RL_CQE_RESP_SEND 0x2u
+#define RL_CQE_RESP_SEND_IMM 0x3u
+#define RL_CQE_REQ_ERR 0xdu
+#define RL_CQE_RESP_ERR 0xeu
+#define RL_CQE_INVALID 0xfu
+/* op_own bit 0: owner; bit 2: the first byte_cnt (<= 32) bytes are in inline_data */
+#define RL_CQE_OWNER_MASK 0x01u
+#define RL_CQE_INLINE_SCATTER_32 0x04u
+/** What a CQ entry holds before the NIC first writes it: INVALID, owned by hardware. */
+#define RL_CQE_INIT_OP_OWN 0xf1u
+
+/**
+ * A 64-byte CQE. Multi-byte fields BE.
+ * writer: the NIC. poller: the data path, which reads op_own only, and when
+ *   (op_own & 1) == ((ci / entries) & 1) and (op_own >> 4) != RL_CQE_INVALID, issues an
+ *   acquire fence and then reads the rest. The NIC writes every other byte first, then a
+ *   release fence, then op_own.
+ */
+struct rl_cqe64 {
+    uint8_t inline_data[32];  /* CQE inline scatter: payload bytes when op_own & RL_CQE_INLINE_SCATTER_32 */
+    uint32_t srqn_uidx;
+    uint32_t imm_inval_pkey;  /* BE: the immediate of a *_WITH_IMMEDIATE */
+    uint8_t app;
+    uint8_t app_op;
+    uint16_t app_info;
+    uint32_t byte_cnt;        /* BE: bytes received (responder) */
+    uint64_t timestamp;       /* BE: NIC clock when the CQE was written (software NIC: CLOCK_MONOTONIC ns) */
+    uint32_t sop_drop_qpn;    /* BE: qpn in bits 23:0 */
+    uint16_t wqe_counter;     /* BE: index of the WQE this CQE completes */
+    uint8_t signature;
+    uint8_t op_own;           /* opcode << 4 | flags | owner */
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Doorbells
+ * ------------------------------------------------------------------------------------- */
+
+/**
+ * Queue-pair doorbell record (mlx5: dbrec[0] receive, dbrec[1] send). BE, counters & 0xffff.
+ * rq_counter -- writer: the data path after it re-posts receive WQEs; poller: the NIC,
+ *   which may consume WQEs below it; fence: release after writing the receive WQEs.
+ * sq_counter -- writer: the data path after writing send WQEs; read by the NIC (a real
+ *   ConnectX also needs the MMIO doorbell; the software NIC polls the proxy word instead).
+ */
+struct rl_qp_dbrec {
+    uint32_t rq_counter;
+    uint32_t sq_counter;
+};
+
+/**
+ * Completion-queue doorbell record (mlx5 cq dbrec[0]): the consumer index, BE & 0xffffff.
+ * writer: the data path after consuming CQEs; reader: the NIC (overrun detection).
+ */
+struct rl_cq_dbrec {
+    uint32_t set_ci;
+    uint32_t arm_sn;
+};
+
+/**
+ * The CPU-proxy doorbell (GPUNetIO's CPU-assisted mode, for machines without a GPU->NIC
+ * MMIO path), one 128-byte line.
+ * sq_pi -- writer: the data path, the send producer index in WQEBBs (not masked, wraps at
+ *   2^32) after a system-scope release fence that follows the WQE and dbrec writes;
+ *   poller: the NIC engine (software NIC) or a proxy thread that rings a real NIC's MMIO
+ *   doorbell; it then reads the WQEs after an acquire fence.
+ */
+struct rl_proxy_doorbell {
+    uint32_t sq_pi;
+    uint32_t rsvd[31];
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Queue and transceiver descriptors (written by the host before launch, read-only after)
+ * ------------------------------------------------------------------------------------- */
+
+/**
+ * One queue of the QP as the data path sees it. Addresses are as the data path
+ * dereferences them: device pointers for the GPU backend, host pointers for the CPU
+ * backend (the same memory: pinned host memory mapped into the GPU).
+ */
+struct rl_queue_desc {
+    uint64_t ring;       /* entry 0 */
+    uint64_t dbrec;      /* the doorbell record word of this queue (BE u32) */
+    uint32_t entries;    /* a power of two */
+    uint32_t entry_size; /* RL_WQEBB_SIZE, RL_CQE_SIZE or RL_RECV_WQE_SIZE */
+};
+
+/** A 128-byte line holding one index, so indices of different writers never share a line. */
+struct rl_index_line {
+    uint32_t value;
+    uint32_t rsvd[31];
+};
+
+/* rl_control.state */
+#define RL_STATE_LAUNCHED 0u
+#define RL_STATE_RUNNING 1u
+#define RL_STATE_EXITED 2u
+#define RL_STATE_FAILED 3u
+
+/* rl_control.error */
+#define RL_ERR_NONE 0u
+#define RL_ERR_BAD_SLOT 1u   /* an immediate named a slot outside the RX buffer (message dropped) */
+#define RL_ERR_CQE_ERROR 2u  /* the NIC wrote an error CQE */
+#define RL_ERR_SQ_FULL 3u    /* no send completion came back in time */
+
+/**
+ * Run control, in host-mapped memory.
+ * exit_flag -- writer: host (1 = stop); poller: the data path, every RL_EXIT_POLL_EVERY idle
+ *   polls only (each read of host memory costs a PCIe round trip).
+ * heartbeat, processed, state, error -- writer: the data path (plain stores, then a system
+ *   fence every RL_HEARTBEAT_EVERY idle polls); reader: the host watchdog, which declares the
+ *   data path stuck when heartbeat stops moving.
+ */
+#define RL_EXIT_POLL_EVERY 1024u
+#define RL_HEARTBEAT_EVERY 4096u
+struct rl_control {
+    uint32_t exit_flag;
+    uint32_t rsvd0[31];
+    uint64_t heartbeat;
+    uint64_t processed;
+    uint32_t state;
+    uint32_t error;
+    uint32_t dropped;    /* messages the data path refused (bad slot, bad header) */
+    uint32_t rsvd1[25];
+};
+
+/**
+ * Per-message timestamps written by the data path into a ring of `timestamp_entries`
+ * records indexed by message count; read by the host after the run (no polling).
+ * GPU: %globaltimer ns; CPU backend: CLOCK_MONOTONIC ns.
+ */
+struct rl_msg_timestamp {
+    uint64_t cqe_seen_ns; /* the receive CQE was seen */
+    uint64_t doorbell_ns; /* the send doorbell was rung */
+    uint32_t request_id;  /* from the RPC header */
+    uint32_t slot;        /* RX slot (imm & 0xfff) */
+    uint32_t byte_count;  /* bytes received */
+    uint32_t sq_index;    /* send WQE index used for the answer */
+};
+
+/**
+ * Everything the transceiver loop needs, one struct passed to the kernel by value (or to the
+ * CPU backend): the four queues, the RX/TX buffers, the doorbells, control and timestamps.
+ */
+struct rl_transceiver_desc {
+    struct rl_queue_desc sq;  /* send queue (WQEBBs) */
+    struct rl_queue_desc rq;  /* receive queue (rl_recv_wqe) */
+    struct rl_queue_desc scq; /* send completion queue (rl_cqe64) */
+    struct rl_queue_desc rcq; /* receive completion queue (rl_cqe64) */
+    uint64_t rx_buffer;       /* RX slots: the FPGA writes slot k at rx_buffer + k * rx_slot_stride */
+    uint64_t tx_buffer;       /* TX slots: answers too large to go inline */
+    uint64_t proxy_doorbell;  /* struct rl_proxy_doorbell * */
+    uint64_t control;         /* struct rl_control * */
+    uint64_t timestamps;      /* struct rl_msg_timestamp *, or 0 for none */
+    uint32_t rx_slot_stride;
+    uint32_t rx_slots;
+    uint32_t tx_slot_stride;
+    uint32_t tx_lkey;
+    uint32_t qpn;             /* our QP number (ctrl.qpn_ds) */
+    uint32_t timestamp_entries; /* a power of two, or 0 */
+    uint32_t signal_every;    /* request a send CQE every this many WQEs (a power of two) */
+    uint32_t rsvd;
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Layout assertions (the Rust side asserts the same numbers)
+ * ------------------------------------------------------------------------------------- */
+RL_STATIC_ASSERT(sizeof(struct rl_wqe_ctrl_seg) == 16, "ctrl seg");
+RL_STATIC_ASSERT(sizeof(struct rl_wqe_raddr_seg) == 16, "raddr seg");
+RL_STATIC_ASSERT(sizeof(struct rl_wqe_data_seg) == 16, "data seg");
+RL_STATIC_ASSERT(sizeof(struct rl_recv_wqe) == RL_RECV_WQE_SIZE, "recv wqe");
+RL_STATIC_ASSERT(sizeof(struct rl_cqe64) == RL_CQE_SIZE, "cqe64");
+RL_STATIC_ASSERT(offsetof(struct rl_cqe64, imm_inval_pkey) == 36, "cqe imm");
+RL_STATIC_ASSERT(offsetof(struct rl_cqe64, byte_cnt) == 44, "cqe byte_cnt");
+RL_STATIC_ASSERT(offsetof(struct rl_cqe64, timestamp) == 48, "cqe timestamp");
+RL_STATIC_ASSERT(offsetof(struct rl_cqe64, sop_drop_qpn) == 56, "cqe qpn");
+RL_STATIC_ASSERT(offsetof(struct rl_cqe64, wqe_counter) == 60, "cqe wqe_counter");
+RL_STATIC_ASSERT(offsetof(struct rl_cqe64, op_own) == 63, "cqe op_own");
+RL_STATIC_ASSERT(sizeof(struct rl_proxy_doorbell) == RL_LINE_SIZE, "proxy doorbell line");
+RL_STATIC_ASSERT(sizeof(struct rl_index_line) == RL_LINE_SIZE, "index line");
+RL_STATIC_ASSERT(sizeof(struct rl_control) == 2 * RL_LINE_SIZE, "control lines");
+RL_STATIC_ASSERT(offsetof(struct rl_control, heartbeat) == RL_LINE_SIZE, "control: host line / device line");
+RL_STATIC_ASSERT(sizeof(struct rl_msg_timestamp) == 32, "timestamp record");
+RL_STATIC_ASSERT(sizeof(struct rl_queue_desc) == 24, "queue desc");
+RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 5 * 8 + 8 * 4, "transceiver desc");
+
+#endif /* ROCELINK_ABI_H */
