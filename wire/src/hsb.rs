@@ -1,0 +1,345 @@
+//! The HSB register map (PROTOCOLS.md 2.1-2.2) and rocelink's peer conventions, in one place.
+//!
+//! Guarantees: every address a host or the peer touches is a named constant here; the
+//! capture record layout is defined once ([`CaptureRecord`]); [`scramble_args`] is a pure,
+//! deterministic involution, so the host can predict the exact bytes an echo returns.
+
+/// ECB register addresses and bits. Values from HSB 2.7 hosts and the FPGA emulators.
+pub mod reg {
+    /// Write bit 3 for a reset (no reply; the latched sequence becomes 0).
+    pub const RESET: u32 = 0x04;
+    /// Bit of [`RESET`] that resets the FPGA.
+    pub const RESET_BIT: u32 = 1 << 3;
+    /// IP version; hosts refuse RoCE setup below [`MIN_ROCE_IP_VERSION`].
+    pub const HSB_IP_VERSION: u32 = 0x80;
+    /// Build date.
+    pub const FPGA_DATE: u32 = 0x84;
+    /// Low nibble 0xF = PTP synchronized.
+    pub const FPGA_PTP_SYNC_STAT: u32 = 0x188;
+    /// Mask of [`FPGA_PTP_SYNC_STAT`] that reads 0xF when synchronized.
+    pub const PTP_SYNCED_MASK: u32 = 0xF;
+    /// Lowest HSB_IP_VERSION that supports RoCE.
+    pub const MIN_ROCE_IP_VERSION: u32 = 0x2602;
+
+    /// Per-sensor "VP" block: `VP_BASE + VP_STRIDE * n`.
+    pub const VP_BASE: u32 = 0x1000;
+    /// Distance between VP blocks.
+    pub const VP_STRIDE: u32 = 0x40;
+    /// Host QP number (24 bits).
+    pub const DP_QP: u32 = 0x00;
+    /// rkey of the host's receive buffer.
+    pub const DP_RKEY: u32 = 0x04;
+    /// Low 32 bits of the buffer address.
+    pub const DP_PAGE_LSB: u32 = 0x08;
+    /// High 32 bits of the buffer address.
+    pub const DP_PAGE_MSB: u32 = 0x0C;
+    /// Slot stride in 128-byte units.
+    pub const DP_PAGE_INC: u32 = 0x10;
+    /// Number of slots - 1.
+    pub const DP_MAX_BUFF: u32 = 0x14;
+    /// Frame length in bytes.
+    pub const DP_BUFFER_LENGTH: u32 = 0x18;
+    /// Host MAC, low 32 bits.
+    pub const DP_HOST_MAC_LOW: u32 = 0x20;
+    /// Host MAC, high 16 bits.
+    pub const DP_HOST_MAC_HIGH: u32 = 0x24;
+    /// Host IPv4 address.
+    pub const DP_HOST_IP: u32 = 0x28;
+    /// Bits 15:0 the host's UDP port (4791); bit 16 disables metadata.
+    pub const DP_HOST_UDP_PORT: u32 = 0x2C;
+    /// Bit of [`DP_HOST_UDP_PORT`] that disables metadata.
+    pub const METADATA_DISABLE: u32 = 1 << 16;
+    /// Unit of [`DP_PAGE_INC`].
+    pub const PAGE_INC_UNIT: u64 = 128;
+
+    /// Address of register `off` in VP block `n` (wrapping, so any input is defined).
+    pub const fn vp(n: u32, off: u32) -> u32 {
+        VP_BASE.wrapping_add(VP_STRIDE.wrapping_mul(n)).wrapping_add(off)
+    }
+
+    /// HIF block of data plane `dp`: `HIF_BASE + HIF_STRIDE * dp`.
+    pub const HIF_BASE: u32 = 0x0200_0300;
+    /// Distance between HIF blocks.
+    pub const HIF_STRIDE: u32 = 0x10000;
+    /// Payload bytes per packet / 128.
+    pub const DP_PACKET_SIZE: u32 = 0x04;
+    /// Source UDP port of data-plane packets (hosts write 12288).
+    pub const DP_PACKET_UDP_PORT: u32 = 0x08;
+    /// Enable mask of VP blocks. Write order: clear, configure, set.
+    pub const DP_VP_MASK: u32 = 0x0C;
+
+    /// Address of register `off` in the HIF block of data plane `dp` (wrapping).
+    pub const fn hif(dp: u32, off: u32) -> u32 {
+        HIF_BASE.wrapping_add(HIF_STRIDE.wrapping_mul(dp)).wrapping_add(off)
+    }
+
+    /// Traffic player block.
+    pub const PLAYER_BASE: u32 = 0x5000_0000;
+    /// Enable bits: [`PLAYER_RUN`], [`PLAYER_STAMP_PTP`], [`PLAYER_SCRAMBLE`].
+    pub const PLAYER_ENABLE: u32 = 0x5000_0004;
+    /// Run the player.
+    pub const PLAYER_RUN: u32 = 1;
+    /// Stamp the PTP time into each frame (RPC bytes 16-23).
+    pub const PLAYER_STAMP_PTP: u32 = 2;
+    /// rocelink extension: XOR each message's arguments with [`super::scramble_args`].
+    pub const PLAYER_SCRAMBLE: u32 = 4;
+    /// Interval between frames in FPGA clocks ([`super::PLAYER_CLOCK_HZ`]).
+    pub const PLAYER_INTERVAL: u32 = 0x5000_0008;
+    /// Window (frame) size in bytes.
+    pub const PLAYER_WINDOW_SIZE: u32 = 0x5000_000C;
+    /// Number of windows.
+    pub const PLAYER_WINDOW_COUNT: u32 = 0x5000_0010;
+    /// Player RAM (the frames to send).
+    pub const PLAYER_RAM: u32 = 0x5010_0000;
+
+    /// Capture control: [`CAPTURE_ARM`].
+    pub const CAPTURE_CTRL: u32 = 0x4000_0000;
+    /// Arm the capture.
+    pub const CAPTURE_ARM: u32 = 1;
+    /// Capture status: [`CAPTURE_DONE`].
+    pub const CAPTURE_STATUS: u32 = 0x4000_0080;
+    /// Capture finished.
+    pub const CAPTURE_DONE: u32 = 2;
+    /// Number of records captured.
+    pub const CAPTURE_COUNT: u32 = 0x4000_0084;
+    /// Capture RAM: record `i` at `CAPTURE_RAM + 32 * i` (see [`super::CaptureRecord`]).
+    pub const CAPTURE_RAM: u32 = 0x4010_0000;
+}
+
+/// rocelink peer extensions. A real HSB FPGA answers them with status 0x03 (invalid address).
+pub mod ext {
+    /// 0 = open loop, bounded at [`MAX_IN_FLIGHT`] messages in flight; 1 = closed loop.
+    pub const PLAYER_MAX_OUTSTANDING: u32 = 0x5000_0014;
+    /// The peer's own QP (default [`DEFAULT_FPGA_QP`]).
+    pub const PLAYER_FPGA_QP: u32 = 0x5000_0018;
+    /// request_id of the first message.
+    pub const PLAYER_FIRST_REQUEST_ID: u32 = 0x5000_001C;
+    /// An answer not back within this many microseconds counts as lost (default
+    /// [`DEFAULT_RESPONSE_TIMEOUT_US`]); the player moves on.
+    pub const PLAYER_RESPONSE_TIMEOUT_US: u32 = 0x5000_0020;
+    /// Counter block.
+    pub const STATS_BASE: u32 = 0x4000_0100;
+    /// Frames sent (offset from [`STATS_BASE`]).
+    pub const STAT_SENT: u32 = 0x00;
+    /// Frames received.
+    pub const STAT_RECEIVED: u32 = 0x04;
+    /// Frames dropped for a bad ICRC.
+    pub const STAT_ICRC_FAILURES: u32 = 0x08;
+    /// Frames dropped as malformed.
+    pub const STAT_MALFORMED: u32 = 0x0C;
+    /// Times the player waited for a free slot.
+    pub const STAT_STALLS: u32 = 0x10;
+    /// Frames that matched no outstanding request.
+    pub const STAT_UNEXPECTED: u32 = 0x14;
+
+    /// Default of [`PLAYER_FPGA_QP`] (PROTOCOLS.md 2.3).
+    pub const DEFAULT_FPGA_QP: u32 = 2;
+    /// QP number that means control-over-RoCE (PROTOCOLS.md 2.3).
+    pub const CONTROL_QP: u32 = 0x1000;
+    /// Default of [`PLAYER_RESPONSE_TIMEOUT_US`].
+    pub const DEFAULT_RESPONSE_TIMEOUT_US: u32 = 10_000;
+    /// Slots in flight at most (the reference transceiver posts 64 receive WQEs).
+    pub const MAX_IN_FLIGHT: u32 = 64;
+}
+
+/// Clock of the player, the unit of [`reg::PLAYER_INTERVAL`].
+pub const PLAYER_CLOCK_HZ: u64 = 156_250_000;
+
+/// Bits of [`CaptureRecord::flags`].
+pub mod capture_flags {
+    /// The result bytes were what the player expected.
+    pub const PAYLOAD_OK: u32 = 1;
+    /// The response header (magic, request_id, timestamp echo) was right.
+    pub const HEADER_OK: u32 = 2;
+    /// A second answer for the same request.
+    pub const DUPLICATE: u32 = 4;
+}
+
+/// One captured answer, as the peer stores it in capture RAM and a host reads it over ECB.
+///
+/// Word layout (8 u32 words at `reg::CAPTURE_RAM + 32 * i`, each read with one RD_DWORD or
+/// as part of a RD_BLOCK, so each word is a host-order u32; 64-bit times are split low word
+/// first):
+///
+/// | word | field |
+/// |---|---|
+/// | 0 | request_id |
+/// | 1 | echoed_timestamp bits 31:0 |
+/// | 2 | echoed_timestamp bits 63:32 |
+/// | 3 | arrival_timestamp bits 31:0 |
+/// | 4 | arrival_timestamp bits 63:32 |
+/// | 5 | flags ([`capture_flags`]) |
+/// | 6 | result_len |
+/// | 7 | rpc_status as u32 (two's complement) |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct CaptureRecord {
+    /// request_id of the answer.
+    pub request_id: u32,
+    /// The PTP timestamp the answer echoed (the request's send time).
+    pub echoed_timestamp: u64,
+    /// PTP time the answer arrived at the peer.
+    pub arrival_timestamp: u64,
+    /// [`capture_flags`] bits.
+    pub flags: u32,
+    /// result_len of the answer.
+    pub result_len: u32,
+    /// status of the answer.
+    pub rpc_status: i32,
+}
+
+impl CaptureRecord {
+    /// Words per record.
+    pub const WORDS: usize = 8;
+    /// Bytes per record in capture RAM.
+    pub const STRIDE: u32 = 32;
+
+    /// ECB address of record `i` (wrapping).
+    pub const fn address(i: u32) -> u32 {
+        reg::CAPTURE_RAM.wrapping_add(Self::STRIDE.wrapping_mul(i))
+    }
+
+    /// The 8 words, in the documented order.
+    pub fn to_words(&self) -> [u32; 8] {
+        [
+            self.request_id,
+            self.echoed_timestamp as u32,
+            (self.echoed_timestamp >> 32) as u32,
+            self.arrival_timestamp as u32,
+            (self.arrival_timestamp >> 32) as u32,
+            self.flags,
+            self.result_len,
+            self.rpc_status as u32,
+        ]
+    }
+
+    /// The record from its 8 words.
+    pub fn from_words(w: &[u32; 8]) -> Self {
+        CaptureRecord {
+            request_id: w[0],
+            echoed_timestamp: u64::from(w[1]) | u64::from(w[2]) << 32,
+            arrival_timestamp: u64::from(w[3]) | u64::from(w[4]) << 32,
+            flags: w[5],
+            result_len: w[6],
+            rpc_status: w[7] as i32,
+        }
+    }
+
+    /// Round-trip time in PTP ticks (ns), wrapping.
+    pub fn round_trip(&self) -> u64 {
+        self.arrival_timestamp.wrapping_sub(self.echoed_timestamp)
+    }
+}
+
+/// XORs `args` with a keystream from splitmix64 seeded with `request_id`.
+///
+/// The player applies it when [`reg::PLAYER_SCRAMBLE`] is set so that every message's
+/// bytes differ (a stale slot can then never look like a fresh echo). Keystream: `state =
+/// request_id as u64`; for each 8-byte chunk, `state += 0x9E3779B97F4A7C15`, mix (Steele,
+/// Lea, Flood 2014), XOR the chunk with the little-endian bytes of the result (a short
+/// last chunk uses the leading bytes). XOR makes it an involution: applying it twice
+/// restores the input.
+pub fn scramble_args(request_id: u32, args: &mut [u8]) {
+    let mut state = u64::from(request_id);
+    for chunk in args.chunks_mut(8) {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        for (b, k) in chunk.iter_mut().zip(z.to_le_bytes()) {
+            *b ^= k;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static RECORD_WORDS: [u32; 8] = [
+        7, 0x0506_0708, 0x0102_0304, 0x0506_1708, 0x0102_0304, 3, 64, 0xFFFF_FFFE,
+    ];
+
+    fn record() -> CaptureRecord {
+        CaptureRecord {
+            request_id: 7,
+            echoed_timestamp: 0x0102_0304_0506_0708,
+            arrival_timestamp: 0x0102_0304_0506_1708,
+            flags: capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK,
+            result_len: 64,
+            rpc_status: -2,
+        }
+    }
+
+    #[test]
+    fn test_deconstruct() {
+        let r = CaptureRecord::from_words(&RECORD_WORDS);
+        assert_eq!(r.request_id, 7);
+        assert_eq!(r.rpc_status, -2);
+        assert_eq!(r.round_trip(), 0x1000);
+    }
+
+    #[test]
+    fn test_construct() {
+        assert_eq!(record().to_words(), RECORD_WORDS);
+    }
+
+    #[test]
+    fn test_parse() {
+        assert_eq!(CaptureRecord::from_words(&RECORD_WORDS), record());
+    }
+
+    #[test]
+    fn test_emit() {
+        let r = record();
+        assert_eq!(CaptureRecord::from_words(&r.to_words()), r);
+        let extremes = CaptureRecord {
+            request_id: u32::MAX,
+            echoed_timestamp: u64::MAX,
+            arrival_timestamp: 0,
+            flags: u32::MAX,
+            result_len: 0,
+            rpc_status: i32::MIN,
+        };
+        assert_eq!(CaptureRecord::from_words(&extremes.to_words()), extremes);
+    }
+
+    #[test]
+    fn register_addresses() {
+        assert_eq!(reg::vp(0, reg::DP_QP), 0x1000);
+        assert_eq!(reg::vp(2, reg::DP_HOST_UDP_PORT), 0x10AC);
+        assert_eq!(reg::hif(0, reg::DP_VP_MASK), 0x0200_030C);
+        assert_eq!(reg::hif(1, reg::DP_PACKET_SIZE), 0x0201_0304);
+        assert_eq!(CaptureRecord::address(2), 0x4010_0040);
+        assert_eq!(reg::vp(u32::MAX, u32::MAX), reg::vp(u32::MAX, u32::MAX));
+        assert_eq!(CaptureRecord::WORDS * 4, CaptureRecord::STRIDE as usize);
+    }
+
+    #[test]
+    fn scramble_is_an_involution_and_depends_on_request_id() {
+        let original: Vec<u8> = (0..=255u8).cycle().take(1037).collect();
+        let mut a = original.clone();
+        scramble_args(42, &mut a);
+        assert_ne!(a, original);
+        let mut b = original.clone();
+        scramble_args(43, &mut b);
+        assert_ne!(a, b);
+        scramble_args(42, &mut a);
+        assert_eq!(a, original);
+        // Deterministic: a short buffer gets the leading bytes of the same stream.
+        let mut long = [0u8; 16];
+        scramble_args(42, &mut long);
+        let mut short = [0u8; 5];
+        scramble_args(42, &mut short);
+        assert_eq!(&long[..5], &short[..]);
+        scramble_args(1, &mut []);
+    }
+
+    #[test]
+    fn scramble_keystream_is_splitmix64() {
+        // splitmix64 with seed 0: first output 0xE220A8397B1DCDAF (reference implementation).
+        let mut zeros = [0u8; 8];
+        scramble_args(0, &mut zeros);
+        assert_eq!(u64::from_le_bytes(zeros), 0xE220_A839_7B1D_CDAF);
+    }
+}
