@@ -1,1 +1,157 @@
-fn main() {}
+//! `fpga-sim`: the software FPGA peer as a process. Thin: parses flags, binds the UDP data
+//! plane, starts the library's peer, prints one ready line and waits for a signal.
+
+use std::io::{Read, Write};
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use rocelink_fpga_sim::{start, SimConfig};
+use rocelink_link::{SpinMode, UdpLink};
+
+/// Spinning threads when the peer and a host share the machine: the peer's data plane and
+/// the host's receive loop.
+const SPINNERS: usize = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "fpga-sim",
+    version,
+    about = "Software FPGA peer speaking the Holoscan Sensor Bridge (HSB) protocols",
+    long_about = "Software FPGA peer speaking the Holoscan Sensor Bridge (HSB) protocols.\n\n\
+        A host configures it exactly as it would configure an HSB FPGA: over ECB (register \
+        reads and writes in UDP datagrams) it sets the data-plane registers (host QP, rkey, \
+        buffer address, page stride, host MAC/IP/port), writes a request template into the \
+        player RAM, arms the capture RAM and starts the traffic player. The peer then sends \
+        RoCEv2 RDMA WRITE with immediate frames to the host, checks every UC SEND answer, and \
+        records its echoed and arrival timestamps in the capture RAM, which the host reads \
+        back over ECB.\n\n\
+        When ready it prints one line to stdout:\n  \
+        fpga-sim: ECB on <addr>, RoCE on <addr>\n\
+        and runs until SIGINT or SIGTERM (or until stdin closes, with --exit-on-stdin-close). \
+        Logs go to stderr."
+)]
+struct Args {
+    /// UDP address of the ECB control server (the host's register reads and writes). Port 0
+    /// picks a free port; the ready line tells which.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.2:8192")]
+    ecb: SocketAddrV4,
+
+    /// UDP address of the RoCEv2 data plane: answers arrive here, and frames leave from this
+    /// IP (the peer's source IP, covered by the ICRC). Port 0 picks a free port.
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.2:4791")]
+    roce: SocketAddrV4,
+
+    /// The peer's MAC address (source MAC of the frames it sends), as aa:bb:cc:dd:ee:ff.
+    #[arg(long, value_name = "MAC", default_value = "02:00:00:00:00:02", value_parser = parse_mac)]
+    mac: [u8; 6],
+
+    /// The peer's queue pair number, to which the host sends its answers (24 bits). The host
+    /// may override it at run time through the PLAYER_FPGA_QP extension register.
+    #[arg(long, value_name = "QPN", default_value_t = rocelink_fpga_sim::DEFAULT_QP)]
+    qp: u32,
+
+    /// Pin the data-plane thread to this core (an index as the OS numbers cores).
+    #[arg(long, value_name = "N")]
+    core: Option<usize>,
+
+    /// How the data-plane thread busy-polls during a run: `dedicated` never yields its core
+    /// (lowest latency, needs a free core), `shared` yields after a short spin (for machines
+    /// with fewer cores than spinning threads), `auto` picks `dedicated` when the machine has
+    /// more than 2 cores.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["dedicated", "shared", "auto"])]
+    spin: String,
+
+    /// Log filter for stderr: error, warn, info, debug, trace, or tracing directives such as
+    /// `rocelink_fpga_sim=debug`.
+    #[arg(long, value_name = "LEVEL", default_value = "info")]
+    log_level: String,
+
+    /// Exit when stdin reaches end of file, so that a parent that dies takes the peer along
+    /// (give the peer a pipe as stdin and keep its write end open).
+    #[arg(long)]
+    exit_on_stdin_close: bool,
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let mut mac = [0u8; 6];
+    let parts: Vec<&str> = s.split([':', '-']).collect();
+    if parts.len() != 6 {
+        return Err(format!("`{s}` is not a MAC address (want aa:bb:cc:dd:ee:ff)"));
+    }
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
+    }
+    Ok(mac)
+}
+
+/// Set by SIGINT/SIGTERM or by the end of stdin.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_signal` is an `extern "C"` function that only stores to an atomic,
+        // which is async-signal-safe; `signal` has no other preconditions.
+        unsafe { libc::signal(sig, handler) };
+    }
+}
+
+fn watch_stdin() -> std::io::Result<()> {
+    std::thread::Builder::new().name("fpga-sim-stdin".into()).spawn(|| {
+        let mut buf = [0u8; 256];
+        let mut stdin = std::io::stdin();
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        STOP.store(true, Ordering::SeqCst);
+    })?;
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .with_context(|| format!("bad --log-level `{}`", args.log_level))?;
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    let spin = SpinMode::parse(&args.spin, SPINNERS).context("bad --spin")?;
+    let link = UdpLink::bind(args.roce).with_context(|| format!("cannot bind the RoCE data plane to {}", args.roce))?;
+    let roce_addr = link.local_addr();
+    let config = SimConfig {
+        ecb_bind: args.ecb,
+        mac: args.mac,
+        ip: roce_addr.ip().octets(),
+        qp: args.qp,
+        core: args.core,
+        spin,
+    };
+    install_signal_handlers();
+    if args.exit_on_stdin_close {
+        watch_stdin().context("cannot watch stdin")?;
+    }
+    let sim = start(config, Box::new(link))?;
+
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "fpga-sim: ECB on {}, RoCE on {}", sim.ecb_addr(), roce_addr)?;
+    out.flush()?;
+    drop(out);
+    tracing::info!(spin = spin.as_str(), qp = args.qp, "ready");
+
+    while !STOP.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tracing::info!("stopping");
+    sim.stop();
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! The data-plane thread: owns the [`Link`], runs the [`Player`] when the host sets the run
+//! bit, and counts whatever arrives between runs.
+//!
+//! Guarantees:
+//! - One thread, pinned to the configured core if any, polling with [`Backoff`] in the
+//!   caller's [`SpinMode`] while a run is active; between runs it drains the link and waits
+//!   for the next command with a 1 ms timeout (no spinning while idle).
+//! - No lock and no allocation per packet: counters are atomics ([`crate::stats`]), capture
+//!   records are published with Release ([`crate::capture`]). The only allocation is the
+//!   run's scratch space, when a run starts.
+//! - At the end of a run the capture is complete before `done` is set (Release), and `done`
+//!   before `running` is cleared.
+//! - Exits within a millisecond of `shutdown` (a send blocked on a full in-process ring whose
+//!   peer neither reads nor goes away is the one thing that can hold it).
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rocelink_link::clock::monotonic_ns;
+use rocelink_link::{affinity, Backoff, Link, SpinMode, MAX_FRAME};
+
+use crate::player::{count_idle_frame, Player, RunConfig, Transmit};
+use crate::regs::PeerShared;
+use crate::stats::Stats;
+
+/// Commands from the ECB thread.
+#[derive(Debug)]
+pub enum Command {
+    /// Start a run (the ECB thread has already set `running`).
+    Start(Box<RunConfig>),
+    /// Device reset: PSN back to 0.
+    Reset,
+}
+
+/// Frames received per loop turn before the transmitter gets a look in.
+const RX_BURST: usize = 32;
+/// Idle wait for a command between runs.
+const IDLE_WAIT: Duration = Duration::from_millis(1);
+
+/// What the data-plane thread needs.
+pub struct DataPlane {
+    pub link: Box<dyn Link>,
+    pub shared: Arc<PeerShared>,
+    pub commands: Receiver<Command>,
+    pub spin: SpinMode,
+    pub core: Option<usize>,
+    /// The peer's power-on QP, for classifying frames between runs.
+    pub qp: u32,
+}
+
+impl DataPlane {
+    pub fn spawn(self) -> std::io::Result<JoinHandle<()>> {
+        std::thread::Builder::new().name("fpga-sim-dataplane".into()).spawn(move || self.run())
+    }
+
+    fn run(mut self) {
+        affinity::pin_current_thread(self.core);
+        let mut rx = vec![0u8; MAX_FRAME];
+        let mut tx = vec![0u8; MAX_FRAME];
+        let mut psn = 0u32;
+        let mut qp = self.qp;
+        while !self.shared.shutdown.load(Ordering::Acquire) {
+            self.drain_idle(&mut rx, qp);
+            match self.commands.recv_timeout(IDLE_WAIT) {
+                Ok(Command::Start(cfg)) => {
+                    qp = cfg.fpga_qp;
+                    psn = self.play(*cfg, psn, &mut rx, &mut tx);
+                }
+                Ok(Command::Reset) => psn = 0,
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+    }
+
+    /// Counts frames that arrive while no run is active.
+    fn drain_idle(&mut self, rx: &mut [u8], qp: u32) {
+        for _ in 0..RX_BURST {
+            match self.link.try_recv(rx) {
+                Ok(Some(n)) => count_idle_frame(&rx[..n], qp, &self.shared.stats),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "link receive error");
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Runs one player run to its end (or abort/shutdown); returns the next PSN.
+    fn play(&mut self, cfg: RunConfig, psn: u32, rx: &mut [u8], tx: &mut [u8]) -> u32 {
+        let shared = Arc::clone(&self.shared);
+        let stats: &Stats = &shared.stats;
+        let generation = cfg.generation;
+        let frames = cfg.frames;
+        let mut player = Player::new(cfg, psn, monotonic_ns());
+        let mut backoff = Backoff::new(self.spin);
+        let mut send_errors = 0u64;
+        let mut aborted = false;
+        tracing::debug!(frames, link = %self.link.describe(), "run started");
+
+        while !player.is_done() {
+            if shared.shutdown.load(Ordering::Relaxed) || shared.abort_generation.load(Ordering::Acquire) == generation {
+                aborted = true;
+                break;
+            }
+            let mut work = false;
+            for _ in 0..RX_BURST {
+                match self.link.try_recv(rx) {
+                    Ok(Some(n)) => {
+                        player.on_frame(&rx[..n], monotonic_ns(), stats);
+                        work = true;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "link receive error");
+                        break;
+                    }
+                }
+            }
+            let now = monotonic_ns();
+            player.expire(now);
+            if let Transmit::Frame(n) = player.poll_transmit(now, stats, tx) {
+                work = true;
+                match self.link.send(&tx[..n]) {
+                    Ok(()) => Stats::bump(&stats.sent),
+                    Err(e) => {
+                        // The frame is lost like one the network dropped; it times out.
+                        if send_errors == 0 {
+                            tracing::warn!(error = %e, "link send failed");
+                        }
+                        send_errors += 1;
+                    }
+                }
+            }
+            if work {
+                backoff.reset();
+            } else {
+                backoff.idle();
+            }
+        }
+
+        tracing::debug!(sent = player.frames_sent(), aborted, send_errors, "run ended");
+        // Capture records are already published (Release on the count); now say so.
+        shared.done.store(true, Ordering::Release);
+        shared.running.store(false, Ordering::Release);
+        player.psn()
+    }
+}

@@ -1,0 +1,360 @@
+//! The traffic player and the answer checker: the deterministic core of the data plane.
+//!
+//! No clock and no link here (quinn style): the caller passes `now` in nanoseconds and the
+//! bytes of each received frame, and gets the bytes of each frame to send. So every rule
+//! below is unit-tested without threads.
+//!
+//! Transmit (PROTOCOLS.md 2.3): frame `k` of a run is a single-packet UC RDMA WRITE ONLY
+//! with immediate (0x2B) to DP_QP, PSN incremented per packet (24-bit wrap), slot
+//! `k mod (DP_MAX_BUFF + 1)`, RETH VA = buffer address + slot * DP_PAGE_INC * 128, rkey =
+//! DP_RKEY, DMA length = window size, immediate = `psn[19:0] << 12 | slot[11:0]`. Its payload
+//! is the player RAM window with the RPC header's `request_id` = first request id + `k`, its
+//! `ptp_timestamp` = send time when PLAYER_STAMP_PTP is set, and its args scrambled with
+//! `scramble_args(request_id, ..)` when PLAYER_SCRAMBLE is set.
+//!
+//! In flight: frames from the oldest one neither answered nor timed out up to the newest.
+//! At most `max_in_flight` (<= 64, <= slots) are in flight, so a slot is never reused while
+//! the host may still be working on it. Closed loop is `max_in_flight == 1`.
+//!
+//! Receive: UC SEND ONLY (0x24, and 0x25 with its immediate ignored, PROTOCOLS.md 1.2) to the
+//! peer's QP carries a CUQS response (PROTOCOLS.md 3). Each one becomes a capture record.
+//!
+//! Guarantees: no allocation and no panic per frame; all scratch space is allocated in
+//! [`Player::new`].
+
+use std::sync::Arc;
+
+use rocelink_wire::bth::Opcode;
+use rocelink_wire::hsb::{capture_flags, scramble_args, CaptureRecord};
+use rocelink_wire::reth::RethRepr;
+use rocelink_wire::roce::{self, Endpoints, RoceRepr};
+use rocelink_wire::{rpc, Error as WireError};
+
+use crate::capture::{self, CaptureRam};
+use crate::regs::MAX_IN_FLIGHT;
+use crate::stats::Stats;
+
+/// RPC header offsets the player rewrites (PROTOCOLS.md 3: request_id at 12, timestamp at 16).
+const REQUEST_ID_AT: usize = 12;
+const TIMESTAMP_AT: usize = 16;
+const PSN_MASK: u32 = 0x00FF_FFFF;
+
+/// Everything one run needs, snapshotted from the registers when the run bit is set.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Identifies the run for aborts (`PeerShared::abort_generation`).
+    pub generation: u32,
+    /// src = the peer, dst = the host (DP_HOST_*, DP_PACKET_UDP_PORT).
+    pub endpoints: Endpoints,
+    pub dest_qp: u32,
+    pub rkey: u32,
+    pub buffer_va: u64,
+    /// Bytes between slots (DP_PAGE_INC * 128).
+    pub page_stride: u64,
+    /// DP_MAX_BUFF + 1, at most 4096.
+    pub slots: u32,
+    pub max_in_flight: usize,
+    /// The player RAM window (window size bytes), starting with a CUQR header.
+    pub template: Vec<u8>,
+    /// The template header's arg_len (args are `template[24 .. 24 + arg_len]`).
+    pub arg_len: usize,
+    pub stamp_ptp: bool,
+    pub scramble: bool,
+    pub interval_ns: u64,
+    /// Window count: frames in this run.
+    pub frames: u32,
+    /// The peer's QP: answers must be addressed to it.
+    pub fpga_qp: u32,
+    pub first_request_id: u32,
+    pub response_timeout_ns: u64,
+    /// Where records go; `None` when the capture is not armed.
+    pub capture: Option<Arc<CaptureRam>>,
+}
+
+/// Outcome of [`Player::poll_transmit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transmit {
+    /// A frame of this many bytes is in the buffer: send it.
+    Frame(usize),
+    /// The interval has not passed yet.
+    NotDue,
+    /// Due, but the in-flight limit holds it back.
+    Stalled,
+    /// Every frame of the run has been sent.
+    AllSent,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct InFlight {
+    frame: u32,
+    sent_ns: u64,
+    answered: bool,
+}
+
+/// Frames in flight, oldest first: a fixed ring, frame numbers consecutive.
+#[derive(Debug)]
+struct Window {
+    ring: [InFlight; MAX_IN_FLIGHT],
+    head: usize,
+    len: usize,
+}
+
+impl Window {
+    fn new() -> Self {
+        Window { ring: [InFlight::default(); MAX_IN_FLIGHT], head: 0, len: 0 }
+    }
+
+    fn push(&mut self, frame: u32, sent_ns: u64) {
+        if self.len < MAX_IN_FLIGHT {
+            self.ring[(self.head + self.len) % MAX_IN_FLIGHT] = InFlight { frame, sent_ns, answered: false };
+            self.len += 1;
+        }
+    }
+
+    fn mark_answered(&mut self, frame: u32) {
+        if self.len == 0 {
+            return;
+        }
+        let first = self.ring[self.head].frame;
+        let k = frame.wrapping_sub(first) as usize;
+        if k < self.len {
+            self.ring[(self.head + k) % MAX_IN_FLIGHT].answered = true;
+        }
+    }
+
+    /// Drops answered and timed-out frames from the front.
+    fn retire(&mut self, now: u64, timeout_ns: u64) {
+        while self.len > 0 {
+            let e = self.ring[self.head];
+            if !e.answered && now.saturating_sub(e.sent_ns) < timeout_ns {
+                break;
+            }
+            self.head = (self.head + 1) % MAX_IN_FLIGHT;
+            self.len -= 1;
+        }
+    }
+}
+
+/// One run of the player and its answer checker.
+#[derive(Debug)]
+pub struct Player {
+    cfg: RunConfig,
+    /// Frames sent so far (= number of the next frame).
+    sent: u32,
+    psn: u32,
+    next_due_ns: u64,
+    /// The frame now due was already counted as a stall.
+    stall_counted: bool,
+    window: Window,
+    /// One bit per frame (up to the capture limit): answered at least once.
+    answered: Vec<u64>,
+    /// Payload being built.
+    payload: Vec<u8>,
+    /// Args the answer to one request must echo.
+    expected: Vec<u8>,
+}
+
+impl Player {
+    /// A run starting now with `psn` as its first PSN.
+    pub fn new(cfg: RunConfig, psn: u32, now: u64) -> Self {
+        let tracked = (cfg.frames as usize).min(capture::MAX_RECORDS);
+        Player {
+            payload: cfg.template.clone(),
+            expected: vec![0; cfg.arg_len],
+            answered: vec![0; tracked.div_ceil(64)],
+            cfg,
+            sent: 0,
+            psn: psn & PSN_MASK,
+            next_due_ns: now,
+            stall_counted: false,
+            window: Window::new(),
+        }
+    }
+
+    pub fn config(&self) -> &RunConfig {
+        &self.cfg
+    }
+
+    /// The PSN the next frame gets (the data plane carries it into the next run).
+    pub fn psn(&self) -> u32 {
+        self.psn
+    }
+
+    pub fn frames_sent(&self) -> u32 {
+        self.sent
+    }
+
+    /// Every frame was sent and each was answered or timed out.
+    pub fn is_done(&self) -> bool {
+        self.sent >= self.cfg.frames && self.window.len == 0
+    }
+
+    /// Retires timed-out frames; call before `poll_transmit` with the same `now`.
+    pub fn expire(&mut self, now: u64) {
+        self.window.retire(now, self.cfg.response_timeout_ns);
+    }
+
+    fn request_id(&self, frame: u32) -> u32 {
+        self.cfg.first_request_id.wrapping_add(frame)
+    }
+
+    /// Builds the next frame into `out` (at least `roce::MAX_FRAME_LEN` bytes) if one is due.
+    /// `now` is the send time stamped into the frame.
+    pub fn poll_transmit(&mut self, now: u64, stats: &Stats, out: &mut [u8]) -> Transmit {
+        if self.sent >= self.cfg.frames {
+            return Transmit::AllSent;
+        }
+        if now < self.next_due_ns {
+            return Transmit::NotDue;
+        }
+        if self.window.len >= self.cfg.max_in_flight {
+            if !self.stall_counted {
+                Stats::bump(&stats.stalls);
+                self.stall_counted = true;
+            }
+            return Transmit::Stalled;
+        }
+        self.stall_counted = false;
+
+        let frame = self.sent;
+        let request_id = self.request_id(frame);
+        self.payload.copy_from_slice(&self.cfg.template);
+        self.payload[REQUEST_ID_AT..REQUEST_ID_AT + 4].copy_from_slice(&request_id.to_le_bytes());
+        if self.cfg.stamp_ptp {
+            self.payload[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&now.to_le_bytes());
+        }
+        if self.cfg.scramble {
+            scramble_args(request_id, &mut self.payload[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len]);
+        }
+
+        let slot = frame % self.cfg.slots.max(1);
+        let reth = RethRepr {
+            va: self.cfg.buffer_va.wrapping_add(u64::from(slot).wrapping_mul(self.cfg.page_stride)),
+            rkey: self.cfg.rkey,
+            dma_len: self.payload.len() as u32,
+        };
+        let imm = ((self.psn & 0xF_FFFF) << 12) | (slot & 0xFFF);
+        let repr = RoceRepr::uc_write_imm(&self.cfg.endpoints, self.cfg.dest_qp, self.psn, reth, imm, self.payload.len());
+
+        // The frame counts as sent even if it cannot be built (a buffer the caller made too
+        // small): the run then moves on instead of retrying forever.
+        self.sent += 1;
+        self.psn = (self.psn + 1) & PSN_MASK;
+        self.next_due_ns = now.saturating_add(self.cfg.interval_ns);
+        self.window.push(frame, now);
+        match repr.emit(&self.payload, out) {
+            Ok(len) => Transmit::Frame(len),
+            Err(_) => {
+                Stats::bump(&stats.malformed);
+                Transmit::NotDue
+            }
+        }
+    }
+
+    /// Handles one received frame that arrived at `now`.
+    pub fn on_frame(&mut self, frame: &[u8], now: u64, stats: &Stats) {
+        let Some(payload) = accept_answer(frame, self.cfg.fpga_qp, stats) else {
+            return;
+        };
+        Stats::bump(&stats.received);
+        let mut record = CaptureRecord {
+            request_id: 0,
+            echoed_timestamp: 0,
+            arrival_timestamp: now,
+            flags: 0,
+            result_len: 0,
+            rpc_status: 0,
+        };
+        match rpc::ResponseRepr::parse(payload) {
+            Ok(h) => {
+                record.request_id = h.request_id;
+                record.echoed_timestamp = h.ptp_timestamp;
+                record.result_len = h.result_len;
+                record.rpc_status = h.status;
+                record.flags = capture_flags::HEADER_OK | self.check_answer(&h, payload, stats);
+            }
+            Err(_) => {
+                // Keep what we can tell: the id field, where the bytes reach it.
+                Stats::bump(&stats.malformed);
+                if let Some(b) = payload.get(REQUEST_ID_AT..REQUEST_ID_AT + 4) {
+                    record.request_id = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+        }
+        if let Some(c) = &self.cfg.capture {
+            // A full capture RAM drops the record; the counters still tell.
+            let _ = c.push(&record);
+        }
+    }
+
+    /// Flags beyond HEADER_OK for a parsed answer; marks its frame answered.
+    fn check_answer(&mut self, h: &rpc::ResponseRepr, payload: &[u8], stats: &Stats) -> u32 {
+        let frame = h.request_id.wrapping_sub(self.cfg.first_request_id);
+        if frame >= self.sent {
+            Stats::bump(&stats.unexpected);
+            return 0;
+        }
+        let mut flags = 0;
+        if let Some(word) = self.answered.get_mut(frame as usize / 64) {
+            let bit = 1u64 << (frame % 64);
+            if *word & bit != 0 {
+                flags |= capture_flags::DUPLICATE;
+            }
+            *word |= bit;
+        }
+        self.window.mark_answered(frame);
+
+        let n = self.cfg.arg_len;
+        let result = payload.get(rpc::HEADER_LEN..rpc::HEADER_LEN + n);
+        if h.status == rpc::status::OK && h.result_len as usize == n {
+            if let Some(result) = result {
+                if result == self.expected_args(h.request_id) {
+                    flags |= capture_flags::PAYLOAD_OK;
+                }
+            }
+        }
+        flags
+    }
+
+    /// The args sent with `request_id`, recomputed from the template (no allocation).
+    fn expected_args(&mut self, request_id: u32) -> &[u8] {
+        let args = &self.cfg.template[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len];
+        if !self.cfg.scramble {
+            return args;
+        }
+        self.expected.copy_from_slice(args);
+        scramble_args(request_id, &mut self.expected);
+        &self.expected
+    }
+}
+
+/// Parses a received frame and returns the RPC payload of a SEND to `qp`; anything else is
+/// counted (PROTOCOLS.md 1.2: unexpected traffic is a counted drop, never a crash).
+pub fn accept_answer<'a>(frame: &'a [u8], qp: u32, stats: &Stats) -> Option<&'a [u8]> {
+    match roce::parse_frame(frame) {
+        Err(WireError::BadIcrc) => {
+            Stats::bump(&stats.icrc_failures);
+            None
+        }
+        Err(_) => {
+            Stats::bump(&stats.malformed);
+            None
+        }
+        Ok(f) => {
+            let send = matches!(f.repr.bth.opcode, Opcode::UcSendOnly | Opcode::UcSendOnlyImm);
+            if send && f.repr.bth.dest_qp == qp {
+                Some(f.payload)
+            } else {
+                Stats::bump(&stats.unexpected);
+                None
+            }
+        }
+    }
+}
+
+/// Counts a frame that arrived while no run is active.
+pub fn count_idle_frame(frame: &[u8], qp: u32, stats: &Stats) {
+    if accept_answer(frame, qp, stats).is_some() {
+        Stats::bump(&stats.unexpected);
+    }
+}
