@@ -14,11 +14,19 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[allow(dead_code)] // until the header modules land
+pub mod aeth;
+pub mod bth;
 mod bytes;
 pub mod ecb;
 pub mod error;
+pub mod ethernet;
 pub mod hsb;
+pub mod icrc;
+pub mod immdt;
+pub mod ipv4;
+pub mod reth;
+pub mod roce;
 pub mod rpc;
+pub mod udp;
 
 pub use error::{Error, Result};
