@@ -1,1 +1,167 @@
-fn main() {}
+//! `rocelink`: the command line. Thin: parses flags and calls the operator crate.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use rocelink_link::SpinMode;
+use rocelink_operator::echo::{self, Cores, EchoConfig, PeerMode, WireKind};
+use rocelink_operator::{report, stage};
+
+#[derive(Debug, Parser)]
+#[command(name = "rocelink", version, about = "Real-time RoCEv2 transceiver: software NIC, CPU/GPU transceiver loop, HSB FPGA peer")]
+struct Cli {
+    /// Log filter for stderr (error, warn, info, debug, trace, or tracing directives).
+    #[arg(long, global = true, default_value = "warn")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Wire {
+    Inproc,
+    Udp,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Spin {
+    Auto,
+    Dedicated,
+    Shared,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Echo round trip: the peer (fpga-sim, or an FPGA) sends RDMA WRITE with immediate
+    /// frames, the transceiver answers each with a SEND, the peer measures the round trip.
+    Echo {
+        /// The wire carrying the RoCEv2 frames: `inproc` (lock-free rings, no kernel) or `udp`
+        /// (real datagrams on port 4791 through the kernel).
+        #[arg(long, value_enum, default_value = "inproc")]
+        wire: Wire,
+        /// Messages to send.
+        #[arg(long, default_value_t = 10_000)]
+        count: u32,
+        /// Bytes per message: the 24-byte RPC header plus the args (24..=4096).
+        #[arg(long, default_value_t = 64)]
+        size: usize,
+        /// Open loop at this many messages per second (up to 64 in flight); without it the
+        /// run is closed loop (one message in flight).
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Messages at the start left out of the latency figures.
+        #[arg(long, default_value_t = 0)]
+        warmup: u32,
+        /// Run fpga-sim as a separate process (needs --wire udp).
+        #[arg(long)]
+        peer_process: bool,
+        /// Talk to a peer already running: a real HSB FPGA or a standalone fpga-sim, given by
+        /// its ECB address (its RoCE address is the same IP, port 4791 unless --peer-roce).
+        #[arg(long, value_name = "IP:PORT", conflicts_with = "peer_process")]
+        peer: Option<SocketAddrV4>,
+        /// The remote peer's RoCE address.
+        #[arg(long, value_name = "IP:PORT", requires = "peer")]
+        peer_roce: Option<SocketAddrV4>,
+        /// Our IP on the UDP wire (default: a fresh loopback address).
+        #[arg(long)]
+        host_ip: Option<Ipv4Addr>,
+        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`.
+        #[arg(long, value_delimiter = ',', num_args = 1..=3)]
+        cores: Vec<usize>,
+        /// Spin policy of the polling threads.
+        #[arg(long, value_enum, default_value = "auto")]
+        spin: Spin,
+        /// Give up after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// Write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// No progress line on stderr.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Run the software FPGA peer (the same program as the `fpga-sim` binary; see
+    /// `rocelink fpga-sim --help`).
+    #[command(name = "fpga-sim", disable_help_flag = true)]
+    FpgaSim {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Cmd::FpgaSim { args } = cli.command {
+        let argv = std::iter::once("fpga-sim".to_string()).chain(args);
+        return match rocelink_fpga_sim::cli::main_with_args(argv) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fpga-sim: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    rocelink_operator::signal::install();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("rocelink: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, timeout, json, quiet } => {
+            let wire = match wire {
+                Wire::Inproc => WireKind::Inproc,
+                Wire::Udp => WireKind::Udp,
+            };
+            let peer_mode = if let Some(ecb) = peer {
+                PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
+            } else if peer_process {
+                PeerMode::Process { program: std::env::current_exe()?, args: vec!["fpga-sim".into()] }
+            } else {
+                PeerMode::InProcess
+            };
+            if wire == WireKind::Inproc && peer_mode != PeerMode::InProcess {
+                anyhow::bail!("--wire inproc carries frames between threads of this process; a separate or remote peer needs --wire udp");
+            }
+            let cfg = EchoConfig {
+                wire,
+                count,
+                size,
+                rate,
+                warmup,
+                peer: peer_mode,
+                host_ip,
+                peer_ip: None,
+                cores: Cores { nic: cores.first().copied(), backend: cores.get(1).copied(), peer: cores.get(2).copied() },
+                spin: match spin {
+                    Spin::Auto => None,
+                    Spin::Dedicated => Some(SpinMode::Dedicated),
+                    Spin::Shared => Some(SpinMode::Shared),
+                },
+                timeout: timeout.map(Duration::from_secs_f64),
+                progress: !quiet,
+                ..EchoConfig::default()
+            };
+            let r = echo::run_echo(&cfg, Box::new(stage::Echo))?;
+            print!("{}", report::echo_text(&r));
+            if let Some(p) = json {
+                report::write_json(&r, &p)?;
+                eprintln!("report written to {}", p.display());
+            }
+            let clean = r.counts.lost == 0 && r.counts.corrupted == 0 && r.counts.duplicated == 0;
+            Ok(if clean && !rocelink_operator::interrupted() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
+        Cmd::FpgaSim { .. } => unreachable!("handled before logging starts"),
+    }
+}

@@ -92,7 +92,8 @@ impl Link for InprocLink {
         let n = unsafe {
             let len = *slot.len.get();
             let n = len.min(buf.len());
-            buf[..n].copy_from_slice(&(*slot.data.get())[..n]);
+            let data: &[u8; MAX_FRAME] = &*slot.data.get();
+            buf[..n].copy_from_slice(&data[..n]);
             n
         };
         ring.head.0.store(head + 1, Ordering::Release);
@@ -128,7 +129,8 @@ impl Link for InprocLink {
         // and will not read it until we publish tail + 1.
         unsafe {
             *slot.len.get() = frame.len();
-            (*slot.data.get())[..frame.len()].copy_from_slice(frame);
+            let data: &mut [u8; MAX_FRAME] = &mut *slot.data.get();
+            data[..frame.len()].copy_from_slice(frame);
         }
         ring.tail.0.store(tail + 1, Ordering::Release);
         Ok(())

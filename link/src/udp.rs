@@ -166,7 +166,7 @@ impl Link for UdpLink {
         if ip.protocol() != ipv4::PROTO_UDP {
             return Err(LinkError::NotIpv4Udp);
         }
-        let hl = ip.header_len();
+        let hl = usize::from(ip.header_len());
         let ip_bytes = eth.payload();
         let u = udp::Packet::new_checked(ip_bytes.get(hl..).ok_or(LinkError::NotIpv4Udp)?)
             .map_err(|_| LinkError::NotIpv4Udp)?;

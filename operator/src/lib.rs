@@ -1,1 +1,18 @@
+//! rocelink's host side: the software NIC, the execution backends, the HSB host client,
+//! latency statistics and reports (DESIGN.md).
 
+pub mod abi;
+pub mod backend;
+pub mod echo;
+pub mod env;
+pub mod hsb;
+pub mod latency;
+pub mod mem;
+pub mod nic;
+pub mod report;
+pub mod rings;
+pub mod signal;
+pub mod stage;
+pub mod verbs;
+
+pub use signal::interrupted;

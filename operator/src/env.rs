@@ -1,0 +1,49 @@
+//! The environment header every report carries (PERF.md: GPU, driver, CUDA, kernel, CPU,
+//! pinned cores, wire, payload size).
+
+use std::collections::BTreeMap;
+
+/// Where a figure was measured.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Environment {
+    pub host: String,
+    pub cpu: String,
+    pub kernel: String,
+    pub cores: usize,
+    pub backend: String,
+    pub wire: String,
+    pub payload_size: usize,
+    pub spin_mode: String,
+    /// Thread -> core it was pinned to.
+    pub pinned: BTreeMap<String, String>,
+    pub rocelink_version: String,
+    /// GPU, driver, CUDA version where a GPU ran.
+    pub gpu: Option<String>,
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
+}
+
+impl Environment {
+    /// What this machine is, with the run's backend, wire and payload size.
+    pub fn here(backend: &str, wire: &str, payload_size: usize, spin_mode: &str) -> Environment {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        Environment {
+            host: read_trim("/proc/sys/kernel/hostname"),
+            cpu,
+            kernel: read_trim("/proc/sys/kernel/osrelease"),
+            cores: rocelink_link::affinity::available_cores(),
+            backend: backend.into(),
+            wire: wire.into(),
+            payload_size,
+            spin_mode: spin_mode.into(),
+            pinned: BTreeMap::new(),
+            rocelink_version: env!("CARGO_PKG_VERSION").into(),
+            gpu: None,
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Turning a peer's capture into what a latency run reports: the counts (sent, received,
+//! lost, duplicated, reordered, corrupted) and the round-trip distribution (HdrHistogram,
+//! nanoseconds, warm-up discarded).
+
+use hdrhistogram::Histogram;
+use rocelink_wire::hsb::{capture_flags, CaptureRecord};
+
+/// Message counts of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    pub sent: u64,
+    /// Distinct requests answered.
+    pub received: u64,
+    pub lost: u64,
+    /// Answers to a request already answered.
+    pub duplicated: u64,
+    /// Answers that arrived after an answer to a later request.
+    pub reordered: u64,
+    /// Answers whose header or payload differ from what was sent.
+    pub corrupted: u64,
+}
+
+/// Percentiles of a distribution, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub count: u64,
+    pub min: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+    pub mean: f64,
+}
+
+impl Summary {
+    pub fn of(h: &Histogram<u64>) -> Summary {
+        if h.is_empty() {
+            return Summary::default();
+        }
+        Summary {
+            count: h.len(),
+            min: h.min(),
+            p50: h.value_at_quantile(0.50),
+            p90: h.value_at_quantile(0.90),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+            mean: h.mean(),
+        }
+    }
+}
+
+/// A histogram for nanosecond latencies from 1 ns to 10 s, 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 10_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// The analysed capture.
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    pub counts: Counts,
+    pub rtt: Histogram<u64>,
+    /// Round trips in arrival order (ns), warm-up excluded, for plots.
+    pub samples: Vec<u64>,
+}
+
+/// Analyses the records of a run of `sent` requests numbered from `first_request_id`;
+/// the first `warmup` requests are counted but left out of the latency distribution.
+pub fn analyze(records: &[CaptureRecord], sent: u64, first_request_id: u32, warmup: u64) -> Analysis {
+    let mut seen = vec![false; sent as usize];
+    let mut counts = Counts { sent, ..Default::default() };
+    let mut rtt = new_histogram();
+    let mut samples = Vec::with_capacity(records.len());
+    let mut highest: Option<u64> = None;
+    for r in records {
+        let idx = u64::from(r.request_id.wrapping_sub(first_request_id));
+        if idx >= sent {
+            // Not a request of this run: a stale or forged answer.
+            counts.corrupted += 1;
+            continue;
+        }
+        if seen[idx as usize] || r.flags & capture_flags::DUPLICATE != 0 {
+            counts.duplicated += 1;
+            continue;
+        }
+        seen[idx as usize] = true;
+        counts.received += 1;
+        if highest.is_some_and(|h| idx < h) {
+            counts.reordered += 1;
+        }
+        highest = Some(highest.map_or(idx, |h| h.max(idx)));
+        let ok = r.flags & capture_flags::PAYLOAD_OK != 0 && r.flags & capture_flags::HEADER_OK != 0;
+        if !ok {
+            counts.corrupted += 1;
+            continue;
+        }
+        if idx >= warmup {
+            let t = r.round_trip().max(1);
+            let _ = rtt.record(t.min(rtt.high()));
+            samples.push(t);
+        }
+    }
+    counts.lost = sent - counts.received;
+    Analysis { counts, rtt, samples }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: u32, sent: u64, rtt: u64, flags: u32) -> CaptureRecord {
+        CaptureRecord { request_id: id, echoed_timestamp: sent, arrival_timestamp: sent + rtt, flags, result_len: 8, rpc_status: 0 }
+    }
+    const OK: u32 = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
+
+    #[test]
+    fn counts_every_kind_of_trouble() {
+        let records = [
+            rec(100, 0, 1000, OK),
+            rec(102, 10, 2000, OK),
+            rec(101, 20, 3000, OK),               // reordered
+            rec(102, 30, 4000, OK),               // duplicate
+            rec(103, 40, 5000, capture_flags::HEADER_OK), // corrupted payload
+            rec(7, 50, 1, OK),                    // not of this run
+        ];
+        let a = analyze(&records, 5, 100, 0);
+        assert_eq!(
+            a.counts,
+            Counts { sent: 5, received: 4, lost: 1, duplicated: 1, reordered: 1, corrupted: 2 }
+        );
+        let s = Summary::of(&a.rtt);
+        assert_eq!(s.count, 3);
+        assert_eq!(s.min, 1000);
+        assert!(s.max >= 3000 && s.max < 3010);
+    }
+
+    #[test]
+    fn warmup_is_counted_but_not_measured() {
+        let records: Vec<_> = (0..10).map(|i| rec(i, 0, 100 + u64::from(i), OK)).collect();
+        let a = analyze(&records, 10, 0, 4);
+        assert_eq!(a.counts.received, 10);
+        assert_eq!(Summary::of(&a.rtt).count, 6);
+        assert_eq!(Summary::of(&a.rtt).min, 104);
+    }
+}

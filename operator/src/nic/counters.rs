@@ -1,0 +1,166 @@
+//! What the software NIC counts. Every frame it refuses is counted under exactly one
+//! [`DropReason`]; nothing on the receive path allocates or panics.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Why a received frame was dropped. Small and `Copy`: the data path returns it by value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// Shorter than its headers or lengths say.
+    Truncated,
+    /// Not IPv4/UDP to port 4791.
+    NotRoce,
+    /// IPv4 header checksum wrong.
+    BadChecksum,
+    /// A header field the protocol forbids (pad count, lengths, IPv4 fragments).
+    Malformed,
+    /// ICRC wrong.
+    BadIcrc,
+    /// Payload larger than the path MTU, or frame larger than the NIC's receive buffer.
+    Oversized,
+    /// An opcode this UC queue pair does not accept (RC, ACK, unknown).
+    UnsupportedOpcode,
+    /// Destination QP is not ours.
+    UnknownQp,
+    /// P_Key does not match the QP's.
+    BadPkey,
+    /// R_Key names no memory region, or one without remote-write access.
+    BadRkey,
+    /// VA + DMA length outside the memory region.
+    OutOfBounds,
+    /// DMA length disagrees with the payload (ONLY packets), or a multi-packet write's pieces
+    /// do not add up to its DMA length.
+    LengthMismatch,
+    /// No receive WQE posted for a packet that consumes one.
+    RqEmpty,
+    /// A receive WQE's buffer is smaller than the SEND's payload.
+    RecvBufferTooSmall,
+    /// MIDDLE/LAST packet out of sequence, or with no message in progress.
+    PsnError,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 15] = [
+        DropReason::Truncated,
+        DropReason::NotRoce,
+        DropReason::BadChecksum,
+        DropReason::Malformed,
+        DropReason::BadIcrc,
+        DropReason::Oversized,
+        DropReason::UnsupportedOpcode,
+        DropReason::UnknownQp,
+        DropReason::BadPkey,
+        DropReason::BadRkey,
+        DropReason::OutOfBounds,
+        DropReason::LengthMismatch,
+        DropReason::RqEmpty,
+        DropReason::RecvBufferTooSmall,
+        DropReason::PsnError,
+    ];
+
+    /// The name used in reports (`nic_drops`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "truncated",
+            DropReason::NotRoce => "not_roce",
+            DropReason::BadChecksum => "bad_ip_checksum",
+            DropReason::Malformed => "malformed",
+            DropReason::BadIcrc => "bad_icrc",
+            DropReason::Oversized => "oversized",
+            DropReason::UnsupportedOpcode => "unsupported_opcode",
+            DropReason::UnknownQp => "unknown_qp",
+            DropReason::BadPkey => "bad_pkey",
+            DropReason::BadRkey => "bad_rkey",
+            DropReason::OutOfBounds => "out_of_bounds",
+            DropReason::LengthMismatch => "length_mismatch",
+            DropReason::RqEmpty => "rq_empty",
+            DropReason::RecvBufferTooSmall => "recv_buffer_too_small",
+            DropReason::PsnError => "psn_error",
+        }
+    }
+
+    fn index(self) -> usize {
+        DropReason::ALL.iter().position(|r| *r == self).expect("ALL lists every reason")
+    }
+}
+
+impl From<rocelink_wire::Error> for DropReason {
+    fn from(e: rocelink_wire::Error) -> Self {
+        use rocelink_wire::Error as E;
+        match e {
+            E::Truncated => DropReason::Truncated,
+            E::NotRoce => DropReason::NotRoce,
+            E::BadChecksum => DropReason::BadChecksum,
+            E::BadIcrc => DropReason::BadIcrc,
+            _ => DropReason::Malformed,
+        }
+    }
+}
+
+/// Counters written by the NIC engine thread and read by anyone (Relaxed: they are
+/// statistics, not synchronisation).
+#[derive(Debug, Default)]
+pub struct NicCounters {
+    drops: [AtomicU64; DropReason::ALL.len()],
+    pub rx_packets: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub rx_cqes: AtomicU64,
+    /// ONLY/FIRST packets whose PSN was not the expected one (accepted: UC resynchronises).
+    pub psn_gaps: AtomicU64,
+    /// BTH byte 4 reserved bits set, or PSN wrapping at 2^20: accepted, counted (PROTOCOLS.md 1.2).
+    pub unusual: AtomicU64,
+    pub tx_packets: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub tx_cqes: AtomicU64,
+    /// Send WQEs that completed in error (bad WQE, bad lkey, link failure).
+    pub tx_errors: AtomicU64,
+    /// Errors of the link itself (socket errors on receive).
+    pub link_errors: AtomicU64,
+}
+
+/// A snapshot of [`NicCounters`] for reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct NicStats {
+    pub drops: BTreeMap<String, u64>,
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    pub rx_cqes: u64,
+    pub psn_gaps: u64,
+    pub unusual: u64,
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    pub tx_cqes: u64,
+    pub tx_errors: u64,
+    pub link_errors: u64,
+}
+
+impl NicCounters {
+    pub fn count_drop(&self, r: DropReason) {
+        self.drops[r.index()].fetch_add(1, Relaxed);
+    }
+
+    pub fn drops(&self, r: DropReason) -> u64 {
+        self.drops[r.index()].load(Relaxed)
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().map(|d| d.load(Relaxed)).sum()
+    }
+
+    pub fn snapshot(&self) -> NicStats {
+        NicStats {
+            drops: DropReason::ALL.iter().map(|r| (r.name().to_string(), self.drops(*r))).collect(),
+            rx_packets: self.rx_packets.load(Relaxed),
+            rx_bytes: self.rx_bytes.load(Relaxed),
+            rx_cqes: self.rx_cqes.load(Relaxed),
+            psn_gaps: self.psn_gaps.load(Relaxed),
+            unusual: self.unusual.load(Relaxed),
+            tx_packets: self.tx_packets.load(Relaxed),
+            tx_bytes: self.tx_bytes.load(Relaxed),
+            tx_cqes: self.tx_cqes.load(Relaxed),
+            tx_errors: self.tx_errors.load(Relaxed),
+            link_errors: self.link_errors.load(Relaxed),
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! One UC queue pair of the software NIC: the receive and send rules, over the shared rings.
+//!
+//! Receive rules (IBTA vol 1 ch. 9; RoCEv2 annex A17; PROTOCOLS.md 1-2): a frame is parsed and
+//! its ICRC verified ([`roce::parse_frame`]), then checked in this order, each failure
+//! counted under its own [`DropReason`] and nothing written: size, opcode (UC only), destination
+//! QP, P_Key, PSN (IBTA vol 1 9.7, unreliable connected: an ONLY or FIRST packet is accepted
+//! with any PSN and resynchronises the expected PSN, a gap is counted, not dropped; MIDDLE and
+//! LAST must follow in sequence, else the message is abandoned), R_Key and access, VA + DMA length inside the region, DMA
+//! length against the payload, a posted receive WQE for packets that consume one. Only then
+//! is the payload written and the CQE produced.
+
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::Arc;
+
+use rocelink_link::{clock::monotonic_ns, Link};
+use rocelink_wire::bth::Opcode;
+use rocelink_wire::reth::RethRepr;
+use rocelink_wire::roce::{self, Endpoints, RoceRepr};
+
+use super::counters::{DropReason, NicCounters};
+use super::mr::{Access, MrTable};
+use crate::abi::{self, CqeFields, SendWqe, WqeData, CQE, RECV_WQE, WQEBB};
+use crate::rings::QpMemory;
+
+/// Addressing of the queue pair: who we are and who the connected peer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAttrs {
+    /// Our QP number (the BTH DestQP of frames we accept).
+    pub qpn: u32,
+    /// Our partition key (full member when bit 15 is set; 0xFFFF in HSB).
+    pub pkey: u16,
+    /// Source = us, destination = the peer: MACs, IPs and UDP ports of frames we send.
+    pub endpoints: Endpoints,
+    /// The peer's QP (2 for an HSB FPGA).
+    pub peer_qpn: u32,
+}
+
+/// Behaviour switches of the NIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NicOptions {
+    /// Scatter receives of up to 32 bytes into the CQE as well (mlx5 "CQE inline scatter").
+    /// For RDMA WRITE with immediate this is a software-NIC extension (a ConnectX scatters only
+    /// SEND payloads); the CQE says so with RL_CQE_INLINE_SCATTER_32, and the data path falls
+    /// back to the slot when the flag is absent.
+    pub cqe_inline_scatter: bool,
+    /// Largest payload of one packet (the RoCE path MTU).
+    pub pmtu: usize,
+}
+
+impl Default for NicOptions {
+    fn default() -> Self {
+        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU }
+    }
+}
+
+/// What an accepted frame did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Payload written, no CQE yet (FIRST/MIDDLE/LAST without immediate, WRITE ONLY).
+    Written,
+    /// A receive CQE was produced.
+    Completed,
+}
+
+/// A multi-packet RDMA WRITE in progress.
+#[derive(Debug, Clone, Copy)]
+struct WriteInProgress {
+    /// Offset in the shared memory of the write's first byte.
+    offset: usize,
+    dma_len: usize,
+    written: usize,
+}
+
+/// mlx5 error-CQE syndromes used here.
+mod syndrome {
+    pub const LOCAL_LENGTH_ERR: u8 = 0x01;
+    pub const LOCAL_QP_OP_ERR: u8 = 0x02;
+    pub const LOCAL_PROT_ERR: u8 = 0x04;
+    pub const REMOTE_ACCESS_ERR: u8 = 0x13;
+}
+
+/// The software NIC's deterministic core for one queue pair.
+pub struct SoftNic {
+    attrs: QpAttrs,
+    opts: NicOptions,
+    mrs: MrTable,
+    q: QpMemory,
+    counters: Arc<NicCounters>,
+    expected_psn: Option<u32>,
+    write: Option<WriteInProgress>,
+    rq_ci: u32,
+    rcq_pi: u32,
+    sq_ci: u32,
+    scq_pi: u32,
+    send_psn: u32,
+    /// One WQE (up to 16 WQEBBs) copied out of the ring, contiguous.
+    wqe_buf: Box<[u8; 16 * WQEBB]>,
+    /// The frame being built for the link.
+    frame_buf: Box<[u8]>,
+}
+
+const PSN_MASK: u32 = 0xff_ffff;
+
+impl SoftNic {
+    pub fn new(attrs: QpAttrs, opts: NicOptions, mrs: MrTable, q: QpMemory, counters: Arc<NicCounters>) -> SoftNic {
+        SoftNic {
+            attrs,
+            opts,
+            mrs,
+            q,
+            counters,
+            expected_psn: None,
+            write: None,
+            rq_ci: 0,
+            rcq_pi: 0,
+            sq_ci: 0,
+            scq_pi: 0,
+            send_psn: 0,
+            wqe_buf: Box::new([0; 16 * WQEBB]),
+            frame_buf: vec![0; rocelink_link::MAX_FRAME].into_boxed_slice(),
+        }
+    }
+
+    pub fn counters(&self) -> &Arc<NicCounters> {
+        &self.counters
+    }
+
+    pub fn attrs(&self) -> &QpAttrs {
+        &self.attrs
+    }
+
+    /// Handles one received frame (Ethernet first). Every refusal is counted.
+    pub fn receive(&mut self, frame: &[u8]) -> Result<Delivery, DropReason> {
+        let r = self.receive_inner(frame);
+        if let Err(reason) = r {
+            self.counters.count_drop(reason);
+        }
+        r
+    }
+
+    fn pkey_matches(&self, pkey: u16) -> bool {
+        // IBTA 10.9.3: keys match when the low 15 bits are equal and not both limited members.
+        let key = pkey & 0x7fff;
+        key != 0 && key == self.attrs.pkey & 0x7fff && (pkey & 0x8000 != 0 || self.attrs.pkey & 0x8000 != 0)
+    }
+
+    fn rq_has_wqe(&self) -> bool {
+        let counter = u32::from_be(self.q.mem.atomic_u32(self.q.layout.rq_dbrec_counter()).load(Acquire));
+        (counter as u16).wrapping_sub(self.rq_ci as u16) != 0
+    }
+
+    fn receive_inner(&mut self, frame: &[u8]) -> Result<Delivery, DropReason> {
+        if frame.len() > rocelink_link::MAX_FRAME {
+            return Err(DropReason::Oversized);
+        }
+        let f = roce::parse_frame(frame)?;
+        let bth = f.repr.bth;
+        let payload = f.payload;
+        if payload.len() > self.opts.pmtu {
+            return Err(DropReason::Oversized);
+        }
+        let op = bth.opcode;
+        let supported = matches!(
+            op,
+            Opcode::UcWriteOnly
+                | Opcode::UcWriteOnlyImm
+                | Opcode::UcWriteFirst
+                | Opcode::UcWriteMiddle
+                | Opcode::UcWriteLast
+                | Opcode::UcWriteLastImm
+                | Opcode::UcSendOnly
+                | Opcode::UcSendOnlyImm
+        );
+        if !supported {
+            return Err(DropReason::UnsupportedOpcode);
+        }
+        if bth.dest_qp != self.attrs.qpn {
+            return Err(DropReason::UnknownQp);
+        }
+        if !self.pkey_matches(bth.pkey) {
+            return Err(DropReason::BadPkey);
+        }
+        if bth.fecn || bth.becn || bth.resv6 != 0 {
+            // NVIDIA's HSB emulator sends byte 4 as 0xFF; the ICRC masks it. Accept, count.
+            self.counters.unusual.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        let psn = bth.psn & PSN_MASK;
+        let starts_message = matches!(
+            op,
+            Opcode::UcWriteOnly | Opcode::UcWriteOnlyImm | Opcode::UcWriteFirst | Opcode::UcSendOnly | Opcode::UcSendOnlyImm
+        );
+        if starts_message {
+            if let Some(e) = self.expected_psn {
+                if e != psn {
+                    self.counters.psn_gaps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            // A new message abandons one in progress (UC: the rest of it was lost).
+            self.write = None;
+        } else if self.write.is_none() || self.expected_psn != Some(psn) {
+            self.write = None;
+            self.expected_psn = Some((psn + 1) & PSN_MASK);
+            return Err(DropReason::PsnError);
+        }
+
+        let delivery = match op {
+            Opcode::UcWriteOnly | Opcode::UcWriteOnlyImm | Opcode::UcWriteFirst => {
+                let reth = f.repr.reth.ok_or(DropReason::Malformed)?;
+                let offset = self.resolve_remote_write(&reth)?;
+                let dma_len = reth.dma_len as usize;
+                let only = op != Opcode::UcWriteFirst;
+                if (only && dma_len != payload.len()) || (!only && payload.len() > dma_len) {
+                    return Err(DropReason::LengthMismatch);
+                }
+                let imm = op == Opcode::UcWriteOnlyImm;
+                if imm && !self.rq_has_wqe() {
+                    return Err(DropReason::RqEmpty);
+                }
+                self.q.mem.write(offset, payload);
+                if imm {
+                    let immdt = f.repr.immdt.ok_or(DropReason::Malformed)?;
+                    self.complete_recv(abi::RL_CQE_RESP_WR_IMM, immdt, dma_len as u32, Some(payload));
+                    Delivery::Completed
+                } else {
+                    if !only {
+                        self.write = Some(WriteInProgress { offset, dma_len, written: payload.len() });
+                    }
+                    Delivery::Written
+                }
+            }
+            Opcode::UcWriteMiddle | Opcode::UcWriteLast | Opcode::UcWriteLastImm => {
+                let w = self.write.take().ok_or(DropReason::PsnError)?;
+                let written = w.written + payload.len();
+                let last = op != Opcode::UcWriteMiddle;
+                if written > w.dma_len || (last && written != w.dma_len) {
+                    return Err(DropReason::LengthMismatch);
+                }
+                let imm = op == Opcode::UcWriteLastImm;
+                if imm && !self.rq_has_wqe() {
+                    return Err(DropReason::RqEmpty);
+                }
+                self.q.mem.write(w.offset + w.written, payload);
+                if imm {
+                    let immdt = f.repr.immdt.ok_or(DropReason::Malformed)?;
+                    self.complete_recv(abi::RL_CQE_RESP_WR_IMM, immdt, w.dma_len as u32, None);
+                    Delivery::Completed
+                } else {
+                    if !last {
+                        self.write = Some(WriteInProgress { written, ..w });
+                    }
+                    Delivery::Written
+                }
+            }
+            Opcode::UcSendOnly | Opcode::UcSendOnlyImm => {
+                if !self.rq_has_wqe() {
+                    return Err(DropReason::RqEmpty);
+                }
+                let idx = (self.rq_ci & (self.q.layout.sizes.rq_entries - 1)) as usize;
+                let wqe: abi::rl_wqe_data_seg = self.q.mem.read_struct(self.q.layout.rq + idx * RECV_WQE);
+                let capacity = u32::from_be(wqe.byte_count) as usize;
+                if payload.len() > capacity {
+                    return Err(DropReason::RecvBufferTooSmall);
+                }
+                if !payload.is_empty() {
+                    let mr = self.mrs.by_lkey(u32::from_be(wqe.lkey)).ok_or(DropReason::BadRkey)?;
+                    if !mr.access.contains(Access::LOCAL_WRITE) {
+                        return Err(DropReason::BadRkey);
+                    }
+                    let off = mr.resolve(u64::from_be(wqe.addr), payload.len() as u64).ok_or(DropReason::OutOfBounds)?;
+                    self.q.mem.write(off, payload);
+                }
+                let (opcode, imm) = match f.repr.immdt {
+                    Some(i) => (abi::RL_CQE_RESP_SEND_IMM, i),
+                    None => (abi::RL_CQE_RESP_SEND, 0),
+                };
+                self.complete_recv(opcode, imm, payload.len() as u32, Some(payload));
+                Delivery::Completed
+            }
+            _ => return Err(DropReason::UnsupportedOpcode),
+        };
+        self.expected_psn = Some((psn + 1) & PSN_MASK);
+        self.counters.rx_packets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters.rx_bytes.fetch_add(payload.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(delivery)
+    }
+
+    /// Offset of the RETH's target, checked against the region named by its R_Key.
+    fn resolve_remote_write(&self, reth: &RethRepr) -> Result<usize, DropReason> {
+        let mr = self.mrs.by_rkey(reth.rkey).ok_or(DropReason::BadRkey)?;
+        if !mr.access.contains(Access::REMOTE_WRITE) {
+            return Err(DropReason::BadRkey);
+        }
+        if !Arc::ptr_eq(&mr.mem, &self.q.mem) {
+            // Regions live in the queue pair's memory; anything else is a setup error.
+            return Err(DropReason::BadRkey);
+        }
+        mr.resolve(reth.va, u64::from(reth.dma_len)).ok_or(DropReason::OutOfBounds)
+    }
+
+    /// Consumes the receive WQE at `rq_ci` and writes its CQE: everything but the owner byte,
+    /// then the owner byte with a Release store (abi.h, rl_cqe64).
+    fn complete_recv(&mut self, opcode: u32, imm: u32, byte_cnt: u32, payload: Option<&[u8]>) {
+        let inline = match payload {
+            Some(p) if self.opts.cqe_inline_scatter && p.len() <= abi::RL_CQE_INLINE_MAX as usize => {
+                let mut d = [0u8; 32];
+                d[..p.len()].copy_from_slice(p);
+                Some((d, p.len()))
+            }
+            _ => None,
+        };
+        let fields = CqeFields {
+            opcode: opcode as u8,
+            imm,
+            byte_cnt,
+            timestamp: monotonic_ns(),
+            qpn: self.attrs.qpn,
+            wqe_counter: self.rq_ci as u16,
+            inline,
+            syndrome: 0,
+        };
+        let entries = self.q.layout.sizes.rq_entries;
+        let at = self.q.layout.rcq + (self.rcq_pi & (entries - 1)) as usize * CQE;
+        publish_cqe(&self.q, at, &fields.encode(self.rcq_pi / entries));
+        self.rcq_pi = self.rcq_pi.wrapping_add(1);
+        self.rq_ci = self.rq_ci.wrapping_add(1);
+        self.counters.rx_cqes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn complete_send(&mut self, wqe: Option<&SendWqe>, wqe_index: u16, byte_cnt: u32, error: Option<u8>) {
+        let signaled = wqe.is_some_and(|w| w.fm_ce_se & abi::RL_WQE_CTRL_CQ_UPDATE as u8 != 0);
+        if error.is_none() && !signaled {
+            return;
+        }
+        let fields = CqeFields {
+            opcode: if error.is_some() { abi::RL_CQE_REQ_ERR as u8 } else { abi::RL_CQE_REQ as u8 },
+            imm: 0,
+            byte_cnt,
+            timestamp: monotonic_ns(),
+            qpn: self.attrs.qpn,
+            wqe_counter: wqe_index,
+            inline: None,
+            syndrome: error.unwrap_or(0),
+        };
+        let entries = self.q.layout.sizes.sq_entries;
+        let at = self.q.layout.scq + (self.scq_pi & (entries - 1)) as usize * CQE;
+        publish_cqe(&self.q, at, &fields.encode(self.scq_pi / entries));
+        self.scq_pi = self.scq_pi.wrapping_add(1);
+        self.counters.tx_cqes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Executes every send WQE below the CPU-proxy doorbell's producer index. Returns how
+    /// many WQEs ran.
+    pub fn poll_send(&mut self, link: &mut dyn Link) -> usize {
+        // Acquire pairs with the data path's Release store of sq_pi (abi.h rl_proxy_doorbell):
+        // the WQEs below it are complete.
+        let pi = self.q.mem.atomic_u32(self.q.layout.proxy_doorbell).load(Acquire);
+        let mut ran = 0;
+        while self.sq_ci != pi {
+            let entries = self.q.layout.sizes.sq_entries;
+            let bb = |i: u32| self.q.layout.sq + (i & (entries - 1)) as usize * WQEBB;
+            self.q.mem.read(bb(self.sq_ci), &mut self.wqe_buf[..WQEBB]);
+            let ds = self.wqe_buf[7] & 0x3f;
+            let bbs = abi::wqebbs(ds).min(16);
+            for k in 1..bbs {
+                let at = bb(self.sq_ci.wrapping_add(k));
+                self.q.mem.read(at, &mut self.wqe_buf[k as usize * WQEBB..(k as usize + 1) * WQEBB]);
+            }
+            let wqe_index = u16::from_be_bytes([self.wqe_buf[1], self.wqe_buf[2]]);
+            match abi::decode_send_wqe(&self.wqe_buf[..bbs as usize * WQEBB]) {
+                Ok(w) => match self.execute(&w, link) {
+                    Ok(len) => self.complete_send(Some(&w), wqe_index, len, None),
+                    Err(s) => {
+                        self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.complete_send(Some(&w), wqe_index, 0, Some(s));
+                    }
+                },
+                Err(_) => {
+                    self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.complete_send(None, wqe_index, 0, Some(syndrome::LOCAL_QP_OP_ERR));
+                }
+            }
+            self.sq_ci = self.sq_ci.wrapping_add(bbs);
+            ran += 1;
+        }
+        ran
+    }
+
+    /// Sends the frame a WQE describes. Returns the payload length, or an mlx5 syndrome.
+    fn execute(&mut self, w: &SendWqe, link: &mut dyn Link) -> Result<u32, u8> {
+        if u32::from(w.opcode) == abi::RL_OPCODE_NOP {
+            return Ok(0);
+        }
+        if w.qpn != self.attrs.qpn {
+            return Err(syndrome::LOCAL_QP_OP_ERR);
+        }
+        // Where the payload is: inside the WQE copy, or in a registered region.
+        let (src_inline, src_mem, len) = match w.data {
+            WqeData::None => (None, None, 0usize),
+            WqeData::Inline { offset, len } => (Some(offset), None, len),
+            WqeData::Gather { addr, lkey, len } => {
+                let mr = self.mrs.by_lkey(lkey).ok_or(syndrome::LOCAL_PROT_ERR)?;
+                let off = mr.resolve(addr, u64::from(len)).ok_or(syndrome::LOCAL_PROT_ERR)?;
+                if !Arc::ptr_eq(&mr.mem, &self.q.mem) {
+                    return Err(syndrome::LOCAL_PROT_ERR);
+                }
+                (None, Some(off), len as usize)
+            }
+        };
+        if len > self.opts.pmtu {
+            // Multi-packet sends are not generated; answers fit one packet.
+            return Err(syndrome::LOCAL_LENGTH_ERR);
+        }
+        let psn = self.send_psn;
+        let ep = &self.attrs.endpoints;
+        let peer = self.attrs.peer_qpn;
+        let mut repr = match u32::from(w.opcode) {
+            abi::RL_OPCODE_SEND => RoceRepr::uc_send_only(ep, peer, psn, len),
+            abi::RL_OPCODE_SEND_IMM => {
+                let mut r = RoceRepr::uc_write_imm(ep, peer, psn, RethRepr { va: 0, rkey: 0, dma_len: 0 }, w.imm, len);
+                r.bth.opcode = Opcode::UcSendOnlyImm;
+                r.reth = None;
+                r
+            }
+            abi::RL_OPCODE_RDMA_WRITE | abi::RL_OPCODE_RDMA_WRITE_IMM => {
+                let (va, rkey) = w.raddr.ok_or(syndrome::LOCAL_QP_OP_ERR)?;
+                let reth = RethRepr { va, rkey, dma_len: len as u32 };
+                let mut r = RoceRepr::uc_write_imm(ep, peer, psn, reth, w.imm, len);
+                if u32::from(w.opcode) == abi::RL_OPCODE_RDMA_WRITE {
+                    r.bth.opcode = Opcode::UcWriteOnly;
+                    r.immdt = None;
+                }
+                r
+            }
+            _ => return Err(syndrome::LOCAL_QP_OP_ERR),
+        };
+        repr.bth.psn = psn;
+        let frame_len = {
+            let payload: &[u8] = match (src_inline, src_mem) {
+                (Some(off), _) => &self.wqe_buf[off..off + len],
+                // SAFETY: the data path does not rewrite a TX slot before this WQE's
+                // completion, which is written after this read.
+                (None, Some(off)) => unsafe { self.q.mem.slice(off, len) },
+                (None, None) => &[],
+            };
+            repr.emit(payload, &mut self.frame_buf).map_err(|_| syndrome::LOCAL_LENGTH_ERR)?
+        };
+        link.send(&self.frame_buf[..frame_len]).map_err(|_| syndrome::REMOTE_ACCESS_ERR)?;
+        self.send_psn = (psn + 1) & PSN_MASK;
+        self.counters.tx_packets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters.tx_bytes.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(len as u32)
+    }
+}
+
+/// Writes a CQE: bytes 0..63, then the owner byte with Release, so a poller that sees the
+/// owner byte (Acquire) sees the whole entry.
+fn publish_cqe(q: &QpMemory, at: usize, bytes: &[u8; CQE]) {
+    q.mem.write(at, &bytes[..abi::CQE_OP_OWN]);
+    q.mem.atomic_u8(at + abi::CQE_OP_OWN).store(bytes[abi::CQE_OP_OWN], Release);
+}

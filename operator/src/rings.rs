@@ -1,0 +1,275 @@
+//! The memory of one queue pair and its data path, laid out once in one [`SharedMem`]:
+//! send queue, receive queue, their completion queues, doorbell records, the CPU-proxy
+//! doorbell, run control, per-message timestamps, and the RX/TX slot buffers.
+//!
+//! Every region that one side writes and the other polls starts on its own 128-byte line
+//! (kernels/abi.h). Completion queues start with every entry INVALID and owned by hardware.
+
+use std::sync::Arc;
+
+use crate::abi::{self, rl_queue_desc, rl_transceiver_desc, CQE, LINE, RECV_WQE, WQEBB};
+use crate::mem::{Carver, SharedMem, PAGE};
+
+/// Sizes of a queue pair and its buffers. Entry counts are powers of two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpSizes {
+    pub sq_entries: u32,
+    pub rq_entries: u32,
+    /// RX slots the peer writes (DP_MAX_BUFF + 1).
+    pub rx_slots: u32,
+    /// Bytes between RX slots (DP_PAGE_INC * 128).
+    pub rx_slot_stride: u32,
+    /// Bytes of each TX slot (answers too large to go inline); one per SQ entry.
+    pub tx_slot_stride: u32,
+    pub timestamp_entries: u32,
+    /// Request a send CQE every this many WQEs.
+    pub signal_every: u32,
+}
+
+impl Default for QpSizes {
+    fn default() -> Self {
+        QpSizes {
+            sq_entries: 128,
+            rq_entries: 128,
+            rx_slots: 64,
+            rx_slot_stride: 4096,
+            tx_slot_stride: 4096,
+            timestamp_entries: 1 << 17,
+            signal_every: 16,
+        }
+    }
+}
+
+impl QpSizes {
+    /// Checks the invariants the rings rely on.
+    pub fn validate(&self) -> Result<(), String> {
+        let pow2 = |n: u32, what: &str| {
+            if n.is_power_of_two() {
+                Ok(())
+            } else {
+                Err(format!("{what} = {n} must be a power of two"))
+            }
+        };
+        pow2(self.sq_entries, "sq_entries")?;
+        pow2(self.rq_entries, "rq_entries")?;
+        pow2(self.signal_every, "signal_every")?;
+        if self.timestamp_entries != 0 {
+            pow2(self.timestamp_entries, "timestamp_entries")?;
+        }
+        if self.signal_every > self.sq_entries / 2 {
+            return Err(format!("signal_every {} must be at most half of sq_entries {}", self.signal_every, self.sq_entries));
+        }
+        if self.rx_slots == 0 || self.rx_slots > 4096 {
+            return Err(format!("rx_slots = {} must be 1..=4096 (the immediate carries 12 slot bits)", self.rx_slots));
+        }
+        if self.rx_slot_stride == 0 || self.rx_slot_stride % 128 != 0 {
+            return Err(format!("rx_slot_stride = {} must be a non-zero multiple of 128 (DP_PAGE_INC units)", self.rx_slot_stride));
+        }
+        if self.tx_slot_stride < 64 {
+            return Err("tx_slot_stride must be at least 64".into());
+        }
+        Ok(())
+    }
+}
+
+/// Byte offsets of every region inside the queue pair's [`SharedMem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpLayout {
+    pub sizes: QpSizes,
+    pub sq: usize,
+    pub rq: usize,
+    pub scq: usize,
+    pub rcq: usize,
+    pub qp_dbrec: usize,
+    pub scq_dbrec: usize,
+    pub rcq_dbrec: usize,
+    pub proxy_doorbell: usize,
+    pub control: usize,
+    pub timestamps: usize,
+    pub rx_buffer: usize,
+    pub tx_buffer: usize,
+    pub total: usize,
+}
+
+impl QpLayout {
+    pub fn new(sizes: QpSizes) -> QpLayout {
+        let mut c = Carver::new();
+        let sq = c.take(sizes.sq_entries as usize * WQEBB, PAGE);
+        let rq = c.take(sizes.rq_entries as usize * RECV_WQE, PAGE);
+        let scq = c.take(sizes.sq_entries as usize * CQE, PAGE);
+        let rcq = c.take(sizes.rq_entries as usize * CQE, PAGE);
+        let qp_dbrec = c.take(8, LINE);
+        let scq_dbrec = c.take(8, LINE);
+        let rcq_dbrec = c.take(8, LINE);
+        let proxy_doorbell = c.take(LINE, LINE);
+        let control = c.take(2 * LINE, LINE);
+        let timestamps = c.take(sizes.timestamp_entries as usize * 32, LINE);
+        let rx_buffer = c.take(sizes.rx_slots as usize * sizes.rx_slot_stride as usize, PAGE);
+        let tx_buffer = c.take(sizes.sq_entries as usize * sizes.tx_slot_stride as usize, PAGE);
+        let total = c.take(0, PAGE);
+        QpLayout {
+            sizes,
+            sq,
+            rq,
+            scq,
+            rcq,
+            qp_dbrec,
+            scq_dbrec,
+            rcq_dbrec,
+            proxy_doorbell,
+            control,
+            timestamps,
+            rx_buffer,
+            tx_buffer,
+            total,
+        }
+    }
+
+    /// Offset of the `send` or `receive` doorbell counter inside the QP dbrec.
+    pub fn rq_dbrec_counter(&self) -> usize {
+        self.qp_dbrec
+    }
+    pub fn sq_dbrec_counter(&self) -> usize {
+        self.qp_dbrec + 4
+    }
+    pub fn exit_flag(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, exit_flag)
+    }
+    pub fn heartbeat(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, heartbeat)
+    }
+    pub fn processed(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, processed)
+    }
+    pub fn state(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, state)
+    }
+    pub fn error(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, error)
+    }
+    pub fn dropped(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, dropped)
+    }
+    pub fn rx_slot(&self, slot: u32) -> usize {
+        self.rx_buffer + slot as usize * self.sizes.rx_slot_stride as usize
+    }
+    pub fn tx_slot(&self, index: u32) -> usize {
+        self.tx_buffer + (index & (self.sizes.sq_entries - 1)) as usize * self.sizes.tx_slot_stride as usize
+    }
+    pub fn rx_buffer_len(&self) -> usize {
+        self.sizes.rx_slots as usize * self.sizes.rx_slot_stride as usize
+    }
+    pub fn tx_buffer_len(&self) -> usize {
+        self.sizes.sq_entries as usize * self.sizes.tx_slot_stride as usize
+    }
+}
+
+/// A queue pair's memory, shared by the NIC engine and the data path.
+#[derive(Clone)]
+pub struct QpMemory {
+    pub mem: Arc<SharedMem>,
+    pub layout: QpLayout,
+}
+
+impl QpMemory {
+    /// Lays out and initialises the memory with `alloc` (plain host memory for the CPU
+    /// backend; pinned mapped memory for the GPU backend). Every CQE starts INVALID, owned by
+    /// hardware.
+    pub fn new(sizes: QpSizes, alloc: impl FnOnce(usize) -> SharedMem) -> Result<QpMemory, String> {
+        sizes.validate()?;
+        let layout = QpLayout::new(sizes);
+        let mem = alloc(layout.total);
+        if mem.len() < layout.total {
+            return Err(format!("allocator returned {} bytes, need {}", mem.len(), layout.total));
+        }
+        for i in 0..sizes.sq_entries as usize {
+            mem.atomic_u8(layout.scq + i * CQE + abi::CQE_OP_OWN).store(abi::RL_CQE_INIT_OP_OWN as u8, std::sync::atomic::Ordering::Relaxed);
+        }
+        for i in 0..sizes.rq_entries as usize {
+            mem.atomic_u8(layout.rcq + i * CQE + abi::CQE_OP_OWN).store(abi::RL_CQE_INIT_OP_OWN as u8, std::sync::atomic::Ordering::Relaxed);
+        }
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(QpMemory { mem: Arc::new(mem), layout })
+    }
+
+    /// The descriptor the data path runs on, with device addresses.
+    pub fn transceiver_desc(&self, qpn: u32, tx_lkey: u32) -> rl_transceiver_desc {
+        let l = &self.layout;
+        let m = &self.mem;
+        let q = |ring: usize, dbrec: usize, entries: u32, size: usize| rl_queue_desc {
+            ring: m.device_addr(ring),
+            dbrec: m.device_addr(dbrec),
+            entries,
+            entry_size: size as u32,
+        };
+        rl_transceiver_desc {
+            sq: q(l.sq, l.sq_dbrec_counter(), l.sizes.sq_entries, WQEBB),
+            rq: q(l.rq, l.rq_dbrec_counter(), l.sizes.rq_entries, RECV_WQE),
+            scq: q(l.scq, l.scq_dbrec, l.sizes.sq_entries, CQE),
+            rcq: q(l.rcq, l.rcq_dbrec, l.sizes.rq_entries, CQE),
+            rx_buffer: m.device_addr(l.rx_buffer),
+            tx_buffer: m.device_addr(l.tx_buffer),
+            proxy_doorbell: m.device_addr(l.proxy_doorbell),
+            control: m.device_addr(l.control),
+            timestamps: if l.sizes.timestamp_entries == 0 { 0 } else { m.device_addr(l.timestamps) },
+            rx_slot_stride: l.sizes.rx_slot_stride,
+            rx_slots: l.sizes.rx_slots,
+            tx_slot_stride: l.sizes.tx_slot_stride,
+            tx_lkey,
+            qpn,
+            timestamp_entries: l.sizes.timestamp_entries,
+            signal_every: l.sizes.signal_every,
+            rsvd: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_do_not_overlap_and_polled_words_have_their_own_lines() {
+        let l = QpLayout::new(QpSizes::default());
+        let mut regions = [
+            (l.sq, 128 * 64),
+            (l.rq, 128 * 16),
+            (l.scq, 128 * 64),
+            (l.rcq, 128 * 64),
+            (l.qp_dbrec, LINE),
+            (l.scq_dbrec, LINE),
+            (l.rcq_dbrec, LINE),
+            (l.proxy_doorbell, LINE),
+            (l.control, 2 * LINE),
+            (l.timestamps, (1 << 17) * 32),
+            (l.rx_buffer, l.rx_buffer_len()),
+            (l.tx_buffer, l.tx_buffer_len()),
+        ];
+        regions.sort();
+        for w in regions.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "{:?} overlaps {:?}", w[0], w[1]);
+        }
+        for (off, _) in regions {
+            assert_eq!(off % LINE, 0);
+        }
+        assert!(l.total >= l.tx_buffer + l.tx_buffer_len());
+    }
+
+    #[test]
+    fn sizes_are_validated() {
+        let bad = QpSizes { sq_entries: 100, ..Default::default() };
+        assert!(bad.validate().is_err());
+        let bad = QpSizes { rx_slot_stride: 100, ..Default::default() };
+        assert!(bad.validate().is_err());
+        let bad = QpSizes { rx_slots: 5000, ..Default::default() };
+        assert!(bad.validate().is_err());
+        assert!(QpSizes::default().validate().is_ok());
+    }
+
+    #[test]
+    fn cqs_start_invalid() {
+        let m = QpMemory::new(QpSizes::default(), SharedMem::new).unwrap();
+        let op = m.mem.read_struct::<u8>(m.layout.rcq + 63);
+        assert_eq!(op, 0xf1);
+    }
+}
