@@ -358,3 +358,201 @@ pub fn count_idle_frame(frame: &[u8], qp: u32, stats: &Stats) {
         Stats::bump(&stats.unexpected);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocelink_wire::hsb::capture_flags::{DUPLICATE, HEADER_OK, PAYLOAD_OK};
+
+    const HOST_QP: u32 = 0xA7;
+    const PEER_QP: u32 = 2;
+    const ARGS: usize = 20;
+
+    fn endpoints() -> Endpoints {
+        Endpoints {
+            src_mac: [2, 0, 0, 0, 0, 2],
+            dst_mac: [2, 0, 0, 0, 0, 1],
+            src_ip: [127, 0, 0, 2],
+            dst_ip: [127, 0, 0, 1],
+            src_port: 12288,
+            dst_port: roce::UDP_PORT,
+        }
+    }
+
+    fn config(frames: u32, max_in_flight: usize, slots: u32) -> RunConfig {
+        let mut template = vec![0u8; rpc::HEADER_LEN + ARGS];
+        let h = rpc::RequestRepr { function_id: rpc::function_id::ECHO, arg_len: ARGS as u32, request_id: 0, ptp_timestamp: 0 };
+        h.emit(&mut template).expect("header");
+        for (i, b) in template[rpc::HEADER_LEN..].iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        RunConfig {
+            generation: 1,
+            endpoints: endpoints(),
+            dest_qp: HOST_QP,
+            rkey: 0x55,
+            buffer_va: 0x1_0000_0000,
+            page_stride: 4096,
+            slots,
+            max_in_flight,
+            template,
+            arg_len: ARGS,
+            stamp_ptp: true,
+            scramble: true,
+            interval_ns: 0,
+            frames,
+            fpga_qp: PEER_QP,
+            first_request_id: 1000,
+            response_timeout_ns: 1_000,
+            capture: Some(Arc::new(CaptureRam::with_capacity(frames as usize + 8))),
+        }
+    }
+
+    /// Sends one frame at `now`; returns (psn, imm, va, request_id, args).
+    fn send(p: &mut Player, now: u64, stats: &Stats) -> (u32, u32, u64, u32, Vec<u8>) {
+        let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
+        let Transmit::Frame(n) = p.poll_transmit(now, stats, &mut buf) else { panic!("no frame due") };
+        let f = roce::parse_frame(&buf[..n]).expect("our frames parse");
+        assert_eq!(f.repr.bth.opcode, Opcode::UcWriteOnlyImm);
+        assert_eq!(f.repr.bth.dest_qp, HOST_QP);
+        assert_eq!(f.repr.bth.pkey, 0xFFFF);
+        let reth = f.repr.reth.expect("RETH");
+        assert_eq!((reth.rkey, reth.dma_len as usize), (0x55, rpc::HEADER_LEN + ARGS));
+        let req = rpc::RequestRepr::parse(f.payload).expect("CUQR");
+        assert_eq!(req.ptp_timestamp, now, "stamped at transmission");
+        (f.repr.bth.psn, f.repr.immdt.expect("imm"), reth.va, req.request_id, f.payload[rpc::HEADER_LEN..].to_vec())
+    }
+
+    /// An echo answer frame.
+    fn answer(qp: u32, id: u32, args: &[u8], corrupt_magic: bool) -> Vec<u8> {
+        let mut payload = vec![0u8; rpc::HEADER_LEN + args.len()];
+        let r = rpc::ResponseRepr { status: 0, result_len: args.len() as u32, request_id: id, ptp_timestamp: 7 };
+        r.emit(&mut payload).expect("header");
+        payload[rpc::HEADER_LEN..].copy_from_slice(args);
+        if corrupt_magic {
+            payload[0] ^= 1;
+        }
+        let ep = Endpoints {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: [127, 0, 0, 1],
+            dst_ip: [127, 0, 0, 2],
+            src_port: 49152,
+            dst_port: roce::UDP_PORT,
+        };
+        let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
+        let n = RoceRepr::uc_send_only(&ep, qp, 0, payload.len()).emit(&payload, &mut buf).expect("emit");
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn frames_follow_protocols_2_3() {
+        let stats = Stats::default();
+        let mut p = Player::new(config(6, 64, 4), PSN_MASK - 1, 0);
+        for k in 0..6u32 {
+            let (psn, imm, va, id, args) = send(&mut p, 10 + u64::from(k), &stats);
+            let slot = k % 4;
+            assert_eq!(psn, (PSN_MASK - 1 + k) & PSN_MASK, "24-bit wrap");
+            assert_eq!(imm, ((psn & 0xF_FFFF) << 12) | slot);
+            assert_eq!(va, 0x1_0000_0000 + u64::from(slot) * 4096);
+            assert_eq!(id, 1000 + k);
+            let mut expected: Vec<u8> = (0..ARGS as u8).collect();
+            scramble_args(id, &mut expected);
+            assert_eq!(args, expected);
+        }
+        assert_eq!(p.poll_transmit(100, &stats, &mut [0u8; 64]), Transmit::AllSent);
+    }
+
+    #[test]
+    fn in_flight_limit_stalls_once_and_timeouts_free_slots() {
+        let stats = Stats::default();
+        let mut p = Player::new(config(3, 2, 64), 0, 0);
+        send(&mut p, 0, &stats);
+        send(&mut p, 1, &stats);
+        let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
+        assert_eq!(p.poll_transmit(2, &stats, &mut buf), Transmit::Stalled);
+        assert_eq!(p.poll_transmit(3, &stats, &mut buf), Transmit::Stalled);
+        assert_eq!(stats.snapshot().stalls, 1, "one stall per held-back frame");
+        // Frame 0 times out at 1000 ns: its slot is free again.
+        p.expire(1_000);
+        send(&mut p, 1_000, &stats);
+        assert!(!p.is_done());
+        p.expire(5_000);
+        assert!(p.is_done(), "all sent, all timed out");
+    }
+
+    #[test]
+    fn closed_loop_waits_for_the_answer() {
+        let stats = Stats::default();
+        let mut p = Player::new(config(2, 1, 64), 0, 0);
+        let (_, _, _, id, args) = send(&mut p, 0, &stats);
+        let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
+        assert_eq!(p.poll_transmit(1, &stats, &mut buf), Transmit::Stalled);
+        p.on_frame(&answer(PEER_QP, id, &args, false), 5, &stats);
+        p.expire(6);
+        let (_, _, _, id, args) = send(&mut p, 6, &stats);
+        p.on_frame(&answer(PEER_QP, id, &args, false), 9, &stats);
+        p.expire(9);
+        assert!(p.is_done());
+        let cap = p.config().capture.clone().expect("capture");
+        assert_eq!(cap.count(), 2);
+        let r = cap.record(1).expect("record");
+        assert_eq!((r.request_id, r.flags, r.arrival_timestamp, r.echoed_timestamp), (1001, PAYLOAD_OK | HEADER_OK, 9, 7));
+    }
+
+    #[test]
+    fn answers_are_checked_and_strays_counted() {
+        let stats = Stats::default();
+        let mut p = Player::new(config(4, 64, 64), 0, 0);
+        let sent: Vec<_> = (0..3).map(|k| send(&mut p, k, &stats)).collect();
+        let (_, _, _, id0, args0) = &sent[0];
+        let (_, _, _, id1, args1) = &sent[1];
+        let (_, _, _, id2, _) = &sent[2];
+        p.on_frame(&answer(PEER_QP, *id0, args0, false), 10, &stats);
+        p.on_frame(&answer(PEER_QP, *id0, args0, false), 11, &stats); // duplicate
+        let mut wrong = args1.clone();
+        wrong[0] ^= 1;
+        p.on_frame(&answer(PEER_QP, *id1, &wrong, false), 12, &stats); // wrong bytes
+        p.on_frame(&answer(PEER_QP, *id2, &args1[..ARGS - 1], false), 13, &stats); // short result
+        p.on_frame(&answer(PEER_QP, 1003, args0, false), 14, &stats); // id not sent yet
+        p.on_frame(&answer(PEER_QP, *id0, args0, true), 15, &stats); // bad magic
+        p.on_frame(&answer(9, *id0, args0, false), 16, &stats); // other QP
+        let mut bad_icrc = answer(PEER_QP, *id0, args0, false);
+        let last = bad_icrc.len() - 1;
+        bad_icrc[last] ^= 0xFF;
+        p.on_frame(&bad_icrc, 17, &stats);
+        p.on_frame(&[0u8; 10], 18, &stats); // not RoCE at all
+
+        let cap = p.config().capture.clone().expect("capture");
+        let flags: Vec<(u32, u32)> = (0..cap.count() as usize)
+            .map(|i| cap.record(i).expect("record"))
+            .map(|r| (r.request_id, r.flags))
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                (1000, PAYLOAD_OK | HEADER_OK),
+                (1000, PAYLOAD_OK | HEADER_OK | DUPLICATE),
+                (1001, HEADER_OK),
+                (1002, HEADER_OK),
+                (1003, HEADER_OK),
+                (1000, 0),
+            ]
+        );
+        let s = stats.snapshot();
+        assert_eq!((s.received, s.unexpected, s.malformed, s.icrc_failures), (6, 2, 2, 1));
+    }
+
+    #[test]
+    fn interval_spaces_frames() {
+        let stats = Stats::default();
+        let mut cfg = config(2, 64, 64);
+        cfg.interval_ns = 100;
+        let mut p = Player::new(cfg, 0, 0);
+        send(&mut p, 0, &stats);
+        let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
+        assert_eq!(p.poll_transmit(99, &stats, &mut buf), Transmit::NotDue);
+        send(&mut p, 100, &stats);
+    }
+}

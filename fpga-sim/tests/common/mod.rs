@@ -50,7 +50,11 @@ impl EcbClient {
             }
             return match rep.status() {
                 Status::Ok => Ok(rep.pairs().collect()),
-                s => Err(s),
+                s => {
+                    // A rejected request does not move the peer's latched sequence: resync.
+                    self.sequence = rep.latched_sequence();
+                    Err(s)
+                }
             };
         }
     }
