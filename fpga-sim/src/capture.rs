@@ -33,7 +33,10 @@ impl CaptureRam {
     /// A RAM for `records` records (capped at [`MAX_RECORDS`]).
     pub fn with_capacity(records: usize) -> Self {
         let words = records.min(MAX_RECORDS) * CaptureRecord::WORDS;
-        CaptureRam { words: (0..words).map(|_| AtomicU32::new(0)).collect(), count: AtomicU32::new(0) }
+        CaptureRam {
+            words: (0..words).map(|_| AtomicU32::new(0)).collect(),
+            count: AtomicU32::new(0),
+        }
     }
 
     /// Records this RAM holds.
@@ -66,7 +69,9 @@ impl CaptureRam {
     pub fn read_word(&self, index: usize) -> u32 {
         let published = self.count() as usize * CaptureRecord::WORDS;
         if index < published {
-            self.words.get(index).map_or(0, |w| w.load(Ordering::Relaxed))
+            self.words
+                .get(index)
+                .map_or(0, |w| w.load(Ordering::Relaxed))
         } else {
             0
         }
@@ -108,7 +113,11 @@ mod tests {
         assert_eq!(ram.count(), 1);
         assert_eq!(ram.record(0), Some(rec(7)));
         assert_eq!(ram.read_word(0), 7);
-        assert_eq!(ram.read_word(CaptureRecord::WORDS), 0, "record 1 not published");
+        assert_eq!(
+            ram.read_word(CaptureRecord::WORDS),
+            0,
+            "record 1 not published"
+        );
         assert!(ram.push(&rec(8)));
         assert!(!ram.push(&rec(9)), "full");
         assert_eq!(ram.count(), 2);

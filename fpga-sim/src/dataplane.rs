@@ -53,7 +53,9 @@ pub struct DataPlane {
 
 impl DataPlane {
     pub fn spawn(self) -> std::io::Result<JoinHandle<()>> {
-        std::thread::Builder::new().name("fpga-sim-dataplane".into()).spawn(move || self.run())
+        std::thread::Builder::new()
+            .name("fpga-sim-dataplane".into())
+            .spawn(move || self.run())
     }
 
     fn run(mut self) {
@@ -103,7 +105,9 @@ impl DataPlane {
         tracing::debug!(frames, link = %self.link.describe(), "run started");
 
         while !player.is_done() {
-            if shared.shutdown.load(Ordering::Relaxed) || shared.abort_generation.load(Ordering::Acquire) == generation {
+            if shared.shutdown.load(Ordering::Relaxed)
+                || shared.abort_generation.load(Ordering::Acquire) == generation
+            {
                 aborted = true;
                 break;
             }
@@ -143,7 +147,12 @@ impl DataPlane {
             }
         }
 
-        tracing::debug!(sent = player.frames_sent(), aborted, send_errors, "run ended");
+        tracing::debug!(
+            sent = player.frames_sent(),
+            aborted,
+            send_errors,
+            "run ended"
+        );
         // Capture records are already published (Release on the count); now say so.
         shared.done.store(true, Ordering::Release);
         shared.running.store(false, Ordering::Release);

@@ -61,7 +61,12 @@ pub struct EcbServer {
 
 impl EcbServer {
     pub fn new(regs: Registers, data_plane: Option<Sender<DataPlaneCommand>>) -> Self {
-        EcbServer { regs, latched: 0, short_requests: 0, data_plane }
+        EcbServer {
+            regs,
+            latched: 0,
+            short_requests: 0,
+            data_plane,
+        }
     }
 
     pub fn registers(&self) -> &Registers {
@@ -91,7 +96,11 @@ impl EcbServer {
         // Addresses present (a read may omit its value word) vs whole pairs (a write needs both).
         let addresses = req.pair_count();
         let whole_pairs = (req.len() - ecb::HEADER_LEN) / ecb::PAIR_LEN;
-        let available = if command.is_read() { addresses } else { whole_pairs };
+        let available = if command.is_read() {
+            addresses
+        } else {
+            whole_pairs
+        };
         let pairs = match command {
             Command::Unknown(_) => 1,
             c if c.is_block() => available.min(ecb::MAX_PAIRS),
@@ -107,7 +116,8 @@ impl EcbServer {
             Status::InvalidCommand
         } else if flag_bits & !(flags::ACK_REQUEST | flags::SEQUENCE_CHECK) != 0 {
             Status::InvalidFlags
-        } else if flag_bits & flags::SEQUENCE_CHECK != 0 && sequence != self.latched.wrapping_add(1) {
+        } else if flag_bits & flags::SEQUENCE_CHECK != 0 && sequence != self.latched.wrapping_add(1)
+        {
             Status::SequenceCheckFailed
         } else {
             Status::Ok
@@ -165,7 +175,8 @@ impl EcbServer {
         }
 
         // "a write without the ACK flag gets no reply, a read always gets one"
-        let reply_due = command.is_read() || flag_bits & flags::ACK_REQUEST != 0 || status != Status::Ok;
+        let reply_due =
+            command.is_read() || flag_bits & flags::ACK_REQUEST != 0 || status != Status::Ok;
         if !reply_due {
             return None;
         }
@@ -209,28 +220,41 @@ impl EcbServer {
 
 /// Serves `server` on `socket` on a new thread until `shared.shutdown` is set. The socket
 /// gets a read timeout so the thread notices shutdown.
-pub fn spawn(socket: UdpSocket, mut server: EcbServer, shared: Arc<PeerShared>) -> std::io::Result<JoinHandle<()>> {
+pub fn spawn(
+    socket: UdpSocket,
+    mut server: EcbServer,
+    shared: Arc<PeerShared>,
+) -> std::io::Result<JoinHandle<()>> {
     socket.set_read_timeout(Some(POLL_INTERVAL))?;
-    std::thread::Builder::new().name("fpga-sim-ecb".into()).spawn(move || {
-        let mut request = vec![0u8; MAX_REQUEST_LEN];
-        let mut reply = vec![0u8; MAX_REPLY_LEN];
-        while !shared.shutdown.load(Ordering::Acquire) {
-            let (n, from): (usize, SocketAddr) = match socket.recv_from(&mut request) {
-                Ok(x) => x,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
-                Err(e) => {
-                    // ICMP errors from earlier replies surface here on Linux; keep serving.
-                    tracing::debug!(error = %e, "ECB receive error");
-                    continue;
-                }
-            };
-            if let Some(len) = server.handle(&request[..n], &mut reply) {
-                if let Err(e) = socket.send_to(&reply[..len], from) {
-                    tracing::debug!(error = %e, %from, "ECB reply not sent");
+    std::thread::Builder::new()
+        .name("fpga-sim-ecb".into())
+        .spawn(move || {
+            let mut request = vec![0u8; MAX_REQUEST_LEN];
+            let mut reply = vec![0u8; MAX_REPLY_LEN];
+            while !shared.shutdown.load(Ordering::Acquire) {
+                let (n, from): (usize, SocketAddr) = match socket.recv_from(&mut request) {
+                    Ok(x) => x,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        continue
+                    }
+                    Err(e) => {
+                        // ICMP errors from earlier replies surface here on Linux; keep serving.
+                        tracing::debug!(error = %e, "ECB receive error");
+                        continue;
+                    }
+                };
+                if let Some(len) = server.handle(&request[..n], &mut reply) {
+                    if let Err(e) = socket.send_to(&reply[..len], from) {
+                        tracing::debug!(error = %e, %from, "ECB reply not sent");
+                    }
                 }
             }
-        }
-    })
+        })
 }
 
 #[cfg(test)]
@@ -246,12 +270,22 @@ mod tests {
     const BAD: u32 = 0x0000_0F00; // no register there
 
     fn server() -> EcbServer {
-        let id = PeerIdentity { mac: [2, 0, 0, 0, 0, 2], ip: [127, 0, 0, 2], qp: 2 };
+        let id = PeerIdentity {
+            mac: [2, 0, 0, 0, 0, 2],
+            ip: [127, 0, 0, 2],
+            qp: 2,
+        };
         EcbServer::new(Registers::new(id, Arc::new(PeerShared::default())), None)
     }
 
     /// Sends a request built from `pairs`; returns the reply bytes, if any.
-    fn send(s: &mut EcbServer, cmd: Command, fl: u8, seq: u16, pairs: &[(u32, u32)]) -> Option<Vec<u8>> {
+    fn send(
+        s: &mut EcbServer,
+        cmd: Command,
+        fl: u8,
+        seq: u16,
+        pairs: &[(u32, u32)],
+    ) -> Option<Vec<u8>> {
         let mut req = [0u8; MAX_REQUEST_LEN];
         let n = ecb::emit_request(cmd, fl, seq, pairs, &mut req).expect("request fits");
         send_raw(s, &req[..n])
@@ -279,7 +313,10 @@ mod tests {
         assert_eq!(r.len(), 18);
         assert_eq!(
             r,
-            [0x94, 0x00, 0x12, 0x34, 0x00, 0x00, 0, 0, 0, 0x80, 0, 0, 0x26, 0x07, 0x12, 0x34, 0, 0],
+            [
+                0x94, 0x00, 0x12, 0x34, 0x00, 0x00, 0, 0, 0, 0x80, 0, 0, 0x26, 0x07, 0x12, 0x34, 0,
+                0
+            ],
             "cmd|0x80, flags, seq, status, rsvd, (addr, value), latched seq, 2 pad bytes"
         );
         assert!(read(&mut s, reg::HSB_IP_VERSION) >= reg::MIN_ROCE_IP_VERSION);
@@ -292,7 +329,10 @@ mod tests {
         let req = [0x14, 0, 0, 1, 0, 0, 0, 0, 0, 0x80];
         let r = send_raw(&mut s, &req).expect("reply");
         assert_eq!(r.len(), 18);
-        assert_eq!(Reply::new_checked(&r[..]).expect("reply").pair(0), (0x80, 0x2607));
+        assert_eq!(
+            Reply::new_checked(&r[..]).expect("reply").pair(0),
+            (0x80, 0x2607)
+        );
     }
 
     #[test]
@@ -344,7 +384,12 @@ mod tests {
         assert_eq!(s.latched_sequence(), 10);
         let r = send(&mut s, WR, ACK | SEQ, 12, &[(0x104, 2)]).expect("answered");
         assert_eq!(status(&r), Status::SequenceCheckFailed);
-        assert_eq!(Reply::new_checked(&r[..]).expect("reply").latched_sequence(), 10);
+        assert_eq!(
+            Reply::new_checked(&r[..])
+                .expect("reply")
+                .latched_sequence(),
+            10
+        );
         assert_eq!(read(&mut s, 0x104), 1, "rejected write not applied");
         // read() above latched sequence 0: next checked must be 1.
         let r = send(&mut s, RD, SEQ, 1, &[(0x104, 0)]).expect("answered");
@@ -380,7 +425,12 @@ mod tests {
         let r = send(&mut s, RD, 0, 41, &[(BAD, 0)]).expect("reply");
         assert_eq!(status(&r), Status::InvalidAddress);
         assert_eq!(s.latched_sequence(), 40);
-        assert_eq!(Reply::new_checked(&r[..]).expect("reply").latched_sequence(), 40);
+        assert_eq!(
+            Reply::new_checked(&r[..])
+                .expect("reply")
+                .latched_sequence(),
+            40
+        );
         send(&mut s, WR, 0, 42, &[(0x104, 0)]);
         assert_eq!(s.latched_sequence(), 42, "a silent write is accepted too");
     }
@@ -388,7 +438,15 @@ mod tests {
     #[test]
     fn unknown_address() {
         let mut s = server();
-        for addr in [BAD, 0x0000_101C, 0x0000_1400, 0x0200_0300, 0x0202_030C, 0x5000_0000, 0x6000_0000] {
+        for addr in [
+            BAD,
+            0x0000_101C,
+            0x0000_1400,
+            0x0200_0300,
+            0x0202_030C,
+            0x5000_0000,
+            0x6000_0000,
+        ] {
             let r = send(&mut s, RD, 0, 0, &[(addr, 0)]).expect("reply");
             assert_eq!(status(&r), Status::InvalidAddress, "{addr:#x}");
             let r = send(&mut s, WR, ACK, 0, &[(addr, 1)]).expect("reply");
@@ -399,7 +457,9 @@ mod tests {
     #[test]
     fn block_reads_and_writes() {
         let mut s = server();
-        let pairs: Vec<(u32, u32)> = (0..16).map(|i| (reg::PLAYER_RAM + 4 * i, 0x0101_0101 * i)).collect();
+        let pairs: Vec<(u32, u32)> = (0..16)
+            .map(|i| (reg::PLAYER_RAM + 4 * i, 0x0101_0101 * i))
+            .collect();
         let r = send(&mut s, Command::WrBlock, ACK, 3, &pairs).expect("ack");
         let rep = Reply::new_checked(&r[..]).expect("reply");
         assert_eq!(rep.command_byte(), 0x89);
@@ -426,7 +486,14 @@ mod tests {
         assert_eq!(rep.status(), Status::InvalidAddress);
         assert_eq!(rep.pair_count(), 3, "up to and including the bad address");
         assert_eq!(rep.pair(2), (BAD, 0));
-        assert_eq!((read(&mut s, 0x104), read(&mut s, 0x108), read(&mut s, 0x10C)), (1, 2, 0));
+        assert_eq!(
+            (
+                read(&mut s, 0x104),
+                read(&mut s, 0x108),
+                read(&mut s, 0x10C)
+            ),
+            (1, 2, 0)
+        );
     }
 
     #[test]
@@ -442,7 +509,11 @@ mod tests {
         let mut s = server();
         send(&mut s, WR, 0, 0, &[(0x104, 9)]);
         send(&mut s, RD, 0, 300, &[(0x80, 0)]);
-        assert_eq!(send(&mut s, WR, ACK, 301, &[(reg::RESET, 0x8)]), None, "no reply to a reset");
+        assert_eq!(
+            send(&mut s, WR, ACK, 301, &[(reg::RESET, 0x8)]),
+            None,
+            "no reply to a reset"
+        );
         assert_eq!(s.latched_sequence(), 0);
         let r = send(&mut s, RD, SEQ, 1, &[(0x104, 0)]).expect("reply");
         assert_eq!(status(&r), Status::Ok, "sequence restarts after reset");
@@ -455,7 +526,12 @@ mod tests {
     #[test]
     fn short_requests_dropped() {
         let mut s = server();
-        for req in [&[][..], &[0x14], &[0x14, 0, 0, 1, 0, 0, 0, 0, 0], &[0x04, 1, 0, 1, 0, 0, 0, 0, 0, 0x80]] {
+        for req in [
+            &[][..],
+            &[0x14],
+            &[0x14, 0, 0, 1, 0, 0, 0, 0, 0],
+            &[0x04, 1, 0, 1, 0, 0, 0, 0, 0, 0x80],
+        ] {
             assert_eq!(send_raw(&mut s, req), None, "{req:?}");
         }
         assert_eq!(s.short_requests(), 4);
@@ -481,7 +557,10 @@ mod tests {
             assert_eq!(read(&mut s, a), 0x100 + i as u32, "{a:#x}");
         }
         assert_eq!(read(&mut s, rocelink_wire::hsb::ext::PLAYER_FPGA_QP), 2);
-        assert_eq!(read(&mut s, rocelink_wire::hsb::ext::PLAYER_RESPONSE_TIMEOUT_US), 10_000);
+        assert_eq!(
+            read(&mut s, rocelink_wire::hsb::ext::PLAYER_RESPONSE_TIMEOUT_US),
+            10_000
+        );
         assert_eq!(read(&mut s, reg::CAPTURE_COUNT), 0);
         assert_eq!(read(&mut s, reg::CAPTURE_RAM), 0);
         // Read-only: writes are ignored.

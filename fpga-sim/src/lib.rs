@@ -44,7 +44,8 @@ pub use crate::stats::StatsSnapshot;
 /// The peer's QP by default (PROTOCOLS.md 2.3: "to the FPGA's QP (2 by default)").
 pub const DEFAULT_QP: u32 = rocelink_wire::hsb::ext::DEFAULT_FPGA_QP;
 /// Where the ECB server listens by default.
-pub const DEFAULT_ECB: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), rocelink_wire::ecb::PORT);
+pub const DEFAULT_ECB: SocketAddrV4 =
+    SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), rocelink_wire::ecb::PORT);
 
 /// How to run the peer.
 #[derive(Debug, Clone)]
@@ -81,11 +82,17 @@ impl Default for SimConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     #[error("cannot bind the ECB server to {addr}: {source}")]
-    EcbBind { addr: SocketAddrV4, source: std::io::Error },
+    EcbBind {
+        addr: SocketAddrV4,
+        source: std::io::Error,
+    },
     #[error("cannot set up the ECB socket: {0}")]
     EcbSocket(std::io::Error),
     #[error("cannot start the {what} thread: {source}")]
-    Spawn { what: &'static str, source: std::io::Error },
+    Spawn {
+        what: &'static str,
+        source: std::io::Error,
+    },
 }
 
 /// A running peer. Dropping it stops it (as [`FpgaSim::stop`] does).
@@ -99,18 +106,29 @@ pub struct FpgaSim {
 /// Starts the peer: binds the ECB server and starts its thread and the data-plane thread,
 /// which owns `link`.
 pub fn start(config: SimConfig, link: Box<dyn Link>) -> Result<FpgaSim, SimError> {
-    let socket =
-        UdpSocket::bind(config.ecb_bind).map_err(|source| SimError::EcbBind { addr: config.ecb_bind, source })?;
+    let socket = UdpSocket::bind(config.ecb_bind).map_err(|source| SimError::EcbBind {
+        addr: config.ecb_bind,
+        source,
+    })?;
     let ecb_addr = match socket.local_addr().map_err(SimError::EcbSocket)? {
         std::net::SocketAddr::V4(a) => a,
         std::net::SocketAddr::V6(_) => config.ecb_bind,
     };
     let shared = Arc::new(PeerShared::default());
-    let identity = PeerIdentity { mac: config.mac, ip: config.ip, qp: config.qp & 0x00FF_FFFF };
+    let identity = PeerIdentity {
+        mac: config.mac,
+        ip: config.ip,
+        qp: config.qp & 0x00FF_FFFF,
+    };
     let (tx, rx) = mpsc::channel();
     let link_name = link.describe();
 
-    let mut sim = FpgaSim { ecb_addr, link: link_name, shared: Arc::clone(&shared), threads: Vec::new() };
+    let mut sim = FpgaSim {
+        ecb_addr,
+        link: link_name,
+        shared: Arc::clone(&shared),
+        threads: Vec::new(),
+    };
     let dp = DataPlane {
         link,
         shared: Arc::clone(&shared),
@@ -120,9 +138,16 @@ pub fn start(config: SimConfig, link: Box<dyn Link>) -> Result<FpgaSim, SimError
         qp: identity.qp,
     };
     // On an error below, dropping `sim` stops what already started.
-    sim.threads.push(dp.spawn().map_err(|source| SimError::Spawn { what: "data-plane", source })?);
+    sim.threads
+        .push(dp.spawn().map_err(|source| SimError::Spawn {
+            what: "data-plane",
+            source,
+        })?);
     let server = EcbServer::new(Registers::new(identity, Arc::clone(&shared)), Some(tx));
-    let ecb = ecb_server::spawn(socket, server, shared).map_err(|source| SimError::Spawn { what: "ECB", source })?;
+    let ecb = ecb_server::spawn(socket, server, shared).map_err(|source| SimError::Spawn {
+        what: "ECB",
+        source,
+    })?;
     sim.threads.push(ecb);
     tracing::info!(ecb = %ecb_addr, link = %sim.link, "fpga-sim started");
     Ok(sim)

@@ -79,10 +79,13 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let mut mac = [0u8; 6];
     let parts: Vec<&str> = s.split([':', '-']).collect();
     if parts.len() != 6 {
-        return Err(format!("`{s}` is not a MAC address (want aa:bb:cc:dd:ee:ff)"));
+        return Err(format!(
+            "`{s}` is not a MAC address (want aa:bb:cc:dd:ee:ff)"
+        ));
     }
     for (b, p) in mac.iter_mut().zip(parts) {
-        *b = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
+        *b = u8::from_str_radix(p, 16)
+            .map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
     }
     Ok(mac)
 }
@@ -105,17 +108,19 @@ fn install_signal_handlers() {
 }
 
 fn watch_stdin() -> std::io::Result<()> {
-    std::thread::Builder::new().name("fpga-sim-stdin".into()).spawn(|| {
-        let mut buf = [0u8; 256];
-        let mut stdin = std::io::stdin();
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+    std::thread::Builder::new()
+        .name("fpga-sim-stdin".into())
+        .spawn(|| {
+            let mut buf = [0u8; 256];
+            let mut stdin = std::io::stdin();
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
             }
-        }
-        STOP.store(true, Ordering::SeqCst);
-    })?;
+            STOP.store(true, Ordering::SeqCst);
+        })?;
     Ok(())
 }
 
@@ -123,10 +128,14 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .with_context(|| format!("bad --log-level `{}`", args.log_level))?;
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 
     let spin = SpinMode::parse(&args.spin, SPINNERS).context("bad --spin")?;
-    let link = UdpLink::bind(args.roce).with_context(|| format!("cannot bind the RoCE data plane to {}", args.roce))?;
+    let link = UdpLink::bind(args.roce)
+        .with_context(|| format!("cannot bind the RoCE data plane to {}", args.roce))?;
     let roce_addr = link.local_addr();
     let config = SimConfig {
         ecb_bind: args.ecb,
@@ -143,7 +152,12 @@ fn main() -> anyhow::Result<()> {
     let sim = start(config, Box::new(link))?;
 
     let mut out = std::io::stdout().lock();
-    writeln!(out, "fpga-sim: ECB on {}, RoCE on {}", sim.ecb_addr(), roce_addr)?;
+    writeln!(
+        out,
+        "fpga-sim: ECB on {}, RoCE on {}",
+        sim.ecb_addr(),
+        roce_addr
+    )?;
     out.flush()?;
     drop(out);
     tracing::info!(spin = spin.as_str(), qp = args.qp, "ready");

@@ -101,12 +101,20 @@ struct Window {
 
 impl Window {
     fn new() -> Self {
-        Window { ring: [InFlight::default(); MAX_IN_FLIGHT], head: 0, len: 0 }
+        Window {
+            ring: [InFlight::default(); MAX_IN_FLIGHT],
+            head: 0,
+            len: 0,
+        }
     }
 
     fn push(&mut self, frame: u32, sent_ns: u64) {
         if self.len < MAX_IN_FLIGHT {
-            self.ring[(self.head + self.len) % MAX_IN_FLIGHT] = InFlight { frame, sent_ns, answered: false };
+            self.ring[(self.head + self.len) % MAX_IN_FLIGHT] = InFlight {
+                frame,
+                sent_ns,
+                answered: false,
+            };
             self.len += 1;
         }
     }
@@ -155,8 +163,17 @@ pub struct Player {
 }
 
 impl Player {
-    /// A run starting now with `psn` as its first PSN.
-    pub fn new(cfg: RunConfig, psn: u32, now: u64) -> Self {
+    /// A run starting now with `psn` as its first PSN. A configuration the register model
+    /// would not produce is made safe rather than trusted: the template is padded to hold
+    /// the RPC header, `arg_len` clamped to the window, the limits to 1..=64 in flight and
+    /// at least one slot.
+    pub fn new(mut cfg: RunConfig, psn: u32, now: u64) -> Self {
+        if cfg.template.len() < rpc::HEADER_LEN {
+            cfg.template.resize(rpc::HEADER_LEN, 0);
+        }
+        cfg.arg_len = cfg.arg_len.min(cfg.template.len() - rpc::HEADER_LEN);
+        cfg.max_in_flight = cfg.max_in_flight.clamp(1, MAX_IN_FLIGHT);
+        cfg.slots = cfg.slots.max(1);
         let tracked = (cfg.frames as usize).min(capture::MAX_RECORDS);
         Player {
             payload: cfg.template.clone(),
@@ -224,17 +241,30 @@ impl Player {
             self.payload[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&now.to_le_bytes());
         }
         if self.cfg.scramble {
-            scramble_args(request_id, &mut self.payload[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len]);
+            scramble_args(
+                request_id,
+                &mut self.payload[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len],
+            );
         }
 
-        let slot = frame % self.cfg.slots.max(1);
+        let slot = frame % self.cfg.slots;
         let reth = RethRepr {
-            va: self.cfg.buffer_va.wrapping_add(u64::from(slot).wrapping_mul(self.cfg.page_stride)),
+            va: self
+                .cfg
+                .buffer_va
+                .wrapping_add(u64::from(slot).wrapping_mul(self.cfg.page_stride)),
             rkey: self.cfg.rkey,
             dma_len: self.payload.len() as u32,
         };
         let imm = ((self.psn & 0xF_FFFF) << 12) | (slot & 0xFFF);
-        let repr = RoceRepr::uc_write_imm(&self.cfg.endpoints, self.cfg.dest_qp, self.psn, reth, imm, self.payload.len());
+        let repr = RoceRepr::uc_write_imm(
+            &self.cfg.endpoints,
+            self.cfg.dest_qp,
+            self.psn,
+            reth,
+            imm,
+            self.payload.len(),
+        );
 
         // The frame counts as sent even if it cannot be built (a buffer the caller made too
         // small): the run then moves on instead of retrying forever.
@@ -341,7 +371,10 @@ pub fn accept_answer<'a>(frame: &'a [u8], qp: u32, stats: &Stats) -> Option<&'a 
             None
         }
         Ok(f) => {
-            let send = matches!(f.repr.bth.opcode, Opcode::UcSendOnly | Opcode::UcSendOnlyImm);
+            let send = matches!(
+                f.repr.bth.opcode,
+                Opcode::UcSendOnly | Opcode::UcSendOnlyImm
+            );
             if send && f.repr.bth.dest_qp == qp {
                 Some(f.payload)
             } else {
@@ -381,7 +414,12 @@ mod tests {
 
     fn config(frames: u32, max_in_flight: usize, slots: u32) -> RunConfig {
         let mut template = vec![0u8; rpc::HEADER_LEN + ARGS];
-        let h = rpc::RequestRepr { function_id: rpc::function_id::ECHO, arg_len: ARGS as u32, request_id: 0, ptp_timestamp: 0 };
+        let h = rpc::RequestRepr {
+            function_id: rpc::function_id::ECHO,
+            arg_len: ARGS as u32,
+            request_id: 0,
+            ptp_timestamp: 0,
+        };
         h.emit(&mut template).expect("header");
         for (i, b) in template[rpc::HEADER_LEN..].iter_mut().enumerate() {
             *b = i as u8;
@@ -411,22 +449,38 @@ mod tests {
     /// Sends one frame at `now`; returns (psn, imm, va, request_id, args).
     fn send(p: &mut Player, now: u64, stats: &Stats) -> (u32, u32, u64, u32, Vec<u8>) {
         let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
-        let Transmit::Frame(n) = p.poll_transmit(now, stats, &mut buf) else { panic!("no frame due") };
+        let Transmit::Frame(n) = p.poll_transmit(now, stats, &mut buf) else {
+            panic!("no frame due")
+        };
         let f = roce::parse_frame(&buf[..n]).expect("our frames parse");
         assert_eq!(f.repr.bth.opcode, Opcode::UcWriteOnlyImm);
         assert_eq!(f.repr.bth.dest_qp, HOST_QP);
         assert_eq!(f.repr.bth.pkey, 0xFFFF);
         let reth = f.repr.reth.expect("RETH");
-        assert_eq!((reth.rkey, reth.dma_len as usize), (0x55, rpc::HEADER_LEN + ARGS));
+        assert_eq!(
+            (reth.rkey, reth.dma_len as usize),
+            (0x55, rpc::HEADER_LEN + ARGS)
+        );
         let req = rpc::RequestRepr::parse(f.payload).expect("CUQR");
         assert_eq!(req.ptp_timestamp, now, "stamped at transmission");
-        (f.repr.bth.psn, f.repr.immdt.expect("imm"), reth.va, req.request_id, f.payload[rpc::HEADER_LEN..].to_vec())
+        (
+            f.repr.bth.psn,
+            f.repr.immdt.expect("imm"),
+            reth.va,
+            req.request_id,
+            f.payload[rpc::HEADER_LEN..].to_vec(),
+        )
     }
 
     /// An echo answer frame.
     fn answer(qp: u32, id: u32, args: &[u8], corrupt_magic: bool) -> Vec<u8> {
         let mut payload = vec![0u8; rpc::HEADER_LEN + args.len()];
-        let r = rpc::ResponseRepr { status: 0, result_len: args.len() as u32, request_id: id, ptp_timestamp: 7 };
+        let r = rpc::ResponseRepr {
+            status: 0,
+            result_len: args.len() as u32,
+            request_id: id,
+            ptp_timestamp: 7,
+        };
         r.emit(&mut payload).expect("header");
         payload[rpc::HEADER_LEN..].copy_from_slice(args);
         if corrupt_magic {
@@ -441,7 +495,9 @@ mod tests {
             dst_port: roce::UDP_PORT,
         };
         let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
-        let n = RoceRepr::uc_send_only(&ep, qp, 0, payload.len()).emit(&payload, &mut buf).expect("emit");
+        let n = RoceRepr::uc_send_only(&ep, qp, 0, payload.len())
+            .emit(&payload, &mut buf)
+            .expect("emit");
         buf.truncate(n);
         buf
     }
@@ -461,7 +517,10 @@ mod tests {
             scramble_args(id, &mut expected);
             assert_eq!(args, expected);
         }
-        assert_eq!(p.poll_transmit(100, &stats, &mut [0u8; 64]), Transmit::AllSent);
+        assert_eq!(
+            p.poll_transmit(100, &stats, &mut [0u8; 64]),
+            Transmit::AllSent
+        );
     }
 
     #[test]
@@ -498,7 +557,15 @@ mod tests {
         let cap = p.config().capture.clone().expect("capture");
         assert_eq!(cap.count(), 2);
         let r = cap.record(1).expect("record");
-        assert_eq!((r.request_id, r.flags, r.arrival_timestamp, r.echoed_timestamp), (1001, PAYLOAD_OK | HEADER_OK, 9, 7));
+        assert_eq!(
+            (
+                r.request_id,
+                r.flags,
+                r.arrival_timestamp,
+                r.echoed_timestamp
+            ),
+            (1001, PAYLOAD_OK | HEADER_OK, 9, 7)
+        );
     }
 
     #[test]
@@ -514,7 +581,11 @@ mod tests {
         let mut wrong = args1.clone();
         wrong[0] ^= 1;
         p.on_frame(&answer(PEER_QP, *id1, &wrong, false), 12, &stats); // wrong bytes
-        p.on_frame(&answer(PEER_QP, *id2, &args1[..ARGS - 1], false), 13, &stats); // short result
+        p.on_frame(
+            &answer(PEER_QP, *id2, &args1[..ARGS - 1], false),
+            13,
+            &stats,
+        ); // short result
         p.on_frame(&answer(PEER_QP, 1003, args0, false), 14, &stats); // id not sent yet
         p.on_frame(&answer(PEER_QP, *id0, args0, true), 15, &stats); // bad magic
         p.on_frame(&answer(9, *id0, args0, false), 16, &stats); // other QP
@@ -541,7 +612,36 @@ mod tests {
             ]
         );
         let s = stats.snapshot();
-        assert_eq!((s.received, s.unexpected, s.malformed, s.icrc_failures), (6, 2, 2, 1));
+        assert_eq!(
+            (s.received, s.unexpected, s.malformed, s.icrc_failures),
+            (6, 2, 2, 1)
+        );
+    }
+
+    #[test]
+    fn nonsense_config_is_made_safe() {
+        let stats = Stats::default();
+        let mut cfg = config(3, 0, 0);
+        cfg.template.truncate(3);
+        cfg.arg_len = 1000;
+        let mut p = Player::new(cfg, 0, 0);
+        let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
+        assert!(matches!(
+            p.poll_transmit(0, &stats, &mut buf),
+            Transmit::Frame(_)
+        ));
+        assert_eq!(
+            p.poll_transmit(1, &stats, &mut buf),
+            Transmit::Stalled,
+            "at least 1 in flight"
+        );
+        p.on_frame(&answer(PEER_QP, 1000, &[], false), 2, &stats);
+        p.expire(2);
+        assert!(
+            matches!(p.poll_transmit(3, &stats, &mut [0u8; 8]), Transmit::NotDue),
+            "tiny buffer: skipped, no panic"
+        );
+        assert_eq!(stats.snapshot().malformed, 1);
     }
 
     #[test]

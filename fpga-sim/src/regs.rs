@@ -204,12 +204,21 @@ fn decode_block(addr: u32) -> Option<Reg> {
         let (n, o) = (off / reg::VP_STRIDE, off % reg::VP_STRIDE);
         // Only the registers of PROTOCOLS.md 2.2 exist (0x1C and 0x30.. do not).
         let known = matches!(o, 0x00..=0x18 | 0x20..=0x2C);
-        return known.then_some(Reg::Vp { n: n as usize, word: (o / 4) as usize });
+        return known.then_some(Reg::Vp {
+            n: n as usize,
+            word: (o / 4) as usize,
+        });
     }
     for dp in 0..HIF_COUNT {
         if let Some(o) = in_window(addr, reg::hif(dp, 0), reg::HIF_STRIDE) {
-            let known = matches!(o, reg::DP_PACKET_SIZE | reg::DP_PACKET_UDP_PORT | reg::DP_VP_MASK);
-            return known.then_some(Reg::Hif { dp: dp as usize, word: (o / 4) as usize });
+            let known = matches!(
+                o,
+                reg::DP_PACKET_SIZE | reg::DP_PACKET_UDP_PORT | reg::DP_VP_MASK
+            );
+            return known.then_some(Reg::Hif {
+                dp: dp as usize,
+                word: (o / 4) as usize,
+            });
         }
     }
     if let Some(off) = in_window(addr, reg::PLAYER_RAM, PLAYER_RAM_BYTES as u32) {
@@ -336,7 +345,9 @@ impl Registers {
             Reg::FpgaQp => p.fpga_qp = value & 0x00FF_FFFF,
             Reg::FirstRequestId => p.first_request_id = value,
             Reg::ResponseTimeout => p.response_timeout_us = value,
-            Reg::PlayerRam(w) => self.player_ram[4 * w..4 * w + 4].copy_from_slice(&value.to_le_bytes()),
+            Reg::PlayerRam(w) => {
+                self.player_ram[4 * w..4 * w + 4].copy_from_slice(&value.to_le_bytes())
+            }
             Reg::CaptureCtrl => {
                 if value & reg::CAPTURE_ARM != 0 {
                     // Arming starts a fresh capture, preallocated for the programmed window.
@@ -357,7 +368,9 @@ impl Registers {
     }
 
     fn capture_records(&self) -> usize {
-        (self.player.window_count as usize).saturating_add(CAPTURE_SLACK).min(capture::MAX_RECORDS)
+        (self.player.window_count as usize)
+            .saturating_add(CAPTURE_SLACK)
+            .min(capture::MAX_RECORDS)
     }
 
     /// Back to power-on values; a running player is stopped.
@@ -394,8 +407,11 @@ impl Registers {
     /// Lowest enabled VP and the HIF block that enabled it.
     fn enabled_vp(&self) -> Option<(usize, usize)> {
         let mask_word = (reg::DP_VP_MASK / 4) as usize;
-        (0..VP_COUNT as usize)
-            .find_map(|n| (0..HIF_COUNT as usize).find(|&dp| self.hif[dp][mask_word] & (1 << n) != 0).map(|dp| (n, dp)))
+        (0..VP_COUNT as usize).find_map(|n| {
+            (0..HIF_COUNT as usize)
+                .find(|&dp| self.hif[dp][mask_word] & (1 << n) != 0)
+                .map(|dp| (n, dp))
+        })
     }
 
     /// Snapshots the configuration for one run (PROTOCOLS.md 2.2, 2.3) and, on success,
@@ -413,7 +429,10 @@ impl Registers {
         let template = self.player_ram[..window as usize].to_vec();
         let header = rpc::RequestRepr::parse(&template).map_err(|_| StartError::BadTemplate)?;
         if header.arg_len as usize > window as usize - rpc::HEADER_LEN {
-            return Err(StartError::ArgsBeyondWindow { arg_len: header.arg_len, window });
+            return Err(StartError::ArgsBeyondWindow {
+                arg_len: header.arg_len,
+                window,
+            });
         }
         let vp = &self.vp[n];
         let v = |off: u32| vp[(off / 4) as usize];
@@ -421,7 +440,9 @@ impl Registers {
         let mac_lo = v(reg::DP_HOST_MAC_LOW).to_be_bytes();
         let endpoints = Endpoints {
             src_mac: self.identity.mac,
-            dst_mac: [mac_hi[2], mac_hi[3], mac_lo[0], mac_lo[1], mac_lo[2], mac_lo[3]],
+            dst_mac: [
+                mac_hi[2], mac_hi[3], mac_lo[0], mac_lo[1], mac_lo[2], mac_lo[3],
+            ],
             src_ip: self.identity.ip,
             dst_ip: v(reg::DP_HOST_IP).to_be_bytes(),
             src_port: self.hif[dp][(reg::DP_PACKET_UDP_PORT / 4) as usize] as u16,
@@ -443,7 +464,11 @@ impl Registers {
             None
         };
 
-        let generation = self.shared.generation.load(Ordering::Relaxed).wrapping_add(1);
+        let generation = self
+            .shared
+            .generation
+            .load(Ordering::Relaxed)
+            .wrapping_add(1);
         self.shared.generation.store(generation, Ordering::Relaxed);
         self.shared.stats.reset();
         self.shared.done.store(false, Ordering::Release);
@@ -469,5 +494,140 @@ impl Registers {
             response_timeout_ns: u64::from(p.response_timeout_us) * 1_000,
             capture,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn regs() -> Registers {
+        let id = PeerIdentity {
+            mac: [2, 0, 0, 0, 0, 2],
+            ip: [127, 0, 0, 2],
+            qp: 2,
+        };
+        Registers::new(id, Arc::new(PeerShared::default()))
+    }
+
+    fn w(r: &mut Registers, addr: u32, value: u32) {
+        assert!(
+            matches!(r.write(addr, value), Ok(Effect::None)),
+            "{addr:#x}"
+        );
+    }
+
+    fn program(r: &mut Registers) {
+        let t = [0x4355_5152u32, 0xAB, 8, 0, 0, 0, 0x0403_0201, 0x0807_0605];
+        for (i, word) in t.into_iter().enumerate() {
+            w(r, reg::PLAYER_RAM + 4 * i as u32, word);
+        }
+        let vp = |off| reg::vp(3, off);
+        for (a, v) in [
+            (vp(reg::DP_QP), 0x0100_00A7),
+            (vp(reg::DP_RKEY), 0x77),
+            (vp(reg::DP_PAGE_LSB), 0x8000_0000),
+            (vp(reg::DP_PAGE_MSB), 0x7F),
+            (vp(reg::DP_PAGE_INC), 32),
+            (vp(reg::DP_MAX_BUFF), 9999),
+            (vp(reg::DP_HOST_MAC_LOW), 0x3344_5566),
+            (vp(reg::DP_HOST_MAC_HIGH), 0x1122),
+            (vp(reg::DP_HOST_IP), 0x0A00_0001),
+            (vp(reg::DP_HOST_UDP_PORT), reg::METADATA_DISABLE | 4791),
+            (reg::hif(1, reg::DP_PACKET_UDP_PORT), 12288),
+            (reg::hif(1, reg::DP_VP_MASK), 1 << 3),
+            (reg::PLAYER_INTERVAL, 15625),
+            (reg::PLAYER_WINDOW_SIZE, 32),
+            (reg::PLAYER_WINDOW_COUNT, 5),
+            (ext::PLAYER_MAX_OUTSTANDING, 1),
+        ] {
+            w(r, a, v);
+        }
+    }
+
+    #[test]
+    fn run_bit_snapshots_the_configuration() {
+        let mut r = regs();
+        program(&mut r);
+        w(&mut r, reg::CAPTURE_CTRL, reg::CAPTURE_ARM);
+        let Ok(Effect::Start(cfg)) =
+            r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE)
+        else {
+            panic!("run refused")
+        };
+        assert_eq!(
+            cfg.template[..4],
+            *b"RQUC",
+            "player RAM words are little-endian"
+        );
+        assert_eq!(cfg.template[24..], [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(cfg.arg_len, 8);
+        assert_eq!(cfg.dest_qp, 0xA7, "24 bits");
+        assert_eq!(cfg.buffer_va, 0x7F_8000_0000);
+        assert_eq!(cfg.page_stride, 4096);
+        assert_eq!(
+            cfg.slots, MAX_SLOTS,
+            "the immediate carries 12 bits of slot"
+        );
+        assert_eq!(cfg.max_in_flight, 1);
+        assert_eq!(cfg.endpoints.dst_mac, [0x11, 0x22, 0x33, 0x44, 0x55, 0x66]);
+        assert_eq!(cfg.endpoints.dst_ip, [10, 0, 0, 1]);
+        assert_eq!(
+            (cfg.endpoints.src_port, cfg.endpoints.dst_port),
+            (12288, 4791)
+        );
+        assert_eq!(cfg.interval_ns, 100_000, "15625 clocks of 156.25 MHz");
+        assert!(cfg.scramble && !cfg.stamp_ptp);
+        assert_eq!(cfg.capture.as_ref().map(|c| c.capacity() >= 5), Some(true));
+        assert_eq!(
+            r.read(reg::PLAYER_ENABLE),
+            Ok(reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE)
+        );
+        // A second run bit while running changes nothing.
+        assert!(matches!(
+            r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN),
+            Ok(Effect::None)
+        ));
+        // Clearing it aborts this generation.
+        w(&mut r, reg::PLAYER_ENABLE, 0);
+        assert_eq!(
+            r.shared().abort_generation.load(Ordering::Relaxed),
+            cfg.generation
+        );
+    }
+
+    #[test]
+    fn bad_player_configurations_are_refused() {
+        let mut r = regs();
+        assert!(matches!(
+            r.write(reg::PLAYER_ENABLE, 1),
+            Ok(Effect::Refused(StartError::NoVpEnabled))
+        ));
+        program(&mut r);
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 20);
+        assert!(matches!(
+            r.write(reg::PLAYER_ENABLE, 1),
+            Ok(Effect::Refused(StartError::WindowTooSmall(20)))
+        ));
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 5000);
+        assert!(matches!(
+            r.write(reg::PLAYER_ENABLE, 1),
+            Ok(Effect::Refused(StartError::WindowTooLarge(5000)))
+        ));
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 28);
+        assert!(matches!(
+            r.write(reg::PLAYER_ENABLE, 1),
+            Ok(Effect::Refused(StartError::ArgsBeyondWindow { .. }))
+        ));
+        w(&mut r, reg::PLAYER_RAM, 0);
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 32);
+        assert!(matches!(
+            r.write(reg::PLAYER_ENABLE, 1),
+            Ok(Effect::Refused(StartError::BadTemplate))
+        ));
+        assert_eq!(
+            r.read(reg::PLAYER_ENABLE).map(|v| v & reg::PLAYER_RUN),
+            Ok(0)
+        );
     }
 }

@@ -66,6 +66,13 @@ impl Stats {
     /// The counters in register order (STAT_SENT, STAT_RECEIVED, STAT_ICRC_FAILURES,
     /// STAT_MALFORMED, STAT_STALLS, STAT_UNEXPECTED: one word each from `STATS_BASE`).
     pub fn counters(&self) -> [&AtomicU32; 6] {
-        [&self.sent, &self.received, &self.icrc_failures, &self.malformed, &self.stalls, &self.unexpected]
+        [
+            &self.sent,
+            &self.received,
+            &self.icrc_failures,
+            &self.malformed,
+            &self.stalls,
+            &self.unexpected,
+        ]
     }
 }

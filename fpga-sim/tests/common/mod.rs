@@ -20,8 +20,13 @@ impl EcbClient {
     pub fn connect(server: SocketAddrV4) -> Self {
         let socket = UdpSocket::bind("127.0.0.2:0").expect("bind ECB client");
         socket.connect(server).expect("connect");
-        socket.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
-        EcbClient { socket, sequence: 0 }
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        EcbClient {
+            socket,
+            sequence: 0,
+        }
     }
 
     /// Sends raw bytes; returns the reply, if one comes within `wait`.
@@ -30,16 +35,28 @@ impl EcbClient {
         self.socket.set_read_timeout(Some(wait)).expect("timeout");
         let mut buf = [0u8; 8192];
         let got = self.socket.recv(&mut buf).ok().map(|n| buf[..n].to_vec());
-        self.socket.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+        self.socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
         got
     }
 
     /// Sends one command with sequence checking and ACK; returns the reply pairs.
-    pub fn transact(&mut self, command: Command, pairs: &[(u32, u32)]) -> Result<Vec<(u32, u32)>, Status> {
+    pub fn transact(
+        &mut self,
+        command: Command,
+        pairs: &[(u32, u32)],
+    ) -> Result<Vec<(u32, u32)>, Status> {
         self.sequence = self.sequence.wrapping_add(1);
         let mut req = [0u8; 4200];
-        let n = ecb::emit_request(command, flags::ACK_REQUEST | flags::SEQUENCE_CHECK, self.sequence, pairs, &mut req)
-            .expect("request");
+        let n = ecb::emit_request(
+            command,
+            flags::ACK_REQUEST | flags::SEQUENCE_CHECK,
+            self.sequence,
+            pairs,
+            &mut req,
+        )
+        .expect("request");
         self.socket.send(&req[..n]).expect("send");
         let mut buf = [0u8; 8192];
         loop {
@@ -60,17 +77,21 @@ impl EcbClient {
     }
 
     pub fn write(&mut self, addr: u32, value: u32) {
-        self.transact(Command::WrDword, &[(addr, value)]).unwrap_or_else(|s| panic!("write {addr:#x}: {s:?}"));
+        self.transact(Command::WrDword, &[(addr, value)])
+            .unwrap_or_else(|s| panic!("write {addr:#x}: {s:?}"));
     }
 
     pub fn read(&mut self, addr: u32) -> u32 {
-        let p = self.transact(Command::RdDword, &[(addr, 0)]).unwrap_or_else(|s| panic!("read {addr:#x}: {s:?}"));
+        let p = self
+            .transact(Command::RdDword, &[(addr, 0)])
+            .unwrap_or_else(|s| panic!("read {addr:#x}: {s:?}"));
         p[0].1
     }
 
     pub fn write_block(&mut self, pairs: &[(u32, u32)]) {
         for chunk in pairs.chunks(ecb::MAX_PAIRS) {
-            self.transact(Command::WrBlock, chunk).unwrap_or_else(|s| panic!("write block: {s:?}"));
+            self.transact(Command::WrBlock, chunk)
+                .unwrap_or_else(|s| panic!("write block: {s:?}"));
         }
     }
 
@@ -79,7 +100,9 @@ impl EcbClient {
         let mut out = Vec::with_capacity(count);
         let addrs: Vec<(u32, u32)> = (0..count as u32).map(|i| (base + 4 * i, 0)).collect();
         for chunk in addrs.chunks(ecb::MAX_PAIRS) {
-            let p = self.transact(Command::RdBlock, chunk).unwrap_or_else(|s| panic!("read block: {s:?}"));
+            let p = self
+                .transact(Command::RdBlock, chunk)
+                .unwrap_or_else(|s| panic!("read block: {s:?}"));
             out.extend(p.into_iter().map(|(_, v)| v));
         }
         out
@@ -141,7 +164,12 @@ pub fn configure_vp(c: &mut EcbClient, h: &HostSetup) {
 /// An echo request template of `arg_len` bytes of arguments.
 pub fn echo_template(arg_len: usize) -> Vec<u8> {
     let mut t = vec![0u8; rpc::HEADER_LEN + arg_len];
-    let h = rpc::RequestRepr { function_id: rpc::function_id::ECHO, arg_len: arg_len as u32, request_id: 0, ptp_timestamp: 0 };
+    let h = rpc::RequestRepr {
+        function_id: rpc::function_id::ECHO,
+        arg_len: arg_len as u32,
+        request_id: 0,
+        ptp_timestamp: 0,
+    };
     h.emit(&mut t).expect("header");
     for (i, b) in t[rpc::HEADER_LEN..].iter_mut().enumerate() {
         *b = i as u8;
@@ -168,7 +196,12 @@ pub fn start_run(c: &mut EcbClient, template: &[u8], run: &Run) {
     let words: Vec<(u32, u32)> = padded
         .chunks(4)
         .enumerate()
-        .map(|(i, w)| (reg::PLAYER_RAM + 4 * i as u32, u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+        .map(|(i, w)| {
+            (
+                reg::PLAYER_RAM + 4 * i as u32,
+                u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+            )
+        })
         .collect();
     c.write_block(&words);
     c.write_block(&[
