@@ -1,7 +1,7 @@
 //! `fpga-sim`: the software FPGA peer as a process. Thin: parses flags, binds the UDP data
 //! plane, starts the library's peer, prints one ready line and waits for a signal.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -131,6 +131,7 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 
     let spin = SpinMode::parse(&args.spin, SPINNERS).context("bad --spin")?;
