@@ -5,7 +5,9 @@ use libfuzzer_sys::fuzz_target;
 use rocelink_wire::ecb;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(r) = ecb::Request::new_checked(data) else { return };
+    let Ok(r) = ecb::Request::new_checked(data) else {
+        return;
+    };
     let _ = (r.command(), r.flags(), r.sequence(), r.reserved());
     let _ = (r.command().is_read(), r.command().is_block());
     let n = r.pair_count();
@@ -24,7 +26,8 @@ fuzz_target!(|data: &[u8]| {
     // A request of whole pairs with zero reserved bytes re-emits byte for byte.
     if r.reserved() == 0 && data.len() == ecb::request_len(n) && n <= ecb::MAX_PAIRS {
         let mut out = vec![0u8; data.len()];
-        let len = ecb::emit_request(r.command(), r.flags(), r.sequence(), &pairs, &mut out).unwrap();
+        let len =
+            ecb::emit_request(r.command(), r.flags(), r.sequence(), &pairs, &mut out).unwrap();
         assert_eq!(&out[..len], data);
     }
 });

@@ -7,7 +7,9 @@ use libfuzzer_sys::fuzz_target;
 use rocelink_wire::{aeth, bth, ethernet, immdt, ipv4, reth, udp};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&which, buf)) = data.split_first() else { return };
+    let Some((&which, buf)) = data.split_first() else {
+        return;
+    };
     match which % 7 {
         0 => {
             if let Ok(f) = ethernet::Frame::new_checked(buf) {

@@ -8,12 +8,17 @@ use rocelink_wire::{icrc, ipv4, roce};
 fuzz_target!(|data: &[u8]| {
     let _ = icrc::compute(data);
     let _ = icrc::verify(data);
-    let Ok(f) = roce::parse_frame(data) else { return };
+    let Ok(f) = roce::parse_frame(data) else {
+        return;
+    };
     assert!(f.payload.len() <= roce::PMTU);
     assert_eq!(f.payload.len(), f.repr.payload_len);
 
     let mut out = vec![0u8; f.repr.buffer_len()];
-    let n = f.repr.emit(f.payload, &mut out).expect("a parsed Repr emits");
+    let n = f
+        .repr
+        .emit(f.payload, &mut out)
+        .expect("a parsed Repr emits");
     let again = roce::parse_frame(&out[..n]).expect("an emitted frame parses");
     assert_eq!(again.repr, f.repr);
     assert_eq!(again.payload, f.payload);
