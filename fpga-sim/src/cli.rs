@@ -1,5 +1,6 @@
-//! `fpga-sim`: the software FPGA peer as a process. Thin: parses flags, binds the UDP data
-//! plane, starts the library's peer, prints one ready line and waits for a signal.
+//! The `fpga-sim` command line: parses flags, binds the UDP data plane, starts the peer,
+//! prints one ready line and waits for a signal. Used by the `fpga-sim` binary and by
+//! `rocelink fpga-sim`.
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddrV4;
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use rocelink_fpga_sim::{start, SimConfig};
+use crate::{start, SimConfig};
 use rocelink_link::{SpinMode, UdpLink};
 
 /// Spinning threads when the peer and a host share the machine: the peer's data plane and
@@ -50,7 +51,7 @@ struct Args {
 
     /// The peer's queue pair number, to which the host sends its answers (24 bits). The host
     /// may override it at run time through the PLAYER_FPGA_QP extension register.
-    #[arg(long, value_name = "QPN", default_value_t = rocelink_fpga_sim::DEFAULT_QP)]
+    #[arg(long, value_name = "QPN", default_value_t = crate::DEFAULT_QP)]
     qp: u32,
 
     /// Pin the data-plane thread to this core (an index as the OS numbers cores).
@@ -124,8 +125,14 @@ fn watch_stdin() -> std::io::Result<()> {
     Ok(())
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+/// Runs the peer with command-line arguments (`argv[0]` first) until a signal, or the end of
+/// stdin with `--exit-on-stdin-close`.
+pub fn main_with_args<I, T>(argv: I) -> anyhow::Result<()>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let args = Args::parse_from(argv);
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
         .with_context(|| format!("bad --log-level `{}`", args.log_level))?;
     tracing_subscriber::fmt()

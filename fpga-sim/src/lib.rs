@@ -22,6 +22,7 @@
 //! ```
 
 pub mod capture;
+pub mod cli;
 pub mod dataplane;
 pub mod ecb_server;
 pub mod player;

@@ -443,7 +443,7 @@ fn drive_peer(cfg: &EchoConfig, ecb_addr: SocketAddrV4, rx_mr: &crate::nic::Memo
         stamp: true,
         scramble: true,
         first_request_id: 1,
-        response_timeout: Duration::from_millis(20),
+        response_timeout: Duration::from_millis(500),
         peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
     };
     host.program_player(&player)?;
