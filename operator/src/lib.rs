@@ -3,6 +3,7 @@
 
 pub mod abi;
 pub mod backend;
+pub mod bench;
 pub mod echo;
 pub mod env;
 pub mod hsb;

@@ -1,0 +1,518 @@
+//! Writing a [`BenchReport`]: Markdown for people, JSON for tools, one SVG per (wire, size)
+//! with a histogram and a CDF of every path on it (PERF.md "How to report a figure").
+//!
+//! The SVGs are drawn with plotters' SVG backend without any font feature: text is written
+//! as SVG `<text>` for the browser to lay out, so no font file is read.
+
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use plotters::coord::combinators::WithKeyPoints;
+use plotters::prelude::*;
+
+use super::{BenchReport, BenchRow};
+use crate::latency::Summary;
+
+fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1000.0)
+}
+
+fn times(r: f64) -> String {
+    if r.is_finite() {
+        format!("{r:.2}x")
+    } else {
+        "-".into()
+    }
+}
+
+/// A file-name-safe form of `s`.
+fn file_part(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}
+
+/// The SVG's file name for `wire` and `size`: `<name>-<wire>-<size>.svg`.
+pub fn svg_file_name(name: &str, wire: &str, size: usize) -> String {
+    format!("{name}-{}-{size}.svg", file_part(wire))
+}
+
+/// Writes `<dir>/<name>.md`, `<dir>/<name>.json` and `<dir>/<name>-<wire>-<size>.svg` for
+/// every (wire, size) of `report`, creating `dir`. `samples[i]` are the round trips (ns) of
+/// `report.rows[i]`, drawn in the SVGs (a row without samples is left out of the plots).
+/// Returns the paths written.
+pub fn write_reports(report: &BenchReport, samples: &[Vec<u64>], dir: &Path, name: &str) -> io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let mut written = Vec::new();
+
+    let md = dir.join(format!("{name}.md"));
+    std::fs::write(&md, markdown(report, name))?;
+    written.push(md);
+
+    let json = dir.join(format!("{name}.json"));
+    let text = serde_json::to_string_pretty(report).map_err(io::Error::other)?;
+    std::fs::write(&json, text + "\n")?;
+    written.push(json);
+
+    for (wire, size) in groups(&report.rows) {
+        let series: Vec<(&BenchRow, &[u64])> = report
+            .rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.wire == wire && r.size == size)
+            .map(|(i, r)| (r, samples.get(i).map_or(&[][..], |s| s.as_slice())))
+            .collect();
+        let title = format!("{wire} wire, {size} B: full round trips");
+        let svg = svg(&title, &series).map_err(io::Error::other)?;
+        let path = dir.join(svg_file_name(name, &wire, size));
+        std::fs::write(&path, svg)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// The (wire, size) pairs of `rows`, in order of first appearance.
+fn groups(rows: &[BenchRow]) -> Vec<(String, usize)> {
+    let mut g: Vec<(String, usize)> = Vec::new();
+    for r in rows {
+        if !g.iter().any(|(w, s)| *w == r.wire && *s == r.size) {
+            g.push((r.wire.clone(), r.size));
+        }
+    }
+    g
+}
+
+/// The Markdown report.
+pub fn markdown(report: &BenchReport, name: &str) -> String {
+    let e = &report.env;
+    let m = &e.machine;
+    let mut s = String::new();
+    let _ = writeln!(s, "# rocelink latency: {name}\n");
+    let _ = writeln!(
+        s,
+        "Every figure is a **full round trip** (request sent to answer received, not halved), in microseconds; \
+         {} round trips per row after {} warm-up round trips (made, then discarded), {}. \
+         Each floor was measured in this process right before the path beside it; the ratios to it are what carry \
+         from one machine to another.\n",
+        e.count, e.warmup, e.mode
+    );
+    if report.interrupted {
+        let _ = writeln!(s, "**Interrupted**: the rows cover what was measured before the interrupt.\n");
+    }
+
+    let _ = writeln!(s, "## Environment\n");
+    let _ = writeln!(s, "| | |\n|---|---|");
+    let spin_note = match m.spin_mode.as_str() {
+        "shared" => "shared: fewer cores than spinners, so every spinner (floors included) spins briefly, then yields its core",
+        "dedicated" => "dedicated: every spinner has a core and never yields (floors too)",
+        other => other,
+    };
+    let pinned: Vec<String> = m.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let c = &report.clock_overhead_ns;
+    for (k, v) in [
+        ("date (UTC)", e.date_utc.clone()),
+        ("host", m.host.clone()),
+        ("CPU", m.cpu.clone()),
+        ("cores available", m.cores.to_string()),
+        ("kernel", m.kernel.clone()),
+        ("GPU", m.gpu.clone().unwrap_or_else(|| "none used".into())),
+        ("rocelink", m.rocelink_version.clone()),
+        ("backend", m.backend.clone()),
+        ("wires", e.wires.join(", ")),
+        ("payload sizes (B)", e.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")),
+        ("spin mode", spin_note.into()),
+        ("pinned cores", pinned.join(", ")),
+        ("clock", format!("CLOCK_MONOTONIC; two reads back to back: p50 {} ns, p99 {} ns", c.p50, c.p99)),
+    ] {
+        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
+    }
+
+    let _ = writeln!(s, "\n## Round trips (us)\n");
+    let _ = writeln!(s, "| path | wire | size (B) | count | min | p50 | p90 | p99 | p99.9 | max | p50 / floor | p99 / floor | lost |");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in &report.rows {
+        let t: &Summary = &r.rtt_ns;
+        let (r50, r99) = match (&r.vs_floor, r.is_floor()) {
+            (Some(v), _) => (times(v.p50), times(v.p99)),
+            (None, true) => ("floor".into(), "floor".into()),
+            (None, false) => ("-".into(), "-".into()),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.path,
+            r.wire,
+            r.size,
+            t.count,
+            us(t.min),
+            us(t.p50),
+            us(t.p90),
+            us(t.p99),
+            us(t.p999),
+            us(t.max),
+            r50,
+            r99,
+            r.counts.lost
+        );
+    }
+
+    let _ = writeln!(s, "\n## Targets\n");
+    if report.targets.is_empty() {
+        let _ = writeln!(s, "No target applies to these rows.");
+    }
+    for t in &report.targets {
+        let floor = report
+            .rows
+            .iter()
+            .find(|r| r.wire == t.wire && r.size == t.size && r.floor_of.as_deref() == Some(t.path.as_str()))
+            .map_or("its floor".to_string(), |r| r.path.clone());
+        let verdict = if t.met { "**met**" } else { "**not met**" };
+        match t.ratio {
+            Some(x) => {
+                let _ = writeln!(s, "- {} on the {} wire, {} B: p50 is {} its floor ({floor}); target {}: {verdict}.", t.path, t.wire, t.size, times(x), t.what);
+            }
+            None => {
+                let _ = writeln!(s, "- {} on the {} wire, {} B: no ratio to its floor ({floor}) could be taken; target {}: {verdict}.", t.path, t.wire, t.size, t.what);
+            }
+        }
+    }
+
+    let _ = writeln!(s, "\n## Messages\n");
+    let _ = writeln!(s, "| path | wire | size (B) | sent | received | lost | duplicated | reordered | corrupted | how |");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
+    for r in &report.rows {
+        let c = &r.counts;
+        let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |", r.path, r.wire, r.size, c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted, r.detail.replace('|', "\\|"));
+    }
+    let _ = writeln!(s, "\nSent counts include the warm-up messages; the distributions exclude them.");
+
+    let groups = groups(&report.rows);
+    if !groups.is_empty() {
+        let _ = writeln!(s, "\n## Plots\n");
+        for (wire, size) in groups {
+            let f = svg_file_name(name, &wire, size);
+            let _ = writeln!(s, "![{wire} wire, {size} B]({f})");
+        }
+    }
+    s
+}
+
+/// Colours of the series, floors first in a report's order (floor blue, path red, then more
+/// for later paths).
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// Log-spaced bins per decade in the histogram panel.
+const BINS_PER_DECADE: f64 = 40.0;
+/// Points drawn per CDF.
+const CDF_POINTS: usize = 1_000;
+
+fn plot_err<E: std::fmt::Debug>(e: E) -> String {
+    format!("drawing the plot: {e:?}")
+}
+
+/// One SVG of two panels: a histogram (share of round trips per log-spaced bin, the x axis
+/// logarithmic and ending at twice the largest p99.9 so the body shows) and a CDF over the
+/// whole range (logarithmic x axis), every series in its own colour with a legend.
+pub fn svg(title: &str, series: &[(&BenchRow, &[u64])]) -> Result<String, String> {
+    let series: Vec<(&BenchRow, Vec<u64>)> = series
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(r, s)| {
+            let mut v = s.to_vec();
+            v.sort_unstable();
+            (*r, v)
+        })
+        .collect();
+    let to_us = |ns: u64| ns.max(1) as f64 / 1000.0;
+    let lo = series.iter().map(|(_, s)| to_us(s[0])).fold(f64::INFINITY, f64::min);
+    let hi = series.iter().map(|(_, s)| to_us(*s.last().expect("non-empty"))).fold(0.0, f64::max);
+    let p999 = series.iter().map(|(_, s)| to_us(s[((s.len() - 1) as f64 * 0.999) as usize])).fold(0.0, f64::max);
+    let (lo, hi) = if series.is_empty() { (0.1, 10.0) } else { (lo * 0.9, hi * 1.1) };
+    let hist_hi = (p999 * 2.0).clamp(lo * 2.0, hi.max(lo * 2.0));
+    let cdf_hi = hi.max(lo * 2.0);
+
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (1400, 560)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let root = root.titled(title, ("sans-serif", 22)).map_err(plot_err)?;
+        let (left, right) = root.split_horizontally(700);
+
+        // Histogram: log-spaced bins from lo to hist_hi, share of each series' samples.
+        let edges = log_edges(lo, hist_hi);
+        let hists: Vec<Vec<f64>> = series.iter().map(|(_, s)| shares(s, &edges)).collect();
+        let ymax = hists.iter().flat_map(|h| h.iter().copied()).fold(0.0, f64::max).max(1.0) * 1.1;
+        let mut chart = ChartBuilder::on(&left)
+            .caption(format!("histogram (x clipped at {hist_hi:.2} us = 2x the largest p99.9)"), ("sans-serif", 15))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(log_axis(lo, hist_hi), 0.0..ymax)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("round trip (us, log scale)")
+            .y_desc("% of round trips per bin")
+            .x_label_formatter(&|v| tick_label(*v))
+            .y_label_formatter(&|v| format!("{v:.1}"))
+            .draw()
+            .map_err(plot_err)?;
+        for (i, ((row, _), h)) in series.iter().zip(&hists).enumerate() {
+            let colour = COLOURS[i % COLOURS.len()];
+            let mut pts = Vec::with_capacity(h.len() * 2);
+            for (b, &y) in h.iter().enumerate() {
+                pts.push((edges[b], y));
+                pts.push((edges[b + 1], y));
+            }
+            chart
+                .draw_series(LineSeries::new(pts, colour.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(row.path.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(plot_err)?;
+
+        // CDF over everything, max included.
+        let mut chart = ChartBuilder::on(&right)
+            .caption("CDF (whole range)", ("sans-serif", 15))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(log_axis(lo, cdf_hi), 0.0..100.0)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc("round trip (us, log scale)")
+            .y_desc("% of round trips at or below")
+            .x_label_formatter(&|v| tick_label(*v))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .draw()
+            .map_err(plot_err)?;
+        for (i, (row, s)) in series.iter().enumerate() {
+            let colour = COLOURS[i % COLOURS.len()];
+            let n = s.len();
+            let step = (n / CDF_POINTS).max(1);
+            let mut pts: Vec<(f64, f64)> = (0..n).step_by(step).map(|k| (to_us(s[k]), (k + 1) as f64 * 100.0 / n as f64)).collect();
+            pts.push((to_us(s[n - 1]), 100.0));
+            chart
+                .draw_series(LineSeries::new(pts, colour.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(row.path.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 14))
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(out)
+}
+
+/// A logarithmic axis from `lo` to `hi` with ticks at 1, 2, 5 x 10^k (or every 10^k over
+/// many decades, or every integer multiple over less than one), minor lines at every integer
+/// multiple of 10^k.
+fn log_axis(lo: f64, hi: f64) -> WithKeyPoints<LogCoord<f64>> {
+    let (bold, light) = log_ticks(lo, hi);
+    (lo..hi).log_scale().with_key_points(bold).with_light_points(light)
+}
+
+fn log_ticks(lo: f64, hi: f64) -> (Vec<f64>, Vec<f64>) {
+    let within = |mults: &[f64]| -> Vec<f64> {
+        let mut v = Vec::new();
+        let mut decade = 10f64.powi(lo.log10().floor() as i32);
+        while decade <= hi {
+            for m in mults {
+                let x = decade * m;
+                if x >= lo && x <= hi {
+                    v.push(x);
+                }
+            }
+            decade *= 10.0;
+        }
+        v
+    };
+    let all: Vec<f64> = (1..10).map(f64::from).collect();
+    let mut bold = within(&[1.0, 2.0, 5.0]);
+    if bold.len() > 12 {
+        bold = within(&[1.0]);
+    } else if bold.len() < 3 {
+        bold = within(&all);
+    }
+    let light = if (hi / lo).log10() <= 4.0 { within(&all) } else { Vec::new() };
+    (bold, light)
+}
+
+/// An axis label in microseconds: as many decimals as small values need.
+fn tick_label(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Bin edges (us) from `lo` to `hi`, [`BINS_PER_DECADE`] per decade.
+fn log_edges(lo: f64, hi: f64) -> Vec<f64> {
+    let n = (((hi / lo).log10() * BINS_PER_DECADE).ceil() as usize).max(1);
+    let step = (hi / lo).powf(1.0 / n as f64);
+    (0..=n).map(|i| lo * step.powi(i as i32)).collect()
+}
+
+/// The share (%) of `sorted` samples (ns) in each bin of `edges` (us); samples past the
+/// last edge are in none.
+fn shares(sorted: &[u64], edges: &[f64]) -> Vec<f64> {
+    let mut counts = vec![0u64; edges.len() - 1];
+    let mut b = 0;
+    for &ns in sorted {
+        let v = ns.max(1) as f64 / 1000.0;
+        while b < counts.len() && v >= edges[b + 1] {
+            b += 1;
+        }
+        if b == counts.len() {
+            break;
+        }
+        if v >= edges[b] {
+            counts[b] += 1;
+        }
+    }
+    let n = sorted.len().max(1) as f64;
+    counts.into_iter().map(|c| c as f64 * 100.0 / n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{floors::histogram_of, paths, vs_floor, BenchEnv, Target};
+    use crate::env::Environment;
+    use crate::latency::Counts;
+
+    fn synthetic() -> (BenchReport, Vec<Vec<u64>>) {
+        // Floor around 400 ns, path around 1.3 us, with a tail.
+        let floor: Vec<u64> = (0..2000u64).map(|i| 380 + (i * 7919) % 60 + if i % 500 == 0 { 5_000 } else { 0 }).collect();
+        let path: Vec<u64> = (0..2000u64).map(|i| 1_200 + (i * 104_729) % 300 + if i % 400 == 0 { 40_000 } else { 0 }).collect();
+        let fs = Summary::of(&histogram_of(&floor));
+        let ps = Summary::of(&histogram_of(&path));
+        let vs = vs_floor(&ps, paths::FLOOR_CACHELINE, &fs);
+        let counts = Counts { sent: 2010, received: 2010, ..Counts::default() };
+        let rows = vec![
+            BenchRow { path: paths::FLOOR_CACHELINE.into(), wire: "inproc".into(), size: 64, floor_of: Some(paths::CPU_BACKEND.into()), rtt_ns: fs, counts, vs_floor: None, detail: "two threads".into() },
+            BenchRow { path: paths::CPU_BACKEND.into(), wire: "inproc".into(), size: 64, floor_of: None, rtt_ns: ps, counts, vs_floor: Some(vs.clone()), detail: "inproc".into() },
+        ];
+        let report = BenchReport {
+            env: BenchEnv {
+                machine: Environment::here("cpu", "inproc", 64, "shared"),
+                date_utc: "2026-01-02T03:04:05Z".into(),
+                wires: vec!["inproc".into()],
+                sizes: vec![64],
+                mode: "closed-loop".into(),
+                count: 2000,
+                warmup: 10,
+                figures: "full round trip".into(),
+            },
+            clock_overhead_ns: Summary { count: 10, min: 15, p50: 20, p90: 21, p99: 30, p999: 40, max: 50, mean: 21.0 },
+            rows,
+            targets: vec![Target { path: paths::CPU_BACKEND.into(), wire: "inproc".into(), size: 64, what: "p50 <= 3x floor p50".into(), max_ratio: 3.0, ratio: Some(vs.p50), met: vs.p50 <= 3.0 }],
+            interrupted: false,
+            samples: vec![floor, path],
+            files: vec![],
+        };
+        let samples = report.samples.clone();
+        (report, samples)
+    }
+
+    #[test]
+    fn writes_markdown_json_and_svg() {
+        let (report, samples) = synthetic();
+        let ratio = report.rows[1].vs_floor.as_ref().expect("ratio").p50;
+        assert!(ratio > 2.5 && ratio < 4.5, "{ratio}");
+        let dir = std::env::temp_dir().join(format!("rocelink-bench-write-{}-{}", std::process::id(), rocelink_link::clock::monotonic_ns()));
+        let files = write_reports(&report, &samples, &dir, "syn").expect("write");
+        let md_path = dir.join("syn.md");
+        let json_path = dir.join("syn.json");
+        let svg_path = dir.join("syn-inproc-64.svg");
+        assert_eq!(files, vec![md_path.clone(), json_path.clone(), svg_path.clone()]);
+
+        let md = std::fs::read_to_string(&md_path).expect("md");
+        assert!(md.contains("| path | wire | size (B) | count | min | p50 | p90 | p99 | p99.9 | max | p50 / floor | p99 / floor | lost |"), "{md}");
+        assert!(md.contains(&format!("{ratio:.2}x")), "{md}");
+        assert!(md.contains("full round trip"));
+        assert!(md.contains("| floor: cache-line ping-pong | inproc | 64 | 2000 |"), "{md}");
+        assert!(md.contains("**met**") || md.contains("**not met**"), "{md}");
+        assert!(md.contains("2026-01-02T03:04:05Z"));
+
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("parses");
+        assert_eq!(json["env"]["spin_mode"], "shared");
+        assert_eq!(json["env"]["date_utc"], "2026-01-02T03:04:05Z");
+        assert!(json["env"]["rocelink_version"].is_string());
+        assert_eq!(json["clock_overhead_ns"]["p50"], 20);
+        let rows = json["rows"].as_array().expect("rows");
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0]["path"], paths::FLOOR_CACHELINE);
+        assert_eq!(rows[0]["floor_of"], paths::CPU_BACKEND);
+        assert!(rows[0]["vs_floor"].is_null());
+        assert_eq!(rows[1]["floor_of"], serde_json::Value::Null);
+        assert!(rows[1]["vs_floor"]["p50"].as_f64().is_some());
+        assert!(rows[1]["vs_floor"]["p99"].as_f64().is_some());
+        for k in ["min", "p50", "p90", "p99", "p999", "max", "count"] {
+            assert!(rows[1]["rtt_ns"][k].is_u64(), "{k}");
+        }
+        assert_eq!(rows[1]["counts"]["lost"], 0);
+        assert_eq!(json["targets"][0]["max_ratio"], 3.0);
+        assert!(json["targets"][0]["met"].is_boolean());
+
+        let svg = std::fs::read_to_string(&svg_path).expect("svg");
+        assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains(paths::FLOOR_CACHELINE));
+        assert!(svg.contains(paths::CPU_BACKEND));
+        assert!(svg.contains("CDF"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn svg_without_samples_is_still_valid() {
+        let (report, _) = synthetic();
+        let s = svg("empty", &[(&report.rows[0], &[][..])]).expect("svg");
+        assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn log_ticks_are_readable() {
+        let (bold, _) = log_ticks(0.3, 40.0);
+        assert_eq!(bold, vec![0.5, 1.0, 2.0, 5.0, 10.0, 20.0]);
+        let (bold, _) = log_ticks(150.0, 400.0);
+        assert_eq!(bold, vec![200.0, 300.0, 400.0]);
+        let (bold, light) = log_ticks(0.1, 1e6);
+        assert_eq!(bold.len(), 8);
+        assert!(light.is_empty());
+    }
+
+    #[test]
+    fn bins_cover_the_samples() {
+        let edges = log_edges(0.1, 10.0);
+        assert_eq!(edges.len(), 81);
+        assert!((edges[80] - 10.0).abs() < 1e-9);
+        let s = shares(&[100, 1000, 1000, 50_000], &edges);
+        assert!((s.iter().sum::<f64>() - 75.0).abs() < 1e-9, "{s:?}");
+    }
+}
