@@ -153,7 +153,15 @@ impl SoftNic {
         if frame.len() > rocelink_link::MAX_FRAME {
             return Err(DropReason::Oversized);
         }
-        let f = roce::parse_frame(frame)?;
+        let f = match roce::parse_frame(frame) {
+            Ok(f) => f,
+            // parse_frame refuses a payload over roce::PMTU as Malformed, before it checks the
+            // ICRC: for the NIC that is a packet over the path MTU.
+            Err(rocelink_wire::Error::Malformed) if carried_payload(frame).is_some_and(|n| n > self.opts.pmtu) => {
+                return Err(DropReason::Oversized);
+            }
+            Err(e) => return Err(e.into()),
+        };
         let bth = f.repr.bth;
         let payload = f.payload;
         if payload.len() > self.opts.pmtu {
@@ -450,6 +458,21 @@ impl SoftNic {
         self.counters.tx_bytes.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(len as u32)
     }
+}
+
+/// Payload bytes a frame says it carries: its IPv4 total length less the IPv4, UDP and BTH
+/// headers, the extension headers its opcode names, its pad count and the ICRC. `None` when
+/// those fields are missing or the IPv4 header length is invalid.
+fn carried_payload(frame: &[u8]) -> Option<usize> {
+    use rocelink_wire::{bth, ethernet, icrc, ipv4, udp};
+    let ip = ipv4::Packet::new_unchecked(frame.get(ethernet::HEADER_LEN..)?);
+    let ihl = usize::from(ip.header_len());
+    if ihl < ipv4::HEADER_LEN || frame.len() < ethernet::HEADER_LEN + ihl + udp::HEADER_LEN + bth::HEADER_LEN {
+        return None;
+    }
+    let b = bth::Packet::new_unchecked(&frame[ethernet::HEADER_LEN + ihl + udp::HEADER_LEN..]);
+    let headers = ihl + udp::HEADER_LEN + bth::HEADER_LEN + b.opcode().ext_len();
+    usize::from(ip.total_len()).checked_sub(headers + usize::from(b.pad_count()) + icrc::LEN)
 }
 
 /// Writes a CQE: bytes 0..63, then the owner byte with Release, so a poller that sees the
