@@ -89,7 +89,7 @@ impl SharedMem {
 
     fn check(&self, off: usize, len: usize, align: usize) {
         assert!(
-            off.checked_add(len).is_some_and(|e| e <= self.len) && off % align == 0,
+            off.checked_add(len).is_some_and(|e| e <= self.len) && off.is_multiple_of(align),
             "shared-memory access {off}+{len} (align {align}) outside a region of {}",
             self.len
         );

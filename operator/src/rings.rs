@@ -62,7 +62,7 @@ impl QpSizes {
         if self.rx_slots == 0 || self.rx_slots > 4096 {
             return Err(format!("rx_slots = {} must be 1..=4096 (the immediate carries 12 slot bits)", self.rx_slots));
         }
-        if self.rx_slot_stride == 0 || self.rx_slot_stride % 128 != 0 {
+        if self.rx_slot_stride == 0 || !self.rx_slot_stride.is_multiple_of(128) {
             return Err(format!("rx_slot_stride = {} must be a non-zero multiple of 128 (DP_PAGE_INC units)", self.rx_slot_stride));
         }
         if self.tx_slot_stride < 64 {

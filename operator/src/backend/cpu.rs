@@ -93,10 +93,10 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
     loop {
         let Some(rc) = verbs.poll_recv() else {
             idle = idle.wrapping_add(1);
-            if idle % abi::RL_EXIT_POLL_EVERY == 0 && m.atomic_u32(l.exit_flag()).load(Relaxed) != 0 {
+            if idle.is_multiple_of(abi::RL_EXIT_POLL_EVERY) && m.atomic_u32(l.exit_flag()).load(Relaxed) != 0 {
                 break;
             }
-            if idle % abi::RL_HEARTBEAT_EVERY == 0 {
+            if idle.is_multiple_of(abi::RL_HEARTBEAT_EVERY) {
                 heartbeat += 1;
                 m.atomic_u64(l.heartbeat()).store(heartbeat, Relaxed);
             }
