@@ -84,6 +84,34 @@ enum Cmd {
         #[arg(long)]
         quiet: bool,
     },
+    /// Latency benchmark: each path beside its floor measured in the same run (PERF.md),
+    /// written as Markdown + JSON + SVG into --out.
+    Bench {
+        /// Wires to measure.
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["inproc", "udp"])]
+        wires: Vec<Wire>,
+        /// Message sizes in bytes (RPC header included).
+        #[arg(long, value_delimiter = ',', default_values_t = [64usize, 1024])]
+        sizes: Vec<usize>,
+        /// Measured round trips per row (warm-up not included).
+        #[arg(long, default_value_t = 100_000)]
+        count: u32,
+        /// Round trips made first and discarded.
+        #[arg(long, default_value_t = 1_000)]
+        warmup: u32,
+        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`.
+        #[arg(long, value_delimiter = ',', num_args = 1..=3)]
+        cores: Vec<usize>,
+        /// Spin policy of the polling threads.
+        #[arg(long, value_enum, default_value = "auto")]
+        spin: Spin,
+        /// Folder for the report files.
+        #[arg(long, default_value = "latency-reports")]
+        out: PathBuf,
+        /// Base name of the report files.
+        #[arg(long, default_value = "bench")]
+        name: String,
+    },
     /// Run the software FPGA peer (the same program as the `fpga-sim` binary; see
     /// `rocelink fpga-sim --help`).
     #[command(name = "fpga-sim", disable_help_flag = true)]
@@ -120,10 +148,7 @@ fn main() -> ExitCode {
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, timeout, json, quiet } => {
-            let wire = match wire {
-                Wire::Inproc => WireKind::Inproc,
-                Wire::Udp => WireKind::Udp,
-            };
+            let wire = wire_kind(wire);
             let peer_mode = if let Some(ecb) = peer {
                 PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
             } else if peer_process {
@@ -143,12 +168,8 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 peer: peer_mode,
                 host_ip,
                 peer_ip: None,
-                cores: Cores { nic: cores.first().copied(), backend: cores.get(1).copied(), peer: cores.get(2).copied() },
-                spin: match spin {
-                    Spin::Auto => None,
-                    Spin::Dedicated => Some(SpinMode::Dedicated),
-                    Spin::Shared => Some(SpinMode::Shared),
-                },
+                cores: cores_of(&cores),
+                spin: spin_mode(spin),
                 timeout: timeout.map(Duration::from_secs_f64),
                 progress: !quiet,
                 ..EchoConfig::default()
@@ -162,6 +183,43 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let clean = r.counts.lost == 0 && r.counts.corrupted == 0 && r.counts.duplicated == 0;
             Ok(if clean && !rocelink_operator::interrupted() { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
+        Cmd::Bench { wires, sizes, count, warmup, cores, spin, out, name } => {
+            let cfg = rocelink_operator::bench::BenchConfig {
+                wires: wires.into_iter().map(wire_kind).collect(),
+                sizes,
+                count,
+                warmup,
+                cores: cores_of(&cores),
+                spin: spin_mode(spin),
+                out_dir: out,
+                name,
+            };
+            let r = rocelink_operator::bench::run_bench(&cfg)?;
+            print!("{}", rocelink_operator::bench::write::markdown(&r, &cfg.name));
+            for f in &r.files {
+                eprintln!("wrote {}", f.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::FpgaSim { .. } => unreachable!("handled before logging starts"),
     }
+}
+
+fn wire_kind(w: Wire) -> WireKind {
+    match w {
+        Wire::Inproc => WireKind::Inproc,
+        Wire::Udp => WireKind::Udp,
+    }
+}
+
+fn spin_mode(s: Spin) -> Option<SpinMode> {
+    match s {
+        Spin::Auto => None,
+        Spin::Dedicated => Some(SpinMode::Dedicated),
+        Spin::Shared => Some(SpinMode::Shared),
+    }
+}
+
+fn cores_of(cores: &[usize]) -> Cores {
+    Cores { nic: cores.first().copied(), backend: cores.get(1).copied(), peer: cores.get(2).copied() }
 }

@@ -271,7 +271,8 @@ impl SoftNic {
                 }
                 if !payload.is_empty() {
                     let mr = self.mrs.by_lkey(u32::from_be(wqe.lkey)).ok_or(DropReason::BadRkey)?;
-                    if !mr.access.contains(Access::LOCAL_WRITE) {
+                    // Regions live in the queue pair's memory; a key of another memory is refused.
+                    if !mr.access.contains(Access::LOCAL_WRITE) || !Arc::ptr_eq(&mr.mem, &self.q.mem) {
                         return Err(DropReason::BadRkey);
                     }
                     let off = mr.resolve(u64::from_be(wqe.addr), payload.len() as u64).ok_or(DropReason::OutOfBounds)?;
