@@ -20,6 +20,66 @@ pub trait Stage: Send {
     fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome;
 }
 
+/// A device stage as a graph names it: what each backend builds its own way (a Rust
+/// [`Stage`] on the CPU, generated device code on the GPU).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum StageSpec {
+    Echo,
+}
+
+impl StageSpec {
+    /// The CPU implementation.
+    pub fn cpu_stage(&self) -> Box<dyn Stage> {
+        match self {
+            StageSpec::Echo => Box::new(Echo),
+        }
+    }
+}
+
+/// Stages fused into one: each stage's answer is the next stage's request; the last answer
+/// goes out. A stage that drops ends the chain with a drop.
+pub struct Chain {
+    stages: Vec<Box<dyn Stage>>,
+    scratch: Vec<u8>,
+}
+
+impl Chain {
+    pub fn new(stages: Vec<Box<dyn Stage>>) -> Chain {
+        Chain { stages, scratch: vec![0; rocelink_wire::roce::PMTU] }
+    }
+    pub fn from_specs(specs: &[StageSpec]) -> Chain {
+        Chain::new(specs.iter().map(StageSpec::cpu_stage).collect())
+    }
+}
+
+impl Stage for Chain {
+    fn name(&self) -> &'static str {
+        "chain"
+    }
+
+    fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome {
+        let n = self.stages.len();
+        if n == 0 {
+            return Outcome::Drop;
+        }
+        if n == 1 {
+            return self.stages[0].process(request, out);
+        }
+        // Stage k writes into `out` when n - 1 - k is even, so the last stage writes into
+        // `out`; the others alternate through `scratch`.
+        let mut to_out = (n - 1) % 2 == 0;
+        let first = if to_out { self.stages[0].process(request, out) } else { self.stages[0].process(request, &mut self.scratch) };
+        let Outcome::Answer(mut len) = first else { return Outcome::Drop };
+        for stage in self.stages[1..].iter_mut() {
+            let r = if to_out { stage.process(&out[..len], &mut self.scratch) } else { stage.process(&self.scratch[..len], out) };
+            let Outcome::Answer(m) = r else { return Outcome::Drop };
+            len = m;
+            to_out = !to_out;
+        }
+        Outcome::Answer(len)
+    }
+}
+
 /// Answers every request with a CUQS response echoing `request_id` and `ptp_timestamp`,
 /// status 0, followed by exactly the request's argument bytes (PROTOCOLS.md 3).
 #[derive(Debug, Default, Clone, Copy)]
@@ -78,6 +138,31 @@ mod tests {
         assert_eq!((resp.status, resp.result_len, resp.request_id, resp.ptp_timestamp), (0, 8, 7, 0x1122_3344_5566_7788));
         assert_eq!(&out[24..32], b"payload!");
         assert_eq!(&out[0..4], &0x4355_5153u32.to_le_bytes());
+    }
+
+    /// Appends one byte: a stage whose effect shows how many times it ran.
+    struct Append(u8);
+    impl Stage for Append {
+        fn name(&self) -> &'static str {
+            "append"
+        }
+        fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome {
+            out[..request.len()].copy_from_slice(request);
+            out[request.len()] = self.0;
+            Outcome::Answer(request.len() + 1)
+        }
+    }
+
+    #[test]
+    fn chains_feed_each_answer_to_the_next_stage() {
+        for n in 1..5u8 {
+            let mut c = Chain::new((0..n).map(|i| Box::new(Append(i)) as Box<dyn Stage>).collect());
+            let mut out = [0u8; 16];
+            assert_eq!(c.process(b"x", &mut out), Outcome::Answer(1 + n as usize));
+            let expect: Vec<u8> = std::iter::once(b'x').chain(0..n).collect();
+            assert_eq!(&out[..1 + n as usize], &expect[..]);
+        }
+        assert_eq!(Chain::new(vec![]).process(b"x", &mut [0; 4]), Outcome::Drop);
     }
 
     #[test]

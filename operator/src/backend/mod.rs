@@ -1,6 +1,73 @@
 //! Execution backends: where the transceiver loop runs. The CPU backend is always built; the
-//! GPU backend (cudarc, dynamic loading) runs the same loop as a persistent CUDA kernel.
+//! GPU backend (cudarc, dynamic loading) runs the same loop as a persistent CUDA kernel over
+//! the same rings.
+//!
+//! [`spawn_backend`] is the one entry point the runners use: it takes the fused stage chain
+//! (as [`StageSpec`]s, so each backend builds it its own way: Rust stages on the CPU, generated
+//! device code on the GPU) and returns a [`RunningBackend`].
 
 pub mod cpu;
 
+use std::time::Duration;
+
 pub use cpu::{CpuBackend, CpuBackendConfig};
+
+use crate::rings::QpMemory;
+use crate::stage::{Chain, StageSpec};
+
+/// Which backend a graph asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum BackendKind {
+    /// The GPU when a CUDA driver and a device exist, otherwise the CPU (with one log line
+    /// saying why).
+    Auto,
+    /// GPU number `n`; an error when there is none.
+    Gpu(usize),
+    Cpu,
+}
+
+/// A transceiver loop that is running.
+pub trait RunningBackend: Send {
+    /// "cpu", or "gpu 0 (NVIDIA H200)".
+    fn name(&self) -> String;
+    /// Messages answered so far.
+    fn processed(&self) -> u64;
+    /// Messages refused by the data path so far.
+    fn dropped(&self) -> u32;
+    /// Stops the loop (exit flag, then join or watchdog) within `timeout`.
+    fn stop(self: Box<Self>, timeout: Duration) -> Result<(), String>;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("GPU backend: {0}")]
+    Gpu(String),
+    #[error("cannot start the CPU backend: {0}")]
+    Cpu(std::io::Error),
+}
+
+impl RunningBackend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu".into()
+    }
+    fn processed(&self) -> u64 {
+        CpuBackend::processed(self)
+    }
+    fn dropped(&self) -> u32 {
+        CpuBackend::dropped(self)
+    }
+    fn stop(self: Box<Self>, timeout: Duration) -> Result<(), String> {
+        CpuBackend::stop(*self, timeout)
+    }
+}
+
+/// Starts the transceiver loop of `kind` over the queue pair `q`, running `chain`.
+pub fn spawn_backend(kind: BackendKind, q: QpMemory, chain: &[StageSpec], cfg: CpuBackendConfig) -> Result<Box<dyn RunningBackend>, BackendError> {
+    match kind {
+        BackendKind::Gpu(n) => Err(BackendError::Gpu(format!("GPU {n} requested, but this build has no GPU backend yet"))),
+        BackendKind::Auto | BackendKind::Cpu => {
+            let stage = Box::new(Chain::from_specs(chain));
+            Ok(Box::new(CpuBackend::spawn(q, stage, cfg).map_err(BackendError::Cpu)?))
+        }
+    }
+}
