@@ -256,16 +256,23 @@ struct rl_control {
 
 /**
  * Per-message timestamps written by the data path into a ring of `timestamp_entries`
- * records indexed by message count; read by the host after the run (no polling).
- * GPU: %globaltimer ns; CPU backend: CLOCK_MONOTONIC ns.
+ * records indexed by message count; read by the host after the run, or behind the
+ * `processed` counter by a tap (no polling by the data path). Data-path clock: GPU
+ * %globaltimer ns; CPU backend CLOCK_MONOTONIC ns. With nic_cqe_ns (NIC clock) and the peer's
+ * send and arrival times (the peer's clock, the same CLOCK_MONOTONIC for fpga-sim on this
+ * host), a round trip splits into: wire + NIC in (nic_cqe - sent), data-path turnaround
+ * (doorbell - cqe_seen, one clock), and the rest (CQE to data path, doorbell to NIC, NIC +
+ * wire out).
  */
 struct rl_msg_timestamp {
-    uint64_t cqe_seen_ns; /* the receive CQE was seen */
-    uint64_t doorbell_ns; /* the send doorbell was rung */
+    uint64_t cqe_seen_ns; /* the data path saw the receive CQE (data-path clock) */
+    uint64_t doorbell_ns; /* the data path rang the send doorbell (data-path clock) */
+    uint64_t nic_cqe_ns;  /* the NIC wrote the CQE: the CQE's timestamp (NIC clock: CLOCK_MONOTONIC for the software NIC) */
     uint32_t request_id;  /* from the RPC header */
     uint32_t slot;        /* RX slot (imm & 0xfff) */
     uint32_t byte_count;  /* bytes received */
     uint32_t sq_index;    /* send WQE index used for the answer */
+    uint32_t rsvd[2];
 };
 
 /**
@@ -282,6 +289,7 @@ struct rl_transceiver_desc {
     uint64_t proxy_doorbell;  /* struct rl_proxy_doorbell * */
     uint64_t control;         /* struct rl_control * */
     uint64_t timestamps;      /* struct rl_msg_timestamp *, or 0 for none */
+    uint64_t tx_buffer_iova;  /* tx_buffer as the NIC addresses it (the TX region's virtual address) */
     uint32_t rx_slot_stride;
     uint32_t rx_slots;
     uint32_t tx_slot_stride;
@@ -310,8 +318,8 @@ RL_STATIC_ASSERT(sizeof(struct rl_proxy_doorbell) == RL_LINE_SIZE, "proxy doorbe
 RL_STATIC_ASSERT(sizeof(struct rl_index_line) == RL_LINE_SIZE, "index line");
 RL_STATIC_ASSERT(sizeof(struct rl_control) == 2 * RL_LINE_SIZE, "control lines");
 RL_STATIC_ASSERT(offsetof(struct rl_control, heartbeat) == RL_LINE_SIZE, "control: host line / device line");
-RL_STATIC_ASSERT(sizeof(struct rl_msg_timestamp) == 32, "timestamp record");
+RL_STATIC_ASSERT(sizeof(struct rl_msg_timestamp) == 48, "timestamp record");
 RL_STATIC_ASSERT(sizeof(struct rl_queue_desc) == 24, "queue desc");
-RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 5 * 8 + 8 * 4, "transceiver desc");
+RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 6 * 8 + 8 * 4, "transceiver desc");
 
 #endif /* ROCELINK_ABI_H */

@@ -103,7 +103,7 @@ impl QpLayout {
         let rcq_dbrec = c.take(8, LINE);
         let proxy_doorbell = c.take(LINE, LINE);
         let control = c.take(2 * LINE, LINE);
-        let timestamps = c.take(sizes.timestamp_entries as usize * 32, LINE);
+        let timestamps = c.take(sizes.timestamp_entries as usize * abi::TIMESTAMP, LINE);
         let rx_buffer = c.take(sizes.rx_slots as usize * sizes.rx_slot_stride as usize, PAGE);
         let tx_buffer = c.take(sizes.sq_entries as usize * sizes.tx_slot_stride as usize, PAGE);
         let total = c.take(0, PAGE);
@@ -212,6 +212,7 @@ impl QpMemory {
             proxy_doorbell: m.device_addr(l.proxy_doorbell),
             control: m.device_addr(l.control),
             timestamps: if l.sizes.timestamp_entries == 0 { 0 } else { m.device_addr(l.timestamps) },
+            tx_buffer_iova: m.host_addr(l.tx_buffer),
             rx_slot_stride: l.sizes.rx_slot_stride,
             rx_slots: l.sizes.rx_slots,
             tx_slot_stride: l.sizes.tx_slot_stride,
@@ -241,7 +242,7 @@ mod tests {
             (l.rcq_dbrec, LINE),
             (l.proxy_doorbell, LINE),
             (l.control, 2 * LINE),
-            (l.timestamps, (1 << 17) * 32),
+            (l.timestamps, (1 << 17) * abi::TIMESTAMP),
             (l.rx_buffer, l.rx_buffer_len()),
             (l.tx_buffer, l.tx_buffer_len()),
         ];

@@ -373,21 +373,28 @@ const _: () = {
     ][::core::mem::offset_of!(rl_control, rsvd1) - 156usize];
 };
 /** Per-message timestamps written by the data path into a ring of `timestamp_entries`
- records indexed by message count; read by the host after the run (no polling).
- GPU: %globaltimer ns; CPU backend: CLOCK_MONOTONIC ns.*/
+ records indexed by message count; read by the host after the run, or behind the
+ `processed` counter by a tap (no polling by the data path). Data-path clock: GPU
+ %globaltimer ns; CPU backend CLOCK_MONOTONIC ns. With nic_cqe_ns (NIC clock) and the peer's
+ send and arrival times (the peer's clock, the same CLOCK_MONOTONIC for fpga-sim on this
+ host), a round trip splits into: wire + NIC in (nic_cqe - sent), data-path turnaround
+ (doorbell - cqe_seen, one clock), and the rest (CQE to data path, doorbell to NIC, NIC +
+ wire out).*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct rl_msg_timestamp {
     pub cqe_seen_ns: u64,
     pub doorbell_ns: u64,
+    pub nic_cqe_ns: u64,
     pub request_id: u32,
     pub slot: u32,
     pub byte_count: u32,
     pub sq_index: u32,
+    pub rsvd: [u32; 2usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of rl_msg_timestamp"][::core::mem::size_of::<rl_msg_timestamp>() - 32usize];
+    ["Size of rl_msg_timestamp"][::core::mem::size_of::<rl_msg_timestamp>() - 48usize];
     [
         "Alignment of rl_msg_timestamp",
     ][::core::mem::align_of::<rl_msg_timestamp>() - 8usize];
@@ -398,17 +405,23 @@ const _: () = {
         "Offset of field: rl_msg_timestamp::doorbell_ns",
     ][::core::mem::offset_of!(rl_msg_timestamp, doorbell_ns) - 8usize];
     [
+        "Offset of field: rl_msg_timestamp::nic_cqe_ns",
+    ][::core::mem::offset_of!(rl_msg_timestamp, nic_cqe_ns) - 16usize];
+    [
         "Offset of field: rl_msg_timestamp::request_id",
-    ][::core::mem::offset_of!(rl_msg_timestamp, request_id) - 16usize];
+    ][::core::mem::offset_of!(rl_msg_timestamp, request_id) - 24usize];
     [
         "Offset of field: rl_msg_timestamp::slot",
-    ][::core::mem::offset_of!(rl_msg_timestamp, slot) - 20usize];
+    ][::core::mem::offset_of!(rl_msg_timestamp, slot) - 28usize];
     [
         "Offset of field: rl_msg_timestamp::byte_count",
-    ][::core::mem::offset_of!(rl_msg_timestamp, byte_count) - 24usize];
+    ][::core::mem::offset_of!(rl_msg_timestamp, byte_count) - 32usize];
     [
         "Offset of field: rl_msg_timestamp::sq_index",
-    ][::core::mem::offset_of!(rl_msg_timestamp, sq_index) - 28usize];
+    ][::core::mem::offset_of!(rl_msg_timestamp, sq_index) - 36usize];
+    [
+        "Offset of field: rl_msg_timestamp::rsvd",
+    ][::core::mem::offset_of!(rl_msg_timestamp, rsvd) - 40usize];
 };
 /** Everything the transceiver loop needs, one struct passed to the kernel by value (or to the
  CPU backend): the four queues, the RX/TX buffers, the doorbells, control and timestamps.*/
@@ -424,6 +437,7 @@ pub struct rl_transceiver_desc {
     pub proxy_doorbell: u64,
     pub control: u64,
     pub timestamps: u64,
+    pub tx_buffer_iova: u64,
     pub rx_slot_stride: u32,
     pub rx_slots: u32,
     pub tx_slot_stride: u32,
@@ -437,7 +451,7 @@ pub struct rl_transceiver_desc {
 const _: () = {
     [
         "Size of rl_transceiver_desc",
-    ][::core::mem::size_of::<rl_transceiver_desc>() - 168usize];
+    ][::core::mem::size_of::<rl_transceiver_desc>() - 176usize];
     [
         "Alignment of rl_transceiver_desc",
     ][::core::mem::align_of::<rl_transceiver_desc>() - 8usize];
@@ -469,27 +483,30 @@ const _: () = {
         "Offset of field: rl_transceiver_desc::timestamps",
     ][::core::mem::offset_of!(rl_transceiver_desc, timestamps) - 128usize];
     [
+        "Offset of field: rl_transceiver_desc::tx_buffer_iova",
+    ][::core::mem::offset_of!(rl_transceiver_desc, tx_buffer_iova) - 136usize];
+    [
         "Offset of field: rl_transceiver_desc::rx_slot_stride",
-    ][::core::mem::offset_of!(rl_transceiver_desc, rx_slot_stride) - 136usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, rx_slot_stride) - 144usize];
     [
         "Offset of field: rl_transceiver_desc::rx_slots",
-    ][::core::mem::offset_of!(rl_transceiver_desc, rx_slots) - 140usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, rx_slots) - 148usize];
     [
         "Offset of field: rl_transceiver_desc::tx_slot_stride",
-    ][::core::mem::offset_of!(rl_transceiver_desc, tx_slot_stride) - 144usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, tx_slot_stride) - 152usize];
     [
         "Offset of field: rl_transceiver_desc::tx_lkey",
-    ][::core::mem::offset_of!(rl_transceiver_desc, tx_lkey) - 148usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, tx_lkey) - 156usize];
     [
         "Offset of field: rl_transceiver_desc::qpn",
-    ][::core::mem::offset_of!(rl_transceiver_desc, qpn) - 152usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, qpn) - 160usize];
     [
         "Offset of field: rl_transceiver_desc::timestamp_entries",
-    ][::core::mem::offset_of!(rl_transceiver_desc, timestamp_entries) - 156usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, timestamp_entries) - 164usize];
     [
         "Offset of field: rl_transceiver_desc::signal_every",
-    ][::core::mem::offset_of!(rl_transceiver_desc, signal_every) - 160usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, signal_every) - 168usize];
     [
         "Offset of field: rl_transceiver_desc::rsvd",
-    ][::core::mem::offset_of!(rl_transceiver_desc, rsvd) - 164usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, rsvd) - 172usize];
 };

@@ -31,7 +31,9 @@ const _: () = assert!(std::mem::offset_of!(rl_cqe64, op_own) == 63);
 const _: () = assert!(std::mem::size_of::<rl_proxy_doorbell>() == LINE);
 const _: () = assert!(std::mem::size_of::<rl_control>() == 2 * LINE);
 const _: () = assert!(std::mem::offset_of!(rl_control, heartbeat) == LINE);
-const _: () = assert!(std::mem::size_of::<rl_msg_timestamp>() == 32);
+const _: () = assert!(std::mem::size_of::<rl_msg_timestamp>() == 48);
+/// Bytes of one per-message timestamp record.
+pub const TIMESTAMP: usize = std::mem::size_of::<rl_msg_timestamp>();
 
 /// Offset of `op_own` inside a CQE.
 pub const CQE_OP_OWN: usize = 63;

@@ -152,12 +152,14 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
                     let rec = rl_msg_timestamp {
                         cqe_seen_ns: seen,
                         doorbell_ns: monotonic_ns(),
+                        nic_cqe_ns: cqe.timestamp,
                         request_id,
                         slot,
                         byte_count: cqe.byte_cnt,
                         sq_index,
+                        rsvd: [0; 2],
                     };
-                    m.write_struct(l.timestamps + (processed as u32 & ts_mask) as usize * 32, rec);
+                    m.write_struct(l.timestamps + (processed as u32 & ts_mask) as usize * abi::TIMESTAMP, rec);
                 }
                 processed += 1;
                 m.atomic_u64(l.processed()).store(processed, Relaxed);

@@ -1,0 +1,231 @@
+/*
+ * kernels/transceiver.cu — the persistent transceiver kernel (DESIGN.md, "The data path").
+ *
+ * Launched once with one block; runs until the host sets rl_control.exit_flag. Per message:
+ *   1. thread 0 polls the receive CQE owner byte: one 16-byte load per loop iteration, nothing
+ *      else (the exit flag is read every RL_EXIT_POLL_EVERY idle polls; PERF.md: every extra
+ *      poller or dependent read of host memory costs ~1 us);
+ *   2. after the acquire fence, one round of loads all in flight: the CQE's immediate and byte
+ *      count, the inline-scattered bytes, and the payload of the slot the peer is expected to
+ *      write next (peers cycle their slots in order), read with 16-byte loads by every thread;
+ *      a mispredicted slot or a longer message costs one more round;
+ *   3. the fused stage chain (generated from the graph into rl_chain.cuh) turns the request
+ *      into the answer in shared memory;
+ *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND written by warp 0 (one store
+ *      per lane), larger ones are copied to the TX slot and gathered; release fence, doorbell
+ *      record, CPU-proxy doorbell;
+ *   5. re-post the receive (doorbell record), consume the CQE, stamp the message.
+ * Every write to host memory after the poll is a posted write: no second read on the way out.
+ */
+#include "abi.h"
+#include "verbs.cuh"
+#include "rl_chain.cuh" /* generated: includes the stages, defines rl_run_chain */
+
+#ifndef RL_THREADS
+#define RL_THREADS 32
+#endif
+#ifndef RL_MAX_MSG
+#define RL_MAX_MSG 4096
+#endif
+#ifndef RL_MAX_INLINE
+#define RL_MAX_INLINE 256
+#endif
+/* 16-byte chunks each thread loads for one message */
+#define RL_CHUNKS ((RL_MAX_MSG + RL_THREADS * 16 - 1) / (RL_THREADS * 16))
+
+struct rl_msg_state {
+    uint64_t t_seen;
+    uint32_t exit;
+    uint32_t ci;
+    uint32_t predicted;  /* slot loaded speculatively */
+    uint32_t loaded;     /* bytes of it loaded */
+    uint32_t slot;
+    uint32_t len;
+    uint32_t valid;
+    uint32_t reload;
+    uint32_t sq_index;   /* first WQEBB of the answer */
+    uint32_t fm_ce_se;
+    __align__(16) uint8_t inl[32];
+};
+
+/* Loads `len` bytes at `src` (host memory) into `dst` (shared), all threads, every load issued
+ * before the first store so they are in flight together. */
+__device__ __forceinline__ void rl_load_payload(uint8_t *dst, const uint8_t *src, uint32_t len) {
+    uint4 r[RL_CHUNKS];
+#pragma unroll
+    for (int k = 0; k < RL_CHUNKS; k++) {
+        uint32_t off = (k * RL_THREADS + threadIdx.x) * 16;
+        if (off < len) r[k] = rl_ld16_sys(src + off);
+    }
+#pragma unroll
+    for (int k = 0; k < RL_CHUNKS; k++) {
+        uint32_t off = (k * RL_THREADS + threadIdx.x) * 16;
+        if (off < len) *(uint4 *)(dst + off) = r[k];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struct rl_transceiver_desc d) {
+    __shared__ __align__(16) uint8_t buf_a[RL_MAX_MSG];
+    __shared__ __align__(16) uint8_t buf_b[RL_MAX_MSG];
+    __shared__ struct rl_msg_state m;
+    const uint32_t tid = threadIdx.x;
+    struct rl_control *ctl = (struct rl_control *)d.control;
+
+    /* Queue state lives in thread 0's registers. */
+    struct rl_dev_cq rcq = {(uint8_t *)d.rcq.ring, (uint32_t *)d.rcq.dbrec, d.rcq.entries, 0};
+    struct rl_dev_cq scq = {(uint8_t *)d.scq.ring, (uint32_t *)d.scq.dbrec, d.scq.entries, 0};
+    struct rl_dev_sq sq = {(uint8_t *)d.sq.ring, (uint32_t *)d.sq.dbrec, (uint32_t *)d.proxy_doorbell, 0, d.sq.entries, d.qpn, 0, 0};
+    struct rl_dev_rq rq = {(uint8_t *)d.rq.ring, (uint32_t *)d.rq.dbrec, d.rq.entries, 0};
+    uint64_t idle = 0, heartbeat = 0, processed = 0;
+    uint32_t dropped = 0, send_errors = 0, next_slot = 0, last_len = 64;
+    const uint32_t S = d.signal_every;
+    uint4 tail = make_uint4(0, 0, 0, 0);
+
+    if (tid == 0) {
+        /* the host posted the receive queue before the launch */
+        rq.pi = rl_bswap32(rl_ld32_sys(rq.dbrec)) & 0xffff;
+        rl_st32_sys(&ctl->state, RL_STATE_RUNNING);
+    }
+    for (;;) {
+        /* 1. poll */
+        if (tid == 0) {
+            m.exit = 0;
+            for (;;) {
+                if (rl_dev_verbs_poll_cq_at(&rcq, rcq.ci, &tail)) break;
+                ++idle;
+                if ((idle % RL_EXIT_POLL_EVERY) == 0 && rl_ld32_sys(&ctl->exit_flag) != 0) {
+                    m.exit = 1;
+                    break;
+                }
+                if ((idle % RL_HEARTBEAT_EVERY) == 0) rl_st64_sys(&ctl->heartbeat, ++heartbeat);
+            }
+            m.t_seen = rl_globaltimer();
+            m.ci = rcq.ci;
+            m.predicted = next_slot;
+            uint32_t want = (last_len + 15) & ~15u;
+            m.loaded = want < d.rx_slot_stride ? want : d.rx_slot_stride;
+            if (m.loaded > RL_MAX_MSG) m.loaded = RL_MAX_MSG;
+        }
+        __syncthreads();
+        if (m.exit) break;
+
+        /* 2. the CQE body, its inline bytes and the predicted slot, all in flight */
+        const uint8_t *cqe = rcq.ring + (size_t)(m.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
+        uint4 mid = make_uint4(0, 0, 0, 0);
+        if (tid == 0) mid = rl_ld16_sys(cqe + 32);
+        if (tid == 1 || tid == 2) {
+            uint4 v = rl_ld16_sys(cqe + (tid - 1) * 16);
+            *(uint4 *)(m.inl + (tid - 1) * 16) = v;
+        }
+        rl_load_payload(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.predicted * d.rx_slot_stride, m.loaded);
+        __syncthreads();
+        if (tid == 0) {
+            uint32_t op_own = tail.w >> 24;
+            uint32_t imm = rl_bswap32(mid.y);
+            uint32_t len = rl_bswap32(mid.w);
+            uint32_t slot = imm & 0xfff;
+            uint32_t inl = (op_own & RL_CQE_INLINE_SCATTER_32) != 0 && len <= RL_CQE_INLINE_MAX;
+            m.valid = (op_own >> 4) == RL_CQE_RESP_WR_IMM && slot < d.rx_slots && len <= d.rx_slot_stride && len <= RL_MAX_MSG;
+            m.slot = slot;
+            m.len = len;
+            m.reload = m.valid && !inl && (slot != m.predicted || len > m.loaded);
+            if (m.valid) {
+                next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
+                last_len = len;
+            }
+            if (m.valid && inl) {
+                /* take the bytes from the CQE: they came with the same read round */
+                *(uint4 *)buf_a = *(uint4 *)m.inl;
+                *(uint4 *)(buf_a + 16) = *(uint4 *)(m.inl + 16);
+            }
+        }
+        __syncthreads();
+        if (m.reload) {
+            rl_load_payload(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.slot * d.rx_slot_stride, m.len);
+            __syncthreads();
+        }
+
+        /* 3. the fused stage chain */
+        const uint8_t *answer = 0;
+        int n = m.valid ? rl_run_chain(buf_a, (int)m.len, buf_b, RL_MAX_MSG, &answer) : -1;
+
+        /* 4. answer */
+        if (n >= 0) {
+            uint32_t nbb = n <= RL_MAX_INLINE ? rl_dev_verbs_inline_wqebbs((uint32_t)n) : 1;
+            if (tid == 0) {
+                long long first;
+                while ((first = rl_dev_verbs_reserve_wq_slots(&sq, nbb)) < 0) {
+                    rl_dev_verbs_poll_send_cq(&sq, &scq, &send_errors);
+                    /* a send CQE reports its WQE's first WQEBB; the WQE crossed a multiple of S,
+                     * so everything below that multiple is done */
+                    sq.done = sq.done == 0 ? 0 : ((sq.done - 1) / S + 1) * S;
+                    if (sq.done > sq.pi) sq.done = sq.pi;
+                }
+                m.sq_index = (uint32_t)first;
+                uint32_t end = (uint32_t)first + nbb;
+                m.fm_ce_se = (end / S != (uint32_t)first / S) ? RL_WQE_CTRL_CQ_UPDATE : 0;
+            }
+            __syncthreads();
+            if (n <= RL_MAX_INLINE) {
+                if (tid < 32) rl_dev_verbs_wqe_prepare_send_inline_warp(&sq, m.sq_index, m.fm_ce_se, answer, (uint32_t)n);
+            } else {
+                uint8_t *txs = (uint8_t *)d.tx_buffer + (size_t)(m.sq_index & (d.sq.entries - 1)) * d.tx_slot_stride;
+                for (uint32_t off = tid * 16; off < (uint32_t)n; off += RL_THREADS * 16) rl_st16_sys(txs + off, *(const uint4 *)(answer + off));
+                if (tid == 0) {
+                    uint64_t iova = d.tx_buffer_iova + (uint64_t)(m.sq_index & (d.sq.entries - 1)) * d.tx_slot_stride;
+                    rl_dev_verbs_wqe_prepare_send(&sq, m.sq_index, m.fm_ce_se, iova, d.tx_lkey, (uint32_t)n);
+                }
+            }
+            __syncthreads(); /* every lane's WQE and payload stores precede the doorbell */
+            if (tid == 0) rl_dev_verbs_submit_proxy(&sq);
+        }
+
+        /* 5. re-post, consume, stamp (all posted writes, off the answer's path) */
+        if (tid == 0) {
+            uint64_t t_db = rl_globaltimer();
+            rl_dev_verbs_post_recv(&rq, 1);
+            rcq.ci++;
+            rl_dev_verbs_cq_update_ci(&rcq);
+            if (n >= 0) {
+                if (d.timestamps != 0 && d.timestamp_entries != 0) {
+                    struct rl_msg_timestamp *ts = (struct rl_msg_timestamp *)d.timestamps + (processed & (d.timestamp_entries - 1));
+                    uint4 a, b, c;
+                    a.x = (uint32_t)m.t_seen;
+                    a.y = (uint32_t)(m.t_seen >> 32);
+                    a.z = (uint32_t)t_db;
+                    a.w = (uint32_t)(t_db >> 32);
+                    /* the CQE's timestamp (bytes 48..55, BE): the NIC's clock */
+                    b.x = rl_bswap32(tail.y);
+                    b.y = rl_bswap32(tail.x);
+                    b.z = ((const uint32_t *)buf_a)[3]; /* request_id */
+                    b.w = m.slot;
+                    c.x = m.len;
+                    c.y = m.sq_index;
+                    c.z = 0;
+                    c.w = 0;
+                    rl_st16_sys(ts, a);
+                    rl_st16_sys((uint8_t *)ts + 16, b);
+                    rl_st16_sys((uint8_t *)ts + 32, c);
+                }
+                processed++;
+                rl_st64_sys(&ctl->processed, processed);
+            } else {
+                dropped++;
+                rl_st32_sys(&ctl->dropped, dropped);
+                rl_st32_sys(&ctl->error, m.valid ? RL_ERR_NONE : RL_ERR_BAD_SLOT);
+            }
+            /* reclaim send-queue space between messages, not while one waits */
+            if (sq.pi - sq.done > sq.entries / 2) {
+                rl_dev_verbs_poll_send_cq(&sq, &scq, &send_errors);
+                sq.done = sq.done == 0 ? 0 : ((sq.done - 1) / S + 1) * S;
+                if (sq.done > sq.pi) sq.done = sq.pi;
+            }
+        }
+        __syncthreads();
+    }
+    if (tid == 0) {
+        rl_fence_release_sys();
+        rl_st32_sys(&ctl->state, send_errors ? RL_STATE_FAILED : RL_STATE_EXITED);
+        if (send_errors) rl_st32_sys(&ctl->error, RL_ERR_CQE_ERROR);
+    }
+}

@@ -1,0 +1,316 @@
+/*
+ * kernels/verbs.cuh — the device verbs layer: what a CUDA kernel needs to drive one mlx5
+ * queue pair (abi.h layouts), shaped after DOCA GPUNetIO's device verbs API so that a build
+ * against GPUNetIO could swap it in:
+ *
+ *   rl_dev_verbs_poll_cq_at          poll a CQ at an index (owner-bit parity, acquire)
+ *   rl_dev_verbs_reserve_wq_slots    reserve send WQEBBs
+ *   rl_dev_verbs_get_wqe_ptr         address of a reserved WQEBB
+ *   rl_dev_verbs_wqe_prepare_send    SEND with one gather entry
+ *   rl_dev_verbs_wqe_prepare_send_inline   SEND with the data inline (may span WQEBBs)
+ *   rl_dev_verbs_wqe_prepare_write   RDMA WRITE / WRITE with immediate
+ *   rl_dev_verbs_submit_proxy        doorbell record + CPU-proxy doorbell (software NIC, or a
+ *                                    CPU thread that rings a real NIC)
+ *   rl_dev_verbs_ring_db_mmio        doorbell record + MMIO doorbell (a real ConnectX whose UAR
+ *                                    is mapped into the GPU)
+ *   rl_dev_verbs_post_recv           re-post receive WQEs through the doorbell record
+ *
+ * Scope: every function is called by one thread (thread scope) unless its name ends in
+ * _warp, where all 32 lanes of the warp call it together.
+ *
+ * Memory: the rings live in pinned host memory mapped into the GPU (software NIC) or in GPU
+ * memory (real NIC with GPUDirect). Every load of a word the NIC writes is a volatile
+ * (relaxed, system-scope) load, every fence is system scope, because the other side is across
+ * PCIe. Each dependent read of host memory costs a PCIe round trip (~1.1 us on the project's
+ * machine, PERF.md): functions here issue independent loads together.
+ */
+#ifndef ROCELINK_VERBS_CUH
+#define ROCELINK_VERBS_CUH
+
+#include "abi.h"
+
+/* ---- byte order and PTX helpers ---------------------------------------------------- */
+
+__device__ __forceinline__ uint32_t rl_bswap32(uint32_t x) { return __byte_perm(x, 0, 0x0123); }
+__device__ __forceinline__ uint16_t rl_bswap16(uint16_t x) { return (uint16_t)((x >> 8) | (x << 8)); }
+__device__ __forceinline__ uint64_t rl_bswap64(uint64_t x) {
+    return ((uint64_t)rl_bswap32((uint32_t)x) << 32) | rl_bswap32((uint32_t)(x >> 32));
+}
+
+/** %globaltimer: nanoseconds, the GPU's global clock. */
+__device__ __forceinline__ uint64_t rl_globaltimer(void) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/** One 16-byte volatile (relaxed, system-scope) load: one PCIe read for host memory. */
+__device__ __forceinline__ uint4 rl_ld16_sys(const void *p) {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+__device__ __forceinline__ uint32_t rl_ld32_sys(const void *p) {
+    uint32_t v;
+    asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void rl_st16_sys(void *p, uint4 v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+__device__ __forceinline__ void rl_st32_sys(void *p, uint32_t v) {
+    asm volatile("st.volatile.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void rl_st64_sys(void *p, uint64_t v) {
+    asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+/** Acquire side of a flag/data handoff across PCIe: after seeing the flag, before the data. */
+__device__ __forceinline__ void rl_fence_acquire_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+/** Release side: after writing the data, before publishing the flag. */
+__device__ __forceinline__ void rl_fence_release_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+
+/* ---- completion queues ------------------------------------------------------------- */
+
+/** A CQ as the data path tracks it. */
+struct rl_dev_cq {
+    uint8_t *ring;        /* entry 0 */
+    uint32_t *dbrec;      /* rl_cq_dbrec.set_ci (BE) */
+    uint32_t entries;     /* power of two */
+    uint32_t ci;          /* next entry to consume */
+};
+
+/** What a CQE says, decoded. */
+struct rl_dev_cqe {
+    uint32_t imm;
+    uint32_t byte_cnt;
+    uint16_t wqe_counter;
+    uint8_t opcode;
+    uint8_t inline_scatter;
+};
+
+/**
+ * Polls the CQE at `cq->ci` once: one 16-byte load of bytes 48..63 (op_own is byte 63).
+ * Returns 1 when the entry is valid for this pass (owner bit == (ci / entries) & 1 and the
+ * opcode is not INVALID) and issues the acquire fence, so the caller may then read the rest
+ * of the entry and the data it describes. Returns 0 otherwise. Thread scope.
+ */
+__device__ __forceinline__ int rl_dev_verbs_poll_cq_at(const struct rl_dev_cq *cq, uint32_t ci, uint4 *tail) {
+    const uint8_t *cqe = cq->ring + (size_t)(ci & (cq->entries - 1)) * RL_CQE_SIZE;
+    uint4 t = rl_ld16_sys(cqe + 48);
+    uint8_t op_own = (uint8_t)(t.w >> 24);
+    if ((op_own >> 4) == RL_CQE_INVALID || (op_own & RL_CQE_OWNER_MASK) != ((ci / cq->entries) & 1)) return 0;
+    rl_fence_acquire_sys();
+    *tail = t;
+    return 1;
+}
+
+/** Reads bytes 32..47 of a CQE the caller saw valid (after the acquire) and decodes it. */
+__device__ __forceinline__ struct rl_dev_cqe rl_dev_verbs_read_cqe(const struct rl_dev_cq *cq, uint32_t ci, uint4 tail) {
+    const uint8_t *cqe = cq->ring + (size_t)(ci & (cq->entries - 1)) * RL_CQE_SIZE;
+    uint4 mid = rl_ld16_sys(cqe + 32);
+    struct rl_dev_cqe c;
+    c.imm = rl_bswap32(mid.y);       /* bytes 36..39 */
+    c.byte_cnt = rl_bswap32(mid.w);  /* bytes 44..47 */
+    uint32_t w = tail.w;             /* bytes 60..63: wqe_counter (BE16), signature, op_own */
+    c.wqe_counter = rl_bswap16((uint16_t)(w & 0xffff));
+    c.opcode = (uint8_t)(w >> 28);
+    c.inline_scatter = (uint8_t)(((w >> 24) & RL_CQE_INLINE_SCATTER_32) != 0);
+    return c;
+}
+
+/** Tells the NIC how far the CQ is consumed (posted write; no read). */
+__device__ __forceinline__ void rl_dev_verbs_cq_update_ci(struct rl_dev_cq *cq) {
+    rl_st32_sys(cq->dbrec, rl_bswap32(cq->ci & 0xffffff));
+}
+
+/* ---- send queue -------------------------------------------------------------------- */
+
+struct rl_dev_sq {
+    uint8_t *ring;             /* WQEBB 0 */
+    uint32_t *dbrec;           /* rl_qp_dbrec.sq_counter (BE) */
+    uint32_t *proxy;           /* rl_proxy_doorbell.sq_pi, or 0 */
+    volatile uint64_t *uar;    /* MMIO doorbell register (real NIC), or 0 */
+    uint32_t entries;          /* WQEBBs, power of two */
+    uint32_t qpn;
+    uint32_t pi;               /* next WQEBB to write */
+    uint32_t done;             /* WQEBBs known executed */
+};
+
+/** Reserves `n` WQEBBs; returns the index of the first, or -1 when the SQ is too full. */
+__device__ __forceinline__ long long rl_dev_verbs_reserve_wq_slots(struct rl_dev_sq *sq, uint32_t n) {
+    if (sq->pi - sq->done + n > sq->entries) return -1;
+    uint32_t first = sq->pi;
+    sq->pi += n;
+    return first;
+}
+
+/** Address of WQEBB `index` (wrapping). */
+__device__ __forceinline__ uint8_t *rl_dev_verbs_get_wqe_ptr(const struct rl_dev_sq *sq, uint32_t index) {
+    return sq->ring + (size_t)(index & (sq->entries - 1)) * RL_WQEBB_SIZE;
+}
+
+/** Control segment words (16 bytes) for a WQE at `index` of `ds` segments. */
+__device__ __forceinline__ uint4 rl_dev_verbs_ctrl(const struct rl_dev_sq *sq, uint32_t index, uint32_t opcode, uint32_t ds,
+                                                  uint32_t fm_ce_se, uint32_t imm_be) {
+    uint4 c;
+    c.x = rl_bswap32(((index & 0xffff) << 8) | opcode);
+    c.y = rl_bswap32(((sq->qpn & 0xffffff) << 8) | ds);
+    c.z = fm_ce_se << 24; /* signature, rsvd[2], fm_ce_se: byte 11 */
+    c.w = imm_be;
+    return c;
+}
+
+/** SEND of `len` bytes at `addr` (lkey) in one WQEBB. Thread scope. */
+__device__ __forceinline__ void rl_dev_verbs_wqe_prepare_send(const struct rl_dev_sq *sq, uint32_t index, uint32_t fm_ce_se,
+                                                            uint64_t addr, uint32_t lkey, uint32_t len) {
+    uint8_t *w = rl_dev_verbs_get_wqe_ptr(sq, index);
+    rl_st16_sys(w, rl_dev_verbs_ctrl(sq, index, RL_OPCODE_SEND, 2, fm_ce_se, 0));
+    uint4 d;
+    d.x = rl_bswap32(len & ~RL_INLINE_SEG);
+    d.y = rl_bswap32(lkey);
+    d.z = rl_bswap32((uint32_t)(addr >> 32));
+    d.w = rl_bswap32((uint32_t)addr);
+    rl_st16_sys(w + 16, d);
+}
+
+/** WQEBBs an inline SEND of `len` bytes occupies. */
+__device__ __forceinline__ uint32_t rl_dev_verbs_inline_wqebbs(uint32_t len) {
+    uint32_t bytes = 16 + ((4 + len + 15) & ~15u);
+    return (bytes + RL_WQEBB_SIZE - 1) / RL_WQEBB_SIZE;
+}
+
+/**
+ * SEND with `len` bytes inline starting at WQEBB `index`, written by the whole warp: lane k
+ * writes the k-th 16-byte chunk of the WQE (control segment, then byte_count, then the data),
+ * so a WQE of up to 512 bytes is one store instruction. `src` is in shared or global memory.
+ * Warp scope.
+ */
+__device__ __forceinline__ void rl_dev_verbs_wqe_prepare_send_inline_warp(const struct rl_dev_sq *sq, uint32_t index,
+                                                                         uint32_t fm_ce_se, const uint8_t *src, uint32_t len) {
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t total = 16 + ((4 + len + 15) & ~15u);
+    const uint32_t ds = total / 16;
+    for (uint32_t off = lane * 16; off < total; off += 32 * 16) {
+        uint4 v;
+        if (off == 0) {
+            v = rl_dev_verbs_ctrl(sq, index, RL_OPCODE_SEND, ds, fm_ce_se, 0);
+        } else {
+            /* bytes [off, off+16) of the WQE; the inline segment starts at 16 with byte_count */
+            uint8_t b[16];
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                int at = (int)off + i - 16; /* offset inside the inline segment */
+                uint8_t x;
+                if (at < 4) {
+                    uint32_t bc = rl_bswap32(len | RL_INLINE_SEG);
+                    x = (uint8_t)(bc >> (8 * at));
+                } else {
+                    int d = at - 4;
+                    x = d < (int)len ? src[d] : 0;
+                }
+                b[i] = x;
+            }
+            v.x = b[0] | (b[1] << 8) | (b[2] << 16) | ((uint32_t)b[3] << 24);
+            v.y = b[4] | (b[5] << 8) | (b[6] << 16) | ((uint32_t)b[7] << 24);
+            v.z = b[8] | (b[9] << 8) | (b[10] << 16) | ((uint32_t)b[11] << 24);
+            v.w = b[12] | (b[13] << 8) | (b[14] << 16) | ((uint32_t)b[15] << 24);
+        }
+        /* a WQE may wrap around the end of the ring: each 64-byte WQEBB maps separately */
+        uint32_t bb = index + off / RL_WQEBB_SIZE;
+        rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, bb) + off % RL_WQEBB_SIZE, v);
+    }
+}
+
+/** RDMA WRITE (or WRITE with immediate when `with_imm`) of `len` bytes at `addr` to the peer. */
+__device__ __forceinline__ void rl_dev_verbs_wqe_prepare_write(const struct rl_dev_sq *sq, uint32_t index, uint32_t fm_ce_se,
+                                                             int with_imm, uint32_t imm, uint64_t raddr, uint32_t rkey,
+                                                             uint64_t addr, uint32_t lkey, uint32_t len) {
+    uint8_t *w = rl_dev_verbs_get_wqe_ptr(sq, index);
+    uint32_t op = with_imm ? RL_OPCODE_RDMA_WRITE_IMM : RL_OPCODE_RDMA_WRITE;
+    rl_st16_sys(w, rl_dev_verbs_ctrl(sq, index, op, 3, fm_ce_se, with_imm ? rl_bswap32(imm) : 0));
+    uint4 r;
+    r.x = rl_bswap32((uint32_t)(raddr >> 32));
+    r.y = rl_bswap32((uint32_t)raddr);
+    r.z = rl_bswap32(rkey);
+    r.w = 0;
+    rl_st16_sys(w + 16, r);
+    uint4 d;
+    d.x = rl_bswap32(len & ~RL_INLINE_SEG);
+    d.y = rl_bswap32(lkey);
+    d.z = rl_bswap32((uint32_t)(addr >> 32));
+    d.w = rl_bswap32((uint32_t)addr);
+    rl_st16_sys(w + 32, d);
+}
+
+/**
+ * Submits every WQEBB below `sq->pi` in CPU-proxy mode: release fence (the WQEs and any data
+ * they gather are visible system-wide first), doorbell record, then the proxy word the NIC
+ * engine polls (abi.h rl_proxy_doorbell). Thread scope; all writes are posted (no read).
+ */
+__device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) {
+    rl_fence_release_sys();
+    rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
+    rl_st32_sys(sq->proxy, sq->pi);
+}
+
+/**
+ * Submits with the MMIO doorbell of a real ConnectX (UAR mapped into the GPU): doorbell
+ * record, release fence, then the first 8 bytes of the last WQE's control segment into the
+ * UAR (PROTOCOLS.md 4). `last` is the index of the last WQE's first WQEBB. Thread scope.
+ */
+__device__ __forceinline__ void rl_dev_verbs_ring_db_mmio(struct rl_dev_sq *sq, uint32_t last) {
+    rl_fence_release_sys();
+    rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
+    rl_fence_release_sys();
+    const uint64_t *ctrl = (const uint64_t *)rl_dev_verbs_get_wqe_ptr(sq, last);
+    *sq->uar = *ctrl;
+    rl_fence_release_sys();
+}
+
+/** Reaps send completions (reads the send CQ; costs a PCIe read). Returns CQEs consumed. */
+__device__ __forceinline__ uint32_t rl_dev_verbs_poll_send_cq(struct rl_dev_sq *sq, struct rl_dev_cq *scq, uint32_t *errors) {
+    uint32_t n = 0;
+    uint4 tail;
+    while (rl_dev_verbs_poll_cq_at(scq, scq->ci, &tail)) {
+        uint8_t op_own = (uint8_t)(tail.w >> 24);
+        if ((op_own >> 4) != RL_CQE_REQ) (*errors)++;
+        uint16_t wqe_counter = rl_bswap16((uint16_t)(tail.w & 0xffff));
+        uint32_t behind = (uint16_t)((uint16_t)sq->pi - wqe_counter);
+        sq->done = sq->pi - behind + 1;
+        scq->ci++;
+        n++;
+    }
+    if (n) rl_dev_verbs_cq_update_ci(scq);
+    return n;
+}
+
+/* ---- receive queue ----------------------------------------------------------------- */
+
+struct rl_dev_rq {
+    uint8_t *ring;     /* rl_recv_wqe 0 */
+    uint32_t *dbrec;   /* rl_qp_dbrec.rq_counter (BE) */
+    uint32_t entries;
+    uint32_t pi;       /* receive WQEs posted */
+};
+
+/**
+ * Re-posts `n` receive WQEs. RDMA WRITE with immediate lands where its RETH points, so the
+ * WQEs are all the same (no buffer) and were written once at start-up: re-posting is one
+ * posted write of the doorbell record after a release fence. Thread scope.
+ */
+__device__ __forceinline__ void rl_dev_verbs_post_recv(struct rl_dev_rq *rq, uint32_t n) {
+    rq->pi += n;
+    rl_fence_release_sys();
+    rl_st32_sys(rq->dbrec, rl_bswap32(rq->pi & 0xffff));
+}
+
+#endif /* ROCELINK_VERBS_CUH */
