@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use rocelink_link::SpinMode;
 use rocelink_operator::echo::{self, Cores, EchoConfig, PeerMode, WireKind};
-use rocelink_operator::{report, stage};
+use rocelink_operator::backend::BackendKind;
+use rocelink_operator::report;
 
 #[derive(Debug, Parser)]
 #[command(name = "rocelink", version, about = "Real-time RoCEv2 transceiver: software NIC, CPU/GPU transceiver loop, HSB FPGA peer")]
@@ -74,6 +75,10 @@ enum Cmd {
         /// Spin policy of the polling threads.
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
+        /// Where the transceiver loop runs: `auto` (the GPU when a CUDA driver and device
+        /// exist, else the CPU), `cpu`, `gpu` or `gpu:N`.
+        #[arg(long, default_value = "auto", value_parser = parse_backend)]
+        backend: BackendKind,
         /// Give up after this many seconds.
         #[arg(long)]
         timeout: Option<f64>,
@@ -147,7 +152,7 @@ fn main() -> ExitCode {
 
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
-        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, timeout, json, quiet } => {
+        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, backend, timeout, json, quiet } => {
             let wire = wire_kind(wire);
             let peer_mode = if let Some(ecb) = peer {
                 PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
@@ -172,9 +177,10 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 spin: spin_mode(spin),
                 timeout: timeout.map(Duration::from_secs_f64),
                 progress: !quiet,
+                backend,
                 ..EchoConfig::default()
             };
-            let r = echo::run_echo(&cfg, Box::new(stage::Echo))?;
+            let r = echo::run_echo(&cfg)?;
             print!("{}", report::echo_text(&r));
             if let Some(p) = json {
                 report::write_json(&r, &p)?;
@@ -222,4 +228,17 @@ fn spin_mode(s: Spin) -> Option<SpinMode> {
 
 fn cores_of(cores: &[usize]) -> Cores {
     Cores { nic: cores.first().copied(), backend: cores.get(1).copied(), peer: cores.get(2).copied() }
+}
+
+fn parse_backend(s: &str) -> Result<BackendKind, String> {
+    match s {
+        "auto" => Ok(BackendKind::Auto),
+        "cpu" => Ok(BackendKind::Cpu),
+        "gpu" => Ok(BackendKind::Gpu(0)),
+        _ => s
+            .strip_prefix("gpu:")
+            .and_then(|n| n.parse().ok())
+            .map(BackendKind::Gpu)
+            .ok_or_else(|| format!("`{s}` is not a backend (auto, cpu, gpu, gpu:N)")),
+    }
 }

@@ -18,14 +18,14 @@ use rocelink_link::{inproc, Link, SpinMode, UdpLink};
 use rocelink_wire::roce::{self, Endpoints};
 use rocelink_wire::rpc::{self, RequestRepr};
 
-use crate::backend::{CpuBackend, CpuBackendConfig};
+use crate::backend::{spawn_backend, BackendKind, CpuBackendConfig};
 use crate::env::Environment;
 use crate::hsb::{DataPlaneConfig, EcbClient, HsbHost, PeerStats, PlayerConfig};
 use crate::latency::{analyze, Analysis, Counts, Summary};
 use crate::mem::SharedMem;
 use crate::nic::{Access, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, NicStats, QpAttrs, SoftNic};
 use crate::rings::{QpMemory, QpSizes};
-use crate::stage::Stage;
+use crate::stage::StageSpec;
 
 /// Which wire carries the RoCEv2 frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +87,10 @@ pub struct EchoConfig {
     pub progress: bool,
     /// RX slots (DP_MAX_BUFF + 1).
     pub slots: u32,
+    /// Where the transceiver loop runs.
+    pub backend: BackendKind,
+    /// The device stages between receive and send.
+    pub chain: Vec<StageSpec>,
 }
 
 impl Default for EchoConfig {
@@ -105,6 +109,8 @@ impl Default for EchoConfig {
             timeout: None,
             progress: false,
             slots: 64,
+            backend: BackendKind::Auto,
+            chain: vec![StageSpec::Echo],
         }
     }
 }
@@ -262,7 +268,7 @@ pub fn echo_template(size: usize) -> Vec<u8> {
 }
 
 /// Runs the echo loop end to end and returns what it measured.
-pub fn run_echo(cfg: &EchoConfig, stage: Box<dyn Stage>) -> Result<EchoReport, EchoError> {
+pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     if cfg.size < rpc::HEADER_LEN || cfg.size > roce::PMTU {
         return Err(EchoError::Config(format!("--size {} must be {}..={} (an RPC header, then args, in one packet)", cfg.size, rpc::HEADER_LEN, roce::PMTU)));
     }
@@ -373,8 +379,9 @@ pub fn run_echo(cfg: &EchoConfig, stage: Box<dyn Stage>) -> Result<EchoReport, E
     let nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
     let engine = NicEngine::spawn(nic, nic_link, NicEngineConfig { core: cfg.cores.nic, spin })
         .map_err(|e| EchoError::Start { what: "the NIC engine", detail: e.to_string() })?;
-    let backend = CpuBackend::spawn(q.clone(), stage, CpuBackendConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: cfg.cores.backend, spin })
-        .map_err(|e| EchoError::Start { what: "the CPU backend", detail: e.to_string() })?;
+    let backend = spawn_backend(cfg.backend, q.clone(), &cfg.chain, CpuBackendConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: cfg.cores.backend, spin })
+        .map_err(|e| EchoError::Start { what: "the backend", detail: e.to_string() })?;
+    let backend_name = backend.name();
 
     let result = drive_peer(cfg, ecb_addr, &rx_mr, host_ip, host_port, stride);
 
@@ -392,7 +399,7 @@ pub fn run_echo(cfg: &EchoConfig, stage: Box<dyn Stage>) -> Result<EchoReport, E
         WireKind::Inproc => "inproc".to_string(),
         WireKind::Udp => format!("udp {host_ip}:{host_port} <-> {peer_roce}"),
     };
-    let mut env = Environment::here("cpu", &wire, cfg.size, spin.as_str());
+    let mut env = Environment::here(&backend_name, &wire, cfg.size, spin.as_str());
     for (name, core) in [("nic", cfg.cores.nic), ("backend", cfg.cores.backend), ("peer", cfg.cores.peer)] {
         env.pinned.insert(name.into(), core.map_or("unpinned".into(), |c| c.to_string()));
     }

@@ -255,8 +255,8 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 ),
             };
             tracing::info!(wire = wire.as_str(), size, "running the CPU backend");
-            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), ..EchoConfig::default() };
-            let run = run_echo(&echo_cfg, Box::new(crate::stage::Echo)).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
+            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), backend: crate::backend::BackendKind::Cpu, ..EchoConfig::default() };
+            let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
 
             let floor_sum = Summary::of(&floor.rtt);
             let vs = vs_floor(&run.rtt_ns, floor_path, &floor_sum);
