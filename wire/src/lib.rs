@@ -24,6 +24,7 @@ pub mod hsb;
 pub mod icrc;
 pub mod immdt;
 pub mod ipv4;
+pub mod qec;
 pub mod reth;
 pub mod roce;
 pub mod rpc;
