@@ -23,25 +23,25 @@
 #define ROCELINK_ABI_H
 
 #if defined(__CUDACC_RTC__)
-/* NVRTC ships no <stdint.h>. */
+/* NVRTC ships no <stdint.h> and no offsetof: sizes are checked here, offsets by the C
+ * compilers and by Rust's bindgen layout tests. */
 typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
 typedef int int32_t;
 #define RL_STATIC_ASSERT(c, m) static_assert(c, m)
+#define RL_OFFSET_ASSERT(t, f, v, m)
 #elif defined(__cplusplus)
 #include <cstdint>
 #include <cstddef>
 #define RL_STATIC_ASSERT(c, m) static_assert(c, m)
+#define RL_OFFSET_ASSERT(t, f, v, m) static_assert(offsetof(t, f) == (v), m)
 #else
 #include <stdint.h>
 #include <stddef.h>
 #define RL_STATIC_ASSERT(c, m) _Static_assert(c, m)
-#endif
-
-#ifndef offsetof
-#define offsetof(t, f) __builtin_offsetof(t, f)
+#define RL_OFFSET_ASSERT(t, f, v, m) _Static_assert(offsetof(t, f) == (v), m)
 #endif
 
 /* ---------------------------------------------------------------------------------------
@@ -308,16 +308,16 @@ RL_STATIC_ASSERT(sizeof(struct rl_wqe_raddr_seg) == 16, "raddr seg");
 RL_STATIC_ASSERT(sizeof(struct rl_wqe_data_seg) == 16, "data seg");
 RL_STATIC_ASSERT(sizeof(struct rl_recv_wqe) == RL_RECV_WQE_SIZE, "recv wqe");
 RL_STATIC_ASSERT(sizeof(struct rl_cqe64) == RL_CQE_SIZE, "cqe64");
-RL_STATIC_ASSERT(offsetof(struct rl_cqe64, imm_inval_pkey) == 36, "cqe imm");
-RL_STATIC_ASSERT(offsetof(struct rl_cqe64, byte_cnt) == 44, "cqe byte_cnt");
-RL_STATIC_ASSERT(offsetof(struct rl_cqe64, timestamp) == 48, "cqe timestamp");
-RL_STATIC_ASSERT(offsetof(struct rl_cqe64, sop_drop_qpn) == 56, "cqe qpn");
-RL_STATIC_ASSERT(offsetof(struct rl_cqe64, wqe_counter) == 60, "cqe wqe_counter");
-RL_STATIC_ASSERT(offsetof(struct rl_cqe64, op_own) == 63, "cqe op_own");
+RL_OFFSET_ASSERT(struct rl_cqe64, imm_inval_pkey, 36, "cqe imm");
+RL_OFFSET_ASSERT(struct rl_cqe64, byte_cnt, 44, "cqe byte_cnt");
+RL_OFFSET_ASSERT(struct rl_cqe64, timestamp, 48, "cqe timestamp");
+RL_OFFSET_ASSERT(struct rl_cqe64, sop_drop_qpn, 56, "cqe qpn");
+RL_OFFSET_ASSERT(struct rl_cqe64, wqe_counter, 60, "cqe wqe_counter");
+RL_OFFSET_ASSERT(struct rl_cqe64, op_own, 63, "cqe op_own");
 RL_STATIC_ASSERT(sizeof(struct rl_proxy_doorbell) == RL_LINE_SIZE, "proxy doorbell line");
 RL_STATIC_ASSERT(sizeof(struct rl_index_line) == RL_LINE_SIZE, "index line");
 RL_STATIC_ASSERT(sizeof(struct rl_control) == 2 * RL_LINE_SIZE, "control lines");
-RL_STATIC_ASSERT(offsetof(struct rl_control, heartbeat) == RL_LINE_SIZE, "control: host line / device line");
+RL_OFFSET_ASSERT(struct rl_control, heartbeat, RL_LINE_SIZE, "control: host line / device line");
 RL_STATIC_ASSERT(sizeof(struct rl_msg_timestamp) == 48, "timestamp record");
 RL_STATIC_ASSERT(sizeof(struct rl_queue_desc) == 24, "queue desc");
 RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 6 * 8 + 8 * 4, "transceiver desc");

@@ -145,6 +145,15 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             __syncthreads();
         }
 
+#ifdef RL_TEST_STALL
+        /* test hook (ROCELINK_TEST_STALL_KERNEL): hang without a heartbeat */
+        if (tid == 0) {
+            for (;;) {
+                if (rl_globaltimer() == 0) break;
+            }
+        }
+        __syncthreads();
+#endif
         /* 3. the fused stage chain */
         const uint8_t *answer = 0;
         int n = m.valid ? rl_run_chain(buf_a, (int)m.len, buf_b, RL_MAX_MSG, &answer) : -1;

@@ -76,7 +76,8 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
         /// Where the transceiver loop runs: `auto` (the GPU when a CUDA driver and device
-        /// exist, else the CPU), `cpu`, `gpu` or `gpu:N`.
+        /// exist, else the CPU), `cpu`, `gpu` or `gpu:N` (the persistent kernel), or the
+        /// baseline `gpu-launch[:N]` (the CPU loop launching one kernel per message).
         #[arg(long, default_value = "auto", value_parser = parse_backend)]
         backend: BackendKind,
         /// Give up after this many seconds.
@@ -116,6 +117,9 @@ enum Cmd {
         /// Base name of the report files.
         #[arg(long, default_value = "bench")]
         name: String,
+        /// Also measure the GPU paths: `auto` (when a GPU is usable), `none`, or a GPU number.
+        #[arg(long, default_value = "auto")]
+        gpu: String,
     },
     /// Run the software FPGA peer (the same program as the `fpga-sim` binary; see
     /// `rocelink fpga-sim --help`).
@@ -189,7 +193,18 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let clean = r.counts.lost == 0 && r.counts.corrupted == 0 && r.counts.duplicated == 0;
             Ok(if clean && !rocelink_operator::interrupted() { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
-        Cmd::Bench { wires, sizes, count, warmup, cores, spin, out, name } => {
+        Cmd::Bench { wires, sizes, count, warmup, cores, spin, out, name, gpu } => {
+            let gpu = match gpu.as_str() {
+                "none" => None,
+                "auto" => match rocelink_operator::backend::gpu::unavailable_reason() {
+                    None => Some(0),
+                    Some(why) => {
+                        eprintln!("rocelink bench: no GPU rows: {why}");
+                        None
+                    }
+                },
+                n => Some(n.parse::<usize>().map_err(|_| anyhow::anyhow!("--gpu `{n}`: want auto, none or a GPU number"))?),
+            };
             let cfg = rocelink_operator::bench::BenchConfig {
                 wires: wires.into_iter().map(wire_kind).collect(),
                 sizes,
@@ -199,6 +214,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 spin: spin_mode(spin),
                 out_dir: out,
                 name,
+                gpu,
             };
             let r = rocelink_operator::bench::run_bench(&cfg)?;
             print!("{}", rocelink_operator::bench::write::markdown(&r, &cfg.name));
@@ -235,10 +251,10 @@ fn parse_backend(s: &str) -> Result<BackendKind, String> {
         "auto" => Ok(BackendKind::Auto),
         "cpu" => Ok(BackendKind::Cpu),
         "gpu" => Ok(BackendKind::Gpu(0)),
-        _ => s
-            .strip_prefix("gpu:")
-            .and_then(|n| n.parse().ok())
-            .map(BackendKind::Gpu)
-            .ok_or_else(|| format!("`{s}` is not a backend (auto, cpu, gpu, gpu:N)")),
+        "gpu-launch" => Ok(BackendKind::GpuLaunchPerMessage(0)),
+        _ => None
+            .or_else(|| s.strip_prefix("gpu:").and_then(|n| n.parse().ok()).map(BackendKind::Gpu))
+            .or_else(|| s.strip_prefix("gpu-launch:").and_then(|n| n.parse().ok()).map(BackendKind::GpuLaunchPerMessage))
+            .ok_or_else(|| format!("`{s}` is not a backend (auto, cpu, gpu, gpu:N, gpu-launch, gpu-launch:N)")),
     }
 }

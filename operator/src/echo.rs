@@ -383,7 +383,7 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
         .map_err(|e| EchoError::Start { what: "the backend", detail: e.to_string() })?;
     let backend_name = backend.name();
 
-    let result = drive_peer(cfg, ecb_addr, &rx_mr, host_ip, host_port, stride);
+    let result = drive_peer(cfg, ecb_addr, &rx_mr, host_ip, host_port, stride, &*backend);
 
     // Stop in reverse order.
     let backend_processed = backend.processed();
@@ -423,7 +423,7 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
 type Driven = (Analysis, Option<PeerStats>, Vec<&'static str>);
 
 /// The host client's part: configure the peer, run its player, read its capture.
-fn drive_peer(cfg: &EchoConfig, ecb_addr: SocketAddrV4, rx_mr: &crate::nic::MemoryRegion, host_ip: Ipv4Addr, host_port: u16, stride: u32) -> Result<Driven, EchoError> {
+fn drive_peer(cfg: &EchoConfig, ecb_addr: SocketAddrV4, rx_mr: &crate::nic::MemoryRegion, host_ip: Ipv4Addr, host_port: u16, stride: u32, backend: &dyn crate::backend::RunningBackend) -> Result<Driven, EchoError> {
     let mut host = HsbHost::new(EcbClient::connect(ecb_addr).map_err(|e| EchoError::Start { what: "the ECB client", detail: e.to_string() })?);
     host.check_version().map_err(EchoError::Peer)?;
     host.configure(&DataPlaneConfig {
@@ -467,12 +467,15 @@ fn drive_peer(cfg: &EchoConfig, ecb_addr: SocketAddrV4, rx_mr: &crate::nic::Memo
             let secs = started.elapsed().as_secs_f64();
             eprint!("\r  {n}/{} answered, {:.0} msg/s   ", cfg.count, f64::from(n) / secs.max(1e-9));
         }
-        !crate::interrupted()
+        !crate::interrupted() && backend.failure().is_none()
     })?;
     if cfg.progress {
         eprintln!();
     }
     host.stop_player()?;
+    if let Some(f) = backend.failure() {
+        return Err(EchoError::Peer(format!("the transceiver loop failed during the run: {f}")));
+    }
     if !done {
         tracing::warn!("the peer did not finish its capture in time; reporting what it captured");
     }

@@ -6,6 +6,7 @@ pub mod backend;
 pub mod bench;
 pub mod echo;
 pub mod env;
+pub mod gpu;
 pub mod hsb;
 pub mod latency;
 pub mod mem;

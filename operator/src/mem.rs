@@ -69,6 +69,11 @@ impl SharedMem {
         self.len == 0
     }
 
+    /// The first byte.
+    pub fn base(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
     /// Host address of byte `off`.
     pub fn host_addr(&self, off: usize) -> u64 {
         self.ptr.as_ptr() as u64 + off as u64

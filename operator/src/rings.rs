@@ -194,11 +194,18 @@ impl QpMemory {
 
     /// The descriptor the data path runs on, with device addresses.
     pub fn transceiver_desc(&self, qpn: u32, tx_lkey: u32) -> rl_transceiver_desc {
+        self.transceiver_desc_at(self.mem.device_addr(0), qpn, tx_lkey)
+    }
+
+    /// The descriptor with every address relative to `device_base`, the address the data
+    /// path uses for byte 0 of the memory (a GPU's address of registered host memory).
+    pub fn transceiver_desc_at(&self, device_base: u64, qpn: u32, tx_lkey: u32) -> rl_transceiver_desc {
         let l = &self.layout;
         let m = &self.mem;
+        let dev = |off: usize| device_base + off as u64;
         let q = |ring: usize, dbrec: usize, entries: u32, size: usize| rl_queue_desc {
-            ring: m.device_addr(ring),
-            dbrec: m.device_addr(dbrec),
+            ring: dev(ring),
+            dbrec: dev(dbrec),
             entries,
             entry_size: size as u32,
         };
@@ -207,11 +214,11 @@ impl QpMemory {
             rq: q(l.rq, l.rq_dbrec_counter(), l.sizes.rq_entries, RECV_WQE),
             scq: q(l.scq, l.scq_dbrec, l.sizes.sq_entries, CQE),
             rcq: q(l.rcq, l.rcq_dbrec, l.sizes.rq_entries, CQE),
-            rx_buffer: m.device_addr(l.rx_buffer),
-            tx_buffer: m.device_addr(l.tx_buffer),
-            proxy_doorbell: m.device_addr(l.proxy_doorbell),
-            control: m.device_addr(l.control),
-            timestamps: if l.sizes.timestamp_entries == 0 { 0 } else { m.device_addr(l.timestamps) },
+            rx_buffer: dev(l.rx_buffer),
+            tx_buffer: dev(l.tx_buffer),
+            proxy_doorbell: dev(l.proxy_doorbell),
+            control: dev(l.control),
+            timestamps: if l.sizes.timestamp_entries == 0 { 0 } else { dev(l.timestamps) },
             tx_buffer_iova: m.host_addr(l.tx_buffer),
             rx_slot_stride: l.sizes.rx_slot_stride,
             rx_slots: l.sizes.rx_slots,

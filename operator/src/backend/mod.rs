@@ -7,6 +7,7 @@
 //! device code on the GPU) and returns a [`RunningBackend`].
 
 pub mod cpu;
+pub mod gpu;
 
 use std::time::Duration;
 
@@ -24,6 +25,8 @@ pub enum BackendKind {
     /// GPU number `n`; an error when there is none.
     Gpu(usize),
     Cpu,
+    /// A baseline for benchmarks: the CPU loop launches one kernel per message on GPU `n`.
+    GpuLaunchPerMessage(usize),
 }
 
 /// A transceiver loop that is running.
@@ -34,6 +37,10 @@ pub trait RunningBackend: Send {
     fn processed(&self) -> u64;
     /// Messages refused by the data path so far.
     fn dropped(&self) -> u32;
+    /// Why the loop died while running (a failed or stuck kernel), if it did.
+    fn failure(&self) -> Option<String> {
+        None
+    }
     /// Stops the loop (exit flag, then join or watchdog) within `timeout`.
     fn stop(self: Box<Self>, timeout: Duration) -> Result<(), String>;
 }
@@ -64,8 +71,19 @@ impl RunningBackend for CpuBackend {
 /// Starts the transceiver loop of `kind` over the queue pair `q`, running `chain`.
 pub fn spawn_backend(kind: BackendKind, q: QpMemory, chain: &[StageSpec], cfg: CpuBackendConfig) -> Result<Box<dyn RunningBackend>, BackendError> {
     match kind {
-        BackendKind::Gpu(n) => Err(BackendError::Gpu(format!("GPU {n} requested, but this build has no GPU backend yet"))),
-        BackendKind::Auto | BackendKind::Cpu => {
+        BackendKind::Gpu(n) => Ok(Box::new(gpu::GpuBackend::spawn(q, chain, n, cfg)?)),
+        BackendKind::GpuLaunchPerMessage(n) => {
+            let stage = gpu::LaunchPerMessage::new(q.clone(), chain, n).map_err(BackendError::Gpu)?;
+            Ok(Box::new(CpuBackend::spawn(q, Box::new(stage), cfg).map_err(BackendError::Cpu)?))
+        }
+        BackendKind::Auto => match gpu::unavailable_reason() {
+            None => Ok(Box::new(gpu::GpuBackend::spawn(q, chain, 0, cfg)?)),
+            Some(why) => {
+                tracing::info!("backend Auto: using the CPU backend because {why}");
+                spawn_backend(BackendKind::Cpu, q, chain, cfg)
+            }
+        },
+        BackendKind::Cpu => {
             let stage = Box::new(Chain::from_specs(chain));
             Ok(Box::new(CpuBackend::spawn(q, stage, cfg).map_err(BackendError::Cpu)?))
         }

@@ -39,7 +39,7 @@ pub struct Floor {
 }
 
 impl Floor {
-    fn from_samples(samples: Vec<u64>, counts: Counts) -> Floor {
+    pub fn from_samples(samples: Vec<u64>, counts: Counts) -> Floor {
         Floor { rtt: histogram_of(&samples), samples, counts }
     }
 }

@@ -10,6 +10,7 @@
 //! here fails because one does not.
 
 pub mod floors;
+pub mod gpu;
 pub mod write;
 
 use std::path::PathBuf;
@@ -30,8 +31,16 @@ pub mod paths {
     pub const FLOOR_UDP: &str = "floor: UDP ping-pong (spinning)";
     /// The CPU transceiver loop behind the software NIC.
     pub const CPU_BACKEND: &str = "cpu backend";
-    // Later GPU rows: "floor: mapped-memory ping-pong kernel", "gpu: kernel launch per
-    // message", "gpu persistent".
+    /// The raw mapped-memory ping-pong: a one-thread kernel and a host thread bouncing a word
+    /// of pinned host memory across PCIe.
+    pub const FLOOR_MAPPED: &str = "floor: mapped-memory ping-pong";
+    /// The GPU paths' floor: the same hops with no protocol work, the mapped-memory ping-pong
+    /// plus the wire's floor (round trips added pairwise).
+    pub const FLOOR_GPU: &str = "floor: mapped ping-pong + wire floor";
+    /// The CPU loop launching one kernel per message (the approach the GPU path replaces).
+    pub const GPU_LAUNCH: &str = "gpu: kernel launch per message";
+    /// The persistent transceiver kernel.
+    pub const GPU_PERSISTENT: &str = "gpu: persistent kernel";
 }
 
 /// What to measure.
@@ -54,6 +63,8 @@ pub struct BenchConfig {
     pub out_dir: PathBuf,
     /// File name stem of the reports: `<name>.md`, `<name>.json`, `<name>-<wire>-<size>.svg`.
     pub name: String,
+    /// Also measure the GPU paths (and their floors) on this GPU.
+    pub gpu: Option<usize>,
 }
 
 impl Default for BenchConfig {
@@ -67,6 +78,7 @@ impl Default for BenchConfig {
             spin: None,
             out_dir: PathBuf::from("latency-reports"),
             name: "bench".into(),
+            gpu: None,
         }
     }
 }
@@ -229,6 +241,11 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         machine.pinned.insert(name.into(), pin(core));
     }
 
+    if let Some(ord) = cfg.gpu {
+        let gpu = crate::gpu::Gpu::open(ord).map_err(|e| BenchError::Config(format!("--gpu {ord}: {e}")))?;
+        machine.gpu = Some(gpu.info.describe());
+        machine.backend = "cpu; gpu (persistent kernel, kernel launch per message)".into();
+    }
     let clock = floors::clock_overhead(cfg.count.clamp(10_000, 1_000_000), 1_000);
     let mut rows = Vec::new();
     let mut samples = Vec::new();
@@ -292,6 +309,16 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 detail: format!("{}, peer fpga-sim in this process, {} answered by the backend", run.env.wire, run.backend_processed),
             });
             samples.push(run.analysis.map(|a| a.samples).unwrap_or_default());
+
+            if let Some(ordinal) = cfg.gpu {
+                let wire_floor_samples = samples[samples.len() - 2].clone();
+                let gpu_rows = measure_gpu(cfg, ordinal, wire, size, spin, floor_cores, &wire_floor_samples)?;
+                for (row, s, t) in gpu_rows {
+                    rows.push(row);
+                    samples.push(s);
+                    targets.extend(t);
+                }
+            }
         }
     }
     interrupted |= crate::interrupted();
@@ -318,6 +345,90 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         .map_err(|source| BenchError::Io { what: format!("writing the reports into {}", cfg.out_dir.display()), source })?;
     report.files = files;
     Ok(report)
+}
+
+type GpuRows = Vec<(BenchRow, Vec<u64>, Vec<Target>)>;
+
+/// The GPU rows of one (wire, size): the mapped-memory ping-pong, the composite floor, the
+/// launch-per-message baseline and the persistent kernel, with the GPU targets.
+fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, spin: SpinMode, floor_cores: (Option<usize>, Option<usize>), wire_floor: &[u64]) -> Result<GpuRows, BenchError> {
+    let gpu_err = |what: &str, e: String| BenchError::Io { what: what.to_string(), source: std::io::Error::other(e) };
+    tracing::info!(wire = wire.as_str(), size, "measuring the mapped-memory ping-pong");
+    let mapped = gpu::mapped_pingpong(ordinal, cfg.count, cfg.warmup, floor_cores.1).map_err(|e| gpu_err("GPU mapped-memory ping-pong", e))?;
+    let composite: Vec<u64> = mapped.samples.iter().zip(wire_floor).map(|(a, b)| a + b).collect();
+    let composite_sum = Summary::of(&floors::histogram_of(&composite));
+    let mapped_sum = Summary::of(&mapped.rtt);
+    let w = wire.as_str().to_string();
+    let mut out: GpuRows = Vec::new();
+    out.push((
+        BenchRow {
+            path: paths::FLOOR_MAPPED.into(),
+            wire: w.clone(),
+            size,
+            floor_of: Some(paths::GPU_PERSISTENT.into()),
+            rtt_ns: mapped_sum,
+            counts: mapped.counts,
+            vs_floor: None,
+            detail: "a one-thread kernel polls one word of pinned host memory and writes it back; a host thread times it".into(),
+        },
+        mapped.samples.clone(),
+        vec![],
+    ));
+    out.push((
+        BenchRow {
+            path: paths::FLOOR_GPU.into(),
+            wire: w.clone(),
+            size,
+            floor_of: Some(paths::GPU_PERSISTENT.into()),
+            rtt_ns: composite_sum,
+            counts: mapped.counts,
+            vs_floor: None,
+            detail: format!("mapped-memory ping-pong + {} round trips, added pairwise", if wire == WireKind::Inproc { "cache-line ping-pong" } else { "UDP ping-pong" }),
+        },
+        composite,
+        vec![],
+    ));
+    let mut p50s = Vec::new();
+    for (path, backend) in [
+        (paths::GPU_LAUNCH, crate::backend::BackendKind::GpuLaunchPerMessage(ordinal)),
+        (paths::GPU_PERSISTENT, crate::backend::BackendKind::Gpu(ordinal)),
+    ] {
+        tracing::info!(wire = wire.as_str(), size, "running {path}");
+        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), backend, ..EchoConfig::default() };
+        let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
+        let vs = vs_floor(&run.rtt_ns, paths::FLOOR_GPU, &composite_sum);
+        let mut targets = Vec::new();
+        if path == paths::GPU_PERSISTENT {
+            let t = |what: String, max: f64, value: f64| Target { path: path.into(), wire: w.clone(), size, what, max_ratio: max, ratio: value.is_finite().then_some(value), met: value.is_finite() && value <= max };
+            if wire == WireKind::Inproc {
+                targets.push(t("p50 <= 1.3x floor p50".into(), 1.3, vs.p50));
+                targets.push(t("p50 <= 2.7 us (value in us)".into(), 2.7, run.rtt_ns.p50 as f64 / 1000.0));
+                targets.push(t("p99 <= 2x floor p99".into(), 2.0, vs.p99));
+            } else {
+                targets.push(t("p50 <= 7 us (value in us)".into(), 7.0, run.rtt_ns.p50 as f64 / 1000.0));
+            }
+            if let Some(launch_p50) = p50s.first() {
+                // at least 3x faster than a launch per message: persistent / launch <= 1/3
+                let r = run.rtt_ns.p50 as f64 / *launch_p50 as f64;
+                targets.push(t("p50 <= 1/3 of the launch-per-message p50 (value: persistent / launch)".into(), 1.0 / 3.0, r));
+            }
+        }
+        p50s.push(run.rtt_ns.p50);
+        let detail = format!(
+            "{}, backend {}, {} answered, {} refused; NIC drops {}",
+            run.env.wire,
+            run.env.backend,
+            run.backend_processed,
+            run.backend_dropped,
+            run.nic_drops.values().sum::<u64>()
+        );
+        out.push((
+            BenchRow { path: path.into(), wire: w.clone(), size, floor_of: None, rtt_ns: run.rtt_ns, counts: run.counts, vs_floor: Some(vs), detail },
+            run.analysis.map(|a| a.samples).unwrap_or_default(),
+            targets,
+        ));
+    }
+    Ok(out)
 }
 
 /// `t` as `YYYY-MM-DDTHH:MM:SSZ` (UTC).

@@ -1,0 +1,336 @@
+//! The GPU backend: the persistent transceiver kernel, and the launch-per-message baseline.
+//!
+//! Persistent kernel lifecycle (PERF.md, "GPU habits"): on one host thread that owns the
+//! context, compile (NVRTC, cached) and load everything, register the queue pair's memory
+//! (pinned, mapped into the GPU), launch once on a non-blocking stream, and wait for the
+//! kernel to report RUNNING. Then a watchdog loop watches the stream and the kernel's
+//! heartbeat. Stop: set the exit flag, wait for the stream to go idle; a kernel that does not
+//! stop in time, or a failed launch, ends in a clear error and the thread is abandoned rather
+//! than joined, so the process never hangs on a stuck kernel.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::abi;
+use crate::backend::{BackendError, CpuBackendConfig, RunningBackend};
+use crate::gpu::driver::{Gpu, StreamState};
+use crate::gpu::{kernels, nvrtc};
+use crate::rings::QpMemory;
+use crate::stage::StageSpec;
+use crate::verbs::HostVerbs;
+
+/// How long the kernel may take to report RUNNING after its launch.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// A running kernel whose heartbeat and message count both stand still this long is stuck.
+const WATCHDOG: Duration = Duration::from_secs(2);
+
+/// Why the GPU cannot be used here (for `Auto`'s log line), or `None` when it can.
+pub fn unavailable_reason() -> Option<String> {
+    match crate::gpu::driver::device_count() {
+        Err(e) => Some(e.to_string()),
+        Ok(0) => Some("the CUDA driver reports no device".into()),
+        Ok(_) if !nvrtc::nvrtc_present() => Some("libnvrtc (CUDA's run-time compiler) is not on the loader path".into()),
+        Ok(_) => None,
+    }
+}
+
+/// A running persistent kernel.
+pub struct GpuBackend {
+    q: QpMemory,
+    name: String,
+    stop: Arc<AtomicBool>,
+    /// 0 running, 1 exited cleanly, 2 failed.
+    outcome: Arc<AtomicU32>,
+    failure: Arc<std::sync::Mutex<Option<String>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Started {
+    name: String,
+}
+
+impl GpuBackend {
+    /// Compiles, loads and launches the persistent kernel for `chain` on GPU `ordinal`.
+    pub fn spawn(q: QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBackendConfig) -> Result<GpuBackend, BackendError> {
+        // The host posts the receive queue before the launch (the kernel re-posts).
+        let mut verbs = HostVerbs::new(q.clone(), cfg.qpn, cfg.tx_lkey);
+        verbs.post_recv(q.layout.sizes.rq_entries);
+        let stop = Arc::new(AtomicBool::new(false));
+        let outcome = Arc::new(AtomicU32::new(0));
+        let failure = Arc::new(std::sync::Mutex::new(None));
+        let (tx, rx) = mpsc::channel::<Result<Started, String>>();
+        let thread = {
+            let (q, stop, outcome, failure) = (q.clone(), stop.clone(), outcome.clone(), failure.clone());
+            let chain = chain.to_vec();
+            std::thread::Builder::new()
+                .name("rocelink-gpu".into())
+                .spawn(move || {
+                    let r = host_thread(&q, &chain, ordinal, cfg, &stop, &tx);
+                    let code = if r.is_ok() { 1 } else { 2 };
+                    if let Err(e) = r {
+                        tracing::error!("GPU backend: {e}");
+                        *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                        let _ = tx.send(Err(e));
+                    }
+                    outcome.store(code, Ordering::Release);
+                })
+                .map_err(|e| BackendError::Gpu(format!("cannot start the GPU host thread: {e}")))?
+        };
+        match rx.recv_timeout(START_TIMEOUT + Duration::from_secs(120)) {
+            Ok(Ok(s)) => Ok(GpuBackend { q, name: s.name, stop, outcome, failure, thread: Some(thread) }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(BackendError::Gpu(e))
+            }
+            Err(_) => {
+                stop.store(true, Ordering::Release);
+                Err(BackendError::Gpu("the GPU backend did not start in time (compilation or launch hung)".into()))
+            }
+        }
+    }
+
+    /// The failure that ended the kernel, if any.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBackendConfig, stop: &AtomicBool, started: &mpsc::Sender<Result<Started, String>>) -> Result<(), String> {
+    let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
+    let (main, headers, mut options) = kernels::transceiver_program(chain);
+    if std::env::var_os("ROCELINK_TEST_STALL_KERNEL").is_some() {
+        // Test hook: a kernel that stops answering and beating after its first message, to
+        // prove the watchdog ends the run with a clear error instead of a hang.
+        options.push("-DRL_TEST_STALL".into());
+    }
+    let compiled = nvrtc::compile(&main, &headers, &gpu.info.arch(), &options, true).map_err(|e| e.to_string())?;
+    tracing::info!(from_cache = compiled.from_cache, ms = compiled.millis, "transceiver kernel compiled for {}", gpu.info.arch());
+    let module = gpu.load(&compiled.cubin, &["rl_transceiver"]).map_err(|e| e.to_string())?;
+    let stream = gpu.stream().map_err(|e| e.to_string())?;
+    // SAFETY: the queue pair's memory is page-aligned and lives in `q` (an Arc) until after
+    // the kernel stopped and the memory is unregistered below.
+    let dbase = unsafe { gpu.register(q.mem.base(), q.mem.len()) }.map_err(|e| e.to_string())?;
+    let mut desc = q.transceiver_desc_at(dbase, cfg.qpn, cfg.tx_lkey);
+    let m = &q.mem;
+    let l = q.layout;
+    m.atomic_u32(l.state()).store(abi::RL_STATE_LAUNCHED, Ordering::Release);
+    m.atomic_u32(l.exit_flag()).store(0, Ordering::Release);
+    let mut params = [&mut desc as *mut abi::rl_transceiver_desc as *mut c_void];
+    // SAFETY: rl_transceiver takes one `struct rl_transceiver_desc` by value (abi.h, the same
+    // definition bindgen made `desc` from); every address in it points into the registered
+    // memory, which outlives the kernel (unregistered only after the stream is idle).
+    unsafe { stream.launch(module.function(0), kernels::TRANSCEIVER_THREADS, &mut params) }.map_err(|e| e.to_string())?;
+
+    // Wait for RUNNING.
+    let t0 = Instant::now();
+    loop {
+        if m.atomic_u32(l.state()).load(Ordering::Acquire) == abi::RL_STATE_RUNNING {
+            break;
+        }
+        if let StreamState::Failed(e) = stream.query() {
+            return Err(format!("the transceiver kernel failed at launch: {e}"));
+        }
+        if t0.elapsed() > START_TIMEOUT {
+            m.atomic_u32(l.exit_flag()).store(1, Ordering::Release);
+            return Err("the transceiver kernel did not report RUNNING within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let name = format!("gpu {} ({})", ordinal, gpu.info.name);
+    let _ = started.send(Ok(Started { name }));
+
+    // Watchdog.
+    let mut last = (m.atomic_u64(l.heartbeat()).load(Ordering::Relaxed), m.atomic_u64(l.processed()).load(Ordering::Relaxed));
+    let mut last_change = Instant::now();
+    let mut error = None;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(2));
+        match stream.query() {
+            StreamState::Running => {}
+            StreamState::Idle => {
+                error = Some("the transceiver kernel exited on its own".to_string());
+                break;
+            }
+            StreamState::Failed(e) => {
+                error = Some(format!("the transceiver kernel failed: {e}"));
+                break;
+            }
+        }
+        let now = (m.atomic_u64(l.heartbeat()).load(Ordering::Relaxed), m.atomic_u64(l.processed()).load(Ordering::Relaxed));
+        if now != last {
+            last = now;
+            last_change = Instant::now();
+        } else if last_change.elapsed() > WATCHDOG {
+            error = Some(format!("watchdog: the transceiver kernel's heartbeat stood still for {WATCHDOG:?}"));
+            break;
+        }
+    }
+    // Stop: exit flag, then wait for the stream without blocking on it.
+    m.atomic_u32(l.exit_flag()).store(1, Ordering::Release);
+    let t0 = Instant::now();
+    loop {
+        match stream.query() {
+            StreamState::Idle => break,
+            StreamState::Failed(e) => {
+                error.get_or_insert(format!("the transceiver kernel failed: {e}"));
+                break;
+            }
+            StreamState::Running if t0.elapsed() > Duration::from_secs(2) => {
+                // Leave the memory registered and the module loaded: the kernel may still
+                // touch them. The process can exit; the driver reclaims everything then.
+                return Err(error.unwrap_or_else(|| "the transceiver kernel did not stop within 2 s of the exit flag".into()));
+            }
+            StreamState::Running => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+    // SAFETY: the kernel has finished (stream idle); nothing uses the registration now.
+    let _ = unsafe { gpu.unregister(q.mem.base()) };
+    module.unload();
+    if m.atomic_u32(l.state()).load(Ordering::Acquire) == abi::RL_STATE_FAILED {
+        error.get_or_insert(format!("the transceiver kernel reported error {}", m.atomic_u32(l.error()).load(Ordering::Relaxed)));
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+impl RunningBackend for GpuBackend {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn processed(&self) -> u64 {
+        self.q.mem.atomic_u64(self.q.layout.processed()).load(Ordering::Relaxed)
+    }
+    fn dropped(&self) -> u32 {
+        self.q.mem.atomic_u32(self.q.layout.dropped()).load(Ordering::Relaxed)
+    }
+    fn failure(&self) -> Option<String> {
+        GpuBackend::failure(self)
+    }
+    fn stop(mut self: Box<Self>, timeout: Duration) -> Result<(), String> {
+        self.stop.store(true, Ordering::Release);
+        let t0 = Instant::now();
+        while self.outcome.load(Ordering::Acquire) == 0 {
+            if t0.elapsed() > timeout + Duration::from_secs(3) {
+                // Abandon the host thread: it is waiting on a kernel that does not stop.
+                return Err(format!("the GPU backend did not stop within {:?}: the kernel looks stuck; abandoning it", timeout + Duration::from_secs(3)));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        match self.failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The launch-per-message baseline: the CPU transceiver loop polls the CQ, and for each
+/// message launches `rl_echo_once` on the request in mapped memory, waits for it, and sends
+/// the answer the kernel wrote. It is what the persistent kernel replaces (PERF.md: a launch
+/// and a synchronise cost 6-9 us per message).
+pub struct LaunchPerMessage {
+    gpu: Gpu,
+    module: Option<crate::gpu::driver::Module>,
+    stream: crate::gpu::driver::Stream,
+    q: QpMemory,
+    dbase: u64,
+    out_len: crate::mem::SharedMem,
+    out_len_d: u64,
+    current: bool,
+}
+
+impl LaunchPerMessage {
+    pub fn new(q: QpMemory, chain: &[StageSpec], ordinal: usize) -> Result<LaunchPerMessage, String> {
+        if chain != [StageSpec::Echo] {
+            return Err("the launch-per-message baseline runs the echo stage only".into());
+        }
+        let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
+        let (main, headers, options) = kernels::probe_program();
+        let compiled = nvrtc::compile(&main, &headers, &gpu.info.arch(), &options, true).map_err(|e| e.to_string())?;
+        let module = gpu.load(&compiled.cubin, &["rl_echo_once"]).map_err(|e| e.to_string())?;
+        let stream = gpu.stream().map_err(|e| e.to_string())?;
+        // SAFETY: page-aligned allocations that live in `self` until Drop unregisters them.
+        let dbase = unsafe { gpu.register(q.mem.base(), q.mem.len()) }.map_err(|e| e.to_string())?;
+        let out_len = crate::mem::SharedMem::new(crate::mem::PAGE);
+        let out_len_d = unsafe { gpu.register(out_len.base(), out_len.len().max(crate::mem::PAGE)) }.map_err(|e| e.to_string())?;
+        Ok(LaunchPerMessage { gpu, module: Some(module), stream, q, dbase, out_len, out_len_d, current: false })
+    }
+
+    fn dev(&self, p: *const u8) -> u64 {
+        self.dbase + (p as u64 - self.q.mem.host_addr(0))
+    }
+}
+
+impl crate::stage::Stage for LaunchPerMessage {
+    fn name(&self) -> &'static str {
+        "echo (a kernel launch per message)"
+    }
+
+    fn process(&mut self, request: &[u8], out: &mut [u8]) -> crate::stage::Outcome {
+        if !self.current {
+            if self.gpu.make_current().is_err() {
+                return crate::stage::Outcome::Drop;
+            }
+            self.current = true;
+        }
+        // Requests from the CQE's inline bytes are not in the registered region: the
+        // baseline reads every request from its slot, like a CPU-driven pipeline would.
+        if self.q.mem.offset_of_host(request.as_ptr() as u64, request.len()).is_none() {
+            return crate::stage::Outcome::Drop;
+        }
+        let mut req = self.dev(request.as_ptr());
+        let mut len = request.len() as u32;
+        let mut resp = self.dev(out.as_ptr());
+        let mut cap = out.len() as u32;
+        let mut out_len = self.out_len_d;
+        self.out_len.atomic_u32(0).store(u32::MAX, Ordering::Relaxed);
+        let mut params = [
+            &mut req as *mut u64 as *mut c_void,
+            &mut len as *mut u32 as *mut c_void,
+            &mut resp as *mut u64 as *mut c_void,
+            &mut cap as *mut u32 as *mut c_void,
+            &mut out_len as *mut u64 as *mut c_void,
+        ];
+        let Some(module) = &self.module else { return crate::stage::Outcome::Drop };
+        // SAFETY: rl_echo_once(const uint8_t*, uint32_t, uint8_t*, uint32_t, int32_t*): the
+        // pointers are device addresses of registered memory that outlives the launch, which
+        // is synchronised before returning.
+        let launched = unsafe { self.stream.launch(module.function(0), kernels::TRANSCEIVER_THREADS, &mut params) };
+        if launched.is_err() || self.stream.synchronize().is_err() {
+            return crate::stage::Outcome::Drop;
+        }
+        let n = self.out_len.atomic_u32(0).load(Ordering::Acquire) as i32;
+        if n < 0 {
+            crate::stage::Outcome::Drop
+        } else {
+            crate::stage::Outcome::Answer(n as usize)
+        }
+    }
+}
+
+impl Drop for LaunchPerMessage {
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+        if let Some(m) = self.module.take() {
+            m.unload();
+        }
+        // SAFETY: no kernel runs (synchronised above).
+        unsafe {
+            let _ = self.gpu.unregister(self.q.mem.base());
+            let _ = self.gpu.unregister(self.out_len.base());
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The CUDA driver API, the few calls rocelink needs, behind small types whose `unsafe`
+//! blocks state their contracts.
+
+use std::ffi::{c_void, CString};
+use std::ptr::NonNull;
+
+use cudarc::driver::sys;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no CUDA driver on this machine ({0}); the GPU backend needs libcuda.so.1 from an NVIDIA driver")]
+    NoDriver(String),
+    #[error("no CUDA device {ordinal} (this machine has {count})")]
+    NoDevice { ordinal: usize, count: usize },
+    #[error("CUDA call {call} failed: {err}")]
+    Cuda { call: &'static str, err: String },
+    #[error("NVRTC: {0}")]
+    Nvrtc(String),
+    #[error("kernel compilation failed for {arch}:\n{log}")]
+    Compile { arch: String, log: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+fn check(call: &'static str, r: sys::CUresult) -> Result<(), GpuError> {
+    r.result().map_err(|e| GpuError::Cuda { call, err: format!("{e:?}") })
+}
+
+/// Is a CUDA driver library loadable? Checked before any other call: cudarc's dynamically
+/// loaded functions panic when the library is missing.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { sys::is_culib_present() }
+}
+
+/// What a device is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GpuInfo {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub cc: (i32, i32),
+    pub multiprocessors: i32,
+    /// cuDriverGetVersion, e.g. 13000.
+    pub driver_version: i32,
+}
+
+impl GpuInfo {
+    /// "sm_90" for NVRTC.
+    pub fn arch(&self) -> String {
+        format!("sm_{}{}", self.cc.0, self.cc.1)
+    }
+
+    /// One line for report headers.
+    pub fn describe(&self) -> String {
+        format!(
+            "GPU {} {} (sm_{}{}, {} SMs), CUDA driver {}.{}",
+            self.ordinal,
+            self.name,
+            self.cc.0,
+            self.cc.1,
+            self.multiprocessors,
+            self.driver_version / 1000,
+            (self.driver_version % 1000) / 10
+        )
+    }
+}
+
+/// Why the GPU cannot be used, or the number of devices.
+pub fn device_count() -> Result<usize, GpuError> {
+    if !driver_present() {
+        return Err(GpuError::NoDriver("libcuda.so not found".into()));
+    }
+    // SAFETY: the library is present; cuInit has no preconditions.
+    check("cuInit", unsafe { sys::cuInit(0) }).map_err(|e| GpuError::NoDriver(e.to_string()))?;
+    let mut n = 0;
+    // SAFETY: cuInit succeeded; writes one int.
+    check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) })?;
+    Ok(n.max(0) as usize)
+}
+
+/// One device with its primary context made current on the calling thread.
+pub struct Gpu {
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    pub info: GpuInfo,
+}
+
+// SAFETY: a CUcontext may be used from any thread after cuCtxSetCurrent; `Gpu` makes it
+// current in every method that needs it.
+unsafe impl Send for Gpu {}
+
+impl Gpu {
+    /// Opens device `ordinal` (retains its primary context, makes it current here).
+    pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(GpuError::NoDevice { ordinal, count });
+        }
+        let mut dev = 0;
+        // SAFETY: cuInit succeeded in device_count; out-pointers are valid locals.
+        unsafe {
+            check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal as i32))?;
+            let mut ctx = std::ptr::null_mut();
+            check("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+            check("cuCtxSetCurrent", sys::cuCtxSetCurrent(ctx))?;
+            let attr = |a| {
+                let mut v = 0;
+                sys::cuDeviceGetAttribute(&mut v, a, dev);
+                v
+            };
+            let mut name = [0i8; 256];
+            check("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), 255, dev))?;
+            let name = std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+            let mut driver_version = 0;
+            sys::cuDriverGetVersion(&mut driver_version);
+            let info = GpuInfo {
+                ordinal,
+                name,
+                cc: (
+                    attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                    attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+                ),
+                multiprocessors: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                driver_version,
+            };
+            Ok(Gpu { dev, ctx, info })
+        }
+    }
+
+    /// Makes the context current on the calling thread.
+    pub fn make_current(&self) -> Result<(), GpuError> {
+        // SAFETY: ctx is a retained primary context.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    }
+
+    /// Registers `len` bytes of host memory at `ptr` for device access (pinned, mapped) and
+    /// returns the device address of `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be a live, page-aligned allocation that outlives the registration
+    /// (until [`Gpu::unregister`]).
+    pub unsafe fn register(&self, ptr: NonNull<u8>, len: usize) -> Result<u64, GpuError> {
+        self.make_current()?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        check("cuMemHostRegister", sys::cuMemHostRegister_v2(ptr.as_ptr() as *mut c_void, len, flags))?;
+        let mut dptr = 0;
+        check("cuMemHostGetDevicePointer", sys::cuMemHostGetDevicePointer_v2(&mut dptr, ptr.as_ptr() as *mut c_void, 0))?;
+        Ok(dptr)
+    }
+
+    /// # Safety
+    /// `ptr` was registered with [`Gpu::register`] and no kernel uses it any more.
+    pub unsafe fn unregister(&self, ptr: NonNull<u8>) -> Result<(), GpuError> {
+        self.make_current()?;
+        check("cuMemHostUnregister", sys::cuMemHostUnregister(ptr.as_ptr() as *mut c_void))
+    }
+
+    /// Loads a cubin and returns the named functions.
+    pub fn load(&self, cubin: &[u8], names: &[&str]) -> Result<Module, GpuError> {
+        self.make_current()?;
+        let mut module = std::ptr::null_mut();
+        // cuModuleLoadData reads a cubin from memory; keep it NUL-terminated for safety.
+        let mut image = cubin.to_vec();
+        image.push(0);
+        // SAFETY: image is a valid cubin (from NVRTC) that lives through the call.
+        check("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr() as *const c_void) })?;
+        let mut functions = Vec::new();
+        for n in names {
+            let c = CString::new(*n).expect("kernel names have no NUL");
+            let mut f = std::ptr::null_mut();
+            // SAFETY: module was loaded above.
+            check("cuModuleGetFunction", unsafe { sys::cuModuleGetFunction(&mut f, module, c.as_ptr()) })?;
+            functions.push(f);
+        }
+        Ok(Module { module, functions })
+    }
+
+    /// A non-blocking stream (never the default stream).
+    pub fn stream(&self) -> Result<Stream, GpuError> {
+        self.make_current()?;
+        let mut s = std::ptr::null_mut();
+        // SAFETY: out-pointer valid; flag 1 = CU_STREAM_NON_BLOCKING.
+        check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut s, 1) })?;
+        Ok(Stream(s))
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // SAFETY: releases the retain of `open`.
+        unsafe {
+            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
+        }
+    }
+}
+
+/// A loaded module and the functions asked for.
+pub struct Module {
+    module: sys::CUmodule,
+    functions: Vec<sys::CUfunction>,
+}
+
+// SAFETY: module handles are context objects usable from any thread with the context current.
+unsafe impl Send for Module {}
+
+impl Module {
+    pub fn function(&self, i: usize) -> sys::CUfunction {
+        self.functions[i]
+    }
+
+    /// Unloads the module. Only when no kernel of it runs (unloading waits for them).
+    pub fn unload(self) {
+        // SAFETY: the caller guarantees no kernel of the module still runs.
+        unsafe {
+            sys::cuModuleUnload(self.module);
+        }
+    }
+}
+
+/// A stream.
+pub struct Stream(pub sys::CUstream);
+
+// SAFETY: as Module.
+unsafe impl Send for Stream {}
+
+/// What a stream is doing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamState {
+    Running,
+    Idle,
+    Failed(String),
+}
+
+impl Stream {
+    /// Asks, without waiting, whether the work on the stream has finished.
+    pub fn query(&self) -> StreamState {
+        // SAFETY: a valid stream; cuStreamQuery does not block.
+        let r = unsafe { sys::cuStreamQuery(self.0) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => StreamState::Idle,
+            sys::CUresult::CUDA_ERROR_NOT_READY => StreamState::Running,
+            e => StreamState::Failed(format!("{e:?}")),
+        }
+    }
+
+    /// Waits for the stream (only for short, bounded work: launches of the floor probes).
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        // SAFETY: a valid stream.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.0) })
+    }
+
+    /// Launches `f` with one block of `threads` and the given parameter pointers.
+    ///
+    /// # Safety
+    /// `params` must point to values whose types and order match the kernel's parameters,
+    /// living until the launch returns; memory the kernel touches must outlive the kernel.
+    pub unsafe fn launch(&self, f: sys::CUfunction, threads: u32, params: &mut [*mut c_void]) -> Result<(), GpuError> {
+        check(
+            "cuLaunchKernel",
+            sys::cuLaunchKernel(f, 1, 1, 1, threads, 1, 1, 0, self.0, params.as_mut_ptr(), std::ptr::null_mut()),
+        )
+    }
+}

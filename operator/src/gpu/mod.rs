@@ -1,0 +1,14 @@
+//! The GPU side: the CUDA driver (through cudarc with dynamic loading, so the binary builds
+//! and starts on machines without CUDA), run-time kernel compilation with NVRTC (cached on
+//! disk), the kernel sources, and the persistent transceiver kernel's host half.
+//!
+//! Every CUDA call of a running backend happens on one host thread that owns the context
+//! (see [`crate::backend::gpu`]); nothing here synchronises the context while the persistent
+//! kernel runs (PERF.md: "never touch the default stream or synchronize the context while it
+//! runs").
+
+pub mod driver;
+pub mod kernels;
+pub mod nvrtc;
+
+pub use driver::{Gpu, GpuError, GpuInfo};

@@ -1,0 +1,78 @@
+//! The CUDA kernels compile with NVRTC to sm_90 cubins (the H200's architecture). NVRTC
+//! needs no GPU: CI installs the `nvidia-cuda-nvrtc` wheel (the GPU machine's CUDA 13.0) and
+//! puts its `libnvrtc.so.13` on the loader path, so a kernel that does not compile fails CI.
+
+use rocelink_operator::gpu::{kernels, nvrtc};
+use rocelink_operator::stage::StageSpec;
+
+/// True when NVRTC is here; otherwise says why the test did nothing (and fails under CI,
+/// where `.ci/run` installs NVRTC).
+fn nvrtc_or_skip() -> bool {
+    if nvrtc::nvrtc_present() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI must provide libnvrtc.so.13 (.ci/run installs the nvidia-cuda-nvrtc wheel)");
+    eprintln!("SKIPPED: libnvrtc not found; `pip install nvidia-cuda-nvrtc==13.0.88` and put its lib folder on LD_LIBRARY_PATH to run this test");
+    false
+}
+
+fn compile(program: (nvrtc::Source, Vec<nvrtc::Source>, Vec<String>), arch: &str) -> nvrtc::Compiled {
+    let (main, headers, options) = program;
+    match nvrtc::compile(&main, &headers, arch, &options, false) {
+        Ok(c) => c,
+        Err(e) => panic!("{} does not compile for {arch}:\n{e}", main.name),
+    }
+}
+
+#[test]
+fn transceiver_kernel_compiles_to_sm90_cubin() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    for chain in [vec![StageSpec::Echo], vec![StageSpec::Echo, StageSpec::Echo]] {
+        let c = compile(kernels::transceiver_program(&chain), "sm_90");
+        // An ELF image (cubin), not PTX text.
+        assert_eq!(&c.cubin[..4], b"\x7fELF", "chain {chain:?}");
+    }
+}
+
+#[test]
+fn probe_kernels_compile_to_sm90_cubin() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let c = compile(kernels::probe_program(), "sm_90");
+    assert_eq!(&c.cubin[..4], b"\x7fELF");
+}
+
+#[test]
+fn a_compile_error_returns_nvrtc_log() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let main = nvrtc::Source { name: "broken.cu".into(), text: "extern \"C\" __global__ void k() { this_is_not_defined(); }".into() };
+    let err = nvrtc::compile(&main, &[], "sm_90", &[], false).expect_err("must not compile");
+    let msg = err.to_string();
+    assert!(msg.contains("this_is_not_defined"), "{msg}");
+    assert!(msg.contains("sm_90"), "{msg}");
+}
+
+#[test]
+fn compiled_kernels_are_cached_on_disk() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rocelink-kcache-{}", std::process::id()));
+    std::env::set_var("ROCELINK_KERNEL_CACHE", &dir);
+    let (main, headers, options) = kernels::probe_program();
+    let first = nvrtc::compile(&main, &headers, "sm_90", &options, true).unwrap();
+    let second = nvrtc::compile(&main, &headers, "sm_90", &options, true).unwrap();
+    assert!(!first.from_cache);
+    assert!(second.from_cache);
+    assert_eq!(first.cubin, second.cubin);
+    assert!(dir.join(format!("{}.cubin", first.key)).is_file());
+    // Another architecture is another key.
+    let other = nvrtc::compile(&main, &headers, "sm_80", &options, true).unwrap();
+    assert_ne!(other.key, first.key);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,148 @@
+//! GPU tests: the persistent transceiver kernel end to end. They need an NVIDIA GPU, so they
+//! are ignored in CI and run on the GPU machine with one command (README, "GPU tests"):
+//!
+//!   bash scripts/gpu-tests.sh build      # here: builds the test binaries into .carry/
+//!   bash scripts/gpu-tests.sh run        # there: runs them (device tool, carry .carry)
+//!
+//! Every answer is checked byte for byte by the peer against the request it sent (flag
+//! PAYLOAD_OK in each capture record; `corrupted` counts the others), for the GPU and the
+//! CPU backend alike, so "zero corrupted" on both means both gave the same, expected bytes.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn rocelink() -> PathBuf {
+    std::env::var_os("ROCELINK_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rocelink")))
+}
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn echo(name: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, serde_json::Value, String) {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let json = std::env::temp_dir().join(format!("rocelink-gpu-{name}-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&json);
+    let mut cmd = Command::new(rocelink());
+    cmd.arg("echo").args(args).args(["--quiet", "--json"]).arg(&json);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run rocelink");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{name}:\n{text}");
+    let report = std::fs::read_to_string(&json).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(serde_json::Value::Null);
+    (out.status.success(), report, text)
+}
+
+fn assert_clean(r: &serde_json::Value, count: u64) {
+    for (k, v) in [("sent", count), ("received", count), ("lost", 0), ("duplicated", 0), ("corrupted", 0), ("reordered", 0)] {
+        assert_eq!(r[k].as_u64(), Some(v), "{k} in {r}");
+    }
+    let drops: u64 = r["nic_drops"].as_object().expect("nic_drops").values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(drops, 0, "{r}");
+    assert!(r["env"]["backend"].as_str().unwrap_or("").starts_with("gpu"), "{r}");
+}
+
+const NEEDS_GPU: &str = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`";
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_echo_inproc_100k_messages() {
+    let _ = NEEDS_GPU;
+    let (ok, r, _) = echo("inproc", &["--backend", "gpu", "--wire", "inproc", "--count", "100000", "--size", "64"], &[]);
+    assert!(ok);
+    assert_clean(&r, 100_000);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_echo_udp_100k_messages() {
+    let (ok, r, _) = echo("udp", &["--backend", "gpu", "--wire", "udp", "--count", "100000", "--size", "1024"], &[]);
+    assert!(ok);
+    assert_clean(&r, 100_000);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_echo_every_answer_path() {
+    // 32 B: request inline in the CQE; 44/45 B around the one-WQEBB inline limit; 256 B: an
+    // inline answer over several WQEBBs; 257 and 4096 B: gathered from the TX slot.
+    for size in ["24", "32", "44", "45", "256", "257", "1000", "4096"] {
+        let (ok, r, _) = echo(&format!("size{size}"), &["--backend", "gpu", "--count", "5000", "--size", size], &[]);
+        assert!(ok, "size {size}");
+        assert_clean(&r, 5000);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_echo_open_loop_with_64_in_flight() {
+    let (ok, r, _) = echo("open", &["--backend", "gpu", "--count", "100000", "--size", "64", "--rate", "200000"], &[]);
+    assert!(ok);
+    assert_clean(&r, 100_000);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_and_cpu_backends_answer_the_same_stream_identically() {
+    for wire in ["inproc", "udp"] {
+        let mut reports = Vec::new();
+        for backend in ["cpu", "gpu"] {
+            let (ok, r, _) = echo(&format!("same-{wire}-{backend}"), &["--backend", backend, "--wire", wire, "--count", "100000", "--size", "200"], &[]);
+            assert!(ok, "{backend} on {wire}");
+            for (k, v) in [("sent", 100_000), ("received", 100_000), ("lost", 0), ("corrupted", 0), ("duplicated", 0)] {
+                assert_eq!(r[k].as_u64(), Some(v), "{backend} {wire} {k}: {r}");
+            }
+            reports.push(r);
+        }
+        // Same stream: the player's request ids and scrambled args are a function of the
+        // run's configuration, and each answer was checked against them.
+        assert_eq!(reports[0]["sent"], reports[1]["sent"]);
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_launch_per_message_baseline_runs() {
+    let (ok, r, _) = echo("launch", &["--backend", "gpu-launch", "--count", "5000", "--size", "64"], &[]);
+    assert!(ok);
+    for (k, v) in [("received", 5000), ("lost", 0), ("corrupted", 0)] {
+        assert_eq!(r[k].as_u64(), Some(v), "{k}: {r}");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn a_stuck_kernel_ends_the_run_with_a_clear_error_not_a_hang() {
+    let t0 = Instant::now();
+    let (ok, _, text) = echo("stall", &["--backend", "gpu", "--count", "1000", "--size", "64"], &[("ROCELINK_TEST_STALL_KERNEL", "1")]);
+    assert!(!ok, "a stalled kernel must fail the run");
+    assert!(t0.elapsed() < Duration::from_secs(30), "took {:?}", t0.elapsed());
+    assert!(text.contains("watchdog") || text.contains("stuck") || text.contains("did not stop"), "{text}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_backend_stops_cleanly_on_sigint() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = Command::new(rocelink()).args(["echo", "--backend", "gpu", "--count", "100000000", "--size", "64", "--quiet"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: kill(2) on our child.
+    unsafe { libc_kill(child.id() as i32, 2) };
+    let t0 = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "stopped after {:?}", t0.elapsed());
+            // Interrupted runs report what ran and exit 2.
+            assert_eq!(status.code(), Some(2), "{status}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
