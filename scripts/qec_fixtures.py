@@ -14,8 +14,11 @@ Usage:
     python3 scripts/qec_fixtures.py --seed 77 --out-dir /tmp/qec-fresh
     python3 scripts/qec_fixtures.py --distances 3 --ps 0.001 --shots 500 --out-dir /tmp/x
 
-One folder per (distance, p), named d{d}_p{p} (e.g. d5_p0.001), holding:
-    model.dem    the flattened DEM with decomposed errors (stim text format)
+One folder per (distance, p), named d{d}_p{p} (e.g. d5_p0.001), and one more,
+d3_r8_p0.001_repeat, whose DEM is stim's unflattened one (a `repeat` block with
+`shift_detectors`, 1,000 shots); each holds:
+    model.dem    the DEM with decomposed errors (stim text format), flattened except in
+                 the *_repeat folder
     dets.b8      detection events, stim b8: each shot ceil(num_detectors/8) bytes, LSB first
     obs.01       the true observable flips, one line of '0'/'1' per shot
     pred.01      PyMatching's predictions, same format (what `pymatching predict
@@ -24,8 +27,8 @@ One folder per (distance, p), named d{d}_p{p} (e.g. d5_p0.001), holding:
                  one float per line, repr precision
     meta.json    recipe, seed, shots, sizes and package versions
 
-The circuit is QEC.md's recipe: rotated memory-Z, `rounds = distance`, the same p for
-all four noise channels.
+The circuit is QEC.md's recipe: rotated memory-Z, `rounds = distance` (8 for the repeat
+fixture), the same p for all four noise channels.
 """
 
 import argparse
@@ -34,7 +37,7 @@ import os
 import sys
 
 
-def generate(d, p, shots, seed, out_dir):
+def generate(d, p, shots, seed, out_dir, rounds=None, flatten=True):
     import numpy as np
     import pymatching
     import stim
@@ -42,20 +45,25 @@ def generate(d, p, shots, seed, out_dir):
     circuit = stim.Circuit.generated(
         "surface_code:rotated_memory_z",
         distance=d,
-        rounds=d,
+        rounds=rounds or d,
         after_clifford_depolarization=p,
         before_round_data_depolarization=p,
         before_measure_flip_probability=p,
         after_reset_flip_probability=p,
     )
-    dem = circuit.detector_error_model(decompose_errors=True).flattened()
+    dem = circuit.detector_error_model(decompose_errors=True)
+    if flatten:
+        dem = dem.flattened()
     dets, obs = circuit.compile_detector_sampler(seed=seed).sample(
         shots, separate_observables=True
     )
     matching = pymatching.Matching.from_detector_error_model(dem)
     pred, weights = matching.decode_batch(dets, return_weights=True)
 
-    folder = os.path.join(out_dir, f"d{d}_p{p}")
+    name = f"d{d}_p{p}" if rounds is None else f"d{d}_r{rounds}_p{p}"
+    if not flatten:
+        name += "_repeat"
+    folder = os.path.join(out_dir, name)
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "model.dem"), "w") as f:
         f.write(str(dem))
@@ -79,9 +87,10 @@ def generate(d, p, shots, seed, out_dir):
             f.write("\n")
     defects = dets.sum(axis=1)
     meta = {
-        "recipe": "surface_code:rotated_memory_z, rounds=distance, QEC.md",
+        "recipe": "surface_code:rotated_memory_z, QEC.md",
         "distance": d,
-        "rounds": d,
+        "rounds": rounds or d,
+        "flattened": flatten,
         "p": p,
         "seed": seed,
         "shots": shots,
@@ -105,9 +114,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, default=1, help="sampler seed (default 1)")
     ap.add_argument("--out-dir", default=default_out, help="where the d*_p* folders go")
-    ap.add_argument("--shots", type=int, default=2000, help="shots per fixture")
+    ap.add_argument("--shots", type=int, default=5000, help="shots per fixture")
     ap.add_argument("--distances", default="3,5", help="comma-separated code distances")
     ap.add_argument("--ps", default="0.001,0.003", help="comma-separated noise strengths")
+    ap.add_argument("--no-repeat", action="store_true",
+                    help="skip the d=3, 8-round fixture whose DEM keeps stim's repeat block")
     args = ap.parse_args()
     try:
         import pymatching  # noqa: F401
@@ -115,12 +126,17 @@ def main():
     except ImportError as e:
         sys.exit(f"qec_fixtures.py needs stim and pymatching: pip install 'stim==1.16.*' "
                  f"'pymatching==2.4.*' ({e})")
-    for d in (int(x) for x in args.distances.split(",")):
-        for p in (float(x) for x in args.ps.split(",")):
-            folder, meta = generate(d, p, args.shots, args.seed, args.out_dir)
-            print(f"{folder}: {meta['shots']} shots, {meta['num_detectors']} detectors, "
-                  f"max defects {meta['max_defects']}, "
-                  f"PyMatching logical errors {meta['pymatching_logical_errors']}")
+    jobs = [(int(d), float(p), args.shots, None, True)
+            for d in args.distances.split(",") for p in args.ps.split(",")]
+    if not args.no_repeat:
+        # stim folds rounds 3..7 of an 8-round circuit into `repeat 2 { ... }` with
+        # `shift_detectors`: the loader's flattening is checked end to end on it.
+        jobs.append((3, 0.001, min(args.shots, 1000), 8, False))
+    for d, p, shots, rounds, flatten in jobs:
+        folder, meta = generate(d, p, shots, args.seed, args.out_dir, rounds, flatten)
+        print(f"{folder}: {meta['shots']} shots, {meta['num_detectors']} detectors, "
+              f"max defects {meta['max_defects']}, "
+              f"PyMatching logical errors {meta['pymatching_logical_errors']}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ pub mod hsb;
 pub mod latency;
 pub mod mem;
 pub mod nic;
+pub mod qec;
 pub mod report;
 pub mod rings;
 pub mod signal;

@@ -1,0 +1,550 @@
+//! Decoder v1: exact minimum-weight perfect matching with boundary by subset DP (QEC.md,
+//! "Decoder v1"), for up to K defects; above K a greedy matching, an `Overflow` status and a
+//! counter.
+//!
+//! For defects `b_0 < b_1 < ... < b_{k-1}` (detector order) and a subset `mask` of them, with
+//! `a` the lowest defect in `mask`:
+//!
+//! ```text
+//! dp[0]    = 0
+//! dp[mask] = min( D[a][boundary] + dp[mask \ {a}],
+//!                 min_{j in mask, j > a} D[a][b_j] + dp[mask \ {a, b_j}] )
+//! ```
+//!
+//! Guarantees:
+//! - **Exact**: within the cap the result is a minimum-weight matching of the defects to each
+//!   other or to the boundary over the table's shortest paths, which is what PyMatching
+//!   computes; with [`DistanceTable<u32>`] from `MatchingGraph::fine_table` the objective is
+//!   PyMatching's own integer one, so observables differ from PyMatching only on exact ties
+//!   (equal weight, another matching), which callers count.
+//! - **Deterministic tie-breaking, the contract the GPU kernel follows to be bit-identical**:
+//!   masks in any order that visits sub-masks first (numeric order here; by popcount layer on
+//!   the GPU: `dp[mask]` depends only on its sub-masks); inside one mask the boundary option
+//!   first, then partners by increasing defect index, replacing the best only when strictly
+//!   smaller. Observables are the XOR of the chosen option's parity and the sub-mask's.
+//!   Entries equal to `UNREACHABLE` are never chosen, nor are infinite sub-problems.
+//! - **Fallback above K**: repeatedly match the globally closest pair or defect-boundary
+//!   (ties: lowest defect index, boundary before partners, then lowest partner index);
+//!   status [`DecodeStatus::Overflow`], counted.
+//! - **No allocation per shot** after [`ExactDecoder::new`]: every buffer is sized for K (the
+//!   DP) or for all detectors (defect list and fallback) at construction.
+//! - **No panic on any input**: bits beyond the DEM's detectors are ignored; out-of-range or
+//!   unsorted defect lists give [`DecodeStatus::Invalid`].
+
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use super::graph::{DistanceTable, TableWeight};
+
+/// QEC.md: "Cap K defects (12-14)"; 12 by default.
+pub const DEFAULT_MAX_DEFECTS: usize = 12;
+
+/// The DP holds 2^K entries; 20 keeps that at 16 MiB and sums of 20 16-bit entries in a u32.
+pub const MAX_MAX_DEFECTS: usize = 20;
+
+/// How a shot was decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DecodeStatus {
+    /// Exact minimum-weight matching.
+    #[default]
+    Ok,
+    /// More than K defects: greedy fallback.
+    Overflow,
+    /// No perfect matching: a defect with no path to any partner or the boundary (odd
+    /// defects in a component without boundary). Observables and weight are those of the
+    /// defects that could be matched (exact part) or zero.
+    Unmatchable,
+    /// A defect list out of range or not strictly increasing ([`ExactDecoder::decode_defects`]).
+    Invalid,
+}
+
+impl DecodeStatus {
+    /// The status byte of the wire decode report (`rocelink_wire::qec::REPORT_*`).
+    pub const fn report_code(self) -> u8 {
+        match self {
+            DecodeStatus::Ok => rocelink_wire::qec::REPORT_OK,
+            DecodeStatus::Overflow => rocelink_wire::qec::REPORT_OVERFLOW,
+            DecodeStatus::Unmatchable | DecodeStatus::Invalid => rocelink_wire::qec::REPORT_UNMATCHABLE,
+        }
+    }
+}
+
+/// One decoded shot.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Decoded {
+    /// Bit k set: observable k flips (the correction).
+    pub observables: u64,
+    /// Matching weight in ln((1-p)/p) units (table sum / table scale).
+    pub weight: f64,
+    /// Defects (detection events) in the shot.
+    pub defects: u32,
+    /// How it was decoded.
+    pub status: DecodeStatus,
+}
+
+/// Counters since construction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DecoderCounters {
+    /// Shots decoded.
+    pub shots: u64,
+    /// Shots above K (greedy fallback).
+    pub overflows: u64,
+    /// Shots without a perfect matching.
+    pub unmatchable: u64,
+    /// Invalid defect lists.
+    pub invalid: u64,
+}
+
+/// A bad decoder configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// K above [`MAX_MAX_DEFECTS`].
+    #[error("defect cap {0} is above the largest supported, {MAX_MAX_DEFECTS}")]
+    MaxDefects(usize),
+    /// The table's arrays do not have `(n+1)^2` entries.
+    #[error("distance table arrays have the wrong length")]
+    BadTable,
+    /// An invalid session setting.
+    #[error("{0}")]
+    Session(&'static str),
+}
+
+/// The exact matcher with its reusable buffers.
+#[derive(Debug)]
+pub struct ExactDecoder<W: TableWeight = u32> {
+    table: Arc<DistanceTable<W>>,
+    max_defects: usize,
+    defects: Vec<u32>,
+    // DP over subsets of at most K defects.
+    pair: Vec<W>,
+    pair_parity: Vec<u64>,
+    to_boundary: Vec<W>,
+    boundary_parity: Vec<u64>,
+    dp_cost: Vec<W::Acc>,
+    dp_obs: Vec<u64>,
+    // Greedy fallback, sized for every detector.
+    best_cost: Vec<W::Acc>,
+    best_partner: Vec<u32>,
+    alive: Vec<bool>,
+    counters: DecoderCounters,
+}
+
+const NO_PARTNER: u32 = u32::MAX - 1;
+const TO_BOUNDARY: u32 = u32::MAX;
+
+impl<W: TableWeight> ExactDecoder<W> {
+    /// A decoder over `table` with cap `max_defects` (K).
+    pub fn new(table: Arc<DistanceTable<W>>, max_defects: usize) -> Result<Self, ConfigError> {
+        if max_defects > MAX_MAX_DEFECTS {
+            return Err(ConfigError::MaxDefects(max_defects));
+        }
+        let s = table.stride();
+        if table.distances.len() != s * s || table.parities.len() != s * s {
+            return Err(ConfigError::BadTable);
+        }
+        let n = table.num_detectors;
+        let k = max_defects;
+        Ok(ExactDecoder {
+            max_defects,
+            defects: Vec::with_capacity(n),
+            pair: vec![W::UNREACHABLE; k * k],
+            pair_parity: vec![0; k * k],
+            to_boundary: vec![W::UNREACHABLE; k],
+            boundary_parity: vec![0; k],
+            dp_cost: vec![W::ACC_INF; 1 << k],
+            dp_obs: vec![0; 1 << k],
+            best_cost: Vec::with_capacity(n),
+            best_partner: Vec::with_capacity(n),
+            alive: Vec::with_capacity(n),
+            counters: DecoderCounters::default(),
+            table,
+        })
+    }
+
+    /// The table.
+    pub fn table(&self) -> &DistanceTable<W> {
+        &self.table
+    }
+
+    /// K.
+    pub fn max_defects(&self) -> usize {
+        self.max_defects
+    }
+
+    /// Counters since construction.
+    pub fn counters(&self) -> DecoderCounters {
+        self.counters
+    }
+
+    /// Decodes one shot of detection events, bit-packed LSB first (stim b8: bit i is bit
+    /// `i % 8` of byte `i / 8`). Bits at or beyond the DEM's detector count are ignored; a
+    /// short buffer reads as zeros.
+    pub fn decode_b8(&mut self, shot: &[u8]) -> Decoded {
+        let n = self.table.num_detectors;
+        let mut defects = std::mem::take(&mut self.defects);
+        defects.clear();
+        for (byte_index, &byte) in shot.iter().enumerate().take(n.div_ceil(8)) {
+            let mut b = byte;
+            while b != 0 {
+                let i = byte_index * 8 + b.trailing_zeros() as usize;
+                b &= b - 1;
+                if i < n {
+                    defects.push(i as u32);
+                }
+            }
+        }
+        let d = self.decode_sorted(&defects);
+        self.defects = defects;
+        d
+    }
+
+    /// Decodes a shot given as its defects: detector indices, strictly increasing, below the
+    /// detector count (else [`DecodeStatus::Invalid`]).
+    pub fn decode_defects(&mut self, defects: &[u32]) -> Decoded {
+        let n = self.table.num_detectors;
+        let valid = defects.windows(2).all(|w| w[0] < w[1]) && defects.last().is_none_or(|&d| (d as usize) < n);
+        if !valid {
+            self.counters.shots += 1;
+            self.counters.invalid += 1;
+            return Decoded {
+                defects: defects.len().min(u32::MAX as usize) as u32,
+                status: DecodeStatus::Invalid,
+                ..Decoded::default()
+            };
+        }
+        self.decode_sorted(defects)
+    }
+
+    fn decode_sorted(&mut self, defects: &[u32]) -> Decoded {
+        self.counters.shots += 1;
+        let k = defects.len();
+        let (cost, observables, status) = if k <= self.max_defects {
+            self.exact(defects)
+        } else {
+            self.counters.overflows += 1;
+            self.greedy(defects)
+        };
+        if status == DecodeStatus::Unmatchable {
+            self.counters.unmatchable += 1;
+        }
+        let weight = if cost == W::ACC_INF { f64::INFINITY } else { W::acc_to_f64(cost) / self.table.scale };
+        Decoded { observables, weight, defects: k as u32, status }
+    }
+
+    /// The subset DP (module docs). `defects.len() <= K`.
+    fn exact(&mut self, defects: &[u32]) -> (W::Acc, u64, DecodeStatus) {
+        let k = defects.len();
+        let t = &*self.table;
+        let b = t.boundary();
+        // Gather the k x k sub-table once: the DP then reads only local, dense memory.
+        for (x, &dx) in defects.iter().enumerate() {
+            self.to_boundary[x] = t.distance(dx as usize, b);
+            self.boundary_parity[x] = t.parity(dx as usize, b);
+            for (y, &dy) in defects.iter().enumerate().skip(x + 1) {
+                self.pair[x * k + y] = t.distance(dx as usize, dy as usize);
+                self.pair_parity[x * k + y] = t.parity(dx as usize, dy as usize);
+            }
+        }
+        let full = (1usize << k) - 1;
+        self.dp_cost[0] = W::ACC_ZERO;
+        self.dp_obs[0] = 0;
+        for mask in 1..=full {
+            let a = mask.trailing_zeros() as usize;
+            let rest = mask & !(1 << a);
+            let mut best = W::ACC_INF;
+            let mut obs = 0u64;
+            let tb = self.to_boundary[a];
+            if tb != W::UNREACHABLE && self.dp_cost[rest] != W::ACC_INF {
+                best = self.dp_cost[rest] + tb.to_acc();
+                obs = self.dp_obs[rest] ^ self.boundary_parity[a];
+            }
+            let mut m = rest;
+            while m != 0 {
+                let j = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let e = self.pair[a * k + j];
+                let sub = rest & !(1 << j);
+                if e == W::UNREACHABLE || self.dp_cost[sub] == W::ACC_INF {
+                    continue;
+                }
+                let c = self.dp_cost[sub] + e.to_acc();
+                if c < best {
+                    best = c;
+                    obs = self.dp_obs[sub] ^ self.pair_parity[a * k + j];
+                }
+            }
+            self.dp_cost[mask] = best;
+            self.dp_obs[mask] = obs;
+        }
+        let cost = self.dp_cost[full];
+        if cost == W::ACC_INF {
+            (W::ACC_INF, 0, DecodeStatus::Unmatchable)
+        } else {
+            (cost, self.dp_obs[full], DecodeStatus::Ok)
+        }
+    }
+
+    /// Nearest option of defect `x` among live ones: (cost, partner or TO_BOUNDARY).
+    fn nearest(&self, defects: &[u32], x: usize) -> (W::Acc, u32) {
+        let t = &*self.table;
+        let dx = defects[x] as usize;
+        let mut best = W::ACC_INF;
+        let mut partner = NO_PARTNER;
+        let tb = t.distance(dx, t.boundary());
+        if tb != W::UNREACHABLE {
+            best = tb.to_acc();
+            partner = TO_BOUNDARY;
+        }
+        for (y, &dy) in defects.iter().enumerate() {
+            if y == x || !self.alive[y] {
+                continue;
+            }
+            let e = t.distance(dx, dy as usize);
+            if e != W::UNREACHABLE && e.to_acc() < best {
+                best = e.to_acc();
+                partner = y as u32;
+            }
+        }
+        (best, partner)
+    }
+
+    /// Greedy fallback (module docs).
+    fn greedy(&mut self, defects: &[u32]) -> (W::Acc, u64, DecodeStatus) {
+        let k = defects.len();
+        self.alive.clear();
+        self.alive.resize(k, true);
+        self.best_cost.clear();
+        self.best_partner.clear();
+        for x in 0..k {
+            let (c, p) = self.nearest(defects, x);
+            self.best_cost.push(c);
+            self.best_partner.push(p);
+        }
+        let t = Arc::clone(&self.table);
+        let mut total = W::ACC_ZERO;
+        let mut obs = 0u64;
+        let mut left = k;
+        let mut status = DecodeStatus::Overflow;
+        while left > 0 {
+            // The globally closest option among live defects.
+            let mut pick = usize::MAX;
+            for x in 0..k {
+                if self.alive[x]
+                    && self.best_partner[x] != NO_PARTNER
+                    && (pick == usize::MAX || self.best_cost[x] < self.best_cost[pick])
+                {
+                    pick = x;
+                }
+            }
+            if pick == usize::MAX {
+                // Live defects with nowhere to go: the rest cannot be matched.
+                status = DecodeStatus::Unmatchable;
+                break;
+            }
+            let partner = self.best_partner[pick];
+            total = total + self.best_cost[pick];
+            self.alive[pick] = false;
+            left -= 1;
+            let dp = defects[pick] as usize;
+            if partner == TO_BOUNDARY {
+                obs ^= t.parity(dp, t.boundary());
+            } else {
+                let y = partner as usize;
+                obs ^= t.parity(dp, defects[y] as usize);
+                self.alive[y] = false;
+                left -= 1;
+            }
+            // Whoever had a now-matched defect as nearest looks again.
+            for x in 0..k {
+                if self.alive[x] {
+                    let p = self.best_partner[x];
+                    if p != TO_BOUNDARY && p != NO_PARTNER && !self.alive[p as usize] {
+                        let (c, q) = self.nearest(defects, x);
+                        self.best_cost[x] = c;
+                        self.best_partner[x] = q;
+                    }
+                }
+            }
+        }
+        (total, obs, status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qec::graph::MatchingGraph;
+
+    fn decoder<W: TableWeight>(table: DistanceTable<W>, k: usize) -> ExactDecoder<W> {
+        ExactDecoder::new(Arc::new(table), k).unwrap()
+    }
+
+    /// A repetition code: boundary - D0 - D1 - ... - D{n-1} - boundary, each edge p = 0.1,
+    /// the left boundary edge flips L0.
+    fn repetition(n: usize) -> MatchingGraph {
+        let mut s = String::from("error(0.1) D0 L0\n");
+        for i in 0..n - 1 {
+            s += &format!("error(0.1) D{} D{}\n", i, i + 1);
+        }
+        s += &format!("error(0.1) D{}\n", n - 1);
+        MatchingGraph::from_dem_text(&s).unwrap()
+    }
+
+    /// Brute force over all matchings, for checking the DP.
+    fn brute(t: &DistanceTable<f64>, defects: &[usize]) -> f64 {
+        if defects.is_empty() {
+            return 0.0;
+        }
+        let a = defects[0];
+        let rest = &defects[1..];
+        let mut best = t.weight(a, t.boundary()) + brute(t, rest);
+        for j in 0..rest.len() {
+            let mut r: Vec<usize> = rest.to_vec();
+            let bj = r.remove(j);
+            best = best.min(t.weight(a, bj) + brute(t, &r));
+        }
+        best
+    }
+
+    #[test]
+    fn repetition_code_matches_by_hand() {
+        let g = repetition(5);
+        let mut d = decoder(g.fine_table().unwrap(), 12);
+        let w = (0.9f64 / 0.1).ln();
+        // No defects.
+        let r = d.decode_b8(&[0]);
+        assert_eq!((r.observables, r.weight, r.defects, r.status), (0, 0.0, 0, DecodeStatus::Ok));
+        // D0 alone: to the left boundary (flips L0).
+        let r = d.decode_b8(&[0b00001]);
+        assert_eq!((r.observables, r.defects), (1, 1));
+        assert!((r.weight - w).abs() < 1e-5);
+        // D4 alone: right boundary, no flip.
+        assert_eq!(d.decode_b8(&[0b10000]).observables, 0);
+        // D0 and D1: pair them (w) rather than both to boundaries (w + 2w).
+        let r = d.decode_b8(&[0b00011]);
+        assert_eq!(r.observables, 0);
+        assert!((r.weight - w).abs() < 1e-5);
+        // D1 and D3: pair (2w) vs D1 left (2w, L0) + D3 right (2w): pair.
+        let r = d.decode_b8(&[0b01010]);
+        assert_eq!(r.observables, 0);
+        assert!((r.weight - 2.0 * w).abs() < 1e-5);
+        // D0 and D4: pair is 4w, boundaries 2w (flip L0).
+        let r = d.decode_b8(&[0b10001]);
+        assert_eq!(r.observables, 1);
+        assert!((r.weight - 2.0 * w).abs() < 1e-5);
+        // Bits beyond the 5 detectors are ignored.
+        assert_eq!(d.decode_b8(&[0b1110_0000, 0xFF]).defects, 0);
+        assert_eq!(d.counters().shots, 7);
+    }
+
+    #[test]
+    fn dp_equals_brute_force_on_a_grid() {
+        // A 4x4 grid with boundaries on the left and right, varied probabilities.
+        let mut s = String::new();
+        let id = |r: usize, c: usize| r * 4 + c;
+        for r in 0..4 {
+            s += &format!("error(0.0{}) D{} L0\n", r + 1, id(r, 0));
+            s += &format!("error(0.0{}) D{}\n", 4 - r, id(r, 3));
+            for c in 0..4 {
+                if c + 1 < 4 {
+                    s += &format!("error(0.0{}) D{} D{}\n", (r + c) % 5 + 1, id(r, c), id(r, c + 1));
+                }
+                if r + 1 < 4 {
+                    s += &format!("error(0.0{}) D{} D{}\n", (2 * r + c) % 5 + 1, id(r, c), id(r + 1, c));
+                }
+            }
+        }
+        let g = MatchingGraph::from_dem_text(&s).unwrap();
+        let ft = g.float_table().unwrap();
+        let mut d = decoder(ft.clone(), 10);
+        let mut state = 12345u64;
+        for _ in 0..300 {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let bits = (state >> 20) as u16;
+            let defects: Vec<usize> = (0..16).filter(|i| bits >> i & 1 == 1).collect();
+            if defects.len() > 10 {
+                continue;
+            }
+            let r = d.decode_b8(&bits.to_le_bytes());
+            assert_eq!(r.status, DecodeStatus::Ok);
+            let b = brute(&ft, &defects);
+            assert!((r.weight - b).abs() < 1e-9, "{defects:?}: dp {} brute {}", r.weight, b);
+        }
+    }
+
+    #[test]
+    fn overflow_uses_greedy_and_counts() {
+        let g = repetition(8);
+        let mut d = decoder(g.fine_table().unwrap(), 2);
+        // D0, D1, D2: above K = 2. Every nearest option costs w; the lowest defect, D0,
+        // goes first and prefers the boundary on the tie (L0); then D1-D2.
+        let r = d.decode_b8(&[0b111]);
+        assert_eq!(r.status, DecodeStatus::Overflow);
+        assert_eq!(r.defects, 3);
+        assert_eq!(d.counters().overflows, 1);
+        // Exact answer for comparison: D0 to boundary (w, L0) + D1-D2 (w) = 2w, L0.
+        let mut e = decoder(g.fine_table().unwrap(), 12);
+        let x = e.decode_b8(&[0b111]);
+        assert_eq!(x.status, DecodeStatus::Ok);
+        assert_eq!((r.observables, x.observables), (1, 1));
+        assert!((r.weight - x.weight).abs() < 1e-5);
+    }
+
+    #[test]
+    fn greedy_is_a_valid_matching_on_long_chains() {
+        let g = repetition(40);
+        let t = g.fine_table().unwrap();
+        let mut d = decoder(t, 4);
+        let r = d.decode_b8(&[0xFF; 5]);
+        assert_eq!(r.status, DecodeStatus::Overflow);
+        assert_eq!(r.defects, 40);
+        // Ties at w everywhere: D0 takes the boundary first (L0), then D1-D2, ..., D37-D38,
+        // and D39 its boundary: 21 w, where the exact matching (20 pairs) has 20 w.
+        let w = (0.9f64 / 0.1).ln();
+        assert!((r.weight - 21.0 * w).abs() < 1e-4, "{}", r.weight);
+        assert_eq!(r.observables, 1);
+    }
+
+    #[test]
+    fn unmatchable_and_invalid() {
+        let g = MatchingGraph::from_dem_text("error(0.1) D0 D1\ndetector D2\n").unwrap();
+        let mut d = decoder(g.fine_table().unwrap(), 12);
+        assert_eq!(d.decode_b8(&[0b011]).status, DecodeStatus::Ok);
+        assert_eq!(d.decode_b8(&[0b001]).status, DecodeStatus::Unmatchable);
+        assert_eq!(d.decode_b8(&[0b100]).status, DecodeStatus::Unmatchable);
+        assert_eq!(d.decode_defects(&[1, 0]).status, DecodeStatus::Invalid);
+        assert_eq!(d.decode_defects(&[3]).status, DecodeStatus::Invalid);
+        assert_eq!(d.decode_defects(&[0, 1]).status, DecodeStatus::Ok);
+        let c = d.counters();
+        assert_eq!((c.shots, c.unmatchable, c.invalid), (6, 2, 2));
+        let mut g2 = decoder(g.fine_table().unwrap(), 1);
+        assert_eq!(g2.decode_b8(&[0b101]).status, DecodeStatus::Unmatchable);
+    }
+
+    #[test]
+    fn config_errors() {
+        let g = repetition(3);
+        assert_eq!(ExactDecoder::new(Arc::new(g.fine_table().unwrap()), 21).unwrap_err(), ConfigError::MaxDefects(21));
+        let mut t = g.fine_table().unwrap();
+        t.distances.pop();
+        assert_eq!(ExactDecoder::new(Arc::new(t), 12).unwrap_err(), ConfigError::BadTable);
+    }
+
+    #[test]
+    fn tables_agree_on_the_repetition_code() {
+        let g = repetition(12);
+        let mut a = decoder(g.float_table().unwrap(), 12);
+        let mut b = decoder(g.fine_table().unwrap(), 12);
+        let mut c = decoder(g.compact_table().unwrap(), 12);
+        for bits in 0u16..4096 {
+            let shot = bits.to_le_bytes();
+            let (x, y, z) = (a.decode_b8(&shot), b.decode_b8(&shot), c.decode_b8(&shot));
+            assert!((x.weight - y.weight).abs() < 1e-5 * x.weight.max(1.0));
+            assert!((x.weight - z.weight).abs() < 1e-3 * x.weight.max(1.0));
+            // All edges are equal here, so ties abound: compare weights only, and that the
+            // integer tables break ties identically (same additive structure).
+            assert_eq!(y.observables, z.observables, "{bits:012b}");
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! QEC feed-forward decoding, host side (issue 5; QEC.md; PROTOCOLS.md 3).
+//!
+//! - [`dem`]: stim detector error model text -> flattened error mechanisms;
+//! - [`graph`]: matching graph (PyMatching's construction) and the all-pairs distance and
+//!   observable-parity tables, as flat row-major arrays the GPU kernel copies verbatim
+//!   (`f64` reference, `u32` PyMatching-exact, `u16` compact);
+//! - [`exact`]: decoder v1, exact subset-DP matching up to K defects, greedy above;
+//! - [`session`]: the decoder stage as a state machine over CUQR requests
+//!   (`enqueue_syndromes`, `get_corrections`, `reset_decoder`), no I/O, no clock unless asked;
+//! - [`predict`]: the offline `pymatching predict` mirror (b8 / 01 files).
+//!
+//! Guarantees common to the module: nothing on the per-shot path allocates or panics; rich
+//! errors (`thiserror`, with DEM line numbers) only where files are loaded.
+
+pub mod dem;
+pub mod exact;
+pub mod graph;
+pub mod predict;
+pub mod session;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use thiserror::Error;
+
+pub use dem::{DemError, DetectorErrorModel};
+pub use exact::{DecodeStatus, Decoded, ExactDecoder, DEFAULT_MAX_DEFECTS};
+pub use graph::{DistanceTable, GraphError, MatchingGraph, TableWeight};
+pub use predict::{predict, PredictStats, ShotFormat};
+pub use session::{QecSession, SessionConfig};
+
+/// Any failure of loading a DEM and building its decoder.
+#[derive(Debug, Error)]
+pub enum QecError {
+    /// The file cannot be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The DEM does not parse.
+    #[error(transparent)]
+    Dem(#[from] DemError),
+    /// The graph or its tables cannot be built.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// A bad decoder configuration.
+    #[error(transparent)]
+    Config(#[from] exact::ConfigError),
+    /// Detection events that do not fit the DEM.
+    #[error("{path}: {reason}")]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (with the shot or line number).
+        reason: String,
+    },
+}
+
+impl QecError {
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        QecError::Io { path: path.to_path_buf(), source }
+    }
+}
+
+/// Reads and parses a DEM file.
+pub fn load_dem(path: &Path) -> Result<DetectorErrorModel, QecError> {
+    let text = std::fs::read_to_string(path).map_err(|e| QecError::io(path, e))?;
+    Ok(DetectorErrorModel::parse(&text)?)
+}
+
+/// The PyMatching-exact table of a DEM file (what the CPU stage and `predict` use).
+pub fn fine_table_from_file(path: &Path) -> Result<Arc<DistanceTable<u32>>, QecError> {
+    let dem = load_dem(path)?;
+    let graph = MatchingGraph::from_dem(&dem, graph::GraphOptions::default())?;
+    Ok(Arc::new(graph.fine_table()?))
+}

@@ -1,0 +1,295 @@
+//! The offline decoder, mirroring `pymatching predict --dem model.dem --in dets.b8
+//! --in_format b8 --out pred.01 --out_format 01` (QEC.md, "Oracles"; issue 5 item 5), so
+//! users check rocelink's decoder with the files and tools they already have.
+//!
+//! Formats (stim's result formats, the subset PyMatching's `predict` reads and writes):
+//! - `b8`: each shot is ceil(n/8) bytes, bit i of the shot is bit `i % 8` of byte `i / 8`;
+//! - `01`: each shot is one line of n characters `0`/`1` (`\n`, or `\r\n`).
+//!
+//! Input shots have n = the DEM's detector count, output shots n = its observable count.
+//!
+//! Guarantees: output shot k is the decoder's prediction for input shot k, in order; a
+//! malformed input (wrong line length, a character other than 0/1, a b8 file ending inside
+//! a shot) stops with [`QecError::Input`] naming the shot and the file; decoding uses the
+//! PyMatching-exact table (`MatchingGraph::fine_table`) and allocates nothing per shot
+//! beyond the timing sample.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Instant;
+
+use rocelink_wire::qec::{packed_len, set_bit};
+
+use super::exact::{DecodeStatus, ExactDecoder};
+use super::graph::TableWeight;
+use super::QecError;
+
+/// A detection-event or prediction file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShotFormat {
+    /// stim `b8`: bit-packed, LSB first, each shot padded to whole bytes.
+    B8,
+    /// stim `01`: one line of '0'/'1' per shot.
+    Zero1,
+}
+
+impl FromStr for ShotFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "b8" => Ok(ShotFormat::B8),
+            "01" => Ok(ShotFormat::Zero1),
+            other => Err(format!("unknown shot format `{other}` (expected `b8` or `01`)")),
+        }
+    }
+}
+
+impl fmt::Display for ShotFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShotFormat::B8 => "b8",
+            ShotFormat::Zero1 => "01",
+        })
+    }
+}
+
+/// What a `predict` run did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PredictStats {
+    /// Shots decoded.
+    pub shots: u64,
+    /// Shots above the defect cap (greedy fallback).
+    pub overflows: u64,
+    /// Shots without a perfect matching (their prediction is all zeros).
+    pub unmatchable: u64,
+    /// `defect_histogram[k]`: shots with k defects.
+    pub defect_histogram: Vec<u64>,
+    /// Sum of per-shot decode times (the decoder alone, no I/O), ns.
+    pub decode_ns_total: u64,
+    /// Median per-shot decode time, ns.
+    pub decode_ns_p50: u64,
+    /// 99th percentile, ns.
+    pub decode_ns_p99: u64,
+    /// Slowest shot, ns.
+    pub decode_ns_max: u64,
+}
+
+impl PredictStats {
+    /// Mean decode time per shot, ns.
+    pub fn mean_decode_ns(&self) -> f64 {
+        if self.shots == 0 {
+            0.0
+        } else {
+            self.decode_ns_total as f64 / self.shots as f64
+        }
+    }
+}
+
+/// Decodes every shot of `in_path` with the DEM of `dem_path` and writes the predicted
+/// observable flips to `out_path` (module docs); `max_defects` is K.
+pub fn predict(
+    dem_path: &Path,
+    in_path: &Path,
+    in_format: ShotFormat,
+    out_path: &Path,
+    out_format: ShotFormat,
+    max_defects: usize,
+) -> Result<PredictStats, QecError> {
+    let table = super::fine_table_from_file(dem_path)?;
+    let mut decoder = ExactDecoder::new(table, max_defects)?;
+    let input = File::open(in_path).map_err(|e| QecError::io(in_path, e))?;
+    let output = File::create(out_path).map_err(|e| QecError::io(out_path, e))?;
+    let mut writer = BufWriter::new(output);
+    let stats =
+        predict_stream(&mut decoder, BufReader::new(input), in_format, &mut writer, out_format, in_path, out_path)?;
+    writer.flush().map_err(|e| QecError::io(out_path, e))?;
+    Ok(stats)
+}
+
+/// [`predict`] over open streams with a ready decoder; `in_name` and `out_name` only label
+/// errors.
+pub fn predict_stream<W: TableWeight>(
+    decoder: &mut ExactDecoder<W>,
+    mut input: impl BufRead,
+    in_format: ShotFormat,
+    mut output: impl Write,
+    out_format: ShotFormat,
+    in_name: &Path,
+    out_name: &Path,
+) -> Result<PredictStats, QecError> {
+    let n = decoder.table().num_detectors;
+    let num_obs = decoder.table().num_observables;
+    let bad = |reason: String| QecError::Input { path: in_name.to_path_buf(), reason };
+    if in_format == ShotFormat::B8 && n == 0 {
+        return Err(bad("the DEM has no detectors, so b8 shots have no length".into()));
+    }
+    let mut shot = vec![0u8; packed_len(n)];
+    let mut line = String::new();
+    let mut out_bytes = vec![0u8; packed_len(num_obs)];
+    let mut out_line = String::with_capacity(num_obs + 1);
+    let mut stats = PredictStats { defect_histogram: vec![0; n + 1], ..PredictStats::default() };
+    let mut times: Vec<u64> = Vec::new();
+    loop {
+        let index = stats.shots;
+        match in_format {
+            ShotFormat::B8 => {
+                let mut got = 0;
+                while got < shot.len() {
+                    match input.read(&mut shot[got..]) {
+                        Ok(0) => break,
+                        Ok(k) => got += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(QecError::io(in_name, e)),
+                    }
+                }
+                if got == 0 {
+                    break;
+                }
+                if got < shot.len() {
+                    return Err(bad(format!(
+                        "shot {index}: the file ends inside the shot ({got} of {} bytes)",
+                        shot.len()
+                    )));
+                }
+            }
+            ShotFormat::Zero1 => {
+                line.clear();
+                if input.read_line(&mut line).map_err(|e| QecError::io(in_name, e))? == 0 {
+                    break;
+                }
+                let text = line.trim_end_matches('\n').trim_end_matches('\r');
+                if text.len() != n {
+                    return Err(bad(format!(
+                        "line {}: {} characters, the DEM has {n} detectors",
+                        index + 1,
+                        text.chars().count()
+                    )));
+                }
+                shot.fill(0);
+                for (i, c) in text.bytes().enumerate() {
+                    match c {
+                        b'0' => {}
+                        b'1' => set_bit(&mut shot, i, true),
+                        _ => return Err(bad(format!("line {}: character {} is not 0 or 1", index + 1, i + 1))),
+                    }
+                }
+            }
+        }
+        let started = Instant::now();
+        let d = decoder.decode_b8(&shot);
+        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        times.push(ns);
+        stats.decode_ns_total = stats.decode_ns_total.saturating_add(ns);
+        stats.shots += 1;
+        match d.status {
+            DecodeStatus::Overflow => stats.overflows += 1,
+            DecodeStatus::Unmatchable | DecodeStatus::Invalid => stats.unmatchable += 1,
+            DecodeStatus::Ok => {}
+        }
+        if let Some(h) = stats.defect_histogram.get_mut(d.defects as usize) {
+            *h += 1;
+        }
+        let write = match out_format {
+            ShotFormat::B8 => {
+                out_bytes.fill(0);
+                for k in 0..num_obs.min(64) {
+                    set_bit(&mut out_bytes, k, d.observables >> k & 1 == 1);
+                }
+                output.write_all(&out_bytes)
+            }
+            ShotFormat::Zero1 => {
+                out_line.clear();
+                for k in 0..num_obs {
+                    out_line.push(if k < 64 && d.observables >> k & 1 == 1 { '1' } else { '0' });
+                }
+                out_line.push('\n');
+                output.write_all(out_line.as_bytes())
+            }
+        };
+        write.map_err(|e| QecError::io(out_name, e))?;
+    }
+    // Trim the histogram to the largest defect count seen.
+    while stats.defect_histogram.len() > 1 && stats.defect_histogram.last() == Some(&0) {
+        stats.defect_histogram.pop();
+    }
+    times.sort_unstable();
+    let pick = |q: f64| times.get(((times.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0);
+    stats.decode_ns_p50 = pick(0.5);
+    stats.decode_ns_p99 = pick(0.99);
+    stats.decode_ns_max = times.last().copied().unwrap_or(0);
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qec::graph::MatchingGraph;
+    use std::sync::Arc;
+
+    fn decoder() -> ExactDecoder {
+        // 3 detectors in a chain; the left boundary edge flips L0.
+        let g = MatchingGraph::from_dem_text("error(0.1) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1 D2\nerror(0.1) D2\n")
+            .unwrap();
+        ExactDecoder::new(Arc::new(g.fine_table().unwrap()), 12).unwrap()
+    }
+
+    fn run(input: &[u8], inf: ShotFormat, outf: ShotFormat) -> Result<(PredictStats, Vec<u8>), QecError> {
+        let mut out = Vec::new();
+        let s = predict_stream(&mut decoder(), input, inf, &mut out, outf, Path::new("in"), Path::new("out"))?;
+        Ok((s, out))
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        let (s, out) = run(b"100\n001\r\n110\n000\n", ShotFormat::Zero1, ShotFormat::Zero1).unwrap();
+        assert_eq!(out, b"1\n0\n0\n0\n");
+        assert_eq!((s.shots, s.overflows), (4, 0));
+        assert_eq!(s.defect_histogram, [1, 2, 1]);
+        let (_, out) = run(&[0b001, 0b100, 0b011, 0], ShotFormat::B8, ShotFormat::B8).unwrap();
+        assert_eq!(out, [1, 0, 0, 0]);
+        let (_, out) = run(&[0b001, 0b100], ShotFormat::B8, ShotFormat::Zero1).unwrap();
+        assert_eq!(out, b"1\n0\n");
+        assert_eq!("b8".parse::<ShotFormat>(), Ok(ShotFormat::B8));
+        assert_eq!("01".parse::<ShotFormat>(), Ok(ShotFormat::Zero1));
+        assert!("bits".parse::<ShotFormat>().is_err());
+    }
+
+    #[test]
+    fn malformed_input_names_the_shot() {
+        let e = run(b"100\n10\n", ShotFormat::Zero1, ShotFormat::Zero1).unwrap_err();
+        assert_eq!(e.to_string(), "in: line 2: 2 characters, the DEM has 3 detectors");
+        let e = run(b"1x0\n", ShotFormat::Zero1, ShotFormat::Zero1).unwrap_err();
+        assert_eq!(e.to_string(), "in: line 1: character 2 is not 0 or 1");
+        let g = MatchingGraph::from_dem_text("error(0.1) D0\nerror(0.1) D8\n").unwrap();
+        let mut d = ExactDecoder::new(Arc::new(g.fine_table().unwrap()), 12).unwrap();
+        let mut out = Vec::new();
+        let e = predict_stream(
+            &mut d,
+            &[0u8; 3][..],
+            ShotFormat::B8,
+            &mut out,
+            ShotFormat::B8,
+            Path::new("x.b8"),
+            Path::new("o"),
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "x.b8: shot 1: the file ends inside the shot (1 of 2 bytes)");
+    }
+
+    #[test]
+    fn missing_files_are_io_errors() {
+        let e = predict(
+            Path::new("/nonexistent/model.dem"),
+            Path::new("/nonexistent/in"),
+            ShotFormat::B8,
+            Path::new("/nonexistent/out"),
+            ShotFormat::Zero1,
+            12,
+        )
+        .unwrap_err();
+        assert!(matches!(e, QecError::Io { .. }), "{e}");
+    }
+}
