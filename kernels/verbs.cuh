@@ -73,10 +73,31 @@ __device__ __forceinline__ void rl_st64_sys(void *p, uint64_t v) {
     asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+/*
+ * Fences across PCIe. RL_FENCE_MODE picks the instructions (measured in latency-reports/):
+ *   0: fence.acq_rel.sys on both sides;
+ *   1: fence.acquire.sys after seeing a flag, fence.release.sys before publishing one
+ *      (PTX 8.6, sm_90): one-directional, so cheaper where the hardware can tell.
+ */
+#ifndef RL_FENCE_MODE
+#define RL_FENCE_MODE 1
+#endif
 /** Acquire side of a flag/data handoff across PCIe: after seeing the flag, before the data. */
-__device__ __forceinline__ void rl_fence_acquire_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+__device__ __forceinline__ void rl_fence_acquire_sys(void) {
+#if RL_FENCE_MODE == 1
+    asm volatile("fence.acquire.sys;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
 /** Release side: after writing the data, before publishing the flag. */
-__device__ __forceinline__ void rl_fence_release_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+__device__ __forceinline__ void rl_fence_release_sys(void) {
+#if RL_FENCE_MODE == 1
+    asm volatile("fence.release.sys;" ::: "memory");
+#else
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
 
 /* ---- completion queues ------------------------------------------------------------- */
 
@@ -305,11 +326,12 @@ struct rl_dev_rq {
 /**
  * Re-posts `n` receive WQEs. RDMA WRITE with immediate lands where its RETH points, so the
  * WQEs are all the same (no buffer) and were written once at start-up: re-posting is one
- * posted write of the doorbell record after a release fence. Thread scope.
+ * posted write of the doorbell record. Thread scope.
  */
 __device__ __forceinline__ void rl_dev_verbs_post_recv(struct rl_dev_rq *rq, uint32_t n) {
     rq->pi += n;
-    rl_fence_release_sys();
+    /* No fence: the WQEs themselves do not change, and this thread's earlier writes to host
+     * memory (the answer, the doorbell) reach it in order over PCIe anyway. */
     rl_st32_sys(rq->dbrec, rl_bswap32(rq->pi & 0xffff));
 }
 

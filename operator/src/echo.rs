@@ -127,6 +127,8 @@ pub struct EchoReport {
     /// Messages the transceiver loop answered / refused.
     pub backend_processed: u64,
     pub backend_dropped: u32,
+    /// Where the round trip went (only when the peer stamps with this host's clock).
+    pub breakdown_ns: Option<crate::latency::Breakdown>,
     /// Extension registers the peer lacked (a real FPGA).
     pub peer_missing_extensions: Vec<&'static str>,
     pub mode: String,
@@ -393,7 +395,9 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     engine.stop();
     peer.stop();
     stop.map_err(EchoError::Peer)?;
-    let (analysis, peer_stats, missing) = result?;
+    let (analysis, peer_stats, missing, records) = result?;
+    let same_clock = !matches!(cfg.peer, PeerMode::Remote { .. });
+    let breakdown = same_clock.then(|| crate::latency::breakdown(&records, &read_timestamps(&q, backend_processed), 1, u64::from(cfg.warmup)));
 
     let wire = match cfg.wire {
         WireKind::Inproc => "inproc".to_string(),
@@ -411,6 +415,7 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
         peer: peer_stats,
         backend_processed,
         backend_dropped,
+        breakdown_ns: breakdown,
         peer_missing_extensions: missing,
         mode: if cfg.rate.is_some() { "open-loop".into() } else { "closed-loop".into() },
         rate: cfg.rate,
@@ -420,7 +425,19 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     })
 }
 
-type Driven = (Analysis, Option<PeerStats>, Vec<&'static str>);
+type Driven = (Analysis, Option<PeerStats>, Vec<&'static str>, Vec<rocelink_wire::hsb::CaptureRecord>);
+
+/// The data path's per-message timestamp records still in the ring (the last
+/// `timestamp_entries` of `processed`), oldest first. Only after the data path stopped.
+fn read_timestamps(q: &QpMemory, processed: u64) -> Vec<crate::abi::rl_msg_timestamp> {
+    let l = q.layout;
+    let entries = u64::from(l.sizes.timestamp_entries);
+    if entries == 0 {
+        return Vec::new();
+    }
+    let first = processed.saturating_sub(entries);
+    (first..processed).map(|i| q.mem.read_struct(l.timestamps + (i % entries) as usize * crate::abi::TIMESTAMP)).collect()
+}
 
 /// The host client's part: configure the peer, run its player, read its capture.
 fn drive_peer(cfg: &EchoConfig, ecb_addr: SocketAddrV4, rx_mr: &crate::nic::MemoryRegion, host_ip: Ipv4Addr, host_port: u16, stride: u32, backend: &dyn crate::backend::RunningBackend) -> Result<Driven, EchoError> {
@@ -484,5 +501,5 @@ fn drive_peer(cfg: &EchoConfig, ecb_addr: SocketAddrV4, rx_mr: &crate::nic::Memo
     let stats = host.read_stats()?;
     let sent = stats.map_or(u64::from(cfg.count), |s| u64::from(s.sent));
     let analysis = analyze(&records, sent, player.first_request_id, u64::from(cfg.warmup));
-    Ok((analysis, stats, host.missing_extensions.clone()))
+    Ok((analysis, stats, host.missing_extensions.clone(), records))
 }

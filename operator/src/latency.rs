@@ -105,6 +105,46 @@ pub fn analyze(records: &[CaptureRecord], sent: u64, first_request_id: u32, warm
     Analysis { counts, rtt, samples }
 }
 
+/// Where the round trips went, from the peer's capture joined by request id with the data
+/// path's timestamp records. Valid when the peer and the NIC stamp with the same clock (the
+/// software NIC and fpga-sim on one host: CLOCK_MONOTONIC).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Breakdown {
+    /// Peer send -> the NIC wrote the CQE (wire and NIC in).
+    pub wire_nic_in: Summary,
+    /// The data path saw the CQE -> it rang the doorbell (data-path clock).
+    pub turnaround: Summary,
+    /// The rest: CQE to the data path's eyes, doorbell to the NIC, NIC and wire out.
+    pub rest: Summary,
+    /// Round trips that had a timestamp record.
+    pub matched: u64,
+}
+
+/// Joins `records` (peer capture) with `stamps` (data path) on request id.
+pub fn breakdown(records: &[CaptureRecord], stamps: &[crate::abi::rl_msg_timestamp], first_request_id: u32, warmup: u64) -> Breakdown {
+    let by_id: std::collections::HashMap<u32, &crate::abi::rl_msg_timestamp> = stamps.iter().map(|s| (s.request_id, s)).collect();
+    let (mut a, mut b, mut c) = (new_histogram(), new_histogram(), new_histogram());
+    let mut matched = 0;
+    let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
+    for r in records {
+        if r.flags & ok != ok || r.flags & capture_flags::DUPLICATE != 0 || u64::from(r.request_id.wrapping_sub(first_request_id)) < warmup {
+            continue;
+        }
+        let Some(s) = by_id.get(&r.request_id) else { continue };
+        let rtt = r.round_trip();
+        let into = s.nic_cqe_ns.wrapping_sub(r.echoed_timestamp);
+        let turn = s.doorbell_ns.wrapping_sub(s.cqe_seen_ns);
+        if into > rtt || turn > rtt || into + turn > rtt {
+            continue; // clocks that do not line up: leave the message out
+        }
+        let _ = a.record(into.max(1));
+        let _ = b.record(turn.max(1));
+        let _ = c.record((rtt - into - turn).max(1));
+        matched += 1;
+    }
+    Breakdown { wire_nic_in: Summary::of(&a), turnaround: Summary::of(&b), rest: Summary::of(&c), matched }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

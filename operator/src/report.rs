@@ -17,6 +17,16 @@ pub fn echo_text(r: &EchoReport) -> String {
     let _ = writeln!(s, "rocelink echo: {} wire, {} B, {}, backend {}, spin {}", r.env.wire, r.env.payload_size, r.mode, r.env.backend, r.env.spin_mode);
     let _ = writeln!(s, "  round trip (us, full RTT, {} samples): min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
     let _ = writeln!(s, "  sent {}  received {}  lost {}  duplicated {}  reordered {}  corrupted {}", c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted);
+    if let Some(b) = &r.breakdown_ns {
+        let _ = writeln!(
+            s,
+            "  where it went (p50, us, {} matched): wire+NIC in {}  data-path turnaround {}  rest (CQE to data path, doorbell to NIC, NIC+wire out) {}",
+            b.matched,
+            us(b.wire_nic_in.p50),
+            us(b.turnaround.p50),
+            us(b.rest.p50)
+        );
+    }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(s, "  NIC: rx {} tx {} drops: {}", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") });
     if let Some(p) = &r.peer {

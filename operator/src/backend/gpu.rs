@@ -101,6 +101,11 @@ impl GpuBackend {
 fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBackendConfig, stop: &AtomicBool, started: &mpsc::Sender<Result<Started, String>>) -> Result<(), String> {
     let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
     let (main, headers, mut options) = kernels::transceiver_program(chain);
+    if let Ok(extra) = std::env::var("ROCELINK_KERNEL_DEFINES") {
+        // Experiments: extra -D options for the transceiver kernel (e.g. -DRL_FENCE_MODE=0);
+        // they are part of the cache key.
+        options.extend(extra.split_whitespace().map(String::from));
+    }
     if std::env::var_os("ROCELINK_TEST_STALL_KERNEL").is_some() {
         // Test hook: a kernel that stops answering and beating after its first message, to
         // prove the watchdog ends the run with a clear error instead of a hang.

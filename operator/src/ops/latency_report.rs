@@ -1,0 +1,141 @@
+//! `LatencyReport`: the run's report files, `<name>.md` (for people), `<name>.json` (the run
+//! report, the fields of `rocelink run --json`) and `<name>.svg` (histogram and CDF of the
+//! round trips, drawn by the benchmark's plotter), in `outputs.dir`.
+//!
+//! Its optional `in` port takes the tap's records: the report then also gives the
+//! transceiver loop's time per message (CQE seen to doorbell rung), the part of the round
+//! trip spent in the loop.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use hdrhistogram::Histogram;
+
+use super::{Build, Finished, HostContext, HostOperator, Message, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
+use crate::bench::{write as bench_write, BenchRow};
+use crate::graph::RunReport;
+use crate::latency::{new_histogram, Summary};
+
+pub static DECL: OperatorDecl = OperatorDecl {
+    kind: "LatencyReport",
+    doc: "host: writes the run's report as Markdown, JSON and SVG",
+    ports: &[PortDecl { name: "in", dir: PortDir::In, ty: MsgType::MsgRecord, required: false, doc: "tap records, for the loop-time split" }],
+    params: &[ParamDecl { name: "name", kind: ParamKind::Str, default: ParamDefault::Unset, doc: "file name stem (default: the graph's name)" }],
+    build: Build::Host(build),
+};
+
+fn build(p: &Params, ctx: &HostContext) -> Result<Box<dyn HostOperator>, String> {
+    let name = p.str("name").unwrap_or(&ctx.graph).to_string();
+    if name.is_empty() || name.contains(['/', '\\']) {
+        return Err(format!("name `{name}` must be a file name without folders"));
+    }
+    std::fs::create_dir_all(&ctx.out_dir).map_err(|e| format!("cannot create {}: {e}", ctx.out_dir.display()))?;
+    Ok(Box::new(LatencyReport { dir: ctx.out_dir.clone(), name, loop_ns: new_histogram() }))
+}
+
+struct LatencyReport {
+    dir: PathBuf,
+    name: String,
+    loop_ns: Histogram<u64>,
+}
+
+impl HostOperator for LatencyReport {
+    fn on_message(&mut self, _: &'static str, msg: Message, _: &mut Outputs) -> Result<(), String> {
+        let Message::Record(r) = msg;
+        let _ = self.loop_ns.record(r.doorbell_ns.saturating_sub(r.cqe_seen_ns).clamp(1, self.loop_ns.high()));
+        Ok(())
+    }
+
+    fn finish(&mut self, run: &Finished<'_>) -> Result<Vec<PathBuf>, String> {
+        let r = run.report;
+        let loop_ns = (!self.loop_ns.is_empty()).then(|| Summary::of(&self.loop_ns));
+        let io = |what: &PathBuf, e: std::io::Error| format!("writing {}: {e}", what.display());
+        let mut files = Vec::new();
+
+        let json = self.dir.join(format!("{}.json", self.name));
+        crate::report::write_json(r, &json).map_err(|e| io(&json, e))?;
+        files.push(json);
+
+        let svg_name = format!("{}.svg", self.name);
+        let row = BenchRow {
+            path: format!("{} backend", r.env.backend),
+            wire: r.env.wire.clone(),
+            size: r.env.payload_size,
+            floor_of: None,
+            rtt_ns: r.rtt_ns,
+            counts: r.counts,
+            vs_floor: None,
+            detail: String::new(),
+        };
+        let title = format!("{}: {} wire, {} B, full round trips", r.graph, r.env.wire, r.env.payload_size);
+        let svg = bench_write::svg(&title, &[(&row, run.rtt_samples)])?;
+        let svg_path = self.dir.join(&svg_name);
+        std::fs::write(&svg_path, svg).map_err(|e| io(&svg_path, e))?;
+
+        let md = self.dir.join(format!("{}.md", self.name));
+        std::fs::write(&md, markdown(r, loop_ns.as_ref(), &svg_name)).map_err(|e| io(&md, e))?;
+        files.push(md);
+        files.push(svg_path);
+        Ok(files)
+    }
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1000.0)
+}
+
+/// The Markdown report.
+pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
+    let mut s = String::new();
+    let e = &r.env;
+    let _ = writeln!(s, "# rocelink run: {}\n", r.graph);
+    let _ = writeln!(
+        s,
+        "Every figure is a **full round trip** (the peer's send stamp to its arrival stamp of the answer), in microseconds; {}, {} B messages, {} warm-up messages left out of the distribution. Stopped by: {}.\n",
+        r.mode, e.payload_size, r.warmup, r.stopped_by
+    );
+    let _ = writeln!(s, "## Environment\n\n| | |\n|---|---|");
+    let pinned: Vec<String> = e.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    for (k, v) in [
+        ("date (UTC)", r.date_utc.clone()),
+        ("graph", r.graph_file.clone().unwrap_or_else(|| "built in memory".into())),
+        ("host", e.host.clone()),
+        ("CPU", e.cpu.clone()),
+        ("cores available", e.cores.to_string()),
+        ("kernel", e.kernel.clone()),
+        ("GPU", e.gpu.clone().unwrap_or_else(|| "none used".into())),
+        ("backend", e.backend.clone()),
+        ("stage chain", r.stage_chain.join(" -> ")),
+        ("wire", e.wire.clone()),
+        ("spin mode", e.spin_mode.clone()),
+        ("pinned cores", pinned.join(", ")),
+        ("rocelink", e.rocelink_version.clone()),
+    ] {
+        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
+    }
+    let t = &r.rtt_ns;
+    let _ = writeln!(s, "\n## Round trips (us)\n\n| count | min | p50 | p90 | p99 | p99.9 | max |\n|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} |", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
+    if let Some(l) = loop_ns {
+        let _ = writeln!(s, "\nTransceiver loop per message (CQE seen to doorbell rung, from the tap, {} messages): min {}  p50 {}  p99 {}  max {} us.", l.count, us(l.min), us(l.p50), us(l.p99), us(l.max));
+    }
+    let c = &r.counts;
+    let _ = writeln!(s, "\n## Messages\n\n| sent | received | lost | duplicated | reordered | corrupted | in flight at stop |\n|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} |", c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted, r.in_flight_at_stop);
+    let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(s, "\nNIC: {} frames in, {} out; drops: {}. Transceiver loop: {} answered, {} refused.", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") }, r.backend_processed, r.backend_dropped);
+    if let Some(tap) = &r.tap {
+        let _ = writeln!(s, "\nTap: {} records copied, {} overwritten before they were read.", tap.records, tap.overflow);
+        for f in &tap.flows {
+            let _ = writeln!(s, "- flow {} (capacity {}, {}): {} queued, {} dropped", f.flow, f.capacity, f.policy, f.queued, f.dropped);
+        }
+    }
+    if !r.problems.is_empty() {
+        let _ = writeln!(s, "\n## Problems\n");
+        for p in &r.problems {
+            let _ = writeln!(s, "- {p}");
+        }
+    }
+    let _ = writeln!(s, "\n## Plot\n\n![round trips]({svg})");
+    s
+}

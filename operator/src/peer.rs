@@ -1,0 +1,184 @@
+//! Starting the peer and the wire between it and the NIC: fpga-sim on threads of this
+//! process (inproc or UDP wire), fpga-sim as a separate process (UDP), or a peer that is
+//! already running (an HSB FPGA or a standalone fpga-sim, UDP).
+//!
+//! Guarantees: a peer started here is stopped by [`RunningPeer::stop`] (threads joined; a
+//! process sent SIGTERM, then killed if it lingers past 2 s); a peer process also exits on
+//! its own if this process dies (its stdin is a pipe we hold, `--exit-on-stdin-close`).
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rocelink_link::{inproc, Link, SpinMode, UdpLink};
+use rocelink_wire::roce;
+
+use crate::echo::{fresh_loopback_pair, WireKind};
+use crate::graph::compile::{NicPlan, PeerPlan};
+use crate::graph::RunError;
+
+/// MAC addresses on the wire (the software NIC does not filter on them; a real FPGA learns
+/// ours from the data-plane registers).
+pub const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+pub const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+/// A peer we started and must stop.
+pub enum RunningPeer {
+    InProcess(rocelink_fpga_sim::FpgaSim),
+    Process(Child),
+    /// Not ours: nothing to stop.
+    Remote,
+}
+
+impl RunningPeer {
+    pub fn stop(self) {
+        match self {
+            RunningPeer::InProcess(s) => s.stop(),
+            RunningPeer::Process(mut c) => {
+                // SAFETY: kill(2) on our own child's pid.
+                unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = c.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            RunningPeer::Remote => {}
+        }
+    }
+
+    pub fn describe(&self) -> &'static str {
+        match self {
+            RunningPeer::InProcess(_) => "fpga-sim in this process",
+            RunningPeer::Process(_) => "fpga-sim as a separate process",
+            RunningPeer::Remote => "a peer already running",
+        }
+    }
+}
+
+/// The peer running and the NIC's end of the wire.
+pub struct PeerAndWire {
+    pub peer: RunningPeer,
+    pub nic_link: Box<dyn Link>,
+    pub ecb: SocketAddrV4,
+    pub peer_roce: SocketAddrV4,
+    pub peer_ip: Ipv4Addr,
+    pub host_ip: Ipv4Addr,
+    pub host_port: u16,
+    /// For reports: `inproc`, or `udp <host> <-> <peer>`.
+    pub wire: String,
+}
+
+/// Binds the wire and starts the peer of `peer` on it.
+pub fn start(nic: &NicPlan, peer: &PeerPlan, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, RunError> {
+    let (wire, bind) = match nic {
+        NicPlan::Soft { wire, bind } => (*wire, *bind),
+        NicPlan::Verbs { .. } => return Err(RunError::Config("the verbs NIC has no peer wire to start".into())),
+    };
+    let (def_host, def_peer) = fresh_loopback_pair();
+    let sim = |ip: Ipv4Addr, link: Box<dyn Link>| {
+        rocelink_fpga_sim::start(rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_fpga_sim::DEFAULT_QP, core, spin }, link)
+            .map_err(|e| RunError::Start { what: "fpga-sim".into(), detail: e.to_string() })
+    };
+    match (wire, peer) {
+        (WireKind::Inproc, PeerPlan::InProcess { ip }) => {
+            let peer_ip = ip.unwrap_or(def_peer);
+            let (a, b) = inproc::pair(256);
+            let s = sim(peer_ip, Box::new(b))?;
+            Ok(PeerAndWire { ecb: s.ecb_addr(), peer: RunningPeer::InProcess(s), nic_link: Box::new(a), peer_roce: SocketAddrV4::new(peer_ip, roce::UDP_PORT), peer_ip, host_ip: def_host, host_port: roce::UDP_PORT, wire: "inproc".into() })
+        }
+        (WireKind::Inproc, _) => Err(RunError::Config("the inproc wire needs the peer in this process; use the UDP wire with a separate peer".into())),
+        (WireKind::Udp, p) => {
+            let local = bind.unwrap_or(SocketAddrV4::new(def_host, roce::UDP_PORT));
+            let udp = UdpLink::bind(local).map_err(|e| RunError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
+            let host = udp.local_addr();
+            let (peer, ecb, peer_roce) = match p {
+                PeerPlan::InProcess { ip } => {
+                    let peer_ip = ip.unwrap_or(def_peer);
+                    let link = UdpLink::bind(SocketAddrV4::new(peer_ip, roce::UDP_PORT)).map_err(|e| RunError::Start { what: "the peer's UDP wire".into(), detail: format!("{peer_ip}: {e}") })?;
+                    let peer_roce = link.local_addr();
+                    let s = sim(peer_ip, Box::new(link))?;
+                    let ecb = s.ecb_addr();
+                    (RunningPeer::InProcess(s), ecb, peer_roce)
+                }
+                PeerPlan::Process { program, args, ip } => {
+                    let peer_ip = ip.unwrap_or(def_peer);
+                    let (program, args) = match program {
+                        Some(p) => (p.clone(), args.clone()),
+                        None => (std::env::current_exe().map_err(|e| RunError::Start { what: "the fpga-sim process".into(), detail: format!("cannot find this program: {e}") })?, vec!["fpga-sim".to_string()]),
+                    };
+                    let (child, ecb, roce_addr) = spawn_process(&program, &args, SocketAddrV4::new(peer_ip, 0), SocketAddrV4::new(peer_ip, roce::UDP_PORT), spin, core)?;
+                    (RunningPeer::Process(child), ecb, roce_addr)
+                }
+                PeerPlan::Remote { ecb, roce } => (RunningPeer::Remote, *ecb, *roce),
+            };
+            Ok(PeerAndWire { peer, nic_link: Box::new(udp), ecb, peer_ip: *peer_roce.ip(), peer_roce, host_ip: *host.ip(), host_port: host.port(), wire: format!("udp {host} <-> {peer_roce}") })
+        }
+    }
+}
+
+/// Starts `fpga-sim` as a process and waits for its ready line; returns its ECB and RoCE
+/// addresses.
+fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: SocketAddrV4, spin: SpinMode, core: Option<usize>) -> Result<(Child, SocketAddrV4, SocketAddrV4), RunError> {
+    let fail = |detail: String| RunError::Start { what: "the fpga-sim process".into(), detail };
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .arg("--ecb")
+        .arg(ecb.to_string())
+        .arg("--roce")
+        .arg(roce.to_string())
+        .arg("--mac")
+        .arg("02:00:00:00:00:02")
+        .arg("--spin")
+        .arg(spin.as_str())
+        .arg("--log-level")
+        .arg("warn")
+        .arg("--exit-on-stdin-close")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(c) = core {
+        cmd.arg("--core").arg(c.to_string());
+    }
+    let mut child = cmd.spawn().map_err(|e| fail(format!("{}: {e}", program.display())))?;
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        return Err(fail("no stdout pipe".into()));
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        if let Some(Ok(line)) = lines.next() {
+            let _ = tx.send(line);
+        }
+        // Keep draining so the peer never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let line = match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(l) => l,
+        Err(_) => {
+            let _ = child.kill();
+            let status = child.wait().ok();
+            return Err(fail(format!("no ready line within 10 s (exit status {status:?})")));
+        }
+    };
+    // "fpga-sim: ECB on <addr>, RoCE on <addr>"
+    let parse = |key: &str| -> Option<SocketAddrV4> {
+        let rest = line.split(key).nth(1)?;
+        rest.split([',', ' ']).find(|s| !s.is_empty())?.parse().ok()
+    };
+    match (parse("ECB on "), parse("RoCE on ")) {
+        (Some(e), Some(r)) => Ok((child, e, r)),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(fail(format!("unexpected ready line `{line}`")))
+        }
+    }
+}
