@@ -22,8 +22,10 @@
 
 use thiserror::Error;
 
-/// Most flattened steps (instructions executed plus loop iterations) a DEM may expand to.
-pub const MAX_FLAT_STEPS: u64 = 50_000_000;
+/// Most flattened steps (instructions executed plus loop iterations) a DEM may expand to:
+/// bounds time and memory (~100 bytes per flattened error). A d=25, 25-round surface code
+/// DEM has about half a million errors.
+pub const MAX_FLAT_STEPS: u64 = 4_000_000;
 
 /// Observables are carried as `u64` masks.
 pub const MAX_OBSERVABLES: usize = 64;

@@ -18,8 +18,9 @@
 //!   PyMatching's own integer one, so observables differ from PyMatching only on exact ties
 //!   (equal weight, another matching), which callers count.
 //! - **Deterministic tie-breaking, the contract the GPU kernel follows to be bit-identical**:
-//!   masks in any order that visits sub-masks first (numeric order here; by popcount layer on
-//!   the GPU: `dp[mask]` depends only on its sub-masks); inside one mask the boundary option
+//!   `dp[mask]` depends only on its sub-masks, so any evaluation order gives the same values
+//!   (memoised top-down from the full set here, which solves only reachable sub-masks; by
+//!   popcount layer over all masks on the GPU); inside one mask the boundary option
 //!   first, then partners by increasing defect index, replacing the best only when strictly
 //!   smaller. Observables are the XOR of the chosen option's parity and the sub-mask's.
 //!   Entries equal to `UNREACHABLE` are never chosen, nor are infinite sub-problems.
@@ -123,6 +124,9 @@ pub struct ExactDecoder<W: TableWeight = u32> {
     boundary_parity: Vec<u64>,
     dp_cost: Vec<W::Acc>,
     dp_obs: Vec<u64>,
+    dp_stamp: Vec<u32>,
+    generation: u32,
+    k: usize,
     // Greedy fallback, sized for every detector.
     best_cost: Vec<W::Acc>,
     best_partner: Vec<u32>,
@@ -154,6 +158,9 @@ impl<W: TableWeight> ExactDecoder<W> {
             boundary_parity: vec![0; k],
             dp_cost: vec![W::ACC_INF; 1 << k],
             dp_obs: vec![0; 1 << k],
+            dp_stamp: vec![0; 1 << k],
+            generation: 0,
+            k: 0,
             best_cost: Vec::with_capacity(n),
             best_partner: Vec::with_capacity(n),
             alive: Vec::with_capacity(n),
@@ -234,10 +241,31 @@ impl<W: TableWeight> ExactDecoder<W> {
 
     /// The subset DP (module docs). `defects.len() <= K`.
     fn exact(&mut self, defects: &[u32]) -> (W::Acc, u64, DecodeStatus) {
+        self.gather(defects);
+        // Top-down with memo stamps: only sub-masks reachable from the full set are solved
+        // (those with no more removed defects above their lowest than below it: 377 of the
+        // 4096 masks at 12 defects). The values are the bottom-up DP's, tie-breaking included,
+        // since dp[mask] is a function of its sub-masks alone.
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.dp_stamp.fill(0);
+            self.generation = 1;
+        }
+        let full = (1usize << defects.len()) - 1;
+        let cost = self.solve(full);
+        if cost == W::ACC_INF {
+            (W::ACC_INF, 0, DecodeStatus::Unmatchable)
+        } else {
+            (cost, self.dp_obs[full], DecodeStatus::Ok)
+        }
+    }
+
+    /// Copies the k x k sub-table of the shot's defects into dense local arrays.
+    fn gather(&mut self, defects: &[u32]) {
         let k = defects.len();
+        self.k = k;
         let t = &*self.table;
         let b = t.boundary();
-        // Gather the k x k sub-table once: the DP then reads only local, dense memory.
         for (x, &dx) in defects.iter().enumerate() {
             self.to_boundary[x] = t.distance(dx as usize, b);
             self.boundary_parity[x] = t.parity(dx as usize, b);
@@ -246,18 +274,71 @@ impl<W: TableWeight> ExactDecoder<W> {
                 self.pair_parity[x * k + y] = t.parity(dx as usize, dy as usize);
             }
         }
+    }
+
+    /// dp[mask] (module docs); `dp_obs[mask]` holds its observables afterwards.
+    fn solve(&mut self, mask: usize) -> W::Acc {
+        if mask == 0 {
+            return W::ACC_ZERO; // dp_obs[0] is 0 and never written
+        }
+        if self.dp_stamp[mask] == self.generation {
+            return self.dp_cost[mask];
+        }
+        let k = self.k;
+        let a = mask.trailing_zeros() as usize;
+        let rest = mask & !(1 << a);
+        let mut best = W::ACC_INF;
+        let mut obs = 0u64;
+        let tb = self.to_boundary[a];
+        if tb != W::UNREACHABLE {
+            let r = self.solve(rest);
+            if r != W::ACC_INF {
+                best = r + tb.to_acc();
+                obs = self.dp_obs[rest] ^ self.boundary_parity[a];
+            }
+        }
+        let mut m = rest;
+        while m != 0 {
+            let j = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let e = self.pair[a * k + j];
+            if e == W::UNREACHABLE {
+                continue;
+            }
+            let sub = rest & !(1 << j);
+            let r = self.solve(sub);
+            if r == W::ACC_INF {
+                continue;
+            }
+            let c = r + e.to_acc();
+            if c < best {
+                best = c;
+                obs = self.dp_obs[sub] ^ self.pair_parity[a * k + j];
+            }
+        }
+        self.dp_cost[mask] = best;
+        self.dp_obs[mask] = obs;
+        self.dp_stamp[mask] = self.generation;
+        best
+    }
+
+    /// The same DP bottom-up over every mask, as the GPU kernel runs it (by popcount
+    /// layer there; numeric order here): the reference the top-down version is tested against.
+    #[cfg(test)]
+    fn exact_bottom_up(&mut self, defects: &[u32]) -> (W::Acc, u64) {
+        self.gather(defects);
+        let k = defects.len();
         let full = (1usize << k) - 1;
-        self.dp_cost[0] = W::ACC_ZERO;
-        self.dp_obs[0] = 0;
+        let mut cost = vec![W::ACC_INF; full + 1];
+        let mut obsv = vec![0u64; full + 1];
+        cost[0] = W::ACC_ZERO;
         for mask in 1..=full {
             let a = mask.trailing_zeros() as usize;
             let rest = mask & !(1 << a);
-            let mut best = W::ACC_INF;
-            let mut obs = 0u64;
             let tb = self.to_boundary[a];
-            if tb != W::UNREACHABLE && self.dp_cost[rest] != W::ACC_INF {
-                best = self.dp_cost[rest] + tb.to_acc();
-                obs = self.dp_obs[rest] ^ self.boundary_parity[a];
+            if tb != W::UNREACHABLE && cost[rest] != W::ACC_INF {
+                cost[mask] = cost[rest] + tb.to_acc();
+                obsv[mask] = obsv[rest] ^ self.boundary_parity[a];
             }
             let mut m = rest;
             while m != 0 {
@@ -265,24 +346,17 @@ impl<W: TableWeight> ExactDecoder<W> {
                 m &= m - 1;
                 let e = self.pair[a * k + j];
                 let sub = rest & !(1 << j);
-                if e == W::UNREACHABLE || self.dp_cost[sub] == W::ACC_INF {
+                if e == W::UNREACHABLE || cost[sub] == W::ACC_INF {
                     continue;
                 }
-                let c = self.dp_cost[sub] + e.to_acc();
-                if c < best {
-                    best = c;
-                    obs = self.dp_obs[sub] ^ self.pair_parity[a * k + j];
+                let c = cost[sub] + e.to_acc();
+                if c < cost[mask] {
+                    cost[mask] = c;
+                    obsv[mask] = obsv[sub] ^ self.pair_parity[a * k + j];
                 }
             }
-            self.dp_cost[mask] = best;
-            self.dp_obs[mask] = obs;
         }
-        let cost = self.dp_cost[full];
-        if cost == W::ACC_INF {
-            (W::ACC_INF, 0, DecodeStatus::Unmatchable)
-        } else {
-            (cost, self.dp_obs[full], DecodeStatus::Ok)
-        }
+        (cost[full], obsv[full])
     }
 
     /// Nearest option of defect `x` among live ones: (cost, partner or TO_BOUNDARY).
@@ -470,6 +544,44 @@ mod tests {
             assert_eq!(r.status, DecodeStatus::Ok);
             let b = brute(&ft, &defects);
             assert!((r.weight - b).abs() < 1e-9, "{defects:?}: dp {} brute {}", r.weight, b);
+        }
+    }
+
+    #[test]
+    fn top_down_equals_bottom_up_on_random_shots() {
+        // A 6x6 grid, boundaries left (L0) and right, probabilities from a few values so
+        // that ties occur; the memoised DP must pick exactly what the full DP picks.
+        let mut s = String::new();
+        let id = |r: usize, c: usize| r * 6 + c;
+        let ps = ["0.01", "0.02", "0.01", "0.05", "0.02"];
+        for r in 0..6 {
+            s += &format!("error({}) D{} L0\n", ps[r % 5], id(r, 0));
+            s += &format!("error({}) D{}\n", ps[(r + 1) % 5], id(r, 5));
+            for c in 0..6 {
+                if c + 1 < 6 {
+                    s += &format!("error({}) D{} D{}\n", ps[(r + c) % 5], id(r, c), id(r, c + 1));
+                }
+                if r + 1 < 6 {
+                    s += &format!("error({}) D{} D{}\n", ps[(2 * r + c) % 5], id(r, c), id(r + 1, c));
+                }
+            }
+        }
+        let g = MatchingGraph::from_dem_text(&s).unwrap();
+        let mut d = decoder(g.compact_table().unwrap(), 12);
+        let mut state = 7u64;
+        for _ in 0..2000 {
+            let mut defects = Vec::new();
+            for i in 0..36u32 {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                if (state >> 40) % 5 == 0 {
+                    defects.push(i);
+                }
+            }
+            defects.truncate(12);
+            let r = d.decode_defects(&defects);
+            let (cost, obs) = d.exact_bottom_up(&defects);
+            assert_eq!(r.observables, obs, "{defects:?}");
+            assert_eq!(r.weight, cost as f64 / d.table().scale, "{defects:?}");
         }
     }
 

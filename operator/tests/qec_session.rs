@@ -1,0 +1,134 @@
+//! The decoder stage end to end over RPC bytes: fixture shots replayed round by round as
+//! `enqueue_syndromes` (what fpga-sim's QEC mode sends), corrections compared with
+//! PyMatching's predictions (issue 5 items 3 and 4; PROTOCOLS.md 3).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rocelink_operator::qec::exact::DEFAULT_MAX_DEFECTS;
+use rocelink_operator::qec::graph::{GraphOptions, MatchingGraph};
+use rocelink_operator::qec::{load_dem, QecSession, SessionConfig};
+use rocelink_wire::qec::{
+    self as wq, DecodeReportRepr, EnqueueSyndromesRepr, GetCorrectionsRepr, REPORT_OK, REPORT_OVERFLOW,
+};
+use rocelink_wire::rpc::{self, function_id, status, RequestRepr, ResponseRepr};
+
+fn request(function: u32, id: u32, args: &[u8], buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.resize(rpc::HEADER_LEN + args.len(), 0);
+    RequestRepr {
+        function_id: function,
+        arg_len: args.len() as u32,
+        request_id: id,
+        ptp_timestamp: u64::from(id) << 8,
+    }
+    .emit(buf)
+    .unwrap();
+    buf[rpc::HEADER_LEN..].copy_from_slice(args);
+}
+
+/// Replays every shot of a fixture, `rounds_per_message` time slices per message, and
+/// checks the final answers against pred.01.
+fn replay(fixture: &str, rounds_per_message: usize) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qec").join(fixture);
+    let dem = load_dem(&dir.join("model.dem")).unwrap();
+    let rounds = dem.detectors_per_round().unwrap();
+    let table = Arc::new(MatchingGraph::from_dem(&dem, GraphOptions::default()).unwrap().fine_table().unwrap());
+    let cfg = SessionConfig { rounds_per_message: rounds_per_message as u32, ..SessionConfig::default() };
+    let mut session = QecSession::new(table, cfg).unwrap();
+    let n = dem.num_detectors;
+    let dets = std::fs::read(dir.join("dets.b8")).unwrap();
+    let preds: Vec<u8> =
+        std::fs::read_to_string(dir.join("pred.01")).unwrap().lines().map(|l| u8::from(l == "1")).collect();
+    let per_shot = n.div_ceil(8);
+
+    // Message boundaries in bits: groups of `rounds_per_message` time slices.
+    let mut cuts = vec![0usize];
+    for group in rounds.chunks(rounds_per_message) {
+        cuts.push(cuts.last().unwrap() + group.iter().sum::<usize>());
+    }
+    assert_eq!(*cuts.last().unwrap(), n);
+
+    let (mut req, mut out, mut args, mut bits) = (Vec::new(), vec![0u8; 512], Vec::new(), Vec::new());
+    let (mut agree, mut overflow, mut id) = (0usize, 0usize, 0u32);
+    for (s, shot) in dets.chunks(per_shot).enumerate() {
+        for (m, w) in cuts.windows(2).enumerate() {
+            let (from, to) = (w[0], w[1]);
+            bits.clear();
+            bits.resize(wq::packed_len(to - from), 0);
+            for i in from..to {
+                wq::set_bit(&mut bits, i - from, wq::bit(shot, i));
+            }
+            let e = EnqueueSyndromesRepr {
+                decoder_id: 0,
+                counter: (m * rounds_per_message) as i64,
+                syndrome_mapping_id: 0,
+                num_syndromes: (to - from) as i64,
+            };
+            args.clear();
+            args.resize(e.buffer_len(), 0);
+            e.emit_with(&bits, &mut args).unwrap();
+            id += 1;
+            request(function_id::ENQUEUE_SYNDROMES, id, &args, &mut req);
+            let len = session.handle(&req, &mut out).expect("answered");
+            let resp = ResponseRepr::parse(&out[..len]).unwrap();
+            assert_eq!((resp.status, resp.request_id, resp.ptp_timestamp), (status::OK, id, u64::from(id) << 8));
+            let result = &out[rpc::HEADER_LEN..len];
+            if to < n {
+                assert!(result.is_empty(), "shot {s}: answer before the final round");
+                continue;
+            }
+            assert_eq!(result.len(), session.final_result_len());
+            let correction = wq::parse_corrections(result, 1) as u8;
+            let report = DecodeReportRepr::parse(&result[wq::correction_len(1)..]).unwrap();
+            assert_eq!(report.shot as usize, s);
+            match report.status {
+                REPORT_OK => {
+                    assert_eq!(correction, preds[s], "shot {s}: correction differs from PyMatching");
+                    agree += 1;
+                }
+                REPORT_OVERFLOW => {
+                    assert!(usize::from(report.defects) > DEFAULT_MAX_DEFECTS);
+                    overflow += 1;
+                }
+                other => panic!("shot {s}: report status {other}"),
+            }
+        }
+    }
+    let c = session.counters(0).unwrap();
+    assert_eq!(c.shots as usize, agree + overflow);
+    assert_eq!(c.overflows as usize, overflow);
+    assert_eq!(c.dropped_messages + c.dropped_shots + c.abandoned_shots + c.bad_requests, 0);
+    println!(
+        "{fixture}, {rounds_per_message} round(s) per message ({} messages a shot): {agree} corrections equal \
+         PyMatching's, {overflow} overflows",
+        cuts.len() - 1
+    );
+
+    // The accumulated corrections are the XOR of all shots' corrections.
+    let mut g = [0u8; wq::GET_CORRECTIONS_LEN];
+    GetCorrectionsRepr { decoder_id: 0, return_size: 1, reset: 1 }.emit(&mut g).unwrap();
+    request(function_id::GET_CORRECTIONS, 0, &g, &mut req);
+    let len = session.handle(&req, &mut out).unwrap();
+    assert_eq!(ResponseRepr::parse(&out[..len]).unwrap().result_len, 8);
+}
+
+#[test]
+fn d3_round_by_round() {
+    replay("d3_p0.003", 1);
+}
+
+#[test]
+fn d5_round_by_round() {
+    replay("d5_p0.001", 1);
+}
+
+#[test]
+fn d5_two_rounds_per_message() {
+    replay("d5_p0.003", 2);
+}
+
+#[test]
+fn d5_whole_shot_in_one_message() {
+    replay("d5_p0.001", 6);
+}
