@@ -9,14 +9,16 @@ use clap::{Parser, Subcommand, ValueEnum};
 use rocelink_link::SpinMode;
 use rocelink_operator::echo::{self, Cores, EchoConfig, PeerMode, WireKind};
 use rocelink_operator::backend::BackendKind;
-use rocelink_operator::report;
+use rocelink_operator::{graph, report};
 
 #[derive(Debug, Parser)]
 #[command(name = "rocelink", version, about = "Real-time RoCEv2 transceiver: software NIC, CPU/GPU transceiver loop, HSB FPGA peer")]
 struct Cli {
-    /// Log filter for stderr (error, warn, info, debug, trace, or tracing directives).
-    #[arg(long, global = true, default_value = "warn")]
-    log_level: String,
+    /// Log filter for stderr (error, warn, info, debug, trace, or tracing directives such as
+    /// `rocelink_operator=debug`). Default: warn, and for `run` also the Metrics operator's
+    /// lines (`warn,rocelink::metrics=info`).
+    #[arg(long, global = true)]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -36,6 +38,49 @@ enum Spin {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
+    /// Run a graph file: operators, flows, backend, NIC and peer as the file says (see
+    /// graphs/*.ron). Prints the summary; writes the files the graph's operators write.
+    ///
+    /// Exit status: 0 when every message came back intact; 2 when some were lost, duplicated
+    /// or corrupted; 130 when interrupted (SIGINT/SIGTERM: the run stops, joins its threads
+    /// and still writes its reports); 1 on an invalid graph, a start failure, a fault (a
+    /// flow with policy Fault overflowed, the transceiver loop died) or a thread that did not
+    /// stop.
+    Run {
+        /// The graph file (RON).
+        graph: PathBuf,
+        /// Change a setting of the file before it is checked, as `path=value` in RON
+        /// (repeatable): `run.stop=Count(5000)`, `run.load=Rate(20000)`, `nic.wire=Udp()`,
+        /// `peer.address=10.0.0.2:8192`, `outputs.dir=/tmp/r`, `operators.records.path=r.jsonl`.
+        /// Strings may be given without quotes.
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+        /// Write the run report as JSON here (overrides the graph's outputs.json).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// No progress line on stderr.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Check a graph file and print its compiled plan: operators, threads and cores, rings
+    /// and flows, the fused stage chain. Exit status 1 when the graph is invalid.
+    Check {
+        graph: PathBuf,
+        /// As for `run`.
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+    },
+    /// Print a graph file as a picture description.
+    Graph {
+        graph: PathBuf,
+        /// Graphviz `dot` (the only format so far, and the default): `rocelink graph g.ron
+        /// --dot | dot -Tsvg > g.svg`.
+        #[arg(long)]
+        dot: bool,
+        /// As for `run`.
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+    },
     /// Echo round trip: the peer (fpga-sim, or an FPGA) sends RDMA WRITE with immediate
     /// frames, the transceiver answers each with a SEND, the peer measures the round trip.
     Echo {
@@ -142,7 +187,8 @@ fn main() -> ExitCode {
             }
         };
     }
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let level = cli.log_level.clone().unwrap_or_else(|| if matches!(cli.command, Cmd::Run { .. }) { "warn,rocelink::metrics=info".into() } else { "warn".into() });
+    let filter = tracing_subscriber::EnvFilter::try_new(&level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     rocelink_operator::signal::install();
     match run(cli.command) {
@@ -156,6 +202,31 @@ fn main() -> ExitCode {
 
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
+        Cmd::Run { graph, sets, json, quiet } => {
+            let mut plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            if let Some(j) = json {
+                plan.json = Some(j);
+            }
+            let r = graph::run(&plan, &graph::RunOptions { progress: !quiet })?;
+            print!("{}", graph::run::summary_text(&r));
+            if let Some(f) = &r.fault {
+                eprintln!("rocelink: error: the run failed: {f}");
+            }
+            for p in &r.problems {
+                eprintln!("rocelink: error: {p}");
+            }
+            Ok(ExitCode::from(graph::run::exit_code(&r)))
+        }
+        Cmd::Check { graph, sets } => {
+            let plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            println!("{plan}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Graph { graph, dot: _, sets } => {
+            let plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            print!("{}", graph::dot::dot(&plan));
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, backend, timeout, json, quiet } => {
             let wire = wire_kind(wire);
             let peer_mode = if let Some(ecb) = peer {
@@ -225,6 +296,10 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
         }
         Cmd::FpgaSim { .. } => unreachable!("handled before logging starts"),
     }
+}
+
+fn overrides(sets: &[String]) -> anyhow::Result<Vec<graph::Override>> {
+    sets.iter().map(|s| graph::Override::parse(s).map_err(anyhow::Error::msg)).collect()
 }
 
 fn wire_kind(w: Wire) -> WireKind {

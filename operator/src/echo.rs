@@ -1,30 +1,22 @@
-//! One whole echo run, the way a user runs it: a peer (fpga-sim in this process, fpga-sim as
-//! another process, or a real FPGA), the software NIC on a wire, the CPU transceiver loop, and
-//! the HSB host client that configures the peer over ECB, runs its player and reads back its
-//! capture.
-//!
-//! Start order: memory and NIC, peer, backend; the host client then configures and runs the
-//! peer. Stop order is the reverse; every thread is joined.
+//! The echo run (`rocelink echo`, the benchmark): a thin alias of the graph runner. Its
+//! flags become the echo graph in memory (a RoceTransceiver and the stage chain between its
+//! rx and tx, no host operators), which is compiled and run like a graph file: see
+//! `crate::graph` for the lifecycle (peer, NIC, backend; stop in reverse; every thread
+//! joined or reported).
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rocelink_link::{inproc, Link, SpinMode, UdpLink};
-use rocelink_wire::roce::{self, Endpoints};
+use rocelink_link::SpinMode;
+use rocelink_wire::roce;
 use rocelink_wire::rpc::{self, RequestRepr};
 
-use crate::backend::{spawn_backend, BackendKind, CpuBackendConfig};
-use crate::env::Environment;
-use crate::hsb::{DataPlaneConfig, EcbClient, HsbHost, PeerStats, PlayerConfig};
-use crate::latency::{analyze, Analysis, Counts, Summary};
-use crate::mem::SharedMem;
-use crate::nic::{Access, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, NicStats, QpAttrs, SoftNic};
-use crate::rings::{QpMemory, QpSizes};
+use crate::backend::BackendKind;
+use crate::graph::compile::PeerPlan;
+use crate::graph::model::{Graph, Load, NicSpec, PeerSpec, RunSpec, SimMode, SpinSpec, Stop, WireSpec};
+use crate::graph::{compile, RunOptions};
 use crate::stage::StageSpec;
 
 /// Which wire carries the RoCEv2 frames.
@@ -115,48 +107,10 @@ impl Default for EchoConfig {
     }
 }
 
-/// What a run measured.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct EchoReport {
-    #[serde(flatten)]
-    pub counts: Counts,
-    pub rtt_ns: Summary,
-    pub nic_drops: std::collections::BTreeMap<String, u64>,
-    pub nic: NicStats,
-    pub peer: Option<PeerStats>,
-    /// Messages the transceiver loop answered / refused.
-    pub backend_processed: u64,
-    pub backend_dropped: u32,
-    /// Where the round trip went (only when the peer stamps with this host's clock).
-    pub breakdown_ns: Option<crate::latency::Breakdown>,
-    /// Extension registers the peer lacked (a real FPGA).
-    pub peer_missing_extensions: Vec<&'static str>,
-    pub mode: String,
-    pub rate: Option<f64>,
-    pub warmup: u32,
-    pub env: Environment,
-    #[serde(skip)]
-    pub analysis: Option<Analysis>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum EchoError {
-    #[error("bad configuration: {0}")]
-    Config(String),
-    #[error("cannot start {what}: {detail}")]
-    Start { what: &'static str, detail: String },
-    #[error("peer control (ECB): {0}")]
-    Ecb(#[from] crate::hsb::EcbError),
-    #[error("{0}")]
-    Peer(String),
-}
-
-/// The host's QP number (any 24-bit value; HSB hosts get theirs from ibv_create_qp).
-const HOST_QPN: u32 = 0x000_0101;
-const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
-/// UDP source port of the peer's frames (HSB hosts write 12288 into DP_PACKET_UDP_PORT).
-const PEER_SRC_PORT: u16 = 12288;
+/// What an echo run measured: the graph runner's report.
+pub type EchoReport = crate::graph::RunReport;
+/// Why an echo run failed: the graph runner's error.
+pub type EchoError = crate::graph::RunError;
 
 /// A loopback address no other run of this machine is using now: 127.0.0.0/8 is all
 /// loopback on Linux, so parallel runs (tests) get disjoint addresses and can all use the
@@ -169,90 +123,6 @@ pub fn fresh_loopback_pair() -> (Ipv4Addr, Ipv4Addr) {
     let b = ((pid / 200) % 250) as u8;
     let c = (n % 120) as u8 * 2 + 2;
     (Ipv4Addr::new(127, a, b, c), Ipv4Addr::new(127, a, b, c + 1))
-}
-
-/// A peer we started and must stop.
-enum RunningPeer {
-    InProcess(rocelink_fpga_sim::FpgaSim),
-    Process(Child),
-    Remote,
-}
-
-impl RunningPeer {
-    fn stop(self) {
-        match self {
-            RunningPeer::InProcess(s) => s.stop(),
-            RunningPeer::Process(mut c) => {
-                // SIGTERM, then wait; kill if it lingers.
-                // SAFETY: kill(2) on our own child's pid.
-                unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
-                let deadline = Instant::now() + Duration::from_secs(2);
-                while Instant::now() < deadline {
-                    if let Ok(Some(_)) = c.try_wait() {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            RunningPeer::Remote => {}
-        }
-    }
-}
-
-/// Starts `fpga-sim` as a process and waits for its ready line.
-fn spawn_peer_process(program: &PathBuf, args: &[String], ecb: SocketAddrV4, roce: SocketAddrV4, spin: SpinMode, core: Option<usize>) -> Result<(Child, SocketAddrV4, SocketAddrV4), EchoError> {
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .arg("--ecb")
-        .arg(ecb.to_string())
-        .arg("--roce")
-        .arg(roce.to_string())
-        .arg("--mac")
-        .arg("02:00:00:00:00:02")
-        .arg("--spin")
-        .arg(spin.as_str())
-        .arg("--log-level")
-        .arg("warn")
-        .arg("--exit-on-stdin-close")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    if let Some(c) = core {
-        cmd.arg("--core").arg(c.to_string());
-    }
-    let mut child = cmd.spawn().map_err(|e| EchoError::Start { what: "the fpga-sim process", detail: format!("{}: {e}", program.display()) })?;
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        if let Some(Ok(line)) = lines.next() {
-            let _ = tx.send(line);
-        }
-        // Keep draining so the peer never blocks on a full pipe.
-        for _ in lines {}
-    });
-    let line = match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(l) => l,
-        Err(_) => {
-            let _ = child.kill();
-            let status = child.wait().ok();
-            return Err(EchoError::Start { what: "the fpga-sim process", detail: format!("no ready line within 10 s (exit status {status:?})") });
-        }
-    };
-    // "fpga-sim: ECB on <addr>, RoCE on <addr>"
-    let parse = |key: &str| -> Option<SocketAddrV4> {
-        let rest = line.split(key).nth(1)?;
-        rest.split([',', ' ']).find(|s| !s.is_empty())?.parse().ok()
-    };
-    match (parse("ECB on "), parse("RoCE on ")) {
-        (Some(e), Some(r)) => Ok((child, e, r)),
-        _ => {
-            let _ = child.kill();
-            Err(EchoError::Start { what: "the fpga-sim process", detail: format!("unexpected ready line `{line}`") })
-        }
-    }
 }
 
 /// Builds the request the player sends: an RPC header (function `echo`) and `size - 24`
@@ -269,7 +139,63 @@ pub fn echo_template(size: usize) -> Vec<u8> {
     t
 }
 
-/// Runs the echo loop end to end and returns what it measured.
+/// The echo graph of `cfg`, as a graph file would say it: a RoceTransceiver and one device
+/// stage per element of `cfg.chain` (named `stage0`, `stage1`, ...), in order between its rx
+/// and tx. What the model has no words for (a peer program of its own, the stages' specs)
+/// [`plan`] sets on the compiled plan.
+pub fn graph(cfg: &EchoConfig) -> Graph {
+    let mut g = Graph::new("echo");
+    g.backend = cfg.backend;
+    g.nic = NicSpec::Soft {
+        wire: match cfg.wire {
+            WireKind::Inproc => WireSpec::Inproc,
+            WireKind::Udp => WireSpec::Udp { bind: cfg.host_ip.map(|ip| SocketAddrV4::new(ip, roce::UDP_PORT).to_string()) },
+        },
+    };
+    g.peer = match &cfg.peer {
+        PeerMode::InProcess => PeerSpec::FpgaSim { mode: SimMode::InProcess, ip: cfg.peer_ip.map(|i| i.to_string()) },
+        PeerMode::Process { .. } => PeerSpec::FpgaSim { mode: SimMode::Process, ip: cfg.peer_ip.map(|i| i.to_string()) },
+        PeerMode::Remote { ecb, roce } => PeerSpec::Fpga { address: ecb.to_string(), roce: Some(roce.to_string()) },
+    };
+    g.cores.nic = cfg.cores.nic;
+    g.cores.backend = cfg.cores.backend;
+    g.cores.peer = cfg.cores.peer;
+    g.cores.spin = match cfg.spin {
+        None => SpinSpec::Auto,
+        Some(SpinMode::Dedicated) => SpinSpec::Dedicated,
+        Some(SpinMode::Shared) => SpinSpec::Shared,
+    };
+    g.run = RunSpec {
+        stop: Stop::Count(cfg.count),
+        warmup: cfg.warmup,
+        load: cfg.rate.map_or(Load::ClosedLoop, Load::Rate),
+        size: cfg.size,
+        timeout: cfg.timeout.map(|t| t.as_secs_f64()),
+    };
+    g.operator("roce", "RoceTransceiver", &[("slots", crate::ops::ParamValue::Int(i64::from(cfg.slots)))]);
+    let mut from = "roce.rx".to_string();
+    for i in 0..cfg.chain.len() {
+        let name = format!("stage{i}");
+        g.operator(&name, "Echo", &[]);
+        g.flow(&from, &format!("{name}.in"));
+        from = format!("{name}.out");
+    }
+    g.flow(&from, "roce.tx");
+    g
+}
+
+/// The compiled echo graph of `cfg`, ready for [`crate::graph::run`].
+pub fn plan(cfg: &EchoConfig) -> Result<crate::graph::Plan, EchoError> {
+    let mut plan = compile(graph(cfg)).map_err(|e| EchoError::Config(e.to_string()))?;
+    plan.chain = cfg.chain.iter().enumerate().map(|(i, s)| (format!("stage{i}"), s.clone())).collect();
+    if let PeerMode::Process { program, args } = &cfg.peer {
+        plan.peer = PeerPlan::Process { program: Some(program.clone()), args: args.clone(), ip: cfg.peer_ip };
+    }
+    Ok(plan)
+}
+
+/// Runs the echo loop end to end and returns what it measured. A transceiver loop that
+/// fails during the run is an error.
 pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     if cfg.size < rpc::HEADER_LEN || cfg.size > roce::PMTU {
         return Err(EchoError::Config(format!("--size {} must be {}..={} (an RPC header, then args, in one packet)", cfg.size, rpc::HEADER_LEN, roce::PMTU)));
@@ -285,221 +211,12 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
             return Err(EchoError::Config(format!("--rate {r} must be a positive number of messages per second")));
         }
     }
-    let spinners = if matches!(cfg.peer, PeerMode::Remote { .. }) { 2 } else { 3 };
-    let spin = cfg.spin.unwrap_or_else(|| SpinMode::for_spinners(spinners));
-
-    // Memory: one slot per page, stride rounded up to 128 (DP_PAGE_INC units).
-    let stride = (cfg.size.div_ceil(128) * 128) as u32;
-    let sizes = QpSizes { rx_slots: cfg.slots, rx_slot_stride: stride, tx_slot_stride: stride.max(64), ..QpSizes::default() };
-    let q = QpMemory::new(sizes, SharedMem::new).map_err(EchoError::Config)?;
-    let mut mrs = MrTable::default();
-    let rx_mr = mrs.register(q.mem.clone(), q.layout.rx_buffer, q.layout.rx_buffer_len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE);
-    let tx_mr = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
-
-    // Addresses and links.
-    let (def_host, def_peer) = fresh_loopback_pair();
-    let host_ip = cfg.host_ip.unwrap_or(def_host);
-    let mut peer_ip = cfg.peer_ip.unwrap_or(def_peer);
-    let (nic_link, peer): (Box<dyn Link>, RunningPeer);
-    let (ecb_addr, peer_roce): (SocketAddrV4, SocketAddrV4);
-    let host_port;
-    match (&cfg.wire, &cfg.peer) {
-        (WireKind::Inproc, _) => {
-            let (a, b) = inproc::pair(256);
-            let sim = rocelink_fpga_sim::start(
-                rocelink_fpga_sim::SimConfig {
-                    ecb_bind: SocketAddrV4::new(peer_ip, 0),
-                    mac: PEER_MAC,
-                    ip: peer_ip.octets(),
-                    qp: rocelink_fpga_sim::DEFAULT_QP,
-                    core: cfg.cores.peer,
-                    spin,
-                },
-                Box::new(b),
-            )
-            .map_err(|e| EchoError::Start { what: "fpga-sim", detail: e.to_string() })?;
-            ecb_addr = sim.ecb_addr();
-            peer_roce = SocketAddrV4::new(peer_ip, roce::UDP_PORT);
-            host_port = roce::UDP_PORT;
-            nic_link = Box::new(a);
-            peer = RunningPeer::InProcess(sim);
-        }
-        (WireKind::Udp, mode) => {
-            let udp = UdpLink::bind(SocketAddrV4::new(host_ip, roce::UDP_PORT)).map_err(|e| EchoError::Start { what: "the UDP wire", detail: format!("{host_ip}: {e}") })?;
-            host_port = udp.local_addr().port();
-            nic_link = Box::new(udp);
-            match mode {
-                PeerMode::InProcess => {
-                    let link = UdpLink::bind(SocketAddrV4::new(peer_ip, roce::UDP_PORT)).map_err(|e| EchoError::Start { what: "the peer's UDP wire", detail: format!("{peer_ip}: {e}") })?;
-                    peer_roce = link.local_addr();
-                    let sim = rocelink_fpga_sim::start(
-                        rocelink_fpga_sim::SimConfig {
-                            ecb_bind: SocketAddrV4::new(peer_ip, 0),
-                            mac: PEER_MAC,
-                            ip: peer_ip.octets(),
-                            qp: rocelink_fpga_sim::DEFAULT_QP,
-                            core: cfg.cores.peer,
-                            spin,
-                        },
-                        Box::new(link),
-                    )
-                    .map_err(|e| EchoError::Start { what: "fpga-sim", detail: e.to_string() })?;
-                    ecb_addr = sim.ecb_addr();
-                    peer = RunningPeer::InProcess(sim);
-                }
-                PeerMode::Process { program, args } => {
-                    let (child, e, r) = spawn_peer_process(program, args, SocketAddrV4::new(peer_ip, 0), SocketAddrV4::new(peer_ip, roce::UDP_PORT), spin, cfg.cores.peer)?;
-                    ecb_addr = e;
-                    peer_roce = r;
-                    peer = RunningPeer::Process(child);
-                }
-                PeerMode::Remote { ecb, roce } => {
-                    ecb_addr = *ecb;
-                    peer_roce = *roce;
-                    peer_ip = *roce.ip();
-                    peer = RunningPeer::Remote;
-                }
-            }
-        }
+    if cfg.chain.is_empty() {
+        return Err(EchoError::Config("the stage chain is empty: the transceiver would answer nothing".into()));
     }
-
-    // The NIC, connected to the peer's QP.
-    let counters = Arc::new(NicCounters::default());
-    let attrs = QpAttrs {
-        qpn: HOST_QPN,
-        pkey: 0xffff,
-        endpoints: Endpoints {
-            src_mac: HOST_MAC,
-            dst_mac: PEER_MAC,
-            src_ip: host_ip.octets(),
-            dst_ip: peer_ip.octets(),
-            src_port: host_port,
-            dst_port: peer_roce.port(),
-        },
-        peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
-    };
-    let nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
-    let engine = NicEngine::spawn(nic, nic_link, NicEngineConfig { core: cfg.cores.nic, spin })
-        .map_err(|e| EchoError::Start { what: "the NIC engine", detail: e.to_string() })?;
-    let backend = spawn_backend(cfg.backend, q.clone(), &cfg.chain, CpuBackendConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: cfg.cores.backend, spin })
-        .map_err(|e| EchoError::Start { what: "the backend", detail: e.to_string() })?;
-    let backend_name = backend.name();
-
-    let result = drive_peer(cfg, ecb_addr, &rx_mr, host_ip, host_port, stride, &*backend);
-
-    // Stop in reverse order.
-    let backend_processed = backend.processed();
-    let backend_dropped = backend.dropped();
-    let stop = backend.stop(Duration::from_secs(2));
-    let nic_stats = counters.snapshot();
-    engine.stop();
-    peer.stop();
-    stop.map_err(EchoError::Peer)?;
-    let (analysis, peer_stats, missing, records) = result?;
-    let same_clock = !matches!(cfg.peer, PeerMode::Remote { .. });
-    let breakdown = same_clock.then(|| crate::latency::breakdown(&records, &read_timestamps(&q, backend_processed), 1, u64::from(cfg.warmup)));
-
-    let wire = match cfg.wire {
-        WireKind::Inproc => "inproc".to_string(),
-        WireKind::Udp => format!("udp {host_ip}:{host_port} <-> {peer_roce}"),
-    };
-    let mut env = Environment::here(&backend_name, &wire, cfg.size, spin.as_str());
-    for (name, core) in [("nic", cfg.cores.nic), ("backend", cfg.cores.backend), ("peer", cfg.cores.peer)] {
-        env.pinned.insert(name.into(), core.map_or("unpinned".into(), |c| c.to_string()));
+    let report = crate::graph::run(&plan(cfg)?, &RunOptions { progress: cfg.progress })?;
+    if let Some(f) = &report.fault {
+        return Err(EchoError::Peer(f.clone()));
     }
-    Ok(EchoReport {
-        counts: analysis.counts,
-        rtt_ns: Summary::of(&analysis.rtt),
-        nic_drops: nic_stats.drops.clone(),
-        nic: nic_stats,
-        peer: peer_stats,
-        backend_processed,
-        backend_dropped,
-        breakdown_ns: breakdown,
-        peer_missing_extensions: missing,
-        mode: if cfg.rate.is_some() { "open-loop".into() } else { "closed-loop".into() },
-        rate: cfg.rate,
-        warmup: cfg.warmup,
-        env,
-        analysis: Some(analysis),
-    })
-}
-
-type Driven = (Analysis, Option<PeerStats>, Vec<&'static str>, Vec<rocelink_wire::hsb::CaptureRecord>);
-
-/// The data path's per-message timestamp records still in the ring (the last
-/// `timestamp_entries` of `processed`), oldest first. Only after the data path stopped.
-fn read_timestamps(q: &QpMemory, processed: u64) -> Vec<crate::abi::rl_msg_timestamp> {
-    let l = q.layout;
-    let entries = u64::from(l.sizes.timestamp_entries);
-    if entries == 0 {
-        return Vec::new();
-    }
-    let first = processed.saturating_sub(entries);
-    (first..processed).map(|i| q.mem.read_struct(l.timestamps + (i % entries) as usize * crate::abi::TIMESTAMP)).collect()
-}
-
-/// The host client's part: configure the peer, run its player, read its capture.
-fn drive_peer(cfg: &EchoConfig, ecb_addr: SocketAddrV4, rx_mr: &crate::nic::MemoryRegion, host_ip: Ipv4Addr, host_port: u16, stride: u32, backend: &dyn crate::backend::RunningBackend) -> Result<Driven, EchoError> {
-    let mut host = HsbHost::new(EcbClient::connect(ecb_addr).map_err(|e| EchoError::Start { what: "the ECB client", detail: e.to_string() })?);
-    host.check_version().map_err(EchoError::Peer)?;
-    host.configure(&DataPlaneConfig {
-        vp: 0,
-        data_plane: 0,
-        qpn: HOST_QPN,
-        rkey: rx_mr.rkey,
-        buffer_addr: rx_mr.addr,
-        page_stride: stride,
-        pages: cfg.slots,
-        frame_len: cfg.size as u32,
-        host_mac: HOST_MAC,
-        host_ip,
-        host_port,
-        peer_src_port: PEER_SRC_PORT,
-        packet_size: cfg.size as u32,
-    })?;
-    let interval = cfg.rate.map_or(Duration::ZERO, |r| Duration::from_secs_f64(1.0 / r));
-    let player = PlayerConfig {
-        template: echo_template(cfg.size),
-        count: cfg.count,
-        interval,
-        closed_loop: cfg.rate.is_none(),
-        stamp: true,
-        scramble: true,
-        first_request_id: 1,
-        response_timeout: Duration::from_millis(500),
-        peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
-    };
-    host.program_player(&player)?;
-    host.arm_capture()?;
-    host.start_player(&player)?;
-
-    let started = Instant::now();
-    let expected = interval.mul_f64(f64::from(cfg.count)) + Duration::from_micros(200) * cfg.count;
-    let deadline = started + cfg.timeout.unwrap_or(expected + Duration::from_secs(10));
-    let mut last_print = Instant::now();
-    let done = host.wait_capture_done(deadline, Duration::from_millis(20), |n| {
-        if cfg.progress && last_print.elapsed() > Duration::from_millis(250) {
-            last_print = Instant::now();
-            let secs = started.elapsed().as_secs_f64();
-            eprint!("\r  {n}/{} answered, {:.0} msg/s   ", cfg.count, f64::from(n) / secs.max(1e-9));
-        }
-        !crate::interrupted() && backend.failure().is_none()
-    })?;
-    if cfg.progress {
-        eprintln!();
-    }
-    host.stop_player()?;
-    if let Some(f) = backend.failure() {
-        return Err(EchoError::Peer(format!("the transceiver loop failed during the run: {f}")));
-    }
-    if !done {
-        tracing::warn!("the peer did not finish its capture in time; reporting what it captured");
-    }
-    let n = host.capture_count()?;
-    let records = host.read_capture(n)?;
-    let stats = host.read_stats()?;
-    let sent = stats.map_or(u64::from(cfg.count), |s| u64::from(s.sent));
-    let analysis = analyze(&records, sent, player.first_request_id, u64::from(cfg.warmup));
-    Ok((analysis, stats, host.missing_extensions.clone(), records))
+    Ok(report)
 }

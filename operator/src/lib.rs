@@ -1,21 +1,25 @@
-//! rocelink's host side: the software NIC, the execution backends, the HSB host client,
-//! latency statistics and reports (DESIGN.md).
+//! rocelink's host side: graphs and operators, the software NIC, the execution backends, the
+//! HSB host client, latency statistics and reports (DESIGN.md).
 
 pub mod abi;
 pub mod backend;
 pub mod bench;
 pub mod echo;
 pub mod env;
+pub mod graph;
 pub mod gpu;
 pub mod hsb;
 pub mod latency;
 pub mod mem;
 pub mod nic;
+pub mod ops;
+pub mod peer;
 pub mod qec;
 pub mod report;
 pub mod rings;
 pub mod signal;
 pub mod stage;
+pub mod tap;
 pub mod verbs;
 
 pub use signal::interrupted;

@@ -150,9 +150,9 @@ pub struct TapReader {
 impl TapReader {
     /// Starts following the record ring of `q` from message 0, sending every record to
     /// every flow in `outs`. With `fault_on_overflow`, an overwritten record fails the run.
-    pub fn spawn(q: QpMemory, outs: Vec<FlowSender>, core: Option<usize>, fault_on_overflow: Option<Fault>) -> std::io::Result<TapReader> {
+    /// Counts go to `stats`.
+    pub fn spawn(q: QpMemory, outs: Vec<FlowSender>, core: Option<usize>, fault_on_overflow: Option<Fault>, stats: Arc<TapStats>) -> std::io::Result<TapReader> {
         let stop = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(TapStats::default());
         let thread = {
             let (stop, stats) = (stop.clone(), stats.clone());
             std::thread::Builder::new().name("rocelink-tap".into()).spawn(move || {
@@ -211,6 +211,7 @@ fn follow(q: &QpMemory, outs: &[FlowSender], stop: &AtomicBool, stats: &TapStats
                     sq_index: t.sq_index,
                     cqe_seen_ns: t.cqe_seen_ns,
                     doorbell_ns: t.doorbell_ns,
+                    nic_cqe_ns: t.nic_cqe_ns,
                 });
             }
             // A record is intact only if the data path had not started writing message
@@ -229,8 +230,9 @@ fn follow(q: &QpMemory, outs: &[FlowSender], stop: &AtomicBool, stats: &TapStats
             }
             stats.records.fetch_add(batch.len() as u64, Ordering::Relaxed);
             if let Ok(mut h) = stats.loop_ns.lock() {
+                let high = h.high();
                 for r in &batch {
-                    let _ = h.record(r.doorbell_ns.saturating_sub(r.cqe_seen_ns).clamp(1, h.high()));
+                    let _ = h.record(r.doorbell_ns.saturating_sub(r.cqe_seen_ns).clamp(1, high));
                 }
             }
             for r in &batch {
@@ -259,8 +261,8 @@ mod tests {
     /// Writes message `seq`'s record and publishes it, as the transceiver loop does.
     fn write(q: &QpMemory, seq: u64) {
         let entries = u64::from(q.layout.sizes.timestamp_entries);
-        let rec = rl_msg_timestamp { cqe_seen_ns: 1000 * seq, doorbell_ns: 1000 * seq + 250, request_id: seq as u32 + 1, slot: 0, byte_count: 64, sq_index: seq as u32 };
-        q.mem.write_struct(q.layout.timestamps + (seq % entries) as usize * 32, rec);
+        let rec = rl_msg_timestamp { cqe_seen_ns: 1000 * seq, doorbell_ns: 1000 * seq + 250, nic_cqe_ns: 1000 * seq - 100, request_id: seq as u32 + 1, slot: 0, byte_count: 64, sq_index: seq as u32, profile: [0; 2] };
+        q.mem.write_struct(q.layout.timestamps + (seq % entries) as usize * std::mem::size_of::<rl_msg_timestamp>(), rec);
         q.mem.atomic_u64(q.layout.processed()).store(seq + 1, Ordering::Release);
     }
 
@@ -276,7 +278,7 @@ mod tests {
         for s in 0..40 {
             write(&q, s);
         }
-        let mut t = TapReader::spawn(q.clone(), vec![tx], None, None).unwrap();
+        let mut t = TapReader::spawn(q.clone(), vec![tx], None, None, Arc::default()).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         for s in 40..50 {
             write(&q, s);

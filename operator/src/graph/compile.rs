@@ -616,6 +616,7 @@ impl fmt::Display for Plan {
             BackendKind::Auto => "Auto (the GPU when a CUDA driver and device exist, otherwise the CPU)".to_string(),
             BackendKind::Gpu(n) => format!("Gpu({n})"),
             BackendKind::Cpu => "Cpu".into(),
+            BackendKind::GpuLaunchPerMessage(n) => format!("GpuLaunchPerMessage({n}) (a baseline: the CPU loop launches one kernel per message)"),
         };
         let _ = writeln!(s, "  backend   {backend}");
         let nic = match &self.nic {

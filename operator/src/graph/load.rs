@@ -41,8 +41,19 @@ impl Locator<'_> {
     }
 
     fn ron_error(&self, e: &ron::error::SpannedError) -> GraphError {
-        let off = source::offset_of(&self.patched.text, e.span.start.line, e.span.start.col);
-        GraphError::new(self.at(off), e.code.to_string())
+        GraphError::new(self.at(ron_offset(&self.patched.text, e)), e.code.to_string())
+    }
+}
+
+/// The offset `ron` points at, moved over whitespace to the token it is about (ron's spans
+/// can start at the blank before a value).
+fn ron_offset(text: &str, e: &ron::error::SpannedError) -> usize {
+    let off = source::offset_of(text, e.span.start.line, e.span.start.col);
+    let blank = text.get(off..).map_or(0, |rest| rest.len() - rest.trim_start().len());
+    if off + blank < text.len() {
+        off + blank
+    } else {
+        off
     }
 }
 
@@ -70,7 +81,7 @@ pub fn load_str(file: &str, text: &str, sets: &[Override]) -> Result<Graph, Grap
             Ok(g) => break (g, patched),
             Err(e) => {
                 let err = loc.ron_error(&e);
-                let off = source::offset_of(&patched.text, e.span.start.line, e.span.start.col);
+                let off = ron_offset(&patched.text, &e);
                 match patched.origin(off) {
                     Origin::Set(i) if tried[i].is_none() && !effective[i].is_quoted() => {
                         tried[i] = Some(err);
@@ -240,15 +251,15 @@ Graph(
         assert_eq!(g.name, "t");
         assert_eq!(g.run.size, 128);
         assert_eq!(pos(&g.operators[1].at), at(6, 9));
-        assert_eq!(pos(&g.operators[1].kind_at), at(6, 34));
+        assert_eq!(pos(&g.operators[1].kind_at), at(6, 29));
         let p = &g.operators[1].params;
         assert_eq!(p.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["path", "format", "x"]);
         assert_eq!(p[1].value, ParamValue::Ident("Csv".into()));
         assert_eq!(p[2].value, ParamValue::Float(1.5));
-        assert_eq!(pos(&p[2].at), at(6, 83));
+        assert_eq!(pos(&p[2].at), at(6, 78));
         assert_eq!(g.flows[0].capacity, Some(10));
-        assert_eq!(pos(&g.flows[0].to_at), at(9, 33));
-        assert_eq!(pos(&g.places.at("run.size")), at(3, 40));
+        assert_eq!(pos(&g.flows[0].to_at), at(9, 32));
+        assert_eq!(pos(&g.places.at("run.size")), at(3, 35));
         assert_eq!(pos(&g.places.at("run.stop.nothing")), at(3, 17));
     }
 
@@ -259,7 +270,7 @@ Graph(
         let e = load_str("t.ron", "Graph(\n  bogus: 1,\n)", &[]).unwrap_err();
         assert!(e.to_string().contains("t.ron:2:3: Unexpected field named `bogus`"), "{e}");
         let e = load_str("t.ron", "Graph(\n  operators: [(name: \"a\", kind: \"K\", params: [1])],\n)", &[]).unwrap_err();
-        assert!(e.to_string().contains("t.ron:2:45: operator `a`: params must be written"), "{e}");
+        assert!(e.to_string().contains("t.ron:2:46: operator `a`: params must be written"), "{e}");
     }
 
     #[test]

@@ -139,6 +139,9 @@ impl Patched {
 pub fn apply(text: &str, sets: &[Override]) -> Result<Patched, String> {
     let mut p = Patched::new(text);
     for (i, set) in sets.iter().enumerate() {
+        // A value that is not one RON value (`127.0.0.5:8192`, `/tmp/out`) is a string
+        // written without quotes.
+        let set = if source::parse(&set.value).is_err() { set.quoted() } else { set.clone() };
         let tree = source::parse(&p.text).map_err(|e| {
             let (l, c) = source::line_col(&p.text, e.offset);
             format!("--set {}={}: the text cannot be followed at {l}:{c}: {}", set.path, set.value, e.message)

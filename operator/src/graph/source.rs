@@ -517,7 +517,7 @@ impl Scanner<'_> {
 mod tests {
     use super::*;
 
-    const DOC: &str = r#"#![enable(implicit_some)]
+    const DOC: &str = r##"#![enable(implicit_some)]
 // a comment
 Graph(
     name: "x", /* block /* nested */ */
@@ -531,7 +531,7 @@ Graph(
     tuple: (1, 2,),
     map: { "k": [1, 2] },
 )
-"#;
+"##;
 
     #[test]
     fn finds_fields_items_and_positions() {
@@ -559,7 +559,7 @@ Graph(
             let (l, c) = line_col(t, off);
             assert_eq!(offset_of(t, l, c), off, "offset {off} -> {l}:{c}");
         }
-        assert_eq!(line_col(t, 6), (2, 4)); // `(` after the two-byte ç
+        assert_eq!(line_col(t, 6), (2, 3)); // `(` after the two-byte ç: columns count characters
         assert_eq!(line_text(t, 3), "  x");
     }
 

@@ -40,6 +40,8 @@ pub struct MsgRecord {
     pub cqe_seen_ns: u64,
     /// The send doorbell was rung.
     pub doorbell_ns: u64,
+    /// The NIC wrote the receive CQE (NIC clock: CLOCK_MONOTONIC for the software NIC).
+    pub nic_cqe_ns: u64,
 }
 
 /// What flows between host operators.
@@ -116,6 +118,9 @@ pub struct Finished<'a> {
     pub first_request_id: u32,
     /// Round trips (ns) of the measured messages (warm-up left out), in arrival order.
     pub rtt_samples: &'a [u64],
+    /// The peer stamps with the clock of the data path's records (fpga-sim on this host with
+    /// the CPU backend: CLOCK_MONOTONIC), so one-way times can be taken.
+    pub same_clock: bool,
 }
 
 /// A host operator.

@@ -1,0 +1,55 @@
+//! The graph as Graphviz (`rocelink graph <file> --dot`): the fused device chain in one box
+//! (it is one loop on the backend), host operators outside it, each flow an edge labelled
+//! with its ports and, for host flows, its queue.
+
+use std::fmt::Write as _;
+
+use super::compile::Plan;
+use crate::ops::{self, Domain};
+
+fn quote(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Graphviz `digraph` text of `plan`.
+pub fn dot(plan: &Plan) -> String {
+    let g = &plan.graph;
+    let mut s = String::new();
+    let _ = writeln!(s, "digraph {} {{", quote(&g.name));
+    let _ = writeln!(s, "  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"sans-serif\"];\n  edge [fontname=\"sans-serif\", fontsize=10];");
+    let domain = |name: &str| g.operators.iter().find(|o| o.name == name).and_then(|o| ops::lookup(&o.kind)).map(|d| d.domain());
+    let label = |name: &str| {
+        let kind = g.operators.iter().find(|o| o.name == name).map_or("", |o| o.kind.as_str());
+        quote(&format!("{name}\n{kind}"))
+    };
+    let _ = writeln!(s, "  subgraph cluster_data_path {{\n    label={};\n    style=dashed;", quote(&format!("data path: one transceiver loop ({:?} backend)", plan.backend)));
+    for o in &g.operators {
+        match domain(&o.name) {
+            Some(Domain::Transceiver) => {
+                let _ = writeln!(s, "    {} [label={}, shape=box3d];", quote(&o.name), label(&o.name));
+            }
+            Some(Domain::Device) => {
+                let _ = writeln!(s, "    {} [label={}];", quote(&o.name), label(&o.name));
+            }
+            _ => {}
+        }
+    }
+    let _ = writeln!(s, "  }}");
+    for h in &plan.host_ops {
+        let _ = writeln!(s, "  {} [label={}, style=\"rounded,filled\", fillcolor=\"#eef3fb\"];", quote(&h.name), label(&h.name));
+    }
+    for f in &g.flows {
+        let (Some((a, ap)), Some((b, bp))) = (f.from.split_once('.'), f.to.split_once('.')) else { continue };
+        let host = domain(b) == Some(Domain::Host);
+        let queue = if host {
+            let fl = plan.host_flows.iter().find(|x| x.from.0 == a && x.from.1 == ap && x.to.0 == b && x.to.1 == bp);
+            fl.map(|x| format!("\n{} msgs, {}", x.capacity, x.policy.as_str())).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let style = if host { ", style=dashed" } else { ", penwidth=2" };
+        let _ = writeln!(s, "  {} -> {} [label={}{style}];", quote(a), quote(b), quote(&format!("{ap} -> {bp}{queue}")));
+    }
+    let _ = writeln!(s, "}}");
+    s
+}

@@ -1,0 +1,266 @@
+//! Driving the peer through a run, as an HSB host does over ECB: configure its data plane,
+//! program and start its traffic player, arm its capture, then watch until the run is over
+//! (the count is captured, the duration has passed, SIGINT, a fault, or the timeout), stop
+//! the player and read the capture back.
+//!
+//! With progress on, it also reads the capture records that arrived since the last look a
+//! few times a second, so the progress line can show the round trips so far (p50/p99); with
+//! progress off it leaves the peer alone until the end.
+
+use std::io::{IsTerminal, Write};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rocelink_wire::hsb::CaptureRecord;
+
+use super::compile::RunPlan;
+use super::model::Stop;
+use super::RunError;
+use crate::echo::echo_template;
+use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig};
+use crate::latency::new_histogram;
+use crate::peer::HOST_MAC;
+use crate::tap::{Fault, TapStats};
+
+/// Why the run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The peer sent every message and has every answer (or its timeout).
+    Count,
+    Duration,
+    Interrupt,
+    /// The peer was not done in time.
+    Timeout,
+    /// A flow or operator failed.
+    Fault,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Count => "count",
+            StopReason::Duration => "duration",
+            StopReason::Interrupt => "interrupt",
+            StopReason::Timeout => "timeout",
+            StopReason::Fault => "fault",
+        }
+    }
+}
+
+/// Where the peer writes: our queue pair.
+pub struct Target {
+    pub qpn: u32,
+    pub rkey: u32,
+    pub buffer_addr: u64,
+    pub slot_stride: u32,
+    pub slots: u32,
+    pub host_ip: Ipv4Addr,
+    pub host_port: u16,
+}
+
+/// What the peer saw.
+pub struct Driven {
+    pub records: Vec<CaptureRecord>,
+    pub stats: Option<PeerStats>,
+    pub missing_extensions: Vec<&'static str>,
+    /// Requests the peer sent.
+    pub sent: u64,
+    pub first_request_id: u32,
+    /// Most requests in flight at once (1 in closed loop).
+    pub window: u64,
+    pub stopped_by: StopReason,
+    pub elapsed: Duration,
+}
+
+/// UDP source port of the peer's frames (HSB hosts write 12288 into DP_PACKET_UDP_PORT).
+const PEER_SRC_PORT: u16 = 12288;
+/// Most requests a capture holds: fpga-sim's capture RAM (4 Mi records) less some slack.
+const MAX_RUN: u32 = 4_000_000;
+/// How often the run's end conditions are checked.
+const POLL: Duration = Duration::from_millis(20);
+/// Most capture records read per progress update (64 ECB block reads).
+const PROGRESS_READ: u32 = 64 * 63;
+/// Open loop keeps at most this many requests in flight (the player's window).
+const OPEN_LOOP_WINDOW: u64 = 64;
+
+/// Runs the peer through `run` against `target`.
+/// `failure` says whether the data path has died (a failed kernel): the run then stops with a
+/// fault.
+pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, progress: bool, fault: &Fault, failure: &dyn Fn() -> Option<String>, tap: Option<&TapStats>) -> Result<Driven, RunError> {
+    let client = EcbClient::connect(ecb).map_err(|e| RunError::Start { what: "the ECB client".into(), detail: e.to_string() })?;
+    let mut host = HsbHost::new(client);
+    host.check_version().map_err(RunError::Peer)?;
+    host.configure(&DataPlaneConfig {
+        vp: 0,
+        data_plane: 0,
+        qpn: target.qpn,
+        rkey: target.rkey,
+        buffer_addr: target.buffer_addr,
+        page_stride: target.slot_stride,
+        pages: target.slots,
+        frame_len: run.size as u32,
+        host_mac: HOST_MAC,
+        host_ip: target.host_ip,
+        host_port: target.host_port,
+        peer_src_port: PEER_SRC_PORT,
+        packet_size: run.size as u32,
+    })?;
+    let interval = run.rate.map_or(Duration::ZERO, |r| Duration::from_secs_f64(1.0 / r));
+    let (count, stop_after) = match run.stop {
+        Stop::Count(n) => (n, None),
+        Stop::Duration(d) => {
+            let n = run.rate.map_or(f64::from(MAX_RUN), |r| (r * d * 1.05 + 1000.0).min(f64::from(MAX_RUN)));
+            (n as u32, Some(Duration::from_secs_f64(d)))
+        }
+    };
+    let player = PlayerConfig {
+        template: echo_template(run.size),
+        count,
+        interval,
+        closed_loop: run.rate.is_none(),
+        stamp: true,
+        scramble: true,
+        first_request_id: 1,
+        response_timeout: Duration::from_millis(500),
+        peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
+    };
+    host.program_player(&player)?;
+    host.arm_capture()?;
+    host.start_player(&player)?;
+
+    let started = Instant::now();
+    let expected = match stop_after {
+        Some(d) => d,
+        None => interval.mul_f64(f64::from(count)) + Duration::from_micros(200) * count,
+    };
+    let deadline = started + run.timeout.unwrap_or(expected + Duration::from_secs(10));
+    let mut shown = Progress::new(progress, count, stop_after);
+    let mut records: Vec<CaptureRecord> = Vec::new();
+    let mut rtt = new_histogram();
+    let stopped_by = loop {
+        if host.capture_done()? {
+            break StopReason::Count;
+        }
+        if crate::interrupted() {
+            break StopReason::Interrupt;
+        }
+        if let Some(f) = failure() {
+            fault.raise(f);
+        }
+        if fault.is_raised() {
+            break StopReason::Fault;
+        }
+        let now = Instant::now();
+        if stop_after.is_some_and(|d| now >= started + d) {
+            break StopReason::Duration;
+        }
+        if now > deadline {
+            break StopReason::Timeout;
+        }
+        if shown.due() {
+            let n = host.capture_count()?;
+            let upto = n.min(records.len() as u32 + PROGRESS_READ);
+            let fresh = read_capture_range(&mut host, records.len() as u32, upto)?;
+            for r in &fresh {
+                let _ = rtt.record(r.round_trip().clamp(1, rtt.high()));
+            }
+            records.extend(fresh);
+            let sent = host.read_stats()?.map_or(u64::from(n), |s| u64::from(s.sent));
+            shown.show(started.elapsed(), n, sent, &rtt, tap);
+        }
+        std::thread::sleep(POLL);
+    };
+    shown.end();
+    if stopped_by != StopReason::Count {
+        host.stop_player()?;
+        // The data plane finishes the run it was in and marks the capture done; wait for it
+        // so the count read below is final.
+        let until = Instant::now() + Duration::from_millis(500);
+        while !host.capture_done()? && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    if stopped_by == StopReason::Timeout {
+        tracing::warn!("the peer did not finish in time; reporting what it captured");
+    }
+    let elapsed = started.elapsed();
+    let n = host.capture_count()?;
+    let rest = read_capture_range(&mut host, records.len() as u32, n)?;
+    records.extend(rest);
+    let stats = host.read_stats()?;
+    // A peer without the counters extension (a real FPGA) does not say how many it sent: a
+    // finished run sent them all; of a run cut short we know only the answers.
+    let sent = stats.map_or(if stopped_by == StopReason::Count { u64::from(count) } else { records.len() as u64 }, |s| u64::from(s.sent));
+    Ok(Driven {
+        records,
+        stats,
+        missing_extensions: host.missing_extensions.clone(),
+        sent,
+        first_request_id: player.first_request_id,
+        window: if run.rate.is_some() { OPEN_LOOP_WINDOW } else { 1 },
+        stopped_by,
+        elapsed,
+    })
+}
+
+/// Capture records `from..to`.
+fn read_capture_range(host: &mut HsbHost, from: u32, to: u32) -> Result<Vec<CaptureRecord>, EcbError> {
+    if to <= from {
+        return Ok(Vec::new());
+    }
+    let addrs: Vec<u32> = (from..to).flat_map(|i| (0..CaptureRecord::WORDS as u32).map(move |w| CaptureRecord::address(i) + 4 * w)).collect();
+    let mut words = Vec::with_capacity(addrs.len());
+    host.ecb().read_block(&addrs, &mut words)?;
+    Ok(words.chunks_exact(CaptureRecord::WORDS).map(|c| CaptureRecord::from_words(&[c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
+}
+
+/// The progress line on stderr: rewritten in place a few times a second on a terminal, one
+/// line a second otherwise.
+struct Progress {
+    on: bool,
+    tty: bool,
+    every: Duration,
+    last: Instant,
+    count: u32,
+    duration: Option<Duration>,
+    printed: bool,
+}
+
+impl Progress {
+    fn new(on: bool, count: u32, duration: Option<Duration>) -> Progress {
+        let tty = std::io::stderr().is_terminal();
+        let every = if tty { Duration::from_millis(250) } else { Duration::from_secs(1) };
+        Progress { on, tty, every, last: Instant::now(), count, duration, printed: false }
+    }
+
+    fn due(&self) -> bool {
+        self.on && self.last.elapsed() >= self.every
+    }
+
+    fn show(&mut self, elapsed: Duration, answered: u32, sent: u64, rtt: &Histogram<u64>, tap: Option<&TapStats>) {
+        self.last = Instant::now();
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let mut line = match self.duration {
+            Some(d) => format!("{:.1}/{:.1} s  {answered} answered", secs, d.as_secs_f64()),
+            None => format!("{answered}/{} answered", self.count),
+        };
+        line += &format!("  {:.0} msg/s  unanswered {}", f64::from(answered) / secs, sent.saturating_sub(u64::from(answered)));
+        if !rtt.is_empty() {
+            line += &format!("  rtt p50 {:.2} us  p99 {:.2} us", us(rtt.value_at_quantile(0.5)), us(rtt.value_at_quantile(0.99)));
+        }
+        if let Some(h) = tap.and_then(|t| t.loop_ns.lock().ok()).filter(|h| !h.is_empty()) {
+            line += &format!("  loop p50 {:.2} us", us(h.value_at_quantile(0.5)));
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = if self.tty { write!(err, "\r  {line}   ") } else { writeln!(err, "  {line}") };
+        self.printed = true;
+    }
+
+    fn end(&self) {
+        if self.on && self.tty && self.printed {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Running a compiled graph: the lifecycle `echo::run_echo` had, for any graph.
+//!
+//! Start, in order: memory and host operators (built first, so a file that cannot be written
+//! fails the run before anything runs), the peer and its wire, the NIC engine, the backend
+//! (`spawn_backend` with the fused chain), the host operator threads and the tap reader.
+//! Then the peer is driven until the count, the duration, SIGINT, a fault or the timeout.
+//!
+//! Stop: the data path first (backend, with a timeout) so the tap sees every message it
+//! answered, then the tap reader and the host operators (they end when their inputs end),
+//! the NIC engine, the peer, each within a timeout. A thread that does not stop in time is
+//! left behind and named in the report's `problems`; nothing waits forever. Then the capture
+//! is analysed, host operators write their files, and the JSON report is written.
+//!
+//! A start failure stops what was started, in reverse, and returns the error.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use crossbeam_channel::Receiver;
+use rocelink_wire::roce::Endpoints;
+
+use super::compile::{NicPlan, PeerPlan, Plan};
+use super::drive::{drive, StopReason, Target};
+use super::error::GraphErrors;
+use crate::backend::{spawn_backend, CpuBackendConfig, RunningBackend};
+use crate::env::Environment;
+use crate::hsb::PeerStats;
+use crate::latency::{analyze, Analysis, Counts, Summary};
+use crate::mem::SharedMem;
+use crate::nic::{Access, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, NicStats, QpAttrs, SoftNic};
+use crate::ops::host::{self, HostThread};
+use crate::ops::{Build, Finished, HostContext, HostOperator, Live, Message, Outputs};
+use crate::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
+use crate::rings::{QpMemory, QpSizes};
+use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
+
+/// The host's QP number (any 24-bit value; HSB hosts get theirs from ibv_create_qp).
+pub const HOST_QPN: u32 = 0x000_0101;
+/// How long each part gets to stop.
+const STOP_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Graph(#[from] GraphErrors),
+    #[error("bad configuration: {0}")]
+    Config(String),
+    #[error("cannot start {what}: {detail}")]
+    Start { what: String, detail: String },
+    #[error("peer control (ECB): {0}")]
+    Ecb(#[from] crate::hsb::EcbError),
+    #[error("{0}")]
+    Peer(String),
+}
+
+/// How to run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// A progress line on stderr a few times a second.
+    pub progress: bool,
+}
+
+/// What a run measured: the fields of `rocelink echo --json` (counts, `rtt_ns`, `nic_drops`,
+/// `env`, ...) and what a graph adds (graph, chain, stop reason, tap, files, problems).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunReport {
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub rtt_ns: Summary,
+    pub nic_drops: BTreeMap<String, u64>,
+    pub nic: NicStats,
+    pub peer: Option<PeerStats>,
+    /// Messages the transceiver loop answered / refused.
+    pub backend_processed: u64,
+    pub backend_dropped: u32,
+    /// Where the round trip went (only when the peer stamps with this host's clock).
+    pub breakdown_ns: Option<crate::latency::Breakdown>,
+    /// Extension registers the peer lacked (a real FPGA).
+    pub peer_missing_extensions: Vec<&'static str>,
+    pub mode: String,
+    pub rate: Option<f64>,
+    pub warmup: u32,
+    pub env: Environment,
+    pub graph: String,
+    pub graph_file: Option<String>,
+    pub date_utc: String,
+    /// The fused chain, stage names in data order.
+    pub stage_chain: Vec<String>,
+    /// `count`, `duration`, `interrupt`, `timeout` or `fault`.
+    pub stopped_by: String,
+    pub interrupted: bool,
+    /// Requests still unanswered when a run was cut short (duration, interrupt): not counted
+    /// as lost.
+    pub in_flight_at_stop: u64,
+    pub elapsed_s: f64,
+    pub tap: Option<TapReport>,
+    /// Why the run failed, if a flow or operator failed it.
+    pub fault: Option<String>,
+    /// Threads that did not stop in time, operators that could not write their files.
+    pub problems: Vec<String>,
+    /// Files written (reports, records).
+    pub files: Vec<PathBuf>,
+    #[serde(skip)]
+    pub analysis: Option<Analysis>,
+}
+
+/// What the tap delivered.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TapReport {
+    pub records: u64,
+    /// Records overwritten before the tap read them.
+    pub overflow: u64,
+    /// The transceiver loop's time per message, CQE seen to doorbell rung.
+    pub loop_ns: Summary,
+    pub flows: Vec<FlowReport>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FlowReport {
+    pub flow: String,
+    pub capacity: usize,
+    pub policy: &'static str,
+    pub queued: u64,
+    pub dropped: u64,
+}
+
+impl RunReport {
+    /// A report of nothing (for tests and tools).
+    pub fn empty() -> RunReport {
+        RunReport {
+            counts: Counts::default(),
+            rtt_ns: Summary::default(),
+            nic_drops: BTreeMap::new(),
+            nic: NicStats::default(),
+            peer: None,
+            backend_processed: 0,
+            backend_dropped: 0,
+            breakdown_ns: None,
+            peer_missing_extensions: Vec::new(),
+            mode: "closed-loop".into(),
+            rate: None,
+            warmup: 0,
+            env: Environment::default(),
+            graph: String::new(),
+            graph_file: None,
+            date_utc: String::new(),
+            stage_chain: Vec::new(),
+            stopped_by: "count".into(),
+            interrupted: false,
+            in_flight_at_stop: 0,
+            elapsed_s: 0.0,
+            tap: None,
+            fault: None,
+            problems: Vec::new(),
+            files: Vec::new(),
+            analysis: None,
+        }
+    }
+
+    /// Nothing lost, duplicated or corrupted.
+    pub fn is_clean(&self) -> bool {
+        self.counts.lost == 0 && self.counts.duplicated == 0 && self.counts.corrupted == 0
+    }
+}
+
+/// The summary `rocelink run` prints: the echo summary, then what the graph adds.
+pub fn summary_text(r: &RunReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = crate::report::echo_text(r).replacen("rocelink echo:", &format!("rocelink run {}:", r.graph), 1);
+    let _ = writeln!(s, "  stage chain: {}; stopped by {} after {:.2} s{}", r.stage_chain.join(" -> "), r.stopped_by, r.elapsed_s, if r.in_flight_at_stop > 0 { format!(" ({} in flight at the stop, not counted as lost)", r.in_flight_at_stop) } else { String::new() });
+    if let Some(t) = &r.tap {
+        let l = &t.loop_ns;
+        let _ = writeln!(s, "  tap: {} records, {} overwritten before read; loop time per message (us) p50 {:.2} p99 {:.2}", t.records, t.overflow, l.p50 as f64 / 1000.0, l.p99 as f64 / 1000.0);
+        for f in t.flows.iter().filter(|f| f.dropped > 0) {
+            let _ = writeln!(s, "  flow {} dropped {} of {} messages (capacity {}, {})", f.flow, f.dropped, f.queued + f.dropped, f.capacity, f.policy);
+        }
+    }
+    for f in &r.files {
+        let _ = writeln!(s, "  wrote {}", f.display());
+    }
+    s
+}
+
+/// The exit status of `rocelink run` for `r`: 1 for a fault or a problem, 130 when
+/// interrupted, 2 when messages were lost, duplicated or corrupted, else 0.
+pub fn exit_code(r: &RunReport) -> u8 {
+    if r.fault.is_some() || !r.problems.is_empty() {
+        1
+    } else if r.interrupted {
+        130
+    } else if !r.is_clean() {
+        2
+    } else {
+        0
+    }
+}
+
+/// Joins `t`, waiting until `deadline`.
+fn join_by<T>(t: JoinHandle<T>, deadline: Instant) -> Result<T, &'static str> {
+    while !t.is_finished() {
+        if Instant::now() > deadline {
+            return Err("did not stop in time (left running)");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    t.join().map_err(|_| "panicked")
+}
+
+/// Runs `stop` on a helper thread, waiting at most `timeout` (for stops without a timeout of
+/// their own).
+fn stop_within(what: &str, timeout: Duration, stop: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    let t = std::thread::Builder::new().name("rocelink-stop".into()).spawn(stop).map_err(|e| format!("{what}: cannot stop: {e}"))?;
+    join_by(t, Instant::now() + timeout).map_err(|e| format!("{what} {e}"))
+}
+
+/// What is running, stopped in reverse.
+#[derive(Default)]
+struct Running {
+    peer: Option<RunningPeer>,
+    engine: Option<NicEngine>,
+    backend: Option<Box<dyn RunningBackend>>,
+    tap: Option<TapReader>,
+    host: Vec<(String, HostThread)>,
+}
+
+impl Running {
+    /// Stops everything (data path, tap and host operators, NIC, peer), each within
+    /// [`STOP_TIMEOUT`]; returns the host operators that ended and the problems.
+    fn stop(&mut self, problems: &mut Vec<String>) -> Vec<(String, Box<dyn HostOperator>)> {
+        if let Some(b) = self.backend.take() {
+            let name = b.name();
+            if let Err(e) = b.stop(STOP_TIMEOUT) {
+                problems.push(format!("backend {name}: {e}"));
+            }
+        }
+        if let Some(mut t) = self.tap.take() {
+            t.finish();
+            if let Some(th) = t.take_thread() {
+                if let Err(e) = join_by(th, Instant::now() + STOP_TIMEOUT) {
+                    problems.push(format!("the tap reader {e}"));
+                }
+            }
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        let mut ops = Vec::new();
+        for (name, t) in self.host.drain(..) {
+            match join_by(t, deadline) {
+                Ok(op) => ops.push((name, op)),
+                Err(e) => problems.push(format!("operator `{name}` {e}")),
+            }
+        }
+        if let Some(e) = self.engine.take() {
+            if let Err(e) = stop_within("the NIC engine", STOP_TIMEOUT, move || e.stop()) {
+                problems.push(e);
+            }
+        }
+        if let Some(p) = self.peer.take() {
+            let what = p.describe();
+            // A peer process gets 2 s after SIGTERM before it is killed; allow for that.
+            if let Err(e) = stop_within(what, STOP_TIMEOUT + Duration::from_secs(1), move || p.stop()) {
+                problems.push(e);
+            }
+        }
+        ops
+    }
+}
+
+/// Runs `plan` to its end and reports what it measured.
+pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
+    if let NicPlan::Verbs { device, port, .. } = &plan.nic {
+        let why = if cfg!(feature = "verbs") { "the verbs NIC is not implemented in this build yet" } else { "this build has only the software NIC (use `nic: Soft(wire: Udp())`)" };
+        return Err(RunError::Config(format!("nic: Verbs(device: \"{device}\", port: {port}) needs rocelink built with the `verbs` feature, rdma-core and a ConnectX NIC; {why}")));
+    }
+    for w in &plan.warnings {
+        tracing::warn!("{w}");
+    }
+    let spin = plan.spin_mode();
+    let date_utc = crate::bench::utc_timestamp(SystemTime::now());
+
+    // Memory: one slot per page of the peer's buffer, the tap ring sized by the transceiver.
+    let tc = plan.transceiver.1;
+    let stride = plan.slot_stride();
+    let sizes = QpSizes { rx_slots: tc.slots, rx_slot_stride: stride, tx_slot_stride: stride.max(64), timestamp_entries: tc.tap_ring, ..QpSizes::default() };
+    let q = QpMemory::new(sizes, SharedMem::new).map_err(RunError::Config)?;
+    let mut mrs = MrTable::default();
+    let rx_mr = mrs.register(q.mem.clone(), q.layout.rx_buffer, q.layout.rx_buffer_len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    let tx_mr = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
+    let counters = Arc::new(NicCounters::default());
+    let fault = Fault::default();
+    let tap_stats = Arc::new(TapStats::default());
+
+    // Host operators are built before anything runs.
+    let live = Live::new(q.clone(), counters.clone(), tap_stats.clone());
+    let mut built: Vec<Box<dyn HostOperator>> = Vec::new();
+    for h in &plan.host_ops {
+        let Build::Host(build) = h.decl.build else { continue };
+        let ctx = HostContext { name: h.name.clone(), graph: plan.graph.name.clone(), out_dir: plan.out_dir.clone(), live: live.clone() };
+        built.push(build(&h.params, &ctx).map_err(|detail| RunError::Start { what: format!("operator `{}` ({})", h.name, h.decl.kind), detail })?);
+    }
+
+    let mut running = Running::default();
+    let fail = |running: &mut Running, e: RunError| -> RunError {
+        let mut problems = Vec::new();
+        running.stop(&mut problems);
+        for p in problems {
+            tracing::error!("while stopping after a failed start: {p}");
+        }
+        e
+    };
+
+    // 1. The peer and its wire.
+    let pw = peer::start(&plan.nic, &plan.peer, plan.cores.peer, spin)?;
+    running.peer = Some(pw.peer);
+    if crate::interrupted() {
+        return Err(fail(&mut running, RunError::Peer("interrupted while starting".into())));
+    }
+
+    // 2. The NIC, connected to the peer's QP.
+    let attrs = QpAttrs {
+        qpn: HOST_QPN,
+        pkey: 0xffff,
+        endpoints: Endpoints { src_mac: HOST_MAC, dst_mac: PEER_MAC, src_ip: pw.host_ip.octets(), dst_ip: pw.peer_ip.octets(), src_port: pw.host_port, dst_port: pw.peer_roce.port() },
+        peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
+    };
+    let nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
+    match NicEngine::spawn(nic, pw.nic_link, NicEngineConfig { core: plan.cores.nic, spin }) {
+        Ok(e) => running.engine = Some(e),
+        Err(e) => return Err(fail(&mut running, RunError::Start { what: "the NIC engine".into(), detail: e.to_string() })),
+    }
+
+    // 3. The backend, running the fused chain.
+    let chain: Vec<_> = plan.chain.iter().map(|(_, s)| s.clone()).collect();
+    match spawn_backend(plan.backend, q.clone(), &chain, CpuBackendConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin }) {
+        Ok(b) => running.backend = Some(b),
+        Err(e) => return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() })),
+    }
+    let backend_name = running.backend.as_ref().map_or_else(|| "none".into(), |b| b.name());
+
+    // 4. Host operators and the tap: one bounded channel per flow.
+    let mut inputs: Vec<Vec<(&'static str, Receiver<Message>)>> = (0..plan.host_ops.len()).map(|_| Vec::new()).collect();
+    let mut outputs: Vec<Outputs> = (0..plan.host_ops.len()).map(|_| Outputs::default()).collect();
+    let mut tap_outs = Vec::new();
+    let mut flow_counters: Vec<Arc<FlowCounters>> = Vec::new();
+    let op_index = |name: &str| plan.host_ops.iter().position(|h| h.name == name);
+    for f in &plan.host_flows {
+        let (tx, rx) = tap::flow(f.name(), f.capacity, f.policy, fault.clone());
+        flow_counters.push(tx.counters.clone());
+        if let Some(i) = op_index(&f.to.0) {
+            inputs[i].push((f.to.1, rx));
+        }
+        if f.from_tap {
+            tap_outs.push(tx);
+        } else if let Some(i) = op_index(&f.from.0) {
+            outputs[i].add(f.from.1, tx);
+        }
+    }
+    for (((h, op), ins), outs) in plan.host_ops.iter().zip(built).zip(inputs).zip(outputs) {
+        match host::spawn(&h.name, op, ins, outs, h.core, fault.clone()) {
+            Ok(t) => running.host.push((h.name.clone(), t)),
+            Err(e) => return Err(fail(&mut running, RunError::Start { what: format!("operator `{}`", h.name), detail: e.to_string() })),
+        }
+    }
+    let tapped = !tap_outs.is_empty();
+    if tapped {
+        let on_overflow = plan.host_flows.iter().any(|f| f.from_tap && f.policy == super::model::Policy::Fault).then(|| fault.clone());
+        match TapReader::spawn(q.clone(), tap_outs, plan.host_core, on_overflow, tap_stats.clone()) {
+            Ok(t) => running.tap = Some(t),
+            Err(e) => return Err(fail(&mut running, RunError::Start { what: "the tap reader".into(), detail: e.to_string() })),
+        }
+    }
+
+    // 5. The run.
+    let target = Target { qpn: HOST_QPN, rkey: rx_mr.rkey, buffer_addr: rx_mr.addr, slot_stride: stride, slots: tc.slots, host_ip: pw.host_ip, host_port: pw.host_port };
+    let backend_failure = || running.backend.as_ref().and_then(|b| b.failure()).map(|f| format!("the transceiver loop failed during the run: {f}"));
+    let driven = drive(pw.ecb, &target, &plan.run, opts.progress, &fault, &backend_failure, tapped.then_some(&*tap_stats));
+
+    // 6. Stop, in reverse.
+    let backend_processed = live.processed();
+    let backend_dropped = live.dropped();
+    let mut problems = Vec::new();
+    let mut ops = running.stop(&mut problems);
+    let nic_stats = counters.snapshot();
+    let driven = driven?;
+
+    // 7. What it measured.
+    // The round trip split by the data path's own timestamps (the ring's last records, read
+    // now that the data path has stopped), where the peer's clock is this host's.
+    let same_host_clock = !matches!(plan.peer, PeerPlan::Remote { .. });
+    let breakdown_ns = same_host_clock.then(|| crate::latency::breakdown(&driven.records, &ring_records(&q, backend_processed), driven.first_request_id, u64::from(plan.run.warmup)));
+    let mut analysis = analyze(&driven.records, driven.sent, driven.first_request_id, u64::from(plan.run.warmup));
+    let in_flight_at_stop = if matches!(driven.stopped_by, StopReason::Count) { 0 } else { unanswered_tail(&driven.records, driven.sent, driven.first_request_id, driven.window) };
+    analysis.counts.lost -= in_flight_at_stop.min(analysis.counts.lost);
+    let mut env = Environment::here(&backend_name, &pw.wire, plan.run.size, spin.as_str());
+    let pin = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| c.to_string());
+    env.pinned.insert("nic".into(), pin(plan.cores.nic));
+    env.pinned.insert("backend".into(), pin(plan.cores.backend));
+    env.pinned.insert("peer".into(), pin(plan.cores.peer));
+    for h in &plan.host_ops {
+        env.pinned.insert(format!("op:{}", h.name), pin(h.core));
+    }
+    let tap = tapped.then(|| TapReport {
+        records: tap_stats.records.load(std::sync::atomic::Ordering::Relaxed),
+        overflow: tap_stats.overflow.load(std::sync::atomic::Ordering::Relaxed),
+        loop_ns: tap_stats.loop_ns.lock().map(|h| Summary::of(&h)).unwrap_or_default(),
+        flows: plan
+            .host_flows
+            .iter()
+            .zip(&flow_counters)
+            .map(|(f, c)| FlowReport { flow: f.name(), capacity: f.capacity, policy: f.policy.as_str(), queued: c.queued.load(std::sync::atomic::Ordering::Relaxed), dropped: c.dropped.load(std::sync::atomic::Ordering::Relaxed) })
+            .collect(),
+    });
+    let mut report = RunReport {
+        counts: analysis.counts,
+        rtt_ns: Summary::of(&analysis.rtt),
+        nic_drops: nic_stats.drops.clone(),
+        nic: nic_stats,
+        peer: driven.stats,
+        backend_processed,
+        backend_dropped,
+        breakdown_ns,
+        peer_missing_extensions: driven.missing_extensions.clone(),
+        mode: if plan.run.rate.is_some() { "open-loop".into() } else { "closed-loop".into() },
+        rate: plan.run.rate,
+        warmup: plan.run.warmup,
+        env,
+        graph: plan.graph.name.clone(),
+        graph_file: plan.graph.file.clone(),
+        date_utc,
+        stage_chain: plan.chain.iter().map(|(n, _)| n.clone()).collect(),
+        stopped_by: driven.stopped_by.as_str().into(),
+        interrupted: driven.stopped_by == StopReason::Interrupt,
+        in_flight_at_stop,
+        elapsed_s: driven.elapsed.as_secs_f64(),
+        tap,
+        fault: fault.reason(),
+        problems: Vec::new(),
+        files: Vec::new(),
+        analysis: None,
+    };
+
+    // 8. Files: host operators, then the JSON report.
+    let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend_name == "cpu";
+    {
+        let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, same_clock };
+        let mut files = Vec::new();
+        for (name, op) in ops.iter_mut() {
+            match op.finish(&finished) {
+                Ok(f) => files.extend(f),
+                Err(e) => problems.push(format!("operator `{name}`: {e}")),
+            }
+        }
+        report.files = files;
+    }
+    report.problems = problems;
+    if let Some(json) = &plan.json {
+        match crate::report::write_json(&report, json) {
+            Ok(()) => report.files.push(json.clone()),
+            Err(e) => report.problems.push(format!("writing {}: {e}", json.display())),
+        }
+    }
+    report.analysis = Some(analysis);
+    Ok(report)
+}
+
+/// The data path's per-message records still in the ring (the last `timestamp_entries` of
+/// `processed`), oldest first. Only after the data path stopped.
+fn ring_records(q: &QpMemory, processed: u64) -> Vec<crate::abi::rl_msg_timestamp> {
+    let l = q.layout;
+    let entries = u64::from(l.sizes.timestamp_entries);
+    if entries == 0 {
+        return Vec::new();
+    }
+    let first = processed.saturating_sub(entries);
+    (first..processed).map(|i| q.mem.read_struct(l.timestamps + (i % entries) as usize * std::mem::size_of::<crate::abi::rl_msg_timestamp>())).collect()
+}
+
+/// Requests among the last `window` sent that have no answer: in flight when a run was cut
+/// short, not lost.
+fn unanswered_tail(records: &[rocelink_wire::hsb::CaptureRecord], sent: u64, first: u32, window: u64) -> u64 {
+    let from = sent.saturating_sub(window);
+    let answered: HashSet<u64> = records.iter().map(|r| u64::from(r.request_id.wrapping_sub(first))).filter(|&i| i >= from && i < sent).collect();
+    (sent - from) - answered.len() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocelink_wire::hsb::CaptureRecord;
+
+    #[test]
+    fn only_the_unanswered_tail_counts_as_in_flight() {
+        let rec = |id| CaptureRecord { request_id: id, ..Default::default() };
+        // Sent 10 (ids 1..=10); answered all but 4 and 10; window 1: only 10 was in flight.
+        let records: Vec<_> = [1, 2, 3, 5, 6, 7, 8, 9].into_iter().map(rec).collect();
+        assert_eq!(unanswered_tail(&records, 10, 1, 1), 1);
+        assert_eq!(unanswered_tail(&records, 10, 1, 64), 2);
+        assert_eq!(unanswered_tail(&[], 0, 1, 64), 0);
+    }
+}
