@@ -573,7 +573,7 @@ mod tests {
             let mut defects = Vec::new();
             for i in 0..36u32 {
                 state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                if (state >> 40) % 5 == 0 {
+                if (state >> 40).is_multiple_of(5) {
                     defects.push(i);
                 }
             }
