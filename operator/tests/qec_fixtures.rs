@@ -298,6 +298,19 @@ fn timing_d5_p0_001() {
     let started = Instant::now();
     let fine = graph.fine_table().unwrap();
     let build = started.elapsed();
+    let compact = graph.compact_table().unwrap();
+    println!(
+        "d5_p0.001 tables: {} edges; u32 scale {:.1} (PyMatching's), largest entry {:?}; u16 scale {:.1}, largest \
+         entry {:?}, {} of {} entries 0xFFFF",
+        graph.edges.len(),
+        fine.scale,
+        fine.max_entry(),
+        compact.scale,
+        compact.max_entry(),
+        compact.distances.iter().filter(|&&d| d == u16::MAX).count(),
+        compact.distances.len()
+    );
+    assert_eq!(compact.parities_u32().map(|p| p.len()), Some(compact.distances.len()));
     let mut d = ExactDecoder::new(Arc::new(fine), DEFAULT_MAX_DEFECTS).unwrap();
     let mut per_shot: Vec<u64> = Vec::with_capacity(fx.shots.len() * 5);
     for _ in 0..5 {

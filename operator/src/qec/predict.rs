@@ -63,7 +63,8 @@ pub struct PredictStats {
     pub shots: u64,
     /// Shots above the defect cap (greedy fallback).
     pub overflows: u64,
-    /// Shots without a perfect matching (their prediction is all zeros).
+    /// Shots without a perfect matching (their prediction is zero, or the greedy fallback's
+    /// for the defects it could match above the cap).
     pub unmatchable: u64,
     /// `defect_histogram[k]`: shots with k defects.
     pub defect_histogram: Vec<u64>,
