@@ -272,7 +272,7 @@ struct rl_msg_timestamp {
     uint32_t slot;        /* RX slot (imm & 0xfff) */
     uint32_t byte_count;  /* bytes received */
     uint32_t sq_index;    /* send WQE index used for the answer */
-    uint32_t rsvd[2];
+    uint32_t profile[2];  /* kernels built with RL_PROFILE: ns from cqe_seen to [0] request loaded, [1] answer written (before the doorbell); else 0 */
 };
 
 /**

@@ -5,10 +5,11 @@
  *   1. thread 0 polls the receive CQE owner byte: one 16-byte load per loop iteration, nothing
  *      else (the exit flag is read every RL_EXIT_POLL_EVERY idle polls; PERF.md: every extra
  *      poller or dependent read of host memory costs ~1 us);
- *   2. after the acquire fence, one round of loads all in flight: the CQE's immediate and byte
- *      count, the inline-scattered bytes, and the payload of the slot the peer is expected to
- *      write next (peers cycle their slots in order), read with 16-byte loads by every thread;
- *      a mispredicted slot or a longer message costs one more round;
+ *   2. after the acquire fence, one round of loads all in flight: the CQE (immediate, byte
+ *      count, inline-scattered bytes, NIC timestamp) and the payload of the slot the peer is
+ *      expected to write next (peers cycle their slots in order), 16 bytes per thread, every
+ *      load issued before any is used; a mispredicted slot or a longer message costs one
+ *      more round;
  *   3. the fused stage chain (generated from the graph into rl_chain.cuh) turns the request
  *      into the answer in shared memory;
  *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND written by warp 0 (one store
@@ -22,7 +23,7 @@
 #include "rl_chain.cuh" /* generated: includes the stages, defines rl_run_chain */
 
 #ifndef RL_THREADS
-#define RL_THREADS 32
+#define RL_THREADS 128
 #endif
 #ifndef RL_MAX_MSG
 #define RL_MAX_MSG 4096
@@ -45,18 +46,24 @@ struct rl_msg_state {
     uint32_t reload;
     uint32_t sq_index;   /* first WQEBB of the answer */
     uint32_t fm_ce_se;
-    __align__(16) uint8_t inl[32];
+    __align__(16) uint8_t cqe[64]; /* the receive CQE, read after its owner byte */
 };
 
-/* Loads `len` bytes at `src` (host memory) into `dst` (shared), all threads, every load issued
- * before the first store so they are in flight together. */
-__device__ __forceinline__ void rl_load_payload(uint8_t *dst, const uint8_t *src, uint32_t len) {
+/* Loads `len` bytes at `src` (host memory) into `dst` (shared) with every thread, and, in the
+ * last four threads, the 64-byte CQE at `cqe` into `cqe_dst` (shared). Every load is issued
+ * before the first store that uses one, so they are all in flight together: a warp that stored
+ * a loaded value before issuing its next load would wait a PCIe round trip per load. */
+__device__ __forceinline__ void rl_load_round(uint8_t *dst, const uint8_t *src, uint32_t len, uint8_t *cqe_dst, const uint8_t *cqe) {
     uint4 r[RL_CHUNKS];
+    uint4 c = make_uint4(0, 0, 0, 0);
+    const uint32_t cq_lane = threadIdx.x - (RL_THREADS - 4); /* 0..3 in the last four threads */
+    if (cqe != 0 && cq_lane < 4) c = rl_ld16_data(cqe + cq_lane * 16);
 #pragma unroll
     for (int k = 0; k < RL_CHUNKS; k++) {
         uint32_t off = (k * RL_THREADS + threadIdx.x) * 16;
-        if (off < len) r[k] = rl_ld16_sys(src + off);
+        if (off < len) r[k] = rl_ld16_data(src + off);
     }
+    if (cqe != 0 && cq_lane < 4) *(uint4 *)(cqe_dst + cq_lane * 16) = c;
 #pragma unroll
     for (int k = 0; k < RL_CHUNKS; k++) {
         uint32_t off = (k * RL_THREADS + threadIdx.x) * 16;
@@ -87,6 +94,68 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         rl_st32_sys(&ctl->state, RL_STATE_RUNNING);
     }
     for (;;) {
+#if RL_POLL_MODE == 2
+        /* 1+2 (RL_POLL_MODE 2, small messages in one PCIe round trip): lanes 0..3 poll the
+         * whole 64-byte CQE with one instruction; the owner byte and the immediate, byte count
+         * and inline bytes come from the same read of the line. The payload of a message that
+         * was not scattered into the CQE is read after the acquire fence. */
+        if (tid < 4) {
+            const uint8_t *cqe_p = rcq.ring + (size_t)(rcq.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
+            uint32_t quit = 0;
+            for (;;) {
+                uint4 v = rl_ld16_sys(cqe_p + tid * 16);
+                uint32_t own = __shfl_sync(0xfu, v.w, 3) >> 24;
+                if ((own >> 4) != RL_CQE_INVALID && (own & RL_CQE_OWNER_MASK) == ((rcq.ci / rcq.entries) & 1)) {
+                    *(uint4 *)(m.cqe + tid * 16) = v;
+                    break;
+                }
+                if (tid == 0) {
+                    ++idle;
+                    if ((idle % RL_EXIT_POLL_EVERY) == 0 && rl_ld32_sys(&ctl->exit_flag) != 0) quit = 1;
+                    if ((idle % RL_HEARTBEAT_EVERY) == 0) rl_st64_sys(&ctl->heartbeat, ++heartbeat);
+                }
+                if (__shfl_sync(0xfu, quit, 0)) break;
+            }
+            if (tid == 0) {
+                rl_fence_acquire_sys();
+                m.t_seen = rl_globaltimer();
+                m.exit = quit;
+                m.ci = rcq.ci;
+            }
+        }
+        __syncthreads();
+        if (m.exit) break;
+        const uint8_t *cqe = rcq.ring + (size_t)(m.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
+        (void)cqe;
+        if (tid == 0) {
+            tail = *(uint4 *)(m.cqe + 48);
+            uint4 mid = *(uint4 *)(m.cqe + 32);
+            uint32_t op_own = tail.w >> 24;
+            uint32_t imm = rl_bswap32(mid.y);
+            uint32_t len = rl_bswap32(mid.w);
+            uint32_t slot = imm & 0xfff;
+            uint32_t inl = (op_own & RL_CQE_INLINE_SCATTER_32) != 0 && len <= RL_CQE_INLINE_MAX;
+            m.valid = (op_own >> 4) == RL_CQE_RESP_WR_IMM && slot < d.rx_slots && len <= d.rx_slot_stride && len <= RL_MAX_MSG;
+            m.slot = slot;
+            m.len = len;
+            m.reload = m.valid && !inl;
+            if (m.valid && inl) {
+                *(uint4 *)buf_a = *(uint4 *)m.cqe;
+                *(uint4 *)(buf_a + 16) = *(uint4 *)(m.cqe + 16);
+            }
+        }
+        __syncthreads();
+#ifdef RL_PROFILE
+        uint64_t t_loaded = 0;
+#endif
+        if (m.reload) {
+            rl_load_round(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.slot * d.rx_slot_stride, m.len, 0, 0);
+            __syncthreads();
+        }
+#ifdef RL_PROFILE
+        t_loaded = rl_globaltimer();
+#endif
+#else
         /* 1. poll */
         if (tid == 0) {
             m.exit = 0;
@@ -109,17 +178,17 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         __syncthreads();
         if (m.exit) break;
 
-        /* 2. the CQE body, its inline bytes and the predicted slot, all in flight */
+        /* 2. the CQE (its immediate, byte count, inline bytes, NIC timestamp) and the predicted
+         * slot, all in flight in one round */
         const uint8_t *cqe = rcq.ring + (size_t)(m.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
-        uint4 mid = make_uint4(0, 0, 0, 0);
-        if (tid == 0) mid = rl_ld16_sys(cqe + 32);
-        if (tid == 1 || tid == 2) {
-            uint4 v = rl_ld16_sys(cqe + (tid - 1) * 16);
-            *(uint4 *)(m.inl + (tid - 1) * 16) = v;
-        }
-        rl_load_payload(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.predicted * d.rx_slot_stride, m.loaded);
+        rl_load_round(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.predicted * d.rx_slot_stride, m.loaded, m.cqe, cqe);
         __syncthreads();
+#ifdef RL_PROFILE
+        uint64_t t_loaded = rl_globaltimer();
+#endif
         if (tid == 0) {
+            tail = *(uint4 *)(m.cqe + 48);
+            uint4 mid = *(uint4 *)(m.cqe + 32);
             uint32_t op_own = tail.w >> 24;
             uint32_t imm = rl_bswap32(mid.y);
             uint32_t len = rl_bswap32(mid.w);
@@ -135,16 +204,17 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             }
             if (m.valid && inl) {
                 /* take the bytes from the CQE: they came with the same read round */
-                *(uint4 *)buf_a = *(uint4 *)m.inl;
-                *(uint4 *)(buf_a + 16) = *(uint4 *)(m.inl + 16);
+                *(uint4 *)buf_a = *(uint4 *)m.cqe;
+                *(uint4 *)(buf_a + 16) = *(uint4 *)(m.cqe + 16);
             }
         }
         __syncthreads();
         if (m.reload) {
-            rl_load_payload(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.slot * d.rx_slot_stride, m.len);
+            rl_load_round(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.slot * d.rx_slot_stride, m.len, 0, 0);
             __syncthreads();
         }
 
+#endif
 #ifdef RL_TEST_STALL
         /* test hook (ROCELINK_TEST_STALL_KERNEL): hang without a heartbeat */
         if (tid == 0) {
@@ -159,6 +229,9 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         int n = m.valid ? rl_run_chain(buf_a, (int)m.len, buf_b, RL_MAX_MSG, &answer) : -1;
 
         /* 4. answer */
+#ifdef RL_PROFILE
+        uint64_t t_written = 0;
+#endif
         if (n >= 0) {
             uint32_t nbb = n <= RL_MAX_INLINE ? rl_dev_verbs_inline_wqebbs((uint32_t)n) : 1;
             if (tid == 0) {
@@ -186,6 +259,9 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 }
             }
             __syncthreads(); /* every lane's WQE and payload stores precede the doorbell */
+#ifdef RL_PROFILE
+            t_written = rl_globaltimer();
+#endif
             if (tid == 0) rl_dev_verbs_submit_proxy(&sq);
         }
 
@@ -193,7 +269,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         if (tid == 0) {
             uint64_t t_db = rl_globaltimer();
             rl_dev_verbs_post_recv(&rq, 1);
-            rcq.ci++;
+            rcq.ci++; /* (lanes 1..3 keep their own copy for RL_POLL_MODE 2, below) */
             rl_dev_verbs_cq_update_ci(&rcq);
             if (n >= 0) {
                 if (d.timestamps != 0 && d.timestamp_entries != 0) {
@@ -210,8 +286,13 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     b.w = m.slot;
                     c.x = m.len;
                     c.y = m.sq_index;
+#ifdef RL_PROFILE
+                    c.z = (uint32_t)(t_loaded - m.t_seen);
+                    c.w = (uint32_t)(t_written - m.t_seen);
+#else
                     c.z = 0;
                     c.w = 0;
+#endif
                     rl_st16_sys(ts, a);
                     rl_st16_sys((uint8_t *)ts + 16, b);
                     rl_st16_sys((uint8_t *)ts + 32, c);
@@ -230,6 +311,9 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 if (sq.done > sq.pi) sq.done = sq.pi;
             }
         }
+#if RL_POLL_MODE == 2
+        if (tid > 0 && tid < 4) rcq.ci++;
+#endif
         __syncthreads();
     }
     if (tid == 0) {

@@ -54,6 +54,31 @@ __device__ __forceinline__ uint4 rl_ld16_sys(const void *p) {
     return v;
 }
 
+/** An acquire load at system scope: later loads see at least what the writer published. */
+__device__ __forceinline__ uint32_t rl_ld32_acquire_sys(const void *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/*
+ * Loads of data published by the NIC, issued after the acquire (RL_DATA_LOAD, measured in
+ * latency-reports/): 0 volatile (relaxed, system scope); 1 weak, not cached (ld.global.cv):
+ * the acquire already orders them, and .cv refetches lines the GPU may hold.
+ */
+#ifndef RL_DATA_LOAD
+#define RL_DATA_LOAD 0
+#endif
+__device__ __forceinline__ uint4 rl_ld16_data(const void *p) {
+    uint4 v;
+#if RL_DATA_LOAD == 1
+    asm volatile("ld.global.cv.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+#else
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+#endif
+    return v;
+}
+
 __device__ __forceinline__ uint32_t rl_ld32_sys(const void *p) {
     uint32_t v;
     asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -124,14 +149,33 @@ struct rl_dev_cqe {
  * opcode is not INVALID) and issues the acquire fence, so the caller may then read the rest
  * of the entry and the data it describes. Returns 0 otherwise. Thread scope.
  */
+/*
+ * RL_POLL_MODE: how the owner byte is polled (measured in latency-reports/):
+ *   0: a 16-byte volatile load of bytes 48..63, then fence.acquire.sys when valid;
+ *   1: an acquire load of bytes 60..63 (ld.acquire.sys): no separate fence; `tail` then holds
+ *      only bytes 60..63 (in .w): the caller reads bytes 48..59 with the rest of the entry.
+ */
+#ifndef RL_POLL_MODE
+#define RL_POLL_MODE 0
+#endif
 __device__ __forceinline__ int rl_dev_verbs_poll_cq_at(const struct rl_dev_cq *cq, uint32_t ci, uint4 *tail) {
     const uint8_t *cqe = cq->ring + (size_t)(ci & (cq->entries - 1)) * RL_CQE_SIZE;
+#if RL_POLL_MODE == 1
+    uint32_t w = rl_ld32_acquire_sys(cqe + 60);
+    uint8_t op_own = (uint8_t)(w >> 24);
+    if ((op_own >> 4) == RL_CQE_INVALID || (op_own & RL_CQE_OWNER_MASK) != ((ci / cq->entries) & 1)) return 0;
+    *tail = make_uint4(0, 0, 0, w);
+    return 1;
+#else
     uint4 t = rl_ld16_sys(cqe + 48);
     uint8_t op_own = (uint8_t)(t.w >> 24);
     if ((op_own >> 4) == RL_CQE_INVALID || (op_own & RL_CQE_OWNER_MASK) != ((ci / cq->entries) & 1)) return 0;
+#ifndef RL_EXPERIMENT_NO_ACQUIRE_FENCE /* measurement only */
     rl_fence_acquire_sys();
+#endif
     *tail = t;
     return 1;
+#endif
 }
 
 /** Reads bytes 32..47 of a CQE the caller saw valid (after the acquire) and decodes it. */
@@ -212,38 +256,29 @@ __device__ __forceinline__ uint32_t rl_dev_verbs_inline_wqebbs(uint32_t len) {
 /**
  * SEND with `len` bytes inline starting at WQEBB `index`, written by the whole warp: lane k
  * writes the k-th 16-byte chunk of the WQE (control segment, then byte_count, then the data),
- * so a WQE of up to 512 bytes is one store instruction. `src` is in shared or global memory.
- * Warp scope.
+ * so a WQE of up to 512 bytes is one store instruction. `src` is 16-byte aligned (shared or
+ * global memory) and readable up to the next 16-byte boundary past `len`. Warp scope.
+ *
+ * The inline data starts at WQE byte 20, so WQE chunk [off, off+16) holds data bytes
+ * [off-20, off-4): four aligned words, no byte shuffling. Bytes past `len` are padding the
+ * NIC ignores.
  */
 __device__ __forceinline__ void rl_dev_verbs_wqe_prepare_send_inline_warp(const struct rl_dev_sq *sq, uint32_t index,
                                                                          uint32_t fm_ce_se, const uint8_t *src, uint32_t len) {
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t total = 16 + ((4 + len + 15) & ~15u);
     const uint32_t ds = total / 16;
+    const uint32_t *d32 = (const uint32_t *)src;
     for (uint32_t off = lane * 16; off < total; off += 32 * 16) {
         uint4 v;
         if (off == 0) {
             v = rl_dev_verbs_ctrl(sq, index, RL_OPCODE_SEND, ds, fm_ce_se, 0);
         } else {
-            /* bytes [off, off+16) of the WQE; the inline segment starts at 16 with byte_count */
-            uint8_t b[16];
-#pragma unroll
-            for (int i = 0; i < 16; i++) {
-                int at = (int)off + i - 16; /* offset inside the inline segment */
-                uint8_t x;
-                if (at < 4) {
-                    uint32_t bc = rl_bswap32(len | RL_INLINE_SEG);
-                    x = (uint8_t)(bc >> (8 * at));
-                } else {
-                    int d = at - 4;
-                    x = d < (int)len ? src[d] : 0;
-                }
-                b[i] = x;
-            }
-            v.x = b[0] | (b[1] << 8) | (b[2] << 16) | ((uint32_t)b[3] << 24);
-            v.y = b[4] | (b[5] << 8) | (b[6] << 16) | ((uint32_t)b[7] << 24);
-            v.z = b[8] | (b[9] << 8) | (b[10] << 16) | ((uint32_t)b[11] << 24);
-            v.w = b[12] | (b[13] << 8) | (b[14] << 16) | ((uint32_t)b[15] << 24);
+            int w = ((int)off - 20) / 4; /* data word at WQE byte off (-1 for the byte_count) */
+            v.x = off == 16 ? rl_bswap32(len | RL_INLINE_SEG) : d32[w];
+            v.y = d32[w + 1];
+            v.z = d32[w + 2];
+            v.w = d32[w + 3];
         }
         /* a WQE may wrap around the end of the ring: each 64-byte WQEBB maps separately */
         uint32_t bb = index + off / RL_WQEBB_SIZE;
@@ -278,7 +313,9 @@ __device__ __forceinline__ void rl_dev_verbs_wqe_prepare_write(const struct rl_d
  * engine polls (abi.h rl_proxy_doorbell). Thread scope; all writes are posted (no read).
  */
 __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) {
+#ifndef RL_EXPERIMENT_NO_RELEASE_FENCE /* measurement only: what the fence costs */
     rl_fence_release_sys();
+#endif
     rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
     rl_st32_sys(sq->proxy, sq->pi);
 }

@@ -118,12 +118,17 @@ pub struct Breakdown {
     pub rest: Summary,
     /// Round trips that had a timestamp record.
     pub matched: u64,
+    /// Kernels built with RL_PROFILE: CQE seen -> request loaded, and -> answer written
+    /// (before the doorbell's fence).
+    pub profile_loaded: Option<Summary>,
+    pub profile_written: Option<Summary>,
 }
 
 /// Joins `records` (peer capture) with `stamps` (data path) on request id.
 pub fn breakdown(records: &[CaptureRecord], stamps: &[crate::abi::rl_msg_timestamp], first_request_id: u32, warmup: u64) -> Breakdown {
     let by_id: std::collections::HashMap<u32, &crate::abi::rl_msg_timestamp> = stamps.iter().map(|s| (s.request_id, s)).collect();
     let (mut a, mut b, mut c) = (new_histogram(), new_histogram(), new_histogram());
+    let (mut p0, mut p1) = (new_histogram(), new_histogram());
     let mut matched = 0;
     let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
     for r in records {
@@ -140,9 +145,14 @@ pub fn breakdown(records: &[CaptureRecord], stamps: &[crate::abi::rl_msg_timesta
         let _ = a.record(into.max(1));
         let _ = b.record(turn.max(1));
         let _ = c.record((rtt - into - turn).max(1));
+        if s.profile[1] != 0 {
+            let _ = p0.record(u64::from(s.profile[0]).max(1));
+            let _ = p1.record(u64::from(s.profile[1]).max(1));
+        }
         matched += 1;
     }
-    Breakdown { wire_nic_in: Summary::of(&a), turnaround: Summary::of(&b), rest: Summary::of(&c), matched }
+    let prof = |h: &Histogram<u64>| (!h.is_empty()).then(|| Summary::of(h));
+    Breakdown { wire_nic_in: Summary::of(&a), turnaround: Summary::of(&b), rest: Summary::of(&c), matched, profile_loaded: prof(&p0), profile_written: prof(&p1) }
 }
 
 #[cfg(test)]

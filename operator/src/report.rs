@@ -26,6 +26,9 @@ pub fn echo_text(r: &EchoReport) -> String {
             us(b.turnaround.p50),
             us(b.rest.p50)
         );
+        if let (Some(l), Some(w)) = (&b.profile_loaded, &b.profile_written) {
+            let _ = writeln!(s, "  kernel profile (p50, us from CQE seen): request loaded {}  answer written {}  doorbell {}", us(l.p50), us(w.p50), us(b.turnaround.p50));
+        }
     }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(s, "  NIC: rx {} tx {} drops: {}", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") });

@@ -37,6 +37,29 @@ fn transceiver_kernel_compiles_to_sm90_cubin() {
 }
 
 #[test]
+fn every_measured_kernel_variant_compiles() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    // The variants latency-reports/ compares (ROCELINK_KERNEL_DEFINES).
+    for defs in [
+        &["-DRL_POLL_MODE=1"][..],
+        &["-DRL_POLL_MODE=2"],
+        &["-DRL_POLL_MODE=2", "-DRL_PROFILE"],
+        &["-DRL_PROFILE"],
+        &["-DRL_FENCE_MODE=0"],
+        &["-DRL_DATA_LOAD=1"],
+        &["-DRL_TEST_STALL"],
+    ] {
+        let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
+        options.extend(defs.iter().map(|d| d.to_string()));
+        if let Err(e) = nvrtc::compile(&main, &headers, "sm_90", &options, false) {
+            panic!("variant {defs:?} does not compile:\n{e}");
+        }
+    }
+}
+
+#[test]
 fn probe_kernels_compile_to_sm90_cubin() {
     if !nvrtc_or_skip() {
         return;

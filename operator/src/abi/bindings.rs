@@ -390,7 +390,7 @@ pub struct rl_msg_timestamp {
     pub slot: u32,
     pub byte_count: u32,
     pub sq_index: u32,
-    pub rsvd: [u32; 2usize],
+    pub profile: [u32; 2usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -420,8 +420,8 @@ const _: () = {
         "Offset of field: rl_msg_timestamp::sq_index",
     ][::core::mem::offset_of!(rl_msg_timestamp, sq_index) - 36usize];
     [
-        "Offset of field: rl_msg_timestamp::rsvd",
-    ][::core::mem::offset_of!(rl_msg_timestamp, rsvd) - 40usize];
+        "Offset of field: rl_msg_timestamp::profile",
+    ][::core::mem::offset_of!(rl_msg_timestamp, profile) - 40usize];
 };
 /** Everything the transceiver loop needs, one struct passed to the kernel by value (or to the
  CPU backend): the four queues, the RX/TX buffers, the doorbells, control and timestamps.*/

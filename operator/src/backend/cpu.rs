@@ -157,7 +157,7 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
                         slot,
                         byte_count: cqe.byte_cnt,
                         sq_index,
-                        rsvd: [0; 2],
+                        profile: [0; 2],
                     };
                     m.write_struct(l.timestamps + (processed as u32 & ts_mask) as usize * abi::TIMESTAMP, rec);
                 }

@@ -127,7 +127,7 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     // SAFETY: rl_transceiver takes one `struct rl_transceiver_desc` by value (abi.h, the same
     // definition bindgen made `desc` from); every address in it points into the registered
     // memory, which outlives the kernel (unregistered only after the stream is idle).
-    unsafe { stream.launch(module.function(0), kernels::TRANSCEIVER_THREADS, &mut params) }.map_err(|e| e.to_string())?;
+    unsafe { stream.launch(module.function(0), kernels::transceiver_threads(), &mut params) }.map_err(|e| e.to_string())?;
 
     // Wait for RUNNING.
     let t0 = Instant::now();

@@ -15,8 +15,19 @@ pub const FILES: &[(&str, &str)] = &[
 const TRANSCEIVER: &str = include_str!("../../../kernels/transceiver.cu");
 const PROBE: &str = include_str!("../../../kernels/probe.cu");
 
-/// Threads of the transceiver block: one warp polls and sends; all load and run stages.
-pub const TRANSCEIVER_THREADS: u32 = 32;
+/// Threads of the transceiver block: one thread polls, warp 0 sends; all load and run stages.
+/// 128 threads load a 2 KiB message with one 16-byte load each, all in flight.
+pub const TRANSCEIVER_THREADS: u32 = 128;
+
+/// The block size of the transceiver kernel: [`TRANSCEIVER_THREADS`], or
+/// `$ROCELINK_KERNEL_THREADS` (a multiple of 32, up to 1024) for experiments.
+pub fn transceiver_threads() -> u32 {
+    std::env::var("ROCELINK_KERNEL_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| *n >= 32 && *n <= 1024 && n % 32 == 0)
+        .unwrap_or(TRANSCEIVER_THREADS)
+}
 
 fn headers() -> Vec<Source> {
     FILES.iter().map(|(n, t)| Source { name: (*n).to_string(), text: (*t).to_string() }).collect()
@@ -55,7 +66,7 @@ pub fn transceiver_program(chain: &[StageSpec]) -> (Source, Vec<Source>, Vec<Str
     let mut h = headers();
     h.push(Source { name: "rl_chain.cuh".into(), text: chain_header(chain) });
     let main = Source { name: "transceiver.cu".into(), text: TRANSCEIVER.into() };
-    (main, h, vec![format!("-DRL_THREADS={TRANSCEIVER_THREADS}")])
+    (main, h, vec![format!("-DRL_THREADS={}", transceiver_threads())])
 }
 
 /// The floor probes (mapped-memory ping-pong) and the launch-per-message echo kernel.

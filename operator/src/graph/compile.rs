@@ -613,7 +613,10 @@ impl fmt::Display for Plan {
         let mut s = String::new();
         let _ = writeln!(s, "graph `{}`{}: valid", g.name, g.file.as_ref().map(|f| format!(" ({f})")).unwrap_or_default());
         let backend = match self.backend {
-            BackendKind::Auto => "Auto (the GPU when a CUDA driver and device exist, otherwise the CPU)".to_string(),
+            BackendKind::Auto => match crate::backend::gpu::unavailable_reason() {
+                None => "Auto: GPU 0 on this machine".to_string(),
+                Some(why) => format!("Auto: the CPU on this machine ({why})"),
+            },
             BackendKind::Gpu(n) => format!("Gpu({n})"),
             BackendKind::Cpu => "Cpu".into(),
             BackendKind::GpuLaunchPerMessage(n) => format!("GpuLaunchPerMessage({n}) (a baseline: the CPU loop launches one kernel per message)"),
@@ -651,7 +654,8 @@ impl fmt::Display for Plan {
         let _ = writeln!(s, "\nrings:");
         let _ = writeln!(s, "  RX slots        {} x {stride} B (the peer writes slot k with RDMA WRITE with immediate)", tc.slots);
         let _ = writeln!(s, "  send/receive    128 WQEs each, 128 CQEs each (mlx5 layout), TX slots 128 x {} B", stride.max(64));
-        let _ = writeln!(s, "  tap ring        {} records x 32 B ({} KiB), written by the data path without waiting", tc.tap_ring, u64::from(tc.tap_ring) * 32 / 1024);
+        let rec = std::mem::size_of::<crate::abi::rl_msg_timestamp>() as u64;
+        let _ = writeln!(s, "  tap ring        {} records x {rec} B ({} KiB), written by the data path without waiting", tc.tap_ring, u64::from(tc.tap_ring) * rec / 1024);
         for fl in &self.host_flows {
             let _ = writeln!(s, "  flow            {}: channel of {} messages, policy {}{}", fl.name(), fl.capacity, fl.policy.as_str(), if fl.from_tap { " (from the tap)" } else { "" });
         }
