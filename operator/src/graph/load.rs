@@ -153,17 +153,17 @@ fn build(file: &str, g: GraphFile, tree: &Node, loc: &Locator<'_>) -> Result<Gra
     })
 }
 
-/// Records where every setting outside `operators` and `flows` is (by the position of its
-/// value), looking through variant names: `nic.wire.bind`, `run.stop`.
+/// Records where every setting is (by the position of its value), looking through variant
+/// names (`nic.wire.bind`, `run.stop`); `operators` and `flows` only as a whole.
 fn record_places(node: &Node, prefix: &str, places: &mut Places, loc: &Locator<'_>) {
     if let NodeKind::Group { body: Body::Fields(fields), .. } = &node.unwrap_some().kind {
         for f in fields {
-            if prefix.is_empty() && (f.key == "operators" || f.key == "flows") {
-                continue;
-            }
             let path = if prefix.is_empty() { f.key.clone() } else { format!("{prefix}.{}", f.key) };
             places.insert(&path, loc.at(f.value.span.start));
-            record_places(&f.value, &path, places, loc);
+            // Operators and flows keep their own positions (see `build`).
+            if !(prefix.is_empty() && (f.key == "operators" || f.key == "flows")) {
+                record_places(&f.value, &path, places, loc);
+            }
         }
     }
 }
