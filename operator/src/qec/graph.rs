@@ -1,6 +1,6 @@
 //! The matching graph of a DEM and its all-pairs tables (QEC.md, "Decoder v1": "Host, once
-//! per DEM: build the graph, run Dijkstra from every node to get the distance table D[i][j]
-//! and the observable parity P[i][j] of the shortest path, and the distance to the
+//! per DEM: build the graph, run Dijkstra from every node to get the distance table `D[i][j]`
+//! and the observable parity `P[i][j]` of the shortest path, and the distance to the
 //! boundary").
 //!
 //! Graph (what `pymatching.Matching.from_detector_error_model` builds, PyMatching 2.4,
@@ -533,13 +533,13 @@ impl<W: TableWeight> DistanceTable<W> {
         self.num_detectors
     }
 
-    /// D[i][j]; `UNREACHABLE` outside the table.
+    /// `D[i][j]`; `UNREACHABLE` outside the table.
     #[inline]
     pub fn distance(&self, i: usize, j: usize) -> W {
         self.distances.get(i * self.stride() + j).copied().unwrap_or(W::UNREACHABLE)
     }
 
-    /// P[i][j]; 0 outside the table.
+    /// `P[i][j]`; 0 outside the table.
     #[inline]
     pub fn parity(&self, i: usize, j: usize) -> u64 {
         self.parities.get(i * self.stride() + j).copied().unwrap_or(0)
@@ -562,7 +562,7 @@ impl<W: TableWeight> DistanceTable<W> {
         })
     }
 
-    /// D[i][j] in ln((1-p)/p) units; infinite when unreachable.
+    /// `D[i][j]` in ln((1-p)/p) units; infinite when unreachable.
     pub fn weight(&self, i: usize, j: usize) -> f64 {
         let d = self.distance(i, j);
         if d == W::UNREACHABLE {

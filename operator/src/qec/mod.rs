@@ -7,7 +7,7 @@
 //! - [`exact`]: decoder v1, exact subset-DP matching up to K defects, greedy above;
 //! - [`session`]: the decoder stage as a state machine over CUQR requests
 //!   (`enqueue_syndromes`, `get_corrections`, `reset_decoder`), no I/O, no clock unless asked;
-//! - [`predict`]: the offline `pymatching predict` mirror (b8 / 01 files).
+//! - [`predict`](mod@predict): the offline `pymatching predict` mirror (b8 / 01 files).
 //!
 //! Guarantees common to the module: nothing on the per-shot path allocates or panics; rich
 //! errors (`thiserror`, with DEM line numbers) only where files are loaded.
