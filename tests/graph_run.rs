@@ -1,0 +1,248 @@
+//! The graph files, the way a user runs them: every file in `graphs/` passes `rocelink check`
+//! and draws as Graphviz; `echo.ron` and `echo_udp.ron` run end to end with zero loss and
+//! write their reports; `fpga_echo.ron` runs against a standalone `fpga-sim` process at the
+//! address given with `--set`; SIGINT stops a run within 2 s and the report of what ran is
+//! still written. Runs are small (20,000 messages) and one at a time (CI has 2 cores).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const COUNT: u32 = 20_000;
+
+/// One run at a time: each spins three threads.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn rocelink() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rocelink"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("graph_run").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn show(name: &str, out: &Output) -> String {
+    let s = format!("{name}: {}\n--- stdout\n{}--- stderr\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{s}");
+    s
+}
+
+/// Runs `rocelink run graphs/<file>` with `sets`, its outputs in a fresh folder; returns the
+/// folder and the JSON report.
+fn run_graph(file: &str, sets: &[String]) -> (PathBuf, serde_json::Value) {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = out_dir(file.trim_end_matches(".ron"));
+    let json = dir.join("run.json");
+    let mut cmd = rocelink();
+    cmd.args(["run", &format!("graphs/{file}"), "--quiet", "--json"]).arg(&json).arg("--set").arg(format!("outputs.dir={}", dir.display())).arg("--set").arg(format!("run.stop=Count({COUNT})"));
+    for s in sets {
+        cmd.arg("--set").arg(s);
+    }
+    let out = cmd.output().expect("run rocelink");
+    let shown = show(file, &out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("run.json written")).expect("JSON");
+    (dir, report)
+}
+
+fn assert_clean(r: &serde_json::Value, count: u32) {
+    let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("report field {k} missing: {r}"));
+    assert_eq!(n("sent"), u64::from(count), "{r}");
+    assert_eq!(n("received"), u64::from(count), "{r}");
+    for k in ["lost", "duplicated", "corrupted", "reordered"] {
+        assert_eq!(n(k), 0, "{k} in {r}");
+    }
+    let drops: u64 = r["nic_drops"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert_eq!(drops, 0, "{r}");
+    for k in ["min", "p50", "p90", "p99", "p999", "max"] {
+        assert!(r["rtt_ns"][k].as_u64().unwrap() > 0, "rtt_ns.{k} in {r}");
+    }
+    for k in ["host", "cpu", "kernel", "backend", "wire", "payload_size", "cores"] {
+        assert!(!r["env"][k].is_null(), "env.{k} missing in {r}");
+    }
+    assert_eq!(r["stopped_by"], "count", "{r}");
+    assert_eq!(r["stage_chain"], serde_json::json!(["echo"]), "{r}");
+}
+
+/// The tap delivered every record to every flow.
+fn assert_tap_complete(r: &serde_json::Value, count: u32) {
+    let tap = &r["tap"];
+    assert_eq!(tap["records"].as_u64(), Some(u64::from(count)), "{r}");
+    assert_eq!(tap["overflow"].as_u64(), Some(0), "{r}");
+    for f in tap["flows"].as_array().unwrap() {
+        assert_eq!(f["dropped"].as_u64(), Some(0), "{f}");
+        assert_eq!(f["queued"].as_u64(), Some(u64::from(count)), "{f}");
+    }
+}
+
+fn assert_reports(dir: &Path, stem: &str) {
+    for ext in ["md", "json", "svg"] {
+        let p = dir.join(format!("{stem}.{ext}"));
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(text.len() > 200, "{} is too short", p.display());
+    }
+    let md = std::fs::read_to_string(dir.join(format!("{stem}.md"))).unwrap();
+    assert!(md.contains("## Round trips (us)") && md.contains(&format!("{stem}.svg")), "{md}");
+    assert!(std::fs::read_to_string(dir.join(format!("{stem}.svg"))).unwrap().starts_with("<svg"));
+}
+
+/// The recorder's CSV: a header and one row per request, every one `ok` with its round trip.
+fn assert_csv_records(path: &Path, count: u32) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no column {name}"));
+    let (id, status, rtt, loop_ns) = (col("request_id"), col("status"), col("rtt_ns"), col("loop_ns"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), count as usize);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r[id], (i + 1).to_string());
+        assert_eq!(r[status], "ok", "{r:?}");
+        assert!(r[rtt].parse::<u64>().unwrap() > 0, "{r:?}");
+        assert!(!r[loop_ns].is_empty(), "every message has its loop timestamps: {r:?}");
+    }
+}
+
+#[test]
+fn every_graph_file_passes_check_and_draws() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("graphs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "ron")).collect();
+    files.sort();
+    assert!(files.len() >= 3, "{files:?}");
+    for f in &files {
+        let out = rocelink().arg("check").arg(f).output().unwrap();
+        let shown = show(&f.display().to_string(), &out);
+        assert!(out.status.success(), "{shown}");
+        let plan = String::from_utf8_lossy(&out.stdout);
+        for want in [": valid", "fused stage chain", "threads", "rings:", "tap ring", "host operators:"] {
+            assert!(plan.contains(want), "`{want}` missing from the plan of {}:\n{plan}", f.display());
+        }
+        let out = rocelink().args(["graph", "--dot"]).arg(f).output().unwrap();
+        assert!(out.status.success());
+        let dot = String::from_utf8_lossy(&out.stdout);
+        assert!(dot.starts_with("digraph ") && dot.contains("\"roce\" -> \"echo\"") && dot.trim_end().ends_with('}'), "{dot}");
+    }
+}
+
+#[test]
+fn echo_ron_end_to_end() {
+    let (dir, r) = run_graph("echo.ron", &[]);
+    assert_clean(&r, COUNT);
+    assert_eq!(r["env"]["wire"], "inproc");
+    assert_eq!(r["mode"], "closed-loop");
+    assert_eq!(r["graph"], "echo");
+    assert_tap_complete(&r, COUNT);
+    assert_reports(&dir, "echo");
+    assert_csv_records(&dir.join("records.csv"), COUNT);
+    let files: Vec<&str> = r["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert!(files.iter().any(|f| f.ends_with("records.csv")) && files.iter().any(|f| f.ends_with("echo.svg")), "{files:?}");
+}
+
+#[test]
+fn echo_udp_ron_end_to_end() {
+    let (dir, r) = run_graph("echo_udp.ron", &[]);
+    assert_clean(&r, COUNT);
+    assert!(r["env"]["wire"].as_str().unwrap().starts_with("udp 127."), "{r}");
+    assert_eq!(r["mode"], "open-loop");
+    assert_tap_complete(&r, COUNT);
+    assert_reports(&dir, "echo_udp");
+    // JSON lines: one object per request.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("records.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), COUNT as usize);
+    assert!(lines.iter().all(|l| l["status"] == "ok" && l["rtt_ns"].as_u64().unwrap() > 0));
+}
+
+/// A loopback pair of this test process: 127.250.x.{2,3} (fresh_loopback_pair uses
+/// 127.10-209.x.x, so runs of other test binaries never collide with it).
+fn test_addresses() -> (String, String) {
+    let pid = std::process::id();
+    let b = pid % 250;
+    (format!("127.250.{b}.2"), format!("127.250.{b}.3"))
+}
+
+/// `rocelink fpga-sim` listening at `ip`, stopped on drop.
+struct StandaloneSim(Child);
+
+impl StandaloneSim {
+    fn start(ip: &str) -> StandaloneSim {
+        let mut child = rocelink()
+            .args(["fpga-sim", "--ecb", &format!("{ip}:8192"), "--roce", &format!("{ip}:4791"), "--log-level", "warn", "--exit-on-stdin-close"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start fpga-sim");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.contains(&format!("ECB on {ip}:8192")), "ready line: {line}");
+        StandaloneSim(child)
+    }
+}
+
+impl Drop for StandaloneSim {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn fpga_echo_ron_against_a_standalone_fpga_sim() {
+    let (peer, host) = test_addresses();
+    let _sim = StandaloneSim::start(&peer);
+    let (dir, r) = run_graph("fpga_echo.ron", &[format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")]);
+    assert_clean(&r, COUNT);
+    assert_eq!(r["env"]["wire"], format!("udp {host}:4791 <-> {peer}:4791"), "{r}");
+    assert!(r["peer_missing_extensions"].as_array().unwrap().is_empty(), "{r}");
+    assert_reports(&dir, "fpga_echo");
+    assert_csv_records(&dir.join("records.csv"), COUNT);
+}
+
+#[test]
+fn sigint_stops_the_run_within_2_s_and_the_report_is_written() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = out_dir("sigint");
+    let json = dir.join("run.json");
+    let mut child = rocelink()
+        .args(["run", "graphs/echo.ron", "--quiet", "--set", "run.stop=Count(4000000)", "--json"])
+        .arg(&json)
+        .arg("--set")
+        .arg(format!("outputs.dir={}", dir.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(child.try_wait().unwrap().is_none(), "the run ended before the signal");
+    let sent_at = Instant::now();
+    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(sent_at.elapsed() < Duration::from_secs(2), "still running 2 s after SIGINT");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = sent_at.elapsed();
+    let out = child.wait_with_output().unwrap();
+    let shown = show("sigint", &Output { status: exit, ..out });
+    assert_eq!(exit.code(), Some(130), "interrupted runs exit with 130: {shown}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("report written")).unwrap();
+    assert_eq!(r["stopped_by"], "interrupt", "{r}");
+    assert_eq!(r["interrupted"], true);
+    let (sent, received) = (r["sent"].as_u64().unwrap(), r["received"].as_u64().unwrap());
+    assert!(received > 100 && sent < 4_000_000, "{r}");
+    // The one request in flight when the player stopped is not a loss.
+    assert_eq!(r["lost"].as_u64(), Some(0), "{r}");
+    assert_eq!(sent, received + r["in_flight_at_stop"].as_u64().unwrap(), "{r}");
+    assert!(r["problems"].as_array().unwrap().is_empty(), "every thread stopped in time: {r}");
+    assert_reports(&dir, "echo");
+    let rows = std::fs::read_to_string(dir.join("records.csv")).unwrap().lines().count() - 1;
+    assert_eq!(rows as u64, sent, "one row per request sent");
+}
