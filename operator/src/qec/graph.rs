@@ -37,7 +37,8 @@
 //!   for CPU decoding;
 //! - [`DistanceTable<u16>`] from [`MatchingGraph::compact_table`]: the GPU's 16-bit copy
 //!   (121 x 121 x 2 bytes = 29 KB for d=5, fits shared memory). Edge weights are rounded to
-//!   integers at a per-DEM scale first and then summed by Dijkstra, so the table is exactly
+//!   integers at a per-DEM scale first (half away from zero, as C's `round` in PyMatching)
+//!   and then summed by Dijkstra, so the table is exactly
 //!   additive and structural ties stay ties. The scale is the largest (tried from
 //!   65534 / max useful float distance down in 2% steps) at which every *useful* entry fits
 //!   in 65534; `65535` means "never match this pair" (unreachable, or longer than both
