@@ -1,12 +1,12 @@
 //! Graphs (DESIGN.md "Graphs"): RON files that declare operators, the flows between their
 //! ports, the backend, the NIC, the peer, cores, the run and its outputs.
 //!
-//! - [`load`]: the file (with `--set` overrides) into a [`Graph`], every entry with its
+//! - `load`: the file (with `--set` overrides) into a [`Graph`], every entry with its
 //!   line:column;
-//! - [`compile`]: checks and compiles it into a [`Plan`] before anything starts; every error
+//! - `compile`: checks and compiles it into a [`Plan`] before anything starts; every error
 //!   names the operator, port or setting and where it is written;
-//! - [`run`]: runs a plan (peer, NIC, backend, host operators), stops it, reports;
-//! - [`dot`]: Graphviz.
+//! - `run`: runs a plan (peer, NIC, backend, host operators), stops it, reports;
+//! - `dot`: Graphviz.
 
 pub mod compile;
 pub mod dot;

@@ -84,8 +84,11 @@ pub enum Build {
     Stage(fn(&Params) -> Result<StageSpec, String>),
     /// A host operator; called by the runner before anything starts (so a file that cannot
     /// be created fails the run before the peer sends anything).
-    Host(fn(&Params, &HostContext) -> Result<Box<dyn HostOperator>, String>),
+    Host(HostConstructor),
 }
+
+/// Builds a host operator from its parameters.
+pub type HostConstructor = fn(&Params, &HostContext) -> Result<Box<dyn HostOperator>, String>;
 
 /// Where an operator runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

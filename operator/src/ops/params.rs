@@ -239,7 +239,9 @@ mod tests {
     #[test]
     fn every_kind_of_bad_parameter_is_refused_with_its_index() {
         let path = ("path", ParamValue::Str("a".into()));
-        let cases: Vec<(Vec<(&str, ParamValue)>, Option<usize>, &str)> = vec![
+        // (given, index of the refused entry, what the message says)
+        type Case<'a> = (Vec<(&'a str, ParamValue)>, Option<usize>, &'a str);
+        let cases: Vec<Case> = vec![
             (vec![path.clone(), ("bogus", ParamValue::Int(1))], Some(1), "unknown parameter `bogus`"),
             (vec![path.clone(), ("n", ParamValue::Int(11))], Some(1), "out of range 1..=10"),
             (vec![path.clone(), ("n", ParamValue::Str("3".into()))], Some(1), "expected an integer in 1..=10"),
