@@ -189,7 +189,9 @@ fn main() -> ExitCode {
     }
     let level = cli.log_level.clone().unwrap_or_else(|| if matches!(cli.command, Cmd::Run { .. }) { "warn,rocelink::metrics=info".into() } else { "warn".into() });
     let filter = tracing_subscriber::EnvFilter::try_new(&level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colours only on a terminal: logs captured to a file stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
     rocelink_operator::signal::install();
     match run(cli.command) {
         Ok(code) => code,

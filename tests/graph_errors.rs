@@ -241,6 +241,14 @@ fn set_overrides_are_checked_and_named() {
 }
 
 #[test]
+fn cores_the_machine_lacks_are_a_warning_not_an_error() {
+    let text = graph(ECHO_OP, ECHO_FLOWS).replace("run: (", "cores: (nic: 0, backend: 4095),\n    run: (");
+    let plan = compile(load::load_str("t.ron", &text, &[]).unwrap()).unwrap();
+    assert!(plan.warnings.iter().any(|w| w.contains("cores.backend asks for core 4095") && w.contains("runs unpinned")), "{:?}", plan.warnings);
+    assert!(plan.to_string().contains("warning: cores.backend asks for core 4095"), "{plan}");
+}
+
+#[test]
 fn several_errors_are_reported_together() {
     let text = graph("        (name: \"a\", kind: \"Nope\"),\n        (name: \"b\", kind: \"Nada\"),", "");
     let e = check(&text, &[]).unwrap_err();

@@ -33,11 +33,12 @@ fn show(name: &str, out: &Output) -> String {
     s
 }
 
-/// Runs `rocelink run graphs/<file>` with `sets`, its outputs in a fresh folder; returns the
-/// folder and the JSON report.
-fn run_graph(file: &str, sets: &[String]) -> (PathBuf, serde_json::Value) {
+/// Runs `rocelink run graphs/<file>` for [`COUNT`] messages with `sets` (later sets win), its
+/// outputs in a fresh folder named `name`; returns the folder, the output (shown) and the
+/// JSON report.
+fn run_named(name: &str, file: &str, sets: &[String]) -> (PathBuf, Output, String, serde_json::Value) {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = out_dir(file.trim_end_matches(".ron"));
+    let dir = out_dir(name);
     let json = dir.join("run.json");
     let mut cmd = rocelink();
     cmd.args(["run", &format!("graphs/{file}"), "--quiet", "--json"]).arg(&json).arg("--set").arg(format!("outputs.dir={}", dir.display())).arg("--set").arg(format!("run.stop=Count({COUNT})"));
@@ -45,9 +46,15 @@ fn run_graph(file: &str, sets: &[String]) -> (PathBuf, serde_json::Value) {
         cmd.arg("--set").arg(s);
     }
     let out = cmd.output().expect("run rocelink");
-    let shown = show(file, &out);
+    let shown = show(name, &out);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("run.json: {e}\n{shown}"))).expect("JSON");
+    (dir, out, shown, report)
+}
+
+/// [`run_named`], expecting exit status 0.
+fn run_graph(file: &str, sets: &[String]) -> (PathBuf, serde_json::Value) {
+    let (dir, out, shown, report) = run_named(file.trim_end_matches(".ron"), file, sets);
     assert_eq!(out.status.code(), Some(0), "{shown}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("run.json written")).expect("JSON");
     (dir, report)
 }
 
@@ -77,7 +84,7 @@ fn assert_tap_complete(r: &serde_json::Value, count: u32) {
     assert_eq!(tap["overflow"].as_u64(), Some(0), "{r}");
     for f in tap["flows"].as_array().unwrap() {
         assert_eq!(f["dropped"].as_u64(), Some(0), "{f}");
-        assert_eq!(f["queued"].as_u64(), Some(u64::from(count)), "{f}");
+        assert_eq!(f["offered"].as_u64(), Some(u64::from(count)), "{f}");
     }
 }
 
@@ -145,7 +152,11 @@ fn echo_ron_end_to_end() {
 
 #[test]
 fn echo_udp_ron_end_to_end() {
-    let (dir, r) = run_graph("echo_udp.ron", &[]);
+    let (dir, out, shown, r) = run_named("echo_udp", "echo_udp.ron", &[]);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    // The Metrics operator logs through tracing (shown by default for `rocelink run`).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rocelink::metrics") && err.contains(&format!("messages={COUNT}")), "{err}");
     assert_clean(&r, COUNT);
     assert!(r["env"]["wire"].as_str().unwrap().starts_with("udp 127."), "{r}");
     assert_eq!(r["mode"], "open-loop");
@@ -155,6 +166,39 @@ fn echo_udp_ron_end_to_end() {
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("records.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), COUNT as usize);
     assert!(lines.iter().all(|l| l["status"] == "ok" && l["rtt_ns"].as_u64().unwrap() > 0));
+}
+
+#[test]
+fn a_duration_run_stops_on_time_without_counting_the_last_request_lost() {
+    let (_, r) = run_graph("echo.ron", &["run.stop=Duration(1)".into()]);
+    assert_eq!(r["stopped_by"], "duration", "{r}");
+    assert_eq!(r["lost"].as_u64(), Some(0), "{r}");
+    assert!(r["received"].as_u64().unwrap() > 1000, "{r}");
+    let elapsed = r["elapsed_s"].as_f64().unwrap();
+    assert!((1.0..1.5).contains(&elapsed), "{elapsed}");
+}
+
+/// A full flow never blocks the data path: `Pop` drops (counted) and the run goes on;
+/// `Fault` fails the run, which still writes its report, and exits 1.
+#[test]
+fn full_flows_follow_their_policy_at_run_time() {
+    let (dir, r) = run_graph("echo.ron", &["flows.2.capacity=1".into(), "flows.2.policy=Pop".into()]);
+    assert_clean(&r, COUNT);
+    let flow = &r["tap"]["flows"][0];
+    assert_eq!(flow["flow"], "roce.tap -> records.in");
+    let dropped = flow["dropped"].as_u64().unwrap();
+    assert!(dropped > 0, "{flow}");
+    assert_eq!(flow["offered"].as_u64(), Some(u64::from(COUNT)), "{flow}");
+    // Every request still has its row; those whose record was dropped lack the loop's times.
+    let rows = std::fs::read_to_string(dir.join("records.csv")).unwrap().lines().count() - 1;
+    assert_eq!(rows, COUNT as usize);
+
+    let (dir, out, shown, r) = run_named("fault", "echo.ron", &["flows.2.capacity=1".into(), "flows.2.policy=Fault".into()]);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(shown.contains("flow roce.tap -> records.in overflowed (capacity 1, policy Fault)"), "{shown}");
+    assert_eq!(r["stopped_by"], "fault", "{r}");
+    assert!(r["fault"].as_str().unwrap().contains("overflowed"), "{r}");
+    assert_reports(&dir, "echo");
 }
 
 /// A loopback pair of this test process: 127.250.x.{2,3} (fresh_loopback_pair uses

@@ -56,12 +56,12 @@ impl Fault {
     }
 }
 
-/// Counters of one flow.
+/// Counters of one flow: the receiver got `offered - dropped` messages.
 #[derive(Debug, Default)]
 pub struct FlowCounters {
-    /// Messages queued for the receiver.
-    pub queued: AtomicU64,
-    /// Messages the policy dropped (the oldest for `Pop`, the new one otherwise).
+    /// Messages sent into the flow.
+    pub offered: AtomicU64,
+    /// Messages the policy dropped (the oldest queued for `Pop`, the new one otherwise).
     pub dropped: AtomicU64,
 }
 
@@ -90,12 +90,10 @@ impl FlowSender {
     /// sender keeps a handle on its own queue for `Pop`, so a receiver that is gone shows as
     /// a queue that fills up, handled the same way.)
     pub fn push(&self, mut m: Message) {
+        self.counters.offered.fetch_add(1, Ordering::Relaxed);
         loop {
             match self.tx.try_send(m) {
-                Ok(()) => {
-                    self.counters.queued.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
+                Ok(()) => return,
                 Err(TrySendError::Disconnected(_)) => return,
                 Err(TrySendError::Full(back)) => match self.policy {
                     Policy::Pop => {
@@ -110,7 +108,7 @@ impl FlowSender {
                     }
                     Policy::Fault => {
                         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                        self.fault.raise(format!("flow {} overflowed its capacity of {} messages (policy Fault)", self.name, self.capacity));
+                        self.fault.raise(format!("flow {} overflowed (capacity {}, policy Fault)", self.name, self.capacity));
                         return;
                     }
                 },
@@ -313,7 +311,7 @@ mod tests {
             }
             assert_eq!(fault.is_raised(), policy == Policy::Fault);
             if policy == Policy::Fault {
-                assert!(fault.reason().unwrap().contains("flow a.out -> b.in overflowed its capacity of 4"));
+                assert!(fault.reason().unwrap().contains("flow a.out -> b.in overflowed (capacity 4, policy Fault)"));
             }
         }
     }

@@ -136,7 +136,8 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, progress: bool, 
         None => interval.mul_f64(f64::from(count)) + Duration::from_micros(200) * count,
     };
     let deadline = started + run.timeout.unwrap_or(expected + Duration::from_secs(10));
-    let mut shown = Progress::new(progress, count, stop_after);
+    let window = if run.rate.is_some() { OPEN_LOOP_WINDOW } else { 1 };
+    let mut shown = Progress::new(progress, count, stop_after, window);
     let mut records: Vec<CaptureRecord> = Vec::new();
     let mut rtt = new_histogram();
     let stopped_by = loop {
@@ -201,7 +202,7 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, progress: bool, 
         missing_extensions: host.missing_extensions.clone(),
         sent,
         first_request_id: player.first_request_id,
-        window: if run.rate.is_some() { OPEN_LOOP_WINDOW } else { 1 },
+        window,
         stopped_by,
         elapsed,
     })
@@ -227,14 +228,16 @@ struct Progress {
     last: Instant,
     count: u32,
     duration: Option<Duration>,
+    /// Requests that may be in flight (not yet lost).
+    window: u64,
     printed: bool,
 }
 
 impl Progress {
-    fn new(on: bool, count: u32, duration: Option<Duration>) -> Progress {
+    fn new(on: bool, count: u32, duration: Option<Duration>, window: u64) -> Progress {
         let tty = std::io::stderr().is_terminal();
         let every = if tty { Duration::from_millis(250) } else { Duration::from_secs(1) };
-        Progress { on, tty, every, last: Instant::now(), count, duration, printed: false }
+        Progress { on, tty, every, last: Instant::now(), count, duration, window, printed: false }
     }
 
     fn due(&self) -> bool {
@@ -249,7 +252,8 @@ impl Progress {
             Some(d) => format!("{:.1}/{:.1} s  {answered} answered", secs, d.as_secs_f64()),
             None => format!("{answered}/{} answered", self.count),
         };
-        line += &format!("  {:.0} msg/s  unanswered {}", f64::from(answered) / secs, sent.saturating_sub(u64::from(answered)));
+        // Sent but not answered, beyond what may still be in flight: lost (or very late).
+        line += &format!("  {:.0} msg/s  lost {}", f64::from(answered) / secs, sent.saturating_sub(u64::from(answered) + self.window));
         if !rtt.is_empty() {
             line += &format!("  rtt p50 {:.2} us  p99 {:.2} us", us(rtt.value_at_quantile(0.5)), us(rtt.value_at_quantile(0.99)));
         }

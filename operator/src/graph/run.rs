@@ -123,7 +123,8 @@ pub struct FlowReport {
     pub flow: String,
     pub capacity: usize,
     pub policy: &'static str,
-    pub queued: u64,
+    /// Messages sent into the flow; the receiver got `offered - dropped`.
+    pub offered: u64,
     pub dropped: u64,
 }
 
@@ -175,7 +176,7 @@ pub fn summary_text(r: &RunReport) -> String {
         let l = &t.loop_ns;
         let _ = writeln!(s, "  tap: {} records, {} overwritten before read; loop time per message (us) p50 {:.2} p99 {:.2}", t.records, t.overflow, l.p50 as f64 / 1000.0, l.p99 as f64 / 1000.0);
         for f in t.flows.iter().filter(|f| f.dropped > 0) {
-            let _ = writeln!(s, "  flow {} dropped {} of {} messages (capacity {}, {})", f.flow, f.dropped, f.queued + f.dropped, f.capacity, f.policy);
+            let _ = writeln!(s, "  flow {} dropped {} of {} messages (capacity {}, {})", f.flow, f.dropped, f.offered, f.capacity, f.policy);
         }
     }
     for f in &r.files {
@@ -409,7 +410,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
             .host_flows
             .iter()
             .zip(&flow_counters)
-            .map(|(f, c)| FlowReport { flow: f.name(), capacity: f.capacity, policy: f.policy.as_str(), queued: c.queued.load(std::sync::atomic::Ordering::Relaxed), dropped: c.dropped.load(std::sync::atomic::Ordering::Relaxed) })
+            .map(|(f, c)| FlowReport { flow: f.name(), capacity: f.capacity, policy: f.policy.as_str(), offered: c.offered.load(std::sync::atomic::Ordering::Relaxed), dropped: c.dropped.load(std::sync::atomic::Ordering::Relaxed) })
             .collect(),
     });
     let mut report = RunReport {

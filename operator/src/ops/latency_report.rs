@@ -137,7 +137,7 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
     if let Some(tap) = &r.tap {
         let _ = writeln!(s, "\nTap: {} records copied, {} overwritten before they were read.", tap.records, tap.overflow);
         for f in &tap.flows {
-            let _ = writeln!(s, "- flow {} (capacity {}, {}): {} queued, {} dropped", f.flow, f.capacity, f.policy, f.queued, f.dropped);
+            let _ = writeln!(s, "- flow {} (capacity {}, {}): {} offered, {} dropped", f.flow, f.capacity, f.policy, f.offered, f.dropped);
         }
     }
     if !r.problems.is_empty() {
