@@ -232,6 +232,9 @@ fn set_overrides_are_checked_and_named() {
     assert_eq!(e.to_string().lines().next().unwrap(), "--set run.size=lots: Expected integer", "{e}");
     let e = check(&ok, &["run.size=9999"]).unwrap_err();
     assert!(e.to_string().starts_with("--set run.size=9999: run.size 9999 must be 24..=4096"), "{e}");
+    // A value the parser wanted more of is still the --set's fault.
+    let e = check(&ok, &["nic.wire=Udp"]).unwrap_err();
+    assert_eq!(e.first().at, rocelink_operator::graph::At::Set("nic.wire=Udp".into()), "{e}");
     let e = check(&ok, &["operators.nobody.path=x"]).unwrap_err();
     assert!(e.to_string().contains("no entry named \"nobody\""), "{e}");
     // An error elsewhere still points into the file, at its own line.

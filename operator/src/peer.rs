@@ -4,7 +4,8 @@
 //!
 //! Guarantees: a peer started here is stopped by [`RunningPeer::stop`] (threads joined; a
 //! process sent SIGTERM, then killed if it lingers past 2 s); a peer process also exits on
-//! its own if this process dies (its stdin is a pipe we hold, `--exit-on-stdin-close`).
+//! its own if this process dies (its stdin is a pipe we hold, `--exit-on-stdin-close`), and
+//! runs in its own process group, so a terminal's Ctrl-C reaches rocelink only.
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -146,6 +147,9 @@ fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: Socke
     if let Some(c) = core {
         cmd.arg("--core").arg(c.to_string());
     }
+    // Its own process group: Ctrl-C in a terminal interrupts rocelink, which still needs the
+    // peer to stop the player and read the capture; rocelink stops the peer itself.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd.spawn().map_err(|e| fail(format!("{}: {e}", program.display())))?;
     let Some(stdout) = child.stdout.take() else {
         let _ = child.kill();

@@ -31,7 +31,11 @@ struct Locator<'a> {
 
 impl Locator<'_> {
     fn at(&self, offset: usize) -> At {
-        match self.patched.origin(offset) {
+        self.at_origin(self.patched.origin(offset))
+    }
+
+    fn at_origin(&self, origin: Origin) -> At {
+        match origin {
             Origin::File(o) => {
                 let (line, col) = source::line_col(self.original, o);
                 At::File { file: self.file.to_string(), line, col, text: source::line_text(self.original, line).to_string() }
@@ -41,7 +45,7 @@ impl Locator<'_> {
     }
 
     fn ron_error(&self, e: &ron::error::SpannedError) -> GraphError {
-        GraphError::new(self.at(ron_offset(&self.patched.text, e)), e.code.to_string())
+        GraphError::new(self.at_origin(self.patched.blame(ron_offset(&self.patched.text, e))), e.code.to_string())
     }
 }
 
@@ -82,7 +86,7 @@ pub fn load_str(file: &str, text: &str, sets: &[Override]) -> Result<Graph, Grap
             Err(e) => {
                 let err = loc.ron_error(&e);
                 let off = ron_offset(&patched.text, &e);
-                match patched.origin(off) {
+                match patched.blame(off) {
                     Origin::Set(i) if tried[i].is_none() && !effective[i].is_quoted() => {
                         tried[i] = Some(err);
                         effective[i] = effective[i].quoted();

@@ -98,6 +98,18 @@ impl Patched {
         Origin::File(end.unwrap_or(0))
     }
 
+    /// Where an error at `offset` comes from: like [`Self::origin`], except that an error
+    /// right after a `--set` value (a parser that wanted more, like `Udp` for `Udp()`) is
+    /// that value's.
+    pub fn blame(&self, offset: usize) -> Origin {
+        if let Some(before) = offset.checked_sub(1) {
+            if let o @ Origin::Set(_) = self.origin(before) {
+                return o;
+            }
+        }
+        self.origin(offset)
+    }
+
     /// Replaces `span` of the current text with `with`, which came from `--set` number `set`.
     fn splice(&mut self, span: Span, with: &str, set: usize) {
         let mut out = Vec::with_capacity(self.pieces.len() + 2);
