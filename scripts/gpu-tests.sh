@@ -29,7 +29,7 @@ for l in sys.stdin:
   bench)
     out=${2:?out dir}; name=${3:-gpu-echo}
     cores=$(bash scripts/pick-cores.sh 3)
-    ./.carry/rocelink bench --gpu 0 --sizes 32,64,256,1024 --cores "$cores" --spin dedicated --out "$out" --name "$name"
+    ./.carry/rocelink bench --gpu 0 --sizes 32,64,256,1024 --count "${COUNT:-100000}" --cores "$cores" --spin dedicated --out "$out" --name "$name"
     ;;
   *) echo "usage: $0 build | run [test filter] | bench OUT_DIR [NAME]" >&2; exit 2 ;;
 esac

@@ -17,8 +17,20 @@ use crate::latency::Counts;
 use crate::mem::{SharedMem, PAGE};
 
 /// The mapped-memory ping-pong on GPU `ordinal`: `iters` measured round trips after `warmup`.
+/// The host side runs on its own thread, pinned to `core` (the caller's thread stays as it was).
 pub fn mapped_pingpong(ordinal: usize, iters: u32, warmup: u32, core: Option<usize>) -> Result<Floor, String> {
-    pin_current_thread(core);
+    std::thread::Builder::new()
+        .name("rocelink-floor-gpu".into())
+        .spawn(move || {
+            pin_current_thread(core);
+            mapped_pingpong_here(ordinal, iters, warmup)
+        })
+        .map_err(|e| e.to_string())?
+        .join()
+        .map_err(|_| "the mapped ping-pong thread panicked".to_string())?
+}
+
+fn mapped_pingpong_here(ordinal: usize, iters: u32, warmup: u32) -> Result<Floor, String> {
     let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
     let (main, headers, options) = kernels::probe_program();
     let compiled = nvrtc::compile(&main, &headers, &gpu.info.arch(), &options, true).map_err(|e| e.to_string())?;
@@ -55,6 +67,10 @@ pub fn mapped_pingpong(ordinal: usize, iters: u32, warmup: u32, core: Option<usi
             lost += 1;
             if let StreamState::Failed(e) = stream.query() {
                 return Err(format!("the ping-pong kernel failed: {e}"));
+            }
+            if lost >= 3 {
+                mem.atomic_u32(ping).store(u32::MAX, Ordering::Release);
+                return Err("the ping-pong kernel stopped answering (3 round trips lost)".into());
             }
             continue;
         }

@@ -7,8 +7,9 @@ use std::fmt::Write as _;
 use super::compile::Plan;
 use crate::ops::{self, Domain};
 
+/// A DOT string literal; line breaks become DOT's `\n`.
 fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"))
 }
 
 /// Graphviz `digraph` text of `plan`.
