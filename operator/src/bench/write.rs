@@ -160,20 +160,16 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
         let _ = writeln!(s, "No target applies to these rows.");
     }
     for t in &report.targets {
+        // The floor the measured row was divided by (a composite one for the GPU paths).
         let floor = report
             .rows
             .iter()
-            .find(|r| r.wire == t.wire && r.size == t.size && r.floor_of.as_deref() == Some(t.path.as_str()))
-            .map_or("its floor".to_string(), |r| r.path.clone());
+            .find(|r| r.wire == t.wire && r.size == t.size && r.path == t.path)
+            .and_then(|r| r.vs_floor.as_ref())
+            .map_or("its floor".to_string(), |v| v.floor.clone());
         let verdict = if t.met { "**met**" } else { "**not met**" };
-        match t.ratio {
-            Some(x) => {
-                let _ = writeln!(s, "- {} on the {} wire, {} B: p50 is {} its floor ({floor}); target {}: {verdict}.", t.path, t.wire, t.size, times(x), t.what);
-            }
-            None => {
-                let _ = writeln!(s, "- {} on the {} wire, {} B: no ratio to its floor ({floor}) could be taken; target {}: {verdict}.", t.path, t.wire, t.size, t.what);
-            }
-        }
+        let value = t.ratio.map_or("nothing to compare".to_string(), |x| format!("{x:.2}"));
+        let _ = writeln!(s, "- {} on the {} wire, {} B (floor: {floor}): target {}; measured {value}: {verdict}.", t.path, t.wire, t.size, t.what);
     }
 
     let _ = writeln!(s, "\n## Messages\n");
