@@ -640,7 +640,7 @@ impl fmt::Display for Plan {
             Stop::Duration(d) => format!("{d} s"),
         };
         let load = r.rate.map_or("closed loop (one message in flight)".to_string(), |x| format!("open loop at {x} messages/s (up to 64 in flight)"));
-        let _ = writeln!(s, "  run       {stop}, {load}, {} B per message, {} warm-up, timeout {}", r.size, r.warmup, r.timeout.map_or("the expected time plus 10 s".into(), |t| format!("{} s", t.as_secs_f64())));
+        let _ = writeln!(s, "  run       {stop}, {load}, {} B per message, {} warm-up, timeout {}", r.size, r.warmup, r.timeout.map_or("none (gives up after 10 s without an answer)".into(), |t| format!("{} s", t.as_secs_f64())));
         let chain: Vec<String> = self.chain.iter().map(|(n, spec)| format!("{n} ({spec:?})")).collect();
         let t = &self.transceiver.0;
         let _ = writeln!(s, "\nfused stage chain (one transceiver loop, no queue between stages):\n  {t}.rx -> {} -> {t}.tx", chain.join(" -> "));

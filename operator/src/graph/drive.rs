@@ -1,6 +1,7 @@
 //! Driving the peer through a run, as an HSB host does over ECB: configure its data plane,
 //! program and start its traffic player, arm its capture, then watch until the run is over
-//! (the count is captured, the duration has passed, SIGINT, a fault, or the timeout), stop
+//! (the count is captured, the duration has passed, SIGINT, a fault, the timeout, or no
+//! answer for 10 s), stop
 //! the player and read the capture back.
 //!
 //! With progress on, it also reads the capture records that arrived since the last look a
@@ -77,6 +78,8 @@ pub struct Driven {
 const PEER_SRC_PORT: u16 = 12288;
 /// Most requests a capture holds: fpga-sim's capture RAM (4 Mi records) less some slack.
 const MAX_RUN: u32 = 4_000_000;
+/// A run without an explicit timeout gives up when no answer has come back for this long.
+pub const STALL: Duration = Duration::from_secs(10);
 /// How often the run's end conditions are checked.
 const POLL: Duration = Duration::from_millis(20);
 /// Most capture records read per progress update (260 ECB block reads): enough to keep up
@@ -131,11 +134,10 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, progress: bool, 
     host.start_player(&player)?;
 
     let started = Instant::now();
-    let expected = match stop_after {
-        Some(d) => d,
-        None => interval.mul_f64(f64::from(count)) + Duration::from_micros(200) * count,
-    };
-    let deadline = started + run.timeout.unwrap_or(expected + Duration::from_secs(10));
+    // An explicit timeout is a hard limit; without one the run gives up only when no answer
+    // has come back for STALL (a slow machine is not a dead peer).
+    let deadline = run.timeout.map(|t| started + t);
+    let (mut answered, mut last_answer) = (0u32, started);
     let window = if run.rate.is_some() { OPEN_LOOP_WINDOW } else { 1 };
     let mut shown = Progress::new(progress, count, stop_after, window);
     let mut records: Vec<CaptureRecord> = Vec::new();
@@ -157,12 +159,15 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, progress: bool, 
         if stop_after.is_some_and(|d| now >= started + d) {
             break StopReason::Duration;
         }
-        if now > deadline {
+        let n = host.capture_count()?;
+        if n != answered {
+            (answered, last_answer) = (n, now);
+        }
+        if deadline.map_or(now.duration_since(last_answer) > STALL, |d| now > d) {
             break StopReason::Timeout;
         }
         if shown.due() {
-            // Count and counters first, back to back, so `sent - answered` is what is in flight.
-            let n = host.capture_count()?;
+            // Count and counters back to back, so `sent - answered` is what is in flight.
             let sent = host.read_stats()?.map_or(u64::from(n), |s| u64::from(s.sent));
             let upto = n.min(records.len() as u32 + PROGRESS_READ);
             let fresh = read_capture_range(&mut host, records.len() as u32, upto)?;

@@ -161,8 +161,8 @@ pub struct RunSpec {
     /// Bytes per message: the 24-byte RPC header and the args (24..=4096).
     #[serde(default = "default_size")]
     pub size: usize,
-    /// Give up waiting for the peer after this many seconds (default: from the count or
-    /// duration, plus 10 s).
+    /// Give up after this many seconds (default: none; the run gives up when no answer has
+    /// come back for 10 s).
     #[serde(default)]
     pub timeout: Option<f64>,
 }
