@@ -1,0 +1,93 @@
+//! `rocelink decode` mirrors `pymatching predict`: on the committed stim/PyMatching fixtures,
+//! its predictions equal PyMatching's on every shot within the defect cap, in both formats.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("operator/tests/fixtures/qec").join(name)
+}
+
+fn decode(dir: &Path, out: &Path, out_format: &str) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["decode", "--dem"])
+        .arg(dir.join("model.dem"))
+        .arg("--in")
+        .arg(dir.join("dets.b8"))
+        .args(["--in-format", "b8", "--out"])
+        .arg(out)
+        .args(["--out-format", out_format])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    err
+}
+
+fn overflows(report: &str) -> usize {
+    let after = report.split("shots: ").nth(1).expect("summary line");
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn predictions_equal_pymatching_within_the_cap() {
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for name in ["d3_p0.001", "d3_p0.003", "d5_p0.001", "d5_p0.003"] {
+        let dir = fixture(name);
+        let out = tmp.join(format!("{name}.01"));
+        let report = decode(&dir, &out, "01");
+        let ours = std::fs::read_to_string(&out).unwrap();
+        let theirs = std::fs::read_to_string(dir.join("pred.01")).unwrap();
+        let (ours, theirs): (Vec<_>, Vec<_>) = (ours.lines().collect(), theirs.lines().collect());
+        assert_eq!(ours.len(), theirs.len(), "{name}: shot count");
+        let differ = ours.iter().zip(&theirs).filter(|(a, b)| a != b).count();
+        // Shots above the cap take the greedy fallback: only they may differ.
+        assert!(differ <= overflows(&report), "{name}: {differ} predictions differ, {report}");
+        if name.starts_with("d3") {
+            assert_eq!(differ, 0, "{name}");
+        }
+    }
+}
+
+#[test]
+fn b8_output_is_the_same_predictions_bit_packed() {
+    let dir = fixture("d3_p0.003");
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-b8-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (a, b) = (tmp.join("p.01"), tmp.join("p.b8"));
+    decode(&dir, &a, "01");
+    decode(&dir, &b, "b8");
+    let text = std::fs::read_to_string(&a).unwrap();
+    let bytes = std::fs::read(&b).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let per_shot = lines[0].len().div_ceil(8);
+    assert_eq!(bytes.len(), lines.len() * per_shot);
+    for (i, l) in lines.iter().enumerate() {
+        for (k, c) in l.chars().enumerate() {
+            let bit = (bytes[i * per_shot + k / 8] >> (k % 8)) & 1;
+            assert_eq!(bit == 1, c == '1', "shot {i} observable {k}");
+        }
+    }
+}
+
+#[test]
+fn a_malformed_dem_is_refused_with_its_line() {
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let dem = tmp.join("bad.dem");
+    std::fs::write(&dem, "error(0.1) D0 D1\nerror(zebra) D1\n").unwrap();
+    std::fs::write(tmp.join("dets.b8"), [0u8]).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["decode", "--dem"])
+        .arg(&dem)
+        .arg("--in")
+        .arg(tmp.join("dets.b8"))
+        .arg("--out")
+        .arg(tmp.join("p.01"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("line 2") || err.contains(":2"), "{err}");
+}
