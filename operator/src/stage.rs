@@ -25,13 +25,56 @@ pub trait Stage: Send {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum StageSpec {
     Echo,
+    /// The QEC decoding stage (QEC.md): `enqueue_syndromes` rounds in, corrections out, by
+    /// exact minimum-weight matching on the graph of a stim detector error model.
+    QecDecoder {
+        /// The detector error model file.
+        dem: std::path::PathBuf,
+        /// Rounds each `enqueue_syndromes` carries.
+        rounds_per_message: u32,
+        /// K: defects decoded exactly; above it the greedy fallback answers (and counts).
+        max_defects: u32,
+        /// Decoder ids 0..decoders.
+        decoders: u32,
+    },
 }
 
 impl StageSpec {
-    /// The CPU implementation.
-    pub fn cpu_stage(&self) -> Box<dyn Stage> {
+    /// The CPU implementation, built once before the data path starts (a DEM that does not
+    /// load is an error here, not per message).
+    pub fn cpu_stage(&self) -> Result<Box<dyn Stage>, String> {
         match self {
-            StageSpec::Echo => Box::new(Echo),
+            StageSpec::Echo => Ok(Box::new(Echo)),
+            StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders } => {
+                let table = crate::qec::fine_table_from_file(dem).map_err(|e| e.to_string())?;
+                let config = crate::qec::SessionConfig {
+                    decoders: *decoders as usize,
+                    rounds_per_message: *rounds_per_message,
+                    max_defects: *max_defects as usize,
+                    syndrome_mapping_id: None,
+                    measure_time: true,
+                };
+                let session = crate::qec::QecSession::new(table, config).map_err(|e| e.to_string())?;
+                Ok(Box::new(QecDecoderStage { session }))
+            }
+        }
+    }
+}
+
+/// The QEC decoder as a CPU stage: the RPC session of `crate::qec` behind [`Stage`].
+pub struct QecDecoderStage {
+    session: crate::qec::QecSession<u32>,
+}
+
+impl Stage for QecDecoderStage {
+    fn name(&self) -> &'static str {
+        "qec-decoder"
+    }
+
+    fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome {
+        match self.session.handle(request, out) {
+            Some(n) => Outcome::Answer(n),
+            None => Outcome::Drop,
         }
     }
 }
@@ -47,8 +90,8 @@ impl Chain {
     pub fn new(stages: Vec<Box<dyn Stage>>) -> Chain {
         Chain { stages, scratch: vec![0; rocelink_wire::roce::PMTU] }
     }
-    pub fn from_specs(specs: &[StageSpec]) -> Chain {
-        Chain::new(specs.iter().map(StageSpec::cpu_stage).collect())
+    pub fn from_specs(specs: &[StageSpec]) -> Result<Chain, String> {
+        Ok(Chain::new(specs.iter().map(StageSpec::cpu_stage).collect::<Result<_, _>>()?))
     }
 }
 

@@ -51,6 +51,8 @@ pub enum BackendError {
     Gpu(String),
     #[error("cannot start the CPU backend: {0}")]
     Cpu(std::io::Error),
+    #[error("cannot build the stage chain: {0}")]
+    Stage(String),
 }
 
 impl RunningBackend for CpuBackend {
@@ -70,13 +72,18 @@ impl RunningBackend for CpuBackend {
 
 /// Starts the transceiver loop of `kind` over the queue pair `q`, running `chain`.
 pub fn spawn_backend(kind: BackendKind, q: QpMemory, chain: &[StageSpec], cfg: CpuBackendConfig) -> Result<Box<dyn RunningBackend>, BackendError> {
+    if matches!(kind, BackendKind::Gpu(_) | BackendKind::GpuLaunchPerMessage(_)) {
+        if let Some(why) = crate::gpu::kernels::gpu_unsupported(chain) {
+            return Err(BackendError::Gpu(why));
+        }
+    }
     match kind {
         BackendKind::Gpu(n) => Ok(Box::new(gpu::GpuBackend::spawn(q, chain, n, cfg)?)),
         BackendKind::GpuLaunchPerMessage(n) => {
             let stage = gpu::LaunchPerMessage::new(q.clone(), chain, n).map_err(BackendError::Gpu)?;
             Ok(Box::new(CpuBackend::spawn(q, Box::new(stage), cfg).map_err(BackendError::Cpu)?))
         }
-        BackendKind::Auto => match gpu::unavailable_reason() {
+        BackendKind::Auto => match gpu::unavailable_reason().or_else(|| crate::gpu::kernels::gpu_unsupported(chain)) {
             None => Ok(Box::new(gpu::GpuBackend::spawn(q, chain, 0, cfg)?)),
             Some(why) => {
                 tracing::info!("backend Auto: using the CPU backend because {why}");
@@ -84,7 +91,7 @@ pub fn spawn_backend(kind: BackendKind, q: QpMemory, chain: &[StageSpec], cfg: C
             }
         },
         BackendKind::Cpu => {
-            let stage = Box::new(Chain::from_specs(chain));
+            let stage = Box::new(Chain::from_specs(chain).map_err(BackendError::Stage)?);
             Ok(Box::new(CpuBackend::spawn(q, stage, cfg).map_err(BackendError::Cpu)?))
         }
     }

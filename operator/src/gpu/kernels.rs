@@ -37,7 +37,18 @@ fn headers() -> Vec<Source> {
 fn stage_code(spec: &StageSpec) -> (&'static str, &'static str) {
     match spec {
         StageSpec::Echo => ("stages/echo.cuh", "rl_stage_echo"),
+        // Until the device decoder lands, a QEC chain is refused before compilation
+        // (see `gpu_supported`).
+        StageSpec::QecDecoder { .. } => ("stages/echo.cuh", "rl_stage_unsupported"),
     }
+}
+
+/// Why the GPU cannot run `chain` yet, if it cannot.
+pub fn gpu_unsupported(chain: &[StageSpec]) -> Option<String> {
+    chain
+        .iter()
+        .find(|s| matches!(s, StageSpec::QecDecoder { .. }))
+        .map(|_| "the QEC decoder stage runs on the CPU backend only in this build (the device decoder is not written yet)".to_string())
 }
 
 /// `rl_chain.cuh` for a chain: each stage's answer is the next stage's request, ping-ponging
