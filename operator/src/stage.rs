@@ -110,7 +110,7 @@ impl Stage for Chain {
         }
         // Stage k writes into `out` when n - 1 - k is even, so the last stage writes into
         // `out`; the others alternate through `scratch`.
-        let mut to_out = (n - 1) % 2 == 0;
+        let mut to_out = (n - 1).is_multiple_of(2);
         let first = if to_out { self.stages[0].process(request, out) } else { self.stages[0].process(request, &mut self.scratch) };
         let Outcome::Answer(mut len) = first else { return Outcome::Drop };
         for stage in self.stages[1..].iter_mut() {

@@ -162,7 +162,8 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
                     m.write_struct(l.timestamps + (processed as u32 & ts_mask) as usize * abi::TIMESTAMP, rec);
                 }
                 processed += 1;
-                m.atomic_u64(l.processed()).store(processed, Relaxed);
+                // Release: a tap that reads `processed` (Acquire) then sees the record above.
+                m.atomic_u64(l.processed()).store(processed, Release);
             }
             None => {
                 m.atomic_u32(l.dropped()).fetch_add(1, Relaxed);

@@ -4,7 +4,7 @@
 //! Three domains:
 //! - the **transceiver** (`RoceTransceiver`): the queue pair, its receive and send ports, and
 //!   the tap where the data path leaves a record of every message it answered;
-//! - **device stages** (`Echo`, later `QecDecoder`): fused, in flow order, into the one stage
+//! - **device stages** (`Echo`, `QecDecoder`): fused, in flow order, into the one stage
 //!   chain the transceiver loop runs (Rust stages on the CPU backend, one persistent kernel
 //!   on the GPU);
 //! - **host operators** (`Recorder`, `LatencyReport`, `Metrics`, `Sink`): threads that get
@@ -17,6 +17,7 @@ pub mod host;
 pub mod latency_report;
 pub mod metrics;
 pub mod params;
+pub mod qec_decoder;
 pub mod recorder;
 pub mod roce;
 pub mod sink;
@@ -30,6 +31,7 @@ use crate::stage::StageSpec;
 pub static REGISTRY: &[&OperatorDecl] = &[
     &roce::DECL,
     &echo::DECL,
+    &qec_decoder::DECL,
     &recorder::DECL,
     &latency_report::DECL,
     &metrics::DECL,

@@ -1,0 +1,35 @@
+//! `QecDecoder`: the device stage that decodes syndromes (QEC.md): `enqueue_syndromes` rounds
+//! in, the correction (flipped logical observables) out on a shot's final round, by exact
+//! minimum-weight matching on the graph of a stim detector error model (`crate::qec`).
+
+use super::{Build, MsgType, OperatorDecl, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
+use crate::stage::StageSpec;
+
+pub static DECL: OperatorDecl = OperatorDecl {
+    kind: "QecDecoder",
+    doc: "device stage: exact minimum-weight matching decoder for stim detector error models (CUDA-Q QEC messages)",
+    ports: &[
+        PortDecl { name: "in", dir: PortDir::In, ty: MsgType::Request, required: true, doc: "enqueue_syndromes, get_corrections, reset_decoder" },
+        PortDecl { name: "out", dir: PortDir::Out, ty: MsgType::Response, required: true, doc: "acks and corrections" },
+    ],
+    params: &[
+        ParamDecl { name: "dem", kind: ParamKind::Str, default: ParamDefault::Required, doc: "the detector error model file (stim .dem), relative to the working directory" },
+        ParamDecl { name: "rounds_per_message", kind: ParamKind::Int { min: 1, max: 1 << 16 }, default: ParamDefault::Int(1), doc: "syndrome rounds each enqueue_syndromes carries" },
+        ParamDecl { name: "max_defects", kind: ParamKind::Int { min: 1, max: 20 }, default: ParamDefault::Int(12), doc: "K: defects matched exactly; above it a greedy fallback answers, counted as overflow" },
+        ParamDecl { name: "decoders", kind: ParamKind::Int { min: 1, max: 1024 }, default: ParamDefault::Int(1), doc: "decoder ids 0..decoders, each with its own shot" },
+    ],
+    build: Build::Stage(build),
+};
+
+fn build(p: &Params) -> Result<StageSpec, String> {
+    let dem = p.str("dem").ok_or("parameter `dem` is required")?;
+    if !std::path::Path::new(dem).is_file() {
+        return Err(format!("parameter `dem`: no detector error model at `{dem}`"));
+    }
+    Ok(StageSpec::QecDecoder {
+        dem: dem.into(),
+        rounds_per_message: p.int("rounds_per_message")? as u32,
+        max_defects: p.int("max_defects")? as u32,
+        decoders: p.int("decoders")? as u32,
+    })
+}
