@@ -144,6 +144,81 @@ pub mod ext {
     pub const DEFAULT_RESPONSE_TIMEOUT_US: u32 = 10_000;
     /// Slots in flight at most (the reference transceiver posts 64 receive WQEs).
     pub const MAX_IN_FLIGHT: u32 = 64;
+
+    /// Messages whose answer never came: retired after [`PLAYER_RESPONSE_TIMEOUT_US`]
+    /// (offset from [`STATS_BASE`]).
+    pub const STAT_TIMEOUTS: u32 = 0x18;
+
+    // QEC syndrome replay (fpga-sim's QEC mode, QEC.md; messages of PROTOCOLS.md 3).
+    // With QEC_ENABLE set, each player window is one shot: its detector groups (rounds) go
+    // out as `enqueue_syndromes` messages, QEC_ROUNDS_PER_MESSAGE rounds each, and the
+    // answer to a shot's last message is checked against the true observables and the
+    // reference prediction. Counters reset when the run bit is set; 64-bit times are
+    // nanoseconds of the peer's clock (the capture's clock), low word first.
+
+    /// Bit 0 [`QEC_ENABLE`] (read/write); bits 8-9 read-only: [`QEC_LOADED`],
+    /// [`QEC_HAS_REFERENCE`].
+    pub const QEC_CTRL: u32 = 0x4000_0200;
+    /// Runs replay shots instead of the player RAM template (power-on: set when shots
+    /// are loaded; cannot be set when none are).
+    pub const QEC_ENABLE: u32 = 1;
+    /// Shots are loaded (read-only).
+    pub const QEC_LOADED: u32 = 1 << 8;
+    /// A reference prediction (PyMatching's) is loaded, so disagreements are counted
+    /// (read-only).
+    pub const QEC_HAS_REFERENCE: u32 = 1 << 9;
+    /// Rounds per `enqueue_syndromes` message; 0 = all rounds of a shot in one message.
+    pub const QEC_ROUNDS_PER_MESSAGE: u32 = 0x4000_0204;
+    /// Shots loaded (read-only); window `k` of a run replays shot `k mod` this.
+    pub const QEC_LOADED_SHOTS: u32 = 0x4000_0208;
+    /// Detectors per shot (read-only).
+    pub const QEC_DETECTORS: u32 = 0x4000_020C;
+    /// Observables (correction bits) per shot (read-only).
+    pub const QEC_OBSERVABLES: u32 = 0x4000_0210;
+    /// Rounds (detector groups, one per DEM time step) per shot (read-only).
+    pub const QEC_ROUNDS_PER_SHOT: u32 = 0x4000_0214;
+    /// Messages per shot at the current [`QEC_ROUNDS_PER_MESSAGE`] (read-only).
+    pub const QEC_MESSAGES_PER_SHOT: u32 = 0x4000_0218;
+    /// Bytes of the largest message (RPC header + arguments) at the current
+    /// [`QEC_ROUNDS_PER_MESSAGE`]: the slot stride must hold it (read-only).
+    pub const QEC_MAX_MESSAGE_BYTES: u32 = 0x4000_021C;
+    /// Shots whose messages were all sent.
+    pub const QEC_SHOTS_SENT: u32 = 0x4000_0240;
+    /// Shots whose last message was answered OK with correction bits and a decode report.
+    pub const QEC_SHOTS_DECODED: u32 = 0x4000_0244;
+    /// Decoded shots whose correction differs from the true observables.
+    pub const QEC_LOGICAL_ERRORS: u32 = 0x4000_0248;
+    /// Decoded shots whose correction differs from the reference prediction.
+    pub const QEC_DISAGREEMENTS: u32 = 0x4000_024C;
+    /// Decoded shots whose report says overflow (greedy fallback).
+    pub const QEC_OVERFLOWS: u32 = 0x4000_0250;
+    /// Decoded shots whose report says unmatchable.
+    pub const QEC_UNMATCHABLE: u32 = 0x4000_0254;
+    /// Rounds sent.
+    pub const QEC_ROUNDS_SENT: u32 = 0x4000_0258;
+    /// OK answers of the wrong form: a result on a non-final message, or a final answer
+    /// too short for correction bits and report.
+    pub const QEC_BAD_ANSWERS: u32 = 0x4000_025C;
+    /// Send time of the run's first message, bits 31:0 (bits 63:32 at + 4).
+    pub const QEC_FIRST_SEND_LO: u32 = 0x4000_0260;
+    /// Bits 63:32 of [`QEC_FIRST_SEND_LO`].
+    pub const QEC_FIRST_SEND_HI: u32 = 0x4000_0264;
+    /// Send time of the run's last message sent so far, bits 31:0.
+    pub const QEC_LAST_SEND_LO: u32 = 0x4000_0268;
+    /// Bits 63:32 of [`QEC_LAST_SEND_LO`].
+    pub const QEC_LAST_SEND_HI: u32 = 0x4000_026C;
+    /// Arrival time of the latest decoded shot's correction, bits 31:0. Throughput in
+    /// rounds per microsecond = 1000 * QEC_SHOTS_DECODED * QEC_ROUNDS_PER_SHOT /
+    /// (QEC_LAST_CORRECTION - QEC_FIRST_SEND).
+    pub const QEC_LAST_CORRECTION_LO: u32 = 0x4000_0270;
+    /// Bits 63:32 of [`QEC_LAST_CORRECTION_LO`].
+    pub const QEC_LAST_CORRECTION_HI: u32 = 0x4000_0274;
+    /// Answers by RPC status, [`QEC_STATUS_WORDS`] words: word 0 every non-OK answer,
+    /// word `s` (1..=6) answers with status `s` (`rpc::status`), word 7 any other non-zero
+    /// status.
+    pub const QEC_STATUS_COUNTS: u32 = 0x4000_0280;
+    /// Words of [`QEC_STATUS_COUNTS`].
+    pub const QEC_STATUS_WORDS: u32 = 8;
 }
 
 /// Clock of the player, the unit of [`reg::PLAYER_INTERVAL`].
@@ -157,6 +232,19 @@ pub mod capture_flags {
     pub const HEADER_OK: u32 = 2;
     /// A second answer for the same request.
     pub const DUPLICATE: u32 = 4;
+    /// QEC replay: the answer to the last message of a shot (its round trip is the reaction
+    /// latency). In QEC mode [`PAYLOAD_OK`] means the answer has the form its message
+    /// calls for: OK with no result before the last message, OK with correction bits and a
+    /// decode report on it.
+    pub const FINAL_ROUND: u32 = 8;
+    /// QEC replay: the correction equals the true observables.
+    pub const LOGICAL_OK: u32 = 16;
+    /// QEC replay: the correction equals the reference prediction (only when one is loaded).
+    pub const MATCHES_REFERENCE: u32 = 32;
+    /// QEC replay: the decode report says overflow (greedy fallback).
+    pub const OVERFLOW: u32 = 64;
+    /// QEC replay: the decode report says unmatchable.
+    pub const UNMATCHABLE: u32 = 128;
 }
 
 /// One captured answer, as the peer stores it in capture RAM and a host reads it over ECB.
