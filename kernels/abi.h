@@ -290,6 +290,7 @@ struct rl_transceiver_desc {
     uint64_t control;         /* struct rl_control * */
     uint64_t timestamps;      /* struct rl_msg_timestamp *, or 0 for none */
     uint64_t tx_buffer_iova;  /* tx_buffer as the NIC addresses it (the TX region's virtual address) */
+    uint64_t stage_state;     /* device address of the stages' state (tables, per-decoder buffers), or 0 */
     uint32_t rx_slot_stride;
     uint32_t rx_slots;
     uint32_t tx_slot_stride;
@@ -320,6 +321,6 @@ RL_STATIC_ASSERT(sizeof(struct rl_control) == 2 * RL_LINE_SIZE, "control lines")
 RL_OFFSET_ASSERT(struct rl_control, heartbeat, RL_LINE_SIZE, "control: host line / device line");
 RL_STATIC_ASSERT(sizeof(struct rl_msg_timestamp) == 48, "timestamp record");
 RL_STATIC_ASSERT(sizeof(struct rl_queue_desc) == 24, "queue desc");
-RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 6 * 8 + 8 * 4, "transceiver desc");
+RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 7 * 8 + 8 * 4, "transceiver desc");
 
 #endif /* ROCELINK_ABI_H */

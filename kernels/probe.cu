@@ -44,7 +44,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_echo_once(const u
     }
     __syncthreads();
     const uint8_t *answer = 0;
-    int n = rl_run_chain(buf_a, (int)len, buf_b, RL_MAX_MSG, &answer);
+    int n = rl_run_chain(buf_a, (int)len, buf_b, RL_MAX_MSG, &answer, (void *)0);
     if (n > (int)cap) n = -1;
     for (int off = threadIdx.x; off < n; off += RL_THREADS) resp[off] = answer[off];
     __syncthreads();

@@ -226,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
 #endif
         /* 3. the fused stage chain */
         const uint8_t *answer = 0;
-        int n = m.valid ? rl_run_chain(buf_a, (int)m.len, buf_b, RL_MAX_MSG, &answer) : -1;
+        int n = m.valid ? rl_run_chain(buf_a, (int)m.len, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state) : -1;
 
         /* 4. answer */
 #ifdef RL_PROFILE

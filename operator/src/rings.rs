@@ -220,6 +220,7 @@ impl QpMemory {
             control: dev(l.control),
             timestamps: if l.sizes.timestamp_entries == 0 { 0 } else { dev(l.timestamps) },
             tx_buffer_iova: m.host_addr(l.tx_buffer),
+            stage_state: 0,
             rx_slot_stride: l.sizes.rx_slot_stride,
             rx_slots: l.sizes.rx_slots,
             tx_slot_stride: l.sizes.tx_slot_stride,

@@ -438,6 +438,7 @@ pub struct rl_transceiver_desc {
     pub control: u64,
     pub timestamps: u64,
     pub tx_buffer_iova: u64,
+    pub stage_state: u64,
     pub rx_slot_stride: u32,
     pub rx_slots: u32,
     pub tx_slot_stride: u32,
@@ -451,7 +452,7 @@ pub struct rl_transceiver_desc {
 const _: () = {
     [
         "Size of rl_transceiver_desc",
-    ][::core::mem::size_of::<rl_transceiver_desc>() - 176usize];
+    ][::core::mem::size_of::<rl_transceiver_desc>() - 184usize];
     [
         "Alignment of rl_transceiver_desc",
     ][::core::mem::align_of::<rl_transceiver_desc>() - 8usize];
@@ -486,27 +487,30 @@ const _: () = {
         "Offset of field: rl_transceiver_desc::tx_buffer_iova",
     ][::core::mem::offset_of!(rl_transceiver_desc, tx_buffer_iova) - 136usize];
     [
+        "Offset of field: rl_transceiver_desc::stage_state",
+    ][::core::mem::offset_of!(rl_transceiver_desc, stage_state) - 144usize];
+    [
         "Offset of field: rl_transceiver_desc::rx_slot_stride",
-    ][::core::mem::offset_of!(rl_transceiver_desc, rx_slot_stride) - 144usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, rx_slot_stride) - 152usize];
     [
         "Offset of field: rl_transceiver_desc::rx_slots",
-    ][::core::mem::offset_of!(rl_transceiver_desc, rx_slots) - 148usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, rx_slots) - 156usize];
     [
         "Offset of field: rl_transceiver_desc::tx_slot_stride",
-    ][::core::mem::offset_of!(rl_transceiver_desc, tx_slot_stride) - 152usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, tx_slot_stride) - 160usize];
     [
         "Offset of field: rl_transceiver_desc::tx_lkey",
-    ][::core::mem::offset_of!(rl_transceiver_desc, tx_lkey) - 156usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, tx_lkey) - 164usize];
     [
         "Offset of field: rl_transceiver_desc::qpn",
-    ][::core::mem::offset_of!(rl_transceiver_desc, qpn) - 160usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, qpn) - 168usize];
     [
         "Offset of field: rl_transceiver_desc::timestamp_entries",
-    ][::core::mem::offset_of!(rl_transceiver_desc, timestamp_entries) - 164usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, timestamp_entries) - 172usize];
     [
         "Offset of field: rl_transceiver_desc::signal_every",
-    ][::core::mem::offset_of!(rl_transceiver_desc, signal_every) - 168usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, signal_every) - 176usize];
     [
         "Offset of field: rl_transceiver_desc::rsvd",
-    ][::core::mem::offset_of!(rl_transceiver_desc, rsvd) - 172usize];
+    ][::core::mem::offset_of!(rl_transceiver_desc, rsvd) - 180usize];
 };
