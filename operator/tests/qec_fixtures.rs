@@ -199,7 +199,11 @@ fn check(fx: &Fixture) -> Agreement {
 /// decoder agrees with PyMatching (all within-cap shots but counted ties).
 fn check_predict(fx: &Fixture, agreeing: &[bool]) {
     let name = fx.dir.file_name().unwrap().to_string_lossy().to_string();
-    let tmp = std::env::temp_dir().join(format!("rocelink-qec-{}-{name}", std::process::id()));
+    // Unique per call: the committed and the fresh fixture sets have folders of the same
+    // names and are checked by tests running in parallel.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = std::env::temp_dir().join(format!("rocelink-qec-{}-{call}-{name}", std::process::id()));
     fs::create_dir_all(&tmp).unwrap();
     let out01 = tmp.join("pred.01");
     let stats = predict(
