@@ -4,12 +4,13 @@
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddrV4;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use crate::{start, SimConfig};
+use crate::{start_with_qec, QecReplay, QecReplayConfig, SimConfig};
 use rocelink_link::{SpinMode, UdpLink};
 
 /// Spinning threads when the peer and a host share the machine: the peer's data plane and
@@ -32,7 +33,14 @@ const SPINNERS: usize = 2;
         When ready it prints one line to stdout:\n  \
         fpga-sim: ECB on <addr>, RoCE on <addr>\n\
         and runs until SIGINT or SIGTERM (or until stdin closes, with --exit-on-stdin-close). \
-        Logs go to stderr."
+        Logs go to stderr.\n\n\
+        QEC syndrome replay (--qec-dets with --qec-dem and --qec-obs): the shots are loaded at \
+        start and each player window becomes one shot, sent round by round as \
+        enqueue_syndromes messages (the player interval is the time per round; \
+        PLAYER_MAX_OUTSTANDING 1 is closed loop). Each correction is checked against the true \
+        observables and the reference prediction; results are in the QEC_* extension \
+        registers and the capture flags (FINAL_ROUND, LOGICAL_OK, MATCHES_REFERENCE, \
+        OVERFLOW)."
 )]
 struct Args {
     /// UDP address of the ECB control server (the host's register reads and writes). Port 0
@@ -74,6 +82,72 @@ struct Args {
     /// (give the peer a pipe as stdin and keep its write end open).
     #[arg(long)]
     exit_on_stdin_close: bool,
+
+    /// Detection events to replay, stim b8 format (`stim detect --out_format b8`): turns on
+    /// the QEC syndrome replay. Needs --qec-dem and --qec-obs.
+    #[arg(long, value_name = "FILE.b8", requires_all = ["qec_dem", "qec_obs"], help_heading = "QEC syndrome replay")]
+    qec_dets: Option<PathBuf>,
+
+    /// The detector error model of the shots (stim .dem): detector and observable counts, and
+    /// the split into rounds (detectors grouped by their time coordinate).
+    #[arg(long, value_name = "FILE.dem", requires = "qec_dets", help_heading = "QEC syndrome replay")]
+    qec_dem: Option<PathBuf>,
+
+    /// True observable flips of the shots, stim 01 format: corrections that differ are
+    /// logical errors.
+    #[arg(long, value_name = "FILE.01", requires = "qec_dets", help_heading = "QEC syndrome replay")]
+    qec_obs: Option<PathBuf>,
+
+    /// Reference predictions, stim 01 format (`pymatching predict --out_format 01`):
+    /// corrections that differ are disagreements.
+    #[arg(long, value_name = "FILE.01", requires = "qec_dets", help_heading = "QEC syndrome replay")]
+    qec_pred: Option<PathBuf>,
+
+    /// Rounds per enqueue_syndromes message, or `all` for a whole shot per message (the
+    /// power-on value of the QEC_ROUNDS_PER_MESSAGE register).
+    #[arg(long, value_name = "N|all", default_value = "1", value_parser = parse_rounds_per_message, help_heading = "QEC syndrome replay")]
+    qec_rounds_per_message: u32,
+
+    /// Detectors per round, e.g. `12,24,24,24,24,12`, instead of the DEM's coordinates (for
+    /// a DEM without detector coordinates).
+    #[arg(long, value_name = "N,N,..", value_delimiter = ',', requires = "qec_dets", help_heading = "QEC syndrome replay")]
+    qec_detectors_per_round: Option<Vec<usize>>,
+
+    /// decoder_id of every enqueue_syndromes message.
+    #[arg(long, value_name = "ID", default_value_t = 0, allow_negative_numbers = true, help_heading = "QEC syndrome replay")]
+    qec_decoder_id: i64,
+
+    /// syndrome_mapping_id of every enqueue_syndromes message.
+    #[arg(long, value_name = "ID", default_value_t = 0, allow_negative_numbers = true, help_heading = "QEC syndrome replay")]
+    qec_syndrome_mapping_id: i64,
+}
+
+/// `N` (at least 1) or `all` (0 in the register).
+fn parse_rounds_per_message(s: &str) -> Result<u32, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(0);
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("`{s}` is not a round count (want N >= 1 or `all`)")),
+    }
+}
+
+impl Args {
+    /// The QEC replay the flags ask for, if any.
+    fn qec_config(&self) -> Option<QecReplayConfig> {
+        let dets = self.qec_dets.clone()?;
+        Some(QecReplayConfig {
+            dem: self.qec_dem.clone().unwrap_or_default(),
+            dets,
+            obs: self.qec_obs.clone().unwrap_or_default(),
+            pred: self.qec_pred.clone(),
+            detectors_per_round: self.qec_detectors_per_round.clone(),
+            rounds_per_message: self.qec_rounds_per_message,
+            decoder_id: self.qec_decoder_id,
+            syndrome_mapping_id: self.qec_syndrome_mapping_id,
+        })
+    }
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
@@ -142,6 +216,22 @@ where
         .init();
 
     let spin = SpinMode::parse(&args.spin, SPINNERS).context("bad --spin")?;
+    // Loaded before anything binds, so a bad file fails fast and names itself.
+    let qec = args
+        .qec_config()
+        .map(|c| QecReplay::load(&c))
+        .transpose()
+        .context("cannot load the QEC replay")?;
+    if let Some(q) = &qec {
+        tracing::info!(
+            shots = q.shots(),
+            detectors = q.num_detectors(),
+            rounds = q.rounds_per_shot(),
+            observables = q.num_observables(),
+            reference = q.has_reference(),
+            "QEC replay loaded"
+        );
+    }
     let link = UdpLink::bind(args.roce)
         .with_context(|| format!("cannot bind the RoCE data plane to {}", args.roce))?;
     let roce_addr = link.local_addr();
@@ -157,7 +247,7 @@ where
     if args.exit_on_stdin_close {
         watch_stdin().context("cannot watch stdin")?;
     }
-    let sim = start(config, Box::new(link))?;
+    let sim = start_with_qec(config, qec, Box::new(link))?;
 
     let mut out = std::io::stdout().lock();
     writeln!(

@@ -126,7 +126,7 @@ impl DataPlane {
                 }
             }
             let now = monotonic_ns();
-            player.expire(now);
+            player.expire(now, stats);
             if let Transmit::Frame(n) = player.poll_transmit(now, stats, tx) {
                 work = true;
                 match self.link.send(&tx[..n]) {

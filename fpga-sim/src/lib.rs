@@ -10,6 +10,12 @@
 //! answer with the echoed and arrival timestamps, and sets the capture's done bit. The host
 //! reads the capture back over ECB.
 //!
+//! QEC syndrome replay ([`qec`], issue 5 part 4): started with [`start_with_qec`] (or the
+//! `--qec-*` flags of the binary), the peer loads a stim detection-event file once and each
+//! player window becomes one shot, sent round by round as `enqueue_syndromes` messages; the
+//! corrections that come back are checked against the true observables and a reference
+//! prediction, and counted in the `hsb::ext::QEC_*` registers.
+//!
 //! Threads: one ECB server thread ([`ecb_server`]) and one data-plane thread
 //! ([`dataplane`]). They share only atomics ([`regs::PeerShared`], [`capture`], [`stats`]).
 //!
@@ -26,6 +32,7 @@ pub mod cli;
 pub mod dataplane;
 pub mod ecb_server;
 pub mod player;
+pub mod qec;
 pub mod regs;
 pub mod stats;
 
@@ -39,8 +46,9 @@ use rocelink_link::{Link, SpinMode};
 
 use crate::dataplane::DataPlane;
 use crate::ecb_server::EcbServer;
+pub use crate::qec::{QecError, QecReplay, QecReplayConfig};
 use crate::regs::{PeerIdentity, PeerShared, Registers};
-pub use crate::stats::StatsSnapshot;
+pub use crate::stats::{QecStatsSnapshot, StatsSnapshot};
 
 /// The peer's QP by default (PROTOCOLS.md 2.3: "to the FPGA's QP (2 by default)").
 pub const DEFAULT_QP: u32 = rocelink_wire::hsb::ext::DEFAULT_FPGA_QP;
@@ -107,6 +115,17 @@ pub struct FpgaSim {
 /// Starts the peer: binds the ECB server and starts its thread and the data-plane thread,
 /// which owns `link`.
 pub fn start(config: SimConfig, link: Box<dyn Link>) -> Result<FpgaSim, SimError> {
+    start_with_qec(config, None, link)
+}
+
+/// [`start`], with shots to replay in QEC mode (QEC_ENABLE set at power-on). The replay is
+/// an argument rather than a [`SimConfig`] field so that code building a `SimConfig` with
+/// every field named keeps compiling.
+pub fn start_with_qec(
+    config: SimConfig,
+    qec: Option<QecReplay>,
+    link: Box<dyn Link>,
+) -> Result<FpgaSim, SimError> {
     let socket = UdpSocket::bind(config.ecb_bind).map_err(|source| SimError::EcbBind {
         addr: config.ecb_bind,
         source,
@@ -144,7 +163,8 @@ pub fn start(config: SimConfig, link: Box<dyn Link>) -> Result<FpgaSim, SimError
             what: "data-plane",
             source,
         })?);
-    let server = EcbServer::new(Registers::new(identity, Arc::clone(&shared)), Some(tx));
+    let regs = Registers::with_qec(identity, Arc::clone(&shared), qec.map(Arc::new));
+    let server = EcbServer::new(regs, Some(tx));
     let ecb = ecb_server::spawn(socket, server, shared).map_err(|source| SimError::Spawn {
         what: "ECB",
         source,
@@ -168,6 +188,11 @@ impl FpgaSim {
     /// The data-plane counters now.
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
+    }
+
+    /// The QEC replay counters now (what the `hsb::ext::QEC_*` registers read).
+    pub fn qec_stats(&self) -> QecStatsSnapshot {
+        self.shared.stats.qec.snapshot()
     }
 
     /// Stops both threads and waits for them (each exits within about 20 ms).

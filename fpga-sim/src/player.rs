@@ -18,6 +18,18 @@
 //!
 //! Receive: UC SEND ONLY (0x24, and 0x25 with its immediate ignored, PROTOCOLS.md 1.2) to the
 //! peer's QP carries a CUQS response (PROTOCOLS.md 3). Each one becomes a capture record.
+//! A frame neither answered within the response timeout is retired and counted
+//! (`Stats::timeouts`); a late answer still gets its record.
+//!
+//! QEC replay ([`RunConfig::qec`], see [`crate::qec`]): frames are the plan's
+//! `enqueue_syndromes` messages instead of the template (always stamped with the send time,
+//! never scrambled), each shot's messages in order; framing, slots, PSN, immediate and the
+//! in-flight limit are the same. Timing is a fixed syndrome cycle: the interval is the time
+//! per round, and a message carrying `r` rounds is due `r` intervals after the one before it,
+//! on a schedule that does not slip when a message leaves late (the syndrome cycle does not
+//! wait for the decoder; a held-back message leaves as soon as the window allows and counts
+//! as a stall). Closed loop is `max_in_flight == 1` and interval 0. Answers are checked by
+//! [`QecPlan::check_answer`].
 //!
 //! Guarantees: no allocation and no panic per frame; all scratch space is allocated in
 //! [`Player::new`].
@@ -31,6 +43,7 @@ use rocelink_wire::roce::{self, Endpoints, RoceRepr};
 use rocelink_wire::{rpc, Error as WireError};
 
 use crate::capture::{self, CaptureRam};
+use crate::qec::QecPlan;
 use crate::regs::MAX_IN_FLIGHT;
 use crate::stats::Stats;
 
@@ -69,6 +82,8 @@ pub struct RunConfig {
     pub response_timeout_ns: u64,
     /// Where records go; `None` when the capture is not armed.
     pub capture: Option<Arc<CaptureRam>>,
+    /// QEC replay: send these messages instead of the template (`frames` of them).
+    pub qec: Option<Arc<QecPlan>>,
 }
 
 /// Outcome of [`Player::poll_transmit`].
@@ -130,16 +145,21 @@ impl Window {
         }
     }
 
-    /// Drops answered and timed-out frames from the front.
-    fn retire(&mut self, now: u64, timeout_ns: u64) {
+    /// Drops answered and timed-out frames from the front; returns how many timed out.
+    fn retire(&mut self, now: u64, timeout_ns: u64) -> u32 {
+        let mut timed_out = 0;
         while self.len > 0 {
             let e = self.ring[self.head];
-            if !e.answered && now.saturating_sub(e.sent_ns) < timeout_ns {
-                break;
+            if !e.answered {
+                if now.saturating_sub(e.sent_ns) < timeout_ns {
+                    break;
+                }
+                timed_out += 1;
             }
             self.head = (self.head + 1) % MAX_IN_FLIGHT;
             self.len -= 1;
         }
+        timed_out
     }
 }
 
@@ -156,7 +176,7 @@ pub struct Player {
     window: Window,
     /// One bit per frame (up to the capture limit): answered at least once.
     answered: Vec<u64>,
-    /// Payload being built.
+    /// Payload being built (room for the template and for the largest QEC message).
     payload: Vec<u8>,
     /// Args the answer to one request must echo.
     expected: Vec<u8>,
@@ -175,8 +195,13 @@ impl Player {
         cfg.max_in_flight = cfg.max_in_flight.clamp(1, MAX_IN_FLIGHT);
         cfg.slots = cfg.slots.max(1);
         let tracked = (cfg.frames as usize).min(capture::MAX_RECORDS);
+        let room = cfg
+            .qec
+            .as_ref()
+            .map_or(0, |q| q.max_message_len())
+            .max(cfg.template.len());
         Player {
-            payload: cfg.template.clone(),
+            payload: vec![0; room],
             expected: vec![0; cfg.arg_len],
             answered: vec![0; tracked.div_ceil(64)],
             cfg,
@@ -206,9 +231,15 @@ impl Player {
         self.sent >= self.cfg.frames && self.window.len == 0
     }
 
-    /// Retires timed-out frames; call before `poll_transmit` with the same `now`.
-    pub fn expire(&mut self, now: u64) {
-        self.window.retire(now, self.cfg.response_timeout_ns);
+    /// Retires timed-out frames (counted in `stats.timeouts`); call before `poll_transmit`
+    /// with the same `now`.
+    pub fn expire(&mut self, now: u64, stats: &Stats) {
+        let lost = self.window.retire(now, self.cfg.response_timeout_ns);
+        if lost > 0 {
+            stats
+                .timeouts
+                .fetch_add(lost, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     fn request_id(&self, frame: u32) -> u32 {
@@ -235,17 +266,20 @@ impl Player {
 
         let frame = self.sent;
         let request_id = self.request_id(frame);
-        self.payload.copy_from_slice(&self.cfg.template);
-        self.payload[REQUEST_ID_AT..REQUEST_ID_AT + 4].copy_from_slice(&request_id.to_le_bytes());
-        if self.cfg.stamp_ptp {
-            self.payload[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&now.to_le_bytes());
-        }
-        if self.cfg.scramble {
-            scramble_args(
-                request_id,
-                &mut self.payload[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len],
-            );
-        }
+        let len = match &self.cfg.qec {
+            Some(plan) => {
+                plan.on_sent(frame, now, &stats.qec);
+                // The buffer holds the largest message (Player::new), so this never fails;
+                // if it did, the frame is skipped below like one that cannot be emitted.
+                plan.write_message(frame, request_id, now, &mut self.payload)
+                    .unwrap_or(usize::MAX)
+            }
+            None => {
+                self.build_from_template(request_id, now);
+                self.cfg.template.len()
+            }
+        };
+        let payload = self.payload.get(..len).unwrap_or(&[]);
 
         let slot = frame % self.cfg.slots;
         let reth = RethRepr {
@@ -254,7 +288,7 @@ impl Player {
                 .buffer_va
                 .wrapping_add(u64::from(slot).wrapping_mul(self.cfg.page_stride)),
             rkey: self.cfg.rkey,
-            dma_len: self.payload.len() as u32,
+            dma_len: payload.len() as u32,
         };
         let imm = ((self.psn & 0xF_FFFF) << 12) | (slot & 0xFFF);
         let repr = RoceRepr::uc_write_imm(
@@ -263,21 +297,50 @@ impl Player {
             self.psn,
             reth,
             imm,
-            self.payload.len(),
+            payload.len(),
         );
 
         // The frame counts as sent even if it cannot be built (a buffer the caller made too
         // small): the run then moves on instead of retrying forever.
+        let emitted = if len == usize::MAX {
+            Err(WireError::BufferTooSmall)
+        } else {
+            repr.emit(payload, out)
+        };
         self.sent += 1;
         self.psn = (self.psn + 1) & PSN_MASK;
-        self.next_due_ns = now.saturating_add(self.cfg.interval_ns);
+        self.next_due_ns = match &self.cfg.qec {
+            // Fixed syndrome cycle: the next message leaves when its last round is measured.
+            Some(plan) => self.next_due_ns.saturating_add(
+                u64::from(plan.rounds_of(frame.wrapping_add(1))) * self.cfg.interval_ns,
+            ),
+            None => now.saturating_add(self.cfg.interval_ns),
+        };
         self.window.push(frame, now);
-        match repr.emit(&self.payload, out) {
+        match emitted {
             Ok(len) => Transmit::Frame(len),
             Err(_) => {
                 Stats::bump(&stats.malformed);
                 Transmit::NotDue
             }
+        }
+    }
+
+    /// The template with this frame's request_id, send time (PLAYER_STAMP_PTP) and
+    /// scrambled args (PLAYER_SCRAMBLE), into the first `template.len()` payload bytes.
+    fn build_from_template(&mut self, request_id: u32, now: u64) {
+        let t = self.cfg.template.len();
+        let payload = &mut self.payload[..t];
+        payload.copy_from_slice(&self.cfg.template);
+        payload[REQUEST_ID_AT..REQUEST_ID_AT + 4].copy_from_slice(&request_id.to_le_bytes());
+        if self.cfg.stamp_ptp {
+            payload[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&now.to_le_bytes());
+        }
+        if self.cfg.scramble {
+            scramble_args(
+                request_id,
+                &mut payload[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len],
+            );
         }
     }
 
@@ -301,7 +364,7 @@ impl Player {
                 record.echoed_timestamp = h.ptp_timestamp;
                 record.result_len = h.result_len;
                 record.rpc_status = h.status;
-                record.flags = capture_flags::HEADER_OK | self.check_answer(&h, payload, stats);
+                record.flags = capture_flags::HEADER_OK | self.check_answer(&h, payload, now, stats);
             }
             Err(_) => {
                 // Keep what we can tell: the id field, where the bytes reach it.
@@ -318,7 +381,13 @@ impl Player {
     }
 
     /// Flags beyond HEADER_OK for a parsed answer; marks its frame answered.
-    fn check_answer(&mut self, h: &rpc::ResponseRepr, payload: &[u8], stats: &Stats) -> u32 {
+    fn check_answer(
+        &mut self,
+        h: &rpc::ResponseRepr,
+        payload: &[u8],
+        now: u64,
+        stats: &Stats,
+    ) -> u32 {
         let frame = h.request_id.wrapping_sub(self.cfg.first_request_id);
         if frame >= self.sent {
             Stats::bump(&stats.unexpected);
@@ -333,6 +402,18 @@ impl Player {
             *word |= bit;
         }
         self.window.mark_answered(frame);
+        if let Some(plan) = &self.cfg.qec {
+            if flags & capture_flags::DUPLICATE != 0 {
+                // Counted once, on the first answer.
+                return flags
+                    | if plan.is_final(frame) {
+                        capture_flags::FINAL_ROUND
+                    } else {
+                        0
+                    };
+            }
+            return flags | plan.check_answer(frame, h, payload, now, &stats.qec);
+        }
 
         let n = self.cfg.arg_len;
         let result = payload.get(rpc::HEADER_LEN..rpc::HEADER_LEN + n);
@@ -443,6 +524,7 @@ mod tests {
             first_request_id: 1000,
             response_timeout_ns: 1_000,
             capture: Some(Arc::new(CaptureRam::with_capacity(frames as usize + 8))),
+            qec: None,
         }
     }
 
@@ -534,10 +616,10 @@ mod tests {
         assert_eq!(p.poll_transmit(3, &stats, &mut buf), Transmit::Stalled);
         assert_eq!(stats.snapshot().stalls, 1, "one stall per held-back frame");
         // Frame 0 times out at 1000 ns: its slot is free again.
-        p.expire(1_000);
+        p.expire(1_000, &stats);
         send(&mut p, 1_000, &stats);
         assert!(!p.is_done());
-        p.expire(5_000);
+        p.expire(5_000, &stats);
         assert!(p.is_done(), "all sent, all timed out");
     }
 
@@ -549,10 +631,10 @@ mod tests {
         let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
         assert_eq!(p.poll_transmit(1, &stats, &mut buf), Transmit::Stalled);
         p.on_frame(&answer(PEER_QP, id, &args, false), 5, &stats);
-        p.expire(6);
+        p.expire(6, &stats);
         let (_, _, _, id, args) = send(&mut p, 6, &stats);
         p.on_frame(&answer(PEER_QP, id, &args, false), 9, &stats);
-        p.expire(9);
+        p.expire(9, &stats);
         assert!(p.is_done());
         let cap = p.config().capture.clone().expect("capture");
         assert_eq!(cap.count(), 2);
@@ -636,12 +718,109 @@ mod tests {
             "at least 1 in flight"
         );
         p.on_frame(&answer(PEER_QP, 1000, &[], false), 2, &stats);
-        p.expire(2);
+        p.expire(2, &stats);
         assert!(
             matches!(p.poll_transmit(3, &stats, &mut [0u8; 8]), Transmit::NotDue),
             "tiny buffer: skipped, no panic"
         );
         assert_eq!(stats.snapshot().malformed, 1);
+    }
+
+    /// An answer with `result` bytes and `status`.
+    fn qec_answer(id: u32, status: i32, result: &[u8]) -> Vec<u8> {
+        let mut a = answer(PEER_QP, id, result, false);
+        // Patch the status in the RPC payload and fix the ICRC by re-emitting.
+        let f = roce::parse_frame(&a).expect("parses");
+        let mut payload = f.payload.to_vec();
+        payload[4..8].copy_from_slice(&status.to_le_bytes());
+        let ep = Endpoints {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: [127, 0, 0, 1],
+            dst_ip: [127, 0, 0, 2],
+            src_port: 49152,
+            dst_port: roce::UDP_PORT,
+        };
+        let n = RoceRepr::uc_send_only(&ep, PEER_QP, 0, payload.len())
+            .emit(&payload, &mut a)
+            .expect("emit");
+        a.truncate(n);
+        a
+    }
+
+    #[test]
+    fn qec_messages_follow_the_syndrome_cycle_and_answers_are_checked() {
+        use crate::qec::QecReplay;
+        use rocelink_wire::hsb::capture_flags::{FINAL_ROUND, LOGICAL_OK};
+        use rocelink_wire::qec::{emit_corrections, EnqueueSyndromes};
+        let stats = Stats::default();
+        // Rounds of 2, 3 and 1 detectors; 2 shots; true observables [1, 0].
+        let replay = QecReplay::new(vec![2, 3, 1], 1, vec![0b10_0101, 0b01_1010], vec![1, 0], None)
+            .expect("replay");
+        let plan = Arc::new(replay).plan(2);
+        let mut cfg = config(4, 64, 64);
+        cfg.frames = plan.frames(2);
+        cfg.qec = Some(Arc::new(plan));
+        cfg.interval_ns = 100;
+        cfg.scramble = true; // ignored in QEC mode
+        let mut p = Player::new(cfg, 0, 0);
+        let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
+        let mut sent = Vec::new();
+        let mut tx = |p: &mut Player, now: u64| match p.poll_transmit(now, &stats, &mut buf) {
+            Transmit::Frame(n) => {
+                let f = roce::parse_frame(&buf[..n]).expect("parses");
+                assert_eq!(f.repr.reth.map(|r| r.dma_len as usize), Some(f.payload.len()));
+                let req = rpc::RequestRepr::parse(f.payload).expect("CUQR");
+                assert_eq!(req.ptp_timestamp, now);
+                let args = &f.payload[rpc::HEADER_LEN..];
+                let m = EnqueueSyndromes::new_checked(args).expect("enqueue_syndromes");
+                sent.push((req.request_id, m.counter(), m.num_syndromes(), m.syndromes()[0]));
+                true
+            }
+            _ => false,
+        };
+        // Message 0 (rounds 0-1) at once; message 1 (round 2) one interval later; message 2
+        // (next shot, rounds 0-1) two intervals after that, even though message 1 left late.
+        assert!(tx(&mut p, 0));
+        assert!(!tx(&mut p, 99));
+        assert!(tx(&mut p, 150));
+        assert!(!tx(&mut p, 299));
+        assert!(tx(&mut p, 300));
+        assert!(tx(&mut p, 400));
+        assert!(!tx(&mut p, 10_000), "all sent");
+        assert_eq!(
+            sent,
+            [(1000, 0, 5, 0b0_0101), (1001, 2, 1, 1), (1002, 0, 5, 0b1_1010), (1003, 2, 1, 0)]
+        );
+        let s = stats.qec.snapshot();
+        assert_eq!((s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns), (2, 6, 0, 400));
+
+        let mut correction = [0u8; 24];
+        emit_corrections(1, 1, &mut correction).expect("fits");
+        p.on_frame(&qec_answer(1000, 0, &[]), 500, &stats);
+        p.on_frame(&qec_answer(1001, 0, &correction), 510, &stats);
+        p.on_frame(&qec_answer(1001, 0, &correction), 511, &stats); // duplicate: not recounted
+        p.on_frame(&qec_answer(1002, rpc::status::BUSY, &[]), 520, &stats);
+        p.expire(520, &stats);
+        p.expire(2_000, &stats);
+        assert!(p.is_done());
+        let cap = p.config().capture.clone().expect("capture");
+        let flags: Vec<u32> = (0..cap.count() as usize)
+            .map(|i| cap.record(i).expect("record").flags)
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                HEADER_OK | PAYLOAD_OK,
+                HEADER_OK | PAYLOAD_OK | FINAL_ROUND | LOGICAL_OK,
+                HEADER_OK | FINAL_ROUND | DUPLICATE,
+                HEADER_OK,
+            ]
+        );
+        let s = stats.qec.snapshot();
+        assert_eq!((s.shots_decoded, s.logical_errors, s.last_correction_ns), (1, 0, 510));
+        assert_eq!((s.status[0], s.status[5]), (1, 1));
+        assert_eq!(stats.snapshot().timeouts, 1, "message 1003 never answered");
     }
 
     #[test]

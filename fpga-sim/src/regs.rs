@@ -19,6 +19,12 @@
 //!   (`a.b.c.d` = `a << 24 | b << 16 | c << 8 | d`), as HSB hosts write them.
 //! - VP `n` is enabled when bit `n` of DP_VP_MASK of either HIF block is set; the player
 //!   uses the lowest enabled VP and the UDP source port of the HIF block that enabled it.
+//! - QEC replay (`ext::QEC_*`): with shots loaded ([`Registers::with_qec`]) QEC_ENABLE is
+//!   set at power-on, and the run bit then plays PLAYER_WINDOW_COUNT shots of
+//!   QEC_MESSAGES_PER_SHOT messages each: the player RAM template, PLAYER_WINDOW_SIZE and the
+//!   STAMP_PTP / SCRAMBLE bits are not used (every message is stamped), and the capture
+//!   holds one record per message. Clearing QEC_ENABLE gives template runs back. The
+//!   messages are laid out when the run bit is set, not per packet.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -29,6 +35,7 @@ use rocelink_wire::rpc;
 
 use crate::capture::{self, CaptureRam};
 use crate::player::RunConfig;
+use crate::qec::{QecPlan, QecReplay};
 use crate::stats::Stats;
 
 /// What HSB_IP_VERSION reads (hosts need at least `MIN_ROCE_IP_VERSION` = 0x2602).
@@ -53,7 +60,7 @@ const PTP_WORDS: usize = ((PTP_LAST - PTP_FIRST) / 4 + 1) as usize;
 const VP_WORDS: usize = 16;
 /// Byte offsets of the HIF registers of PROTOCOLS.md 2.2.
 const HIF_WORDS: usize = 4;
-const STAT_WORDS: u32 = 6;
+const STAT_WORDS: u32 = 7;
 
 /// The address names no register (ECB status 0x03).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +79,8 @@ pub enum StartError {
     BadTemplate,
     #[error("template arg_len {arg_len} does not fit in the {window}-byte window")]
     ArgsBeyondWindow { arg_len: u32, window: u32 },
+    #[error("QEC messages of {0} bytes exceed the single-packet limit (PMTU {PMTU}); send fewer rounds per message")]
+    QecMessageTooLarge(usize),
 }
 
 /// What a write asks of the world outside the register model.
@@ -167,6 +176,10 @@ enum Reg {
     CaptureCount,
     CaptureRam(usize),
     Stat(usize),
+    /// QEC_CTRL ..= QEC_MAX_MESSAGE_BYTES, by address.
+    QecConfig(u32),
+    /// QEC counters and times, by address ([`crate::stats::QecStats::read_register`]).
+    QecCounter(u32),
 }
 
 fn in_window(addr: u32, base: u32, len: u32) -> Option<u32> {
@@ -230,6 +243,14 @@ fn decode_block(addr: u32) -> Option<Reg> {
     if let Some(off) = in_window(addr, ext::STATS_BASE, 4 * STAT_WORDS) {
         return Some(Reg::Stat((off / 4) as usize));
     }
+    if (ext::QEC_CTRL..=ext::QEC_MAX_MESSAGE_BYTES).contains(&addr) {
+        return Some(Reg::QecConfig(addr));
+    }
+    let counters = ext::QEC_SHOTS_SENT..=ext::QEC_LAST_CORRECTION_HI;
+    let status = ext::QEC_STATUS_COUNTS..ext::QEC_STATUS_COUNTS + 4 * ext::QEC_STATUS_WORDS;
+    if counters.contains(&addr) || status.contains(&addr) {
+        return Some(Reg::QecCounter(addr));
+    }
     None
 }
 
@@ -247,11 +268,29 @@ pub struct Registers {
     player_ram: Box<[u8]>,
     capture_ctrl: u32,
     capture: Arc<CaptureRam>,
+    /// Shots to replay, when the peer was started with them.
+    qec: Option<Arc<QecReplay>>,
+    /// QEC_ENABLE (only ever set while `qec` is some).
+    qec_enabled: bool,
+    /// QEC_ROUNDS_PER_MESSAGE.
+    qec_rounds_per_message: u32,
+    /// The last plan made, reused while QEC_ROUNDS_PER_MESSAGE stays the same.
+    qec_plan: Option<Arc<QecPlan>>,
 }
 
 impl Registers {
-    /// Power-on state.
+    /// Power-on state, without a QEC replay.
     pub fn new(identity: PeerIdentity, shared: Arc<PeerShared>) -> Self {
+        Self::with_qec(identity, shared, None)
+    }
+
+    /// Power-on state; with `qec`, QEC_ENABLE is set and QEC_ROUNDS_PER_MESSAGE is the
+    /// replay's `rounds_per_message`.
+    pub fn with_qec(
+        identity: PeerIdentity,
+        shared: Arc<PeerShared>,
+        qec: Option<Arc<QecReplay>>,
+    ) -> Self {
         Registers {
             identity,
             shared,
@@ -264,6 +303,64 @@ impl Registers {
             player_ram: vec![0; PLAYER_RAM_BYTES].into_boxed_slice(),
             capture_ctrl: 0,
             capture: Arc::new(CaptureRam::with_capacity(0)),
+            qec_enabled: qec.is_some(),
+            qec_rounds_per_message: qec.as_ref().map_or(0, |q| q.rounds_per_message),
+            qec_plan: None,
+            qec,
+        }
+    }
+
+    /// The QEC replay, when a run would play it (loaded and QEC_ENABLE set).
+    fn qec_active(&self) -> Option<&Arc<QecReplay>> {
+        self.qec.as_ref().filter(|_| self.qec_enabled)
+    }
+
+    fn read_qec_config(&self, addr: u32) -> u32 {
+        let Some(q) = &self.qec else { return 0 };
+        let rpm = self.qec_rounds_per_message;
+        let sat = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        match addr {
+            ext::QEC_CTRL => {
+                let mut v = ext::QEC_LOADED;
+                if self.qec_enabled {
+                    v |= ext::QEC_ENABLE;
+                }
+                if q.has_reference() {
+                    v |= ext::QEC_HAS_REFERENCE;
+                }
+                v
+            }
+            ext::QEC_ROUNDS_PER_MESSAGE => rpm,
+            ext::QEC_LOADED_SHOTS => sat(q.shots()),
+            ext::QEC_DETECTORS => sat(q.num_detectors()),
+            ext::QEC_OBSERVABLES => sat(q.num_observables()),
+            ext::QEC_ROUNDS_PER_SHOT => q.rounds_per_shot(),
+            ext::QEC_MESSAGES_PER_SHOT => q.messages_per_shot(rpm),
+            ext::QEC_MAX_MESSAGE_BYTES => sat(q.max_message_len(rpm)),
+            _ => 0,
+        }
+    }
+
+    fn write_qec_config(&mut self, addr: u32, value: u32) {
+        match addr {
+            // Enabling needs shots to play.
+            ext::QEC_CTRL => self.qec_enabled = self.qec.is_some() && value & ext::QEC_ENABLE != 0,
+            ext::QEC_ROUNDS_PER_MESSAGE => self.qec_rounds_per_message = value,
+            _ => {}
+        }
+    }
+
+    /// The plan for the current QEC_ROUNDS_PER_MESSAGE, made now if the last one was for
+    /// another value.
+    fn qec_plan(&mut self, replay: &Arc<QecReplay>) -> Arc<QecPlan> {
+        let rpm = self.qec_rounds_per_message;
+        match &self.qec_plan {
+            Some(p) if p.setting() == rpm => Arc::clone(p),
+            _ => {
+                let p = Arc::new(replay.plan(rpm));
+                self.qec_plan = Some(Arc::clone(&p));
+                p
+            }
         }
     }
 
@@ -319,6 +416,8 @@ impl Registers {
             Reg::CaptureCount => self.capture.count(),
             Reg::CaptureRam(w) => self.capture.read_word(w),
             Reg::Stat(i) => self.shared.stats.counters()[i].load(Ordering::Relaxed),
+            Reg::QecConfig(a) => self.read_qec_config(a),
+            Reg::QecCounter(a) => self.shared.stats.qec.read_register(a).unwrap_or(0),
         })
     }
 
@@ -356,7 +455,9 @@ impl Registers {
                 }
                 self.capture_ctrl = value;
             }
+            Reg::QecConfig(a) => self.write_qec_config(a, value),
             Reg::IpVersion
+            | Reg::QecCounter(_)
             | Reg::FpgaDate
             | Reg::PtpSyncStat
             | Reg::CaptureStatus
@@ -367,17 +468,30 @@ impl Registers {
         Ok(Effect::None)
     }
 
+    /// Frames (messages) the programmed run sends: one per window, or in QEC mode one per
+    /// message of each shot.
+    fn run_frames(&self) -> u32 {
+        let w = self.player.window_count;
+        match self.qec_active() {
+            Some(q) => w.saturating_mul(q.messages_per_shot(self.qec_rounds_per_message)),
+            None => w,
+        }
+    }
+
     fn capture_records(&self) -> usize {
-        (self.player.window_count as usize)
+        (self.run_frames() as usize)
             .saturating_add(CAPTURE_SLACK)
             .min(capture::MAX_RECORDS)
     }
 
-    /// Back to power-on values; a running player is stopped.
+    /// Back to power-on values; a running player is stopped. The QEC replay stays loaded
+    /// (it is the peer's configuration, not a register).
     fn power_on_reset(&mut self) {
         self.abort_run();
         let shared = Arc::clone(&self.shared);
-        *self = Registers::new(self.identity, shared);
+        let plan = self.qec_plan.take();
+        *self = Registers::with_qec(self.identity, shared, self.qec.take());
+        self.qec_plan = plan;
         self.shared.done.store(false, Ordering::Release);
     }
 
@@ -419,21 +533,19 @@ impl Registers {
     fn run_config(&mut self) -> Result<RunConfig, StartError> {
         let (n, dp) = self.enabled_vp().ok_or(StartError::NoVpEnabled)?;
         let p = self.player;
-        let window = p.window_size;
-        if (window as usize) < rpc::HEADER_LEN {
-            return Err(StartError::WindowTooSmall(window));
-        }
-        if window as usize > PMTU {
-            return Err(StartError::WindowTooLarge(window));
-        }
-        let template = self.player_ram[..window as usize].to_vec();
-        let header = rpc::RequestRepr::parse(&template).map_err(|_| StartError::BadTemplate)?;
-        if header.arg_len as usize > window as usize - rpc::HEADER_LEN {
-            return Err(StartError::ArgsBeyondWindow {
-                arg_len: header.arg_len,
-                window,
-            });
-        }
+        let (template, arg_len, qec) = match self.qec_active().cloned() {
+            Some(replay) => {
+                let plan = self.qec_plan(&replay);
+                if plan.max_message_len() > PMTU {
+                    return Err(StartError::QecMessageTooLarge(plan.max_message_len()));
+                }
+                (Vec::new(), 0, Some(plan))
+            }
+            None => {
+                let (template, arg_len) = self.template()?;
+                (template, arg_len, None)
+            }
+        };
         let vp = &self.vp[n];
         let v = |off: u32| vp[(off / 4) as usize];
         let mac_hi = v(reg::DP_HOST_MAC_HIGH).to_be_bytes();
@@ -484,16 +596,37 @@ impl Registers {
             slots,
             max_in_flight: limit.min(slots as usize),
             template,
-            arg_len: header.arg_len as usize,
-            stamp_ptp: p.enable & reg::PLAYER_STAMP_PTP != 0,
-            scramble: p.enable & reg::PLAYER_SCRAMBLE != 0,
+            arg_len,
+            stamp_ptp: qec.is_some() || p.enable & reg::PLAYER_STAMP_PTP != 0,
+            scramble: qec.is_none() && p.enable & reg::PLAYER_SCRAMBLE != 0,
             interval_ns: u64::from(p.interval) * 1_000_000_000 / PLAYER_CLOCK_HZ,
-            frames: p.window_count,
+            frames: self.run_frames(),
             fpga_qp: p.fpga_qp,
             first_request_id: p.first_request_id,
             response_timeout_ns: u64::from(p.response_timeout_us) * 1_000,
             capture,
+            qec,
         })
+    }
+
+    /// The player RAM window, checked (PROTOCOLS.md 3): the template and its arg_len.
+    fn template(&self) -> Result<(Vec<u8>, usize), StartError> {
+        let window = self.player.window_size;
+        if (window as usize) < rpc::HEADER_LEN {
+            return Err(StartError::WindowTooSmall(window));
+        }
+        if window as usize > PMTU {
+            return Err(StartError::WindowTooLarge(window));
+        }
+        let template = self.player_ram[..window as usize].to_vec();
+        let header = rpc::RequestRepr::parse(&template).map_err(|_| StartError::BadTemplate)?;
+        if header.arg_len as usize > window as usize - rpc::HEADER_LEN {
+            return Err(StartError::ArgsBeyondWindow {
+                arg_len: header.arg_len,
+                window,
+            });
+        }
+        Ok((template, header.arg_len as usize))
     }
 }
 
@@ -594,6 +727,79 @@ mod tests {
             r.shared().abort_generation.load(Ordering::Relaxed),
             cfg.generation
         );
+    }
+
+    fn qec_regs() -> Registers {
+        let id = PeerIdentity {
+            mac: [2, 0, 0, 0, 0, 2],
+            ip: [127, 0, 0, 2],
+            qp: 2,
+        };
+        // 2 shots of rounds [3, 5, 4] (12 detectors, 2 bytes each).
+        let mut replay = QecReplay::new(vec![3, 5, 4], 1, vec![0; 4], vec![0, 1], None)
+            .expect("replay");
+        replay.rounds_per_message = 2;
+        Registers::with_qec(id, Arc::new(PeerShared::default()), Some(Arc::new(replay)))
+    }
+
+    #[test]
+    fn qec_registers_and_runs() {
+        let mut r = qec_regs();
+        let rd = |r: &Registers, a| r.read(a).expect("register");
+        assert_eq!(rd(&r, ext::QEC_CTRL), ext::QEC_ENABLE | ext::QEC_LOADED);
+        assert_eq!(rd(&r, ext::QEC_ROUNDS_PER_MESSAGE), 2);
+        assert_eq!(rd(&r, ext::QEC_LOADED_SHOTS), 2);
+        assert_eq!(rd(&r, ext::QEC_DETECTORS), 12);
+        assert_eq!(rd(&r, ext::QEC_OBSERVABLES), 1);
+        assert_eq!(rd(&r, ext::QEC_ROUNDS_PER_SHOT), 3);
+        assert_eq!(rd(&r, ext::QEC_MESSAGES_PER_SHOT), 2);
+        assert_eq!(rd(&r, ext::QEC_MAX_MESSAGE_BYTES), 24 + 32 + 1);
+        assert_eq!(rd(&r, ext::QEC_STATUS_COUNTS + 28), 0);
+        assert_eq!(rd(&r, ext::STATS_BASE + ext::STAT_TIMEOUTS), 0);
+        assert_eq!(r.read(0x4000_0220), Err(InvalidAddress), "a hole in the block");
+        w(&mut r, ext::QEC_ROUNDS_PER_MESSAGE, 0);
+        assert_eq!(rd(&r, ext::QEC_MESSAGES_PER_SHOT), 1);
+        assert_eq!(rd(&r, ext::QEC_MAX_MESSAGE_BYTES), 24 + 32 + 2);
+        w(&mut r, ext::QEC_SHOTS_SENT, 5);
+        assert_eq!(rd(&r, ext::QEC_SHOTS_SENT), 0, "counters are read-only");
+
+        // No template in player RAM: a QEC run does not need one.
+        program(&mut r);
+        w(&mut r, reg::PLAYER_RAM, 0);
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 0);
+        w(&mut r, ext::QEC_ROUNDS_PER_MESSAGE, 1);
+        w(&mut r, reg::CAPTURE_CTRL, reg::CAPTURE_ARM);
+        let Ok(Effect::Start(cfg)) = r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE)
+        else {
+            panic!("QEC run refused")
+        };
+        assert_eq!(cfg.frames, 5 * 3, "5 shots of 3 messages");
+        assert!(cfg.stamp_ptp && !cfg.scramble, "always stamped, never scrambled");
+        assert_eq!(cfg.qec.as_ref().map(|p| p.messages_per_shot()), Some(3));
+        assert!(cfg.capture.as_ref().is_some_and(|c| c.capacity() >= 15));
+        w(&mut r, reg::PLAYER_ENABLE, 0);
+        r.shared().running.store(false, Ordering::Release);
+
+        // Reset keeps the replay and its power-on settings.
+        assert!(matches!(r.write(reg::RESET, reg::RESET_BIT), Ok(Effect::Reset)));
+        assert_eq!(rd(&r, ext::QEC_ROUNDS_PER_MESSAGE), 2);
+        assert_eq!(rd(&r, ext::QEC_CTRL) & ext::QEC_ENABLE, ext::QEC_ENABLE);
+
+        // QEC_ENABLE cleared: a template run again (and it needs its template).
+        w(&mut r, ext::QEC_CTRL, 0);
+        assert_eq!(rd(&r, ext::QEC_CTRL), ext::QEC_LOADED);
+        program(&mut r);
+        let Ok(Effect::Start(cfg)) = r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN) else {
+            panic!("template run refused")
+        };
+        assert!(cfg.qec.is_none());
+        assert_eq!(cfg.frames, 5);
+
+        // Without shots, QEC_ENABLE cannot be set and the block reads 0.
+        let mut plain = regs();
+        w(&mut plain, ext::QEC_CTRL, ext::QEC_ENABLE);
+        assert_eq!(rd(&plain, ext::QEC_CTRL), 0);
+        assert_eq!(rd(&plain, ext::QEC_LOADED_SHOTS), 0);
     }
 
     #[test]

@@ -1,13 +1,17 @@
 //! Data-plane counters, readable over ECB in the rocelink extension block
-//! (`hsb::ext::STATS_BASE`).
+//! (`hsb::ext::STATS_BASE`), and the QEC replay's counters (`hsb::ext::QEC_*`, [`QecStats`]).
 //!
 //! Who writes: only the data-plane thread (and the ECB thread when it resets them at the
 //! start of a run, while the data plane is idle). Who reads: the ECB thread. Every counter
 //! is a `Relaxed` atomic: each is a monotonic tally with no data published behind it, so
 //! no ordering with other memory is needed (the capture count, which does publish data,
-//! lives in [`crate::capture`] and uses Release/Acquire).
+//! lives in [`crate::capture`] and uses Release/Acquire). The QEC times are `Relaxed` u64
+//! stores for the same reason; a host reads them after the capture's done bit, whose
+//! Release/Acquire pair makes every store of the run visible.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use rocelink_wire::hsb::ext;
 
 /// One counter per `hsb::ext::STAT_*` register.
 #[derive(Debug, Default)]
@@ -25,6 +29,10 @@ pub struct Stats {
     /// Well-formed frames we did not expect: other opcodes or QPs, answers to request ids
     /// this run never sent, answers while no run is active.
     pub unexpected: AtomicU32,
+    /// Messages whose answer never came (retired after the response timeout).
+    pub timeouts: AtomicU32,
+    /// The QEC replay's counters.
+    pub qec: QecStats,
 }
 
 /// A copy of the counters at one moment (each read on its own: not a consistent cut).
@@ -36,6 +44,7 @@ pub struct StatsSnapshot {
     pub malformed: u32,
     pub stalls: u32,
     pub unexpected: u32,
+    pub timeouts: u32,
 }
 
 impl Stats {
@@ -49,6 +58,7 @@ impl Stats {
         for c in self.counters() {
             c.store(0, Ordering::Relaxed);
         }
+        self.qec.reset();
     }
 
     pub fn snapshot(&self) -> StatsSnapshot {
@@ -60,12 +70,14 @@ impl Stats {
             malformed: r(&self.malformed),
             stalls: r(&self.stalls),
             unexpected: r(&self.unexpected),
+            timeouts: r(&self.timeouts),
         }
     }
 
     /// The counters in register order (STAT_SENT, STAT_RECEIVED, STAT_ICRC_FAILURES,
-    /// STAT_MALFORMED, STAT_STALLS, STAT_UNEXPECTED: one word each from `STATS_BASE`).
-    pub fn counters(&self) -> [&AtomicU32; 6] {
+    /// STAT_MALFORMED, STAT_STALLS, STAT_UNEXPECTED, STAT_TIMEOUTS: one word each from
+    /// `STATS_BASE`).
+    pub fn counters(&self) -> [&AtomicU32; 7] {
         [
             &self.sent,
             &self.received,
@@ -73,6 +85,178 @@ impl Stats {
             &self.malformed,
             &self.stalls,
             &self.unexpected,
+            &self.timeouts,
         ]
+    }
+}
+
+/// QEC replay counters, one per `hsb::ext::QEC_*` counter register (meanings there).
+/// Written by the data-plane thread only.
+#[derive(Debug, Default)]
+pub struct QecStats {
+    pub shots_sent: AtomicU32,
+    pub shots_decoded: AtomicU32,
+    pub logical_errors: AtomicU32,
+    pub disagreements: AtomicU32,
+    pub overflows: AtomicU32,
+    pub unmatchable: AtomicU32,
+    pub rounds_sent: AtomicU32,
+    pub bad_answers: AtomicU32,
+    pub first_send_ns: AtomicU64,
+    pub last_send_ns: AtomicU64,
+    pub last_correction_ns: AtomicU64,
+    /// Word 0 every non-OK answer, word `s` status `s` (1..=6), word 7 any other status.
+    pub status: [AtomicU32; ext::QEC_STATUS_WORDS as usize],
+}
+
+/// A copy of the QEC counters at one moment (each read on its own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QecStatsSnapshot {
+    pub shots_sent: u32,
+    pub shots_decoded: u32,
+    pub logical_errors: u32,
+    pub disagreements: u32,
+    pub overflows: u32,
+    pub unmatchable: u32,
+    pub rounds_sent: u32,
+    pub bad_answers: u32,
+    pub first_send_ns: u64,
+    pub last_send_ns: u64,
+    pub last_correction_ns: u64,
+    pub status: [u32; ext::QEC_STATUS_WORDS as usize],
+}
+
+impl QecStatsSnapshot {
+    /// Rounds decoded per microsecond: rounds of the decoded shots over the time from the
+    /// first message sent to the last correction received (`None` before any).
+    pub fn rounds_per_us(&self, rounds_per_shot: u32) -> Option<f64> {
+        let span = self.last_correction_ns.checked_sub(self.first_send_ns)?;
+        (span > 0 && self.shots_decoded > 0).then(|| {
+            1_000.0 * f64::from(self.shots_decoded) * f64::from(rounds_per_shot) / span as f64
+        })
+    }
+}
+
+impl QecStats {
+    fn counters(&self) -> [&AtomicU32; 8] {
+        [
+            &self.shots_sent,
+            &self.shots_decoded,
+            &self.logical_errors,
+            &self.disagreements,
+            &self.overflows,
+            &self.unmatchable,
+            &self.rounds_sent,
+            &self.bad_answers,
+        ]
+    }
+
+    fn times(&self) -> [&AtomicU64; 3] {
+        [&self.first_send_ns, &self.last_send_ns, &self.last_correction_ns]
+    }
+
+    pub fn reset(&self) {
+        for c in self.counters().into_iter().chain(&self.status) {
+            c.store(0, Ordering::Relaxed);
+        }
+        for t in self.times() {
+            t.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts an answer with non-OK `status`.
+    #[inline]
+    pub fn count_status(&self, status: i32) {
+        let word = match status {
+            1..=6 => status as usize,
+            _ => ext::QEC_STATUS_WORDS as usize - 1,
+        };
+        Stats::bump(&self.status[0]);
+        Stats::bump(&self.status[word]);
+    }
+
+    /// The counter register at `addr` (`ext::QEC_SHOTS_SENT ..`, the time words and
+    /// `ext::QEC_STATUS_COUNTS ..`); `None` for any other address.
+    pub fn read_register(&self, addr: u32) -> Option<u32> {
+        let r = |c: &AtomicU32| c.load(Ordering::Relaxed);
+        let counters_end = ext::QEC_SHOTS_SENT + 4 * self.counters().len() as u32;
+        let times_end = ext::QEC_FIRST_SEND_LO + 8 * self.times().len() as u32;
+        let status_end = ext::QEC_STATUS_COUNTS + 4 * ext::QEC_STATUS_WORDS;
+        if (ext::QEC_SHOTS_SENT..counters_end).contains(&addr) {
+            Some(r(self.counters()[((addr - ext::QEC_SHOTS_SENT) / 4) as usize]))
+        } else if (ext::QEC_FIRST_SEND_LO..times_end).contains(&addr) {
+            let off = addr - ext::QEC_FIRST_SEND_LO;
+            let t = self.times()[(off / 8) as usize].load(Ordering::Relaxed);
+            Some(if off % 8 < 4 { t as u32 } else { (t >> 32) as u32 })
+        } else if (ext::QEC_STATUS_COUNTS..status_end).contains(&addr) {
+            Some(r(&self.status[((addr - ext::QEC_STATUS_COUNTS) / 4) as usize]))
+        } else {
+            None
+        }
+    }
+
+    pub fn snapshot(&self) -> QecStatsSnapshot {
+        let r = |c: &AtomicU32| c.load(Ordering::Relaxed);
+        let t = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        QecStatsSnapshot {
+            shots_sent: r(&self.shots_sent),
+            shots_decoded: r(&self.shots_decoded),
+            logical_errors: r(&self.logical_errors),
+            disagreements: r(&self.disagreements),
+            overflows: r(&self.overflows),
+            unmatchable: r(&self.unmatchable),
+            rounds_sent: r(&self.rounds_sent),
+            bad_answers: r(&self.bad_answers),
+            first_send_ns: t(&self.first_send_ns),
+            last_send_ns: t(&self.last_send_ns),
+            last_correction_ns: t(&self.last_correction_ns),
+            status: std::array::from_fn(|i| r(&self.status[i])),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qec_registers_follow_the_map() {
+        let q = QecStats::default();
+        q.shots_sent.store(1, Ordering::Relaxed);
+        q.bad_answers.store(8, Ordering::Relaxed);
+        q.last_correction_ns.store(0x1234_5678_9ABC_DEF0, Ordering::Relaxed);
+        q.count_status(6);
+        q.count_status(-3);
+        assert_eq!(q.read_register(ext::QEC_SHOTS_SENT), Some(1));
+        assert_eq!(q.read_register(ext::QEC_BAD_ANSWERS), Some(8));
+        assert_eq!(q.read_register(ext::QEC_LAST_CORRECTION_LO), Some(0x9ABC_DEF0));
+        assert_eq!(q.read_register(ext::QEC_LAST_CORRECTION_HI), Some(0x1234_5678));
+        assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS), Some(2));
+        assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 24), Some(1));
+        assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 28), Some(1));
+        assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 32), None);
+        assert_eq!(q.read_register(ext::QEC_LAST_CORRECTION_HI + 4), None);
+        assert_eq!(q.read_register(ext::QEC_BAD_ANSWERS + 4), Some(0), "first send, low word");
+        // Every named register is served.
+        for a in [
+            ext::QEC_SHOTS_SENT,
+            ext::QEC_SHOTS_DECODED,
+            ext::QEC_LOGICAL_ERRORS,
+            ext::QEC_DISAGREEMENTS,
+            ext::QEC_OVERFLOWS,
+            ext::QEC_UNMATCHABLE,
+            ext::QEC_ROUNDS_SENT,
+            ext::QEC_BAD_ANSWERS,
+            ext::QEC_FIRST_SEND_LO,
+            ext::QEC_FIRST_SEND_HI,
+            ext::QEC_LAST_SEND_LO,
+            ext::QEC_LAST_SEND_HI,
+            ext::QEC_LAST_CORRECTION_LO,
+            ext::QEC_LAST_CORRECTION_HI,
+        ] {
+            assert!(q.read_register(a).is_some(), "{a:#x}");
+        }
+        q.reset();
+        assert_eq!(q.snapshot(), QecStatsSnapshot::default());
     }
 }
