@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::{start_with_qec, QecReplay, QecReplayConfig, SimConfig};
 use anyhow::Context;
 use clap::Parser;
-use crate::{start_with_qec, QecReplay, QecReplayConfig, SimConfig};
 use rocelink_link::{SpinMode, UdpLink};
 
 /// Spinning threads when the peer and a host share the machine: the peer's data plane and
@@ -90,17 +90,32 @@ struct Args {
 
     /// The detector error model of the shots (stim .dem): detector and observable counts, and
     /// the split into rounds (detectors grouped by their time coordinate).
-    #[arg(long, value_name = "FILE.dem", requires = "qec_dets", help_heading = "QEC syndrome replay")]
+    #[arg(
+        long,
+        value_name = "FILE.dem",
+        requires = "qec_dets",
+        help_heading = "QEC syndrome replay"
+    )]
     qec_dem: Option<PathBuf>,
 
     /// True observable flips of the shots, stim 01 format: corrections that differ are
     /// logical errors.
-    #[arg(long, value_name = "FILE.01", requires = "qec_dets", help_heading = "QEC syndrome replay")]
+    #[arg(
+        long,
+        value_name = "FILE.01",
+        requires = "qec_dets",
+        help_heading = "QEC syndrome replay"
+    )]
     qec_obs: Option<PathBuf>,
 
     /// Reference predictions, stim 01 format (`pymatching predict --out_format 01`):
     /// corrections that differ are disagreements.
-    #[arg(long, value_name = "FILE.01", requires = "qec_dets", help_heading = "QEC syndrome replay")]
+    #[arg(
+        long,
+        value_name = "FILE.01",
+        requires = "qec_dets",
+        help_heading = "QEC syndrome replay"
+    )]
     qec_pred: Option<PathBuf>,
 
     /// Rounds per enqueue_syndromes message, or `all` for a whole shot per message (the
@@ -110,15 +125,33 @@ struct Args {
 
     /// Detectors per round, e.g. `12,24,24,24,24,12`, instead of the DEM's coordinates (for
     /// a DEM without detector coordinates).
-    #[arg(long, value_name = "N,N,..", value_delimiter = ',', requires = "qec_dets", help_heading = "QEC syndrome replay")]
+    #[arg(
+        long,
+        value_name = "N,N,..",
+        value_delimiter = ',',
+        requires = "qec_dets",
+        help_heading = "QEC syndrome replay"
+    )]
     qec_detectors_per_round: Option<Vec<usize>>,
 
     /// decoder_id of every enqueue_syndromes message.
-    #[arg(long, value_name = "ID", default_value_t = 0, allow_negative_numbers = true, help_heading = "QEC syndrome replay")]
+    #[arg(
+        long,
+        value_name = "ID",
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        help_heading = "QEC syndrome replay"
+    )]
     qec_decoder_id: i64,
 
     /// syndrome_mapping_id of every enqueue_syndromes message.
-    #[arg(long, value_name = "ID", default_value_t = 0, allow_negative_numbers = true, help_heading = "QEC syndrome replay")]
+    #[arg(
+        long,
+        value_name = "ID",
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        help_heading = "QEC syndrome replay"
+    )]
     qec_syndrome_mapping_id: i64,
 }
 

@@ -364,7 +364,8 @@ impl Player {
                 record.echoed_timestamp = h.ptp_timestamp;
                 record.result_len = h.result_len;
                 record.rpc_status = h.status;
-                record.flags = capture_flags::HEADER_OK | self.check_answer(&h, payload, now, stats);
+                record.flags =
+                    capture_flags::HEADER_OK | self.check_answer(&h, payload, now, stats);
             }
             Err(_) => {
                 // Keep what we can tell: the id field, where the bytes reach it.
@@ -755,8 +756,14 @@ mod tests {
         use rocelink_wire::qec::{emit_corrections, EnqueueSyndromes};
         let stats = Stats::default();
         // Rounds of 2, 3 and 1 detectors; 2 shots; true observables [1, 0].
-        let replay = QecReplay::new(vec![2, 3, 1], 1, vec![0b10_0101, 0b01_1010], vec![1, 0], None)
-            .expect("replay");
+        let replay = QecReplay::new(
+            vec![2, 3, 1],
+            1,
+            vec![0b10_0101, 0b01_1010],
+            vec![1, 0],
+            None,
+        )
+        .expect("replay");
         let plan = Arc::new(replay).plan(2);
         let mut cfg = config(4, 64, 64);
         cfg.frames = plan.frames(2);
@@ -769,12 +776,20 @@ mod tests {
         let mut tx = |p: &mut Player, now: u64| match p.poll_transmit(now, &stats, &mut buf) {
             Transmit::Frame(n) => {
                 let f = roce::parse_frame(&buf[..n]).expect("parses");
-                assert_eq!(f.repr.reth.map(|r| r.dma_len as usize), Some(f.payload.len()));
+                assert_eq!(
+                    f.repr.reth.map(|r| r.dma_len as usize),
+                    Some(f.payload.len())
+                );
                 let req = rpc::RequestRepr::parse(f.payload).expect("CUQR");
                 assert_eq!(req.ptp_timestamp, now);
                 let args = &f.payload[rpc::HEADER_LEN..];
                 let m = EnqueueSyndromes::new_checked(args).expect("enqueue_syndromes");
-                sent.push((req.request_id, m.counter(), m.num_syndromes(), m.syndromes()[0]));
+                sent.push((
+                    req.request_id,
+                    m.counter(),
+                    m.num_syndromes(),
+                    m.syndromes()[0],
+                ));
                 true
             }
             _ => false,
@@ -790,10 +805,18 @@ mod tests {
         assert!(!tx(&mut p, 10_000), "all sent");
         assert_eq!(
             sent,
-            [(1000, 0, 5, 0b0_0101), (1001, 2, 1, 1), (1002, 0, 5, 0b1_1010), (1003, 2, 1, 0)]
+            [
+                (1000, 0, 5, 0b0_0101),
+                (1001, 2, 1, 1),
+                (1002, 0, 5, 0b1_1010),
+                (1003, 2, 1, 0)
+            ]
         );
         let s = stats.qec.snapshot();
-        assert_eq!((s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns), (2, 6, 0, 400));
+        assert_eq!(
+            (s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns),
+            (2, 6, 0, 400)
+        );
 
         let mut correction = [0u8; 24];
         emit_corrections(1, 1, &mut correction).expect("fits");
@@ -818,7 +841,10 @@ mod tests {
             ]
         );
         let s = stats.qec.snapshot();
-        assert_eq!((s.shots_decoded, s.logical_errors, s.last_correction_ns), (1, 0, 510));
+        assert_eq!(
+            (s.shots_decoded, s.logical_errors, s.last_correction_ns),
+            (1, 0, 510)
+        );
         assert_eq!((s.status[0], s.status[5]), (1, 1));
         assert_eq!(stats.snapshot().timeouts, 1, "message 1003 never answered");
     }

@@ -116,7 +116,10 @@ enum Instr {
         max_detector: Option<u64>,
         max_observable: Option<u64>,
     },
-    Detector { coords: Vec<f64>, ids: Vec<u64> },
+    Detector {
+        coords: Vec<f64>,
+        ids: Vec<u64>,
+    },
     Shift {
         coords: Vec<f64>,
         by: u64,
@@ -124,7 +127,7 @@ enum Instr {
     /// Its body keeps the lines, so errors inside it point at the right line.
     Repeat {
         count: u64,
-        body: Vec<(usize, Instr)>,
+        body: Block,
     },
 }
 
@@ -246,7 +249,10 @@ impl Flattener {
     fn step(&mut self, line: usize) -> Result<(), (usize, String)> {
         self.steps += 1;
         if self.steps > MAX_DEM_STEPS {
-            return Err((line, format!("repeat blocks expand beyond {MAX_DEM_STEPS} steps")));
+            return Err((
+                line,
+                format!("repeat blocks expand beyond {MAX_DEM_STEPS} steps"),
+            ));
         }
         Ok(())
     }
@@ -258,7 +264,10 @@ impl Flattener {
             .ok_or_else(|| {
                 (
                     line,
-                    format!("detector id {} is beyond {MAX_DETECTORS}", id.saturating_add(self.offset)),
+                    format!(
+                        "detector id {} is beyond {MAX_DETECTORS}",
+                        id.saturating_add(self.offset)
+                    ),
                 )
             })?;
         self.num_detectors = self.num_detectors.max(abs + 1);
@@ -283,9 +292,13 @@ impl Flattener {
                 }
                 Instr::Detector { coords, ids, .. } => {
                     self.step(line)?;
-                    let t = coords
-                        .last()
-                        .map(|t| t + self.coord_shift.get(coords.len() - 1).copied().unwrap_or(0.0));
+                    let t = coords.last().map(|t| {
+                        t + self
+                            .coord_shift
+                            .get(coords.len() - 1)
+                            .copied()
+                            .unwrap_or(0.0)
+                    });
                     for &id in ids {
                         let abs = self.detector(id, line)?;
                         if self.times.len() <= abs {
@@ -316,10 +329,13 @@ impl Flattener {
     }
 }
 
+/// Instructions with their 1-based lines.
+type Block = Vec<(usize, Instr)>;
+
 /// Parses DEM text into (line, instruction) blocks.
-fn parse_program(text: &str) -> Result<Vec<(usize, Instr)>, (usize, String)> {
+fn parse_program(text: &str) -> Result<Block, (usize, String)> {
     // Open blocks: (line of the `repeat`, count, body so far).
-    let mut stack: Vec<(usize, u64, Vec<(usize, Instr)>)> = vec![(0, 1, Vec::new())];
+    let mut stack: Vec<(usize, u64, Block)> = vec![(0, 1, Vec::new())];
     for (idx, raw) in text.lines().enumerate() {
         let line = idx + 1;
         let s = raw.split('#').next().unwrap_or("").trim();
@@ -441,14 +457,22 @@ pub fn parse_01(text: &str, observables: usize) -> Result<Vec<u64>, (usize, Stri
             if line.len() != observables {
                 return Err((
                     i + 1,
-                    format!("{} characters, expected {observables} (one per observable)", line.len()),
+                    format!(
+                        "{} characters, expected {observables} (one per observable)",
+                        line.len()
+                    ),
                 ));
             }
-            line.bytes().enumerate().try_fold(0u64, |m, (k, c)| match c {
-                b'0' => Ok(m),
-                b'1' => Ok(m | 1 << k),
-                _ => Err((i + 1, format!("`{}` is not 0 or 1", char::from(c).escape_default()))),
-            })
+            line.bytes()
+                .enumerate()
+                .try_fold(0u64, |m, (k, c)| match c {
+                    b'0' => Ok(m),
+                    b'1' => Ok(m | 1 << k),
+                    _ => Err((
+                        i + 1,
+                        format!("`{}` is not 0 or 1", char::from(c).escape_default()),
+                    )),
+                })
         })
         .collect()
 }
@@ -487,7 +511,7 @@ impl QecReplay {
             ));
         }
         let shot_bytes = wq::packed_len(num_detectors);
-        if dets.is_empty() || dets.len() % shot_bytes != 0 {
+        if dets.is_empty() || !dets.len().is_multiple_of(shot_bytes) {
             return bad(format!(
                 "{} bytes of detection events is not a whole number of {shot_bytes}-byte shots",
                 dets.len()
@@ -519,11 +543,12 @@ impl QecReplay {
     /// Loads the files of `cfg`. Errors name the file (and line).
     pub fn load(cfg: &QecReplayConfig) -> Result<Self, QecError> {
         let dem = &cfg.dem;
-        let layout = DemLayout::parse(&read_text(dem)?).map_err(|(line, reason)| QecError::Line {
-            path: dem.clone(),
-            line,
-            reason,
-        })?;
+        let layout =
+            DemLayout::parse(&read_text(dem)?).map_err(|(line, reason)| QecError::Line {
+                path: dem.clone(),
+                line,
+                reason,
+            })?;
         let file_err = |path: &Path, reason: String| QecError::File {
             path: path.to_path_buf(),
             reason,
@@ -564,7 +589,7 @@ impl QecReplay {
         };
         let dets = read_bytes(&cfg.dets)?;
         let shot_bytes = wq::packed_len(layout.num_detectors);
-        if dets.is_empty() || dets.len() % shot_bytes != 0 {
+        if dets.is_empty() || !dets.len().is_multiple_of(shot_bytes) {
             return Err(file_err(
                 &cfg.dets,
                 format!(
@@ -578,13 +603,14 @@ impl QecReplay {
         }
         let shots = dets.len() / shot_bytes;
         let read_01 = |path: &Path| -> Result<Vec<u64>, QecError> {
-            let masks = parse_01(&read_text(path)?, layout.num_observables).map_err(
-                |(line, reason)| QecError::Line {
-                    path: path.to_path_buf(),
-                    line,
-                    reason,
-                },
-            )?;
+            let masks =
+                parse_01(&read_text(path)?, layout.num_observables).map_err(|(line, reason)| {
+                    QecError::Line {
+                        path: path.to_path_buf(),
+                        line,
+                        reason,
+                    }
+                })?;
             if masks.len() != shots {
                 return Err(file_err(
                     path,
@@ -638,7 +664,8 @@ impl QecReplay {
 
     /// Shot `i`'s detection events (b8 bytes).
     pub fn shot(&self, i: usize) -> Option<&[u8]> {
-        self.dets.get(i * self.shot_bytes..(i + 1) * self.shot_bytes)
+        self.dets
+            .get(i * self.shot_bytes..(i + 1) * self.shot_bytes)
     }
 
     /// Shot `i`'s true observables.
@@ -724,7 +751,9 @@ impl QecReplay {
             let _ = header.emit(head);
             let _ = args.emit(&mut head[rpc::HEADER_LEN..]);
         }
-        let stride = messages.last().map_or(0, |m| m.syn_offset + m.len - HEAD_LEN);
+        let stride = messages
+            .last()
+            .map_or(0, |m| m.syn_offset + m.len - HEAD_LEN);
         let mut syndromes = vec![0u8; stride * self.shots()];
         for (s, out) in syndromes.chunks_mut(stride.max(1)).enumerate() {
             let shot = self.shot(s).unwrap_or(&[]);
@@ -844,7 +873,13 @@ impl QecPlan {
 
     /// Writes run message `frame` into `out` with `request_id` and send time `now`; returns
     /// its length, or `None` when `out` is too small. Copies only.
-    pub fn write_message(&self, frame: u32, request_id: u32, now: u64, out: &mut [u8]) -> Option<usize> {
+    pub fn write_message(
+        &self,
+        frame: u32,
+        request_id: u32,
+        now: u64,
+        out: &mut [u8],
+    ) -> Option<usize> {
         let (shot, pos) = self.locate(frame);
         let m = self.messages.get(pos)?;
         let (head, syn) = out.get_mut(..m.len)?.split_at_mut(HEAD_LEN);
@@ -946,7 +981,10 @@ mod tests {
     use rocelink_wire::qec::EnqueueSyndromes;
     use rocelink_wire::rpc::Request;
 
-    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../operator/tests/fixtures/qec");
+    const FIXTURES: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../operator/tests/fixtures/qec"
+    );
 
     fn fixture_config(name: &str) -> QecReplayConfig {
         let dir = Path::new(FIXTURES).join(name);
@@ -998,7 +1036,10 @@ mod tests {
         let l = layout("repeat 3 {\n detector(0, 0) D0\n shift_detectors(0, 1) 1\n}\n");
         assert_eq!(l.detectors_per_round, Some(vec![1, 1, 1]));
         let err = |t: &str| DemLayout::parse(t).expect_err("refused");
-        assert_eq!(err("error(0.1) D0\nerrror(0.1) D1\n"), (2, "unknown instruction `errror`".into()));
+        assert_eq!(
+            err("error(0.1) D0\nerrror(0.1) D1\n"),
+            (2, "unknown instruction `errror`".into())
+        );
         assert_eq!(err("error(2) D0").0, 1);
         assert_eq!(err("error(0.1) X3").0, 1);
         assert_eq!(err("detector(0) L0").0, 1);
@@ -1013,7 +1054,10 @@ mod tests {
     #[test]
     fn loads_fixtures_and_names_bad_files() {
         let q = QecReplay::load(&fixture_config("d5_p0.001")).expect("loads");
-        assert_eq!((q.shots(), q.num_detectors(), q.rounds_per_shot()), (5000, 120, 6));
+        assert_eq!(
+            (q.shots(), q.num_detectors(), q.rounds_per_shot()),
+            (5000, 120, 6)
+        );
         assert!(q.has_reference());
         assert_eq!(q.shot(0).map(<[u8]>::len), Some(15));
 
@@ -1027,24 +1071,70 @@ mod tests {
         let good = fixture_config("d3_p0.001");
         let msg = |c: &QecReplayConfig| QecReplay::load(c).expect_err("refused").to_string();
 
-        let c = QecReplayConfig { dets: write("short.b8", &[0; 7]), ..good.clone() };
-        assert!(msg(&c).contains("short.b8") && msg(&c).contains("3-byte shots"), "{}", msg(&c));
-        let c = QecReplayConfig { obs: write("few.01", b"0\n1\n"), ..good.clone() };
+        let c = QecReplayConfig {
+            dets: write("short.b8", &[0; 7]),
+            ..good.clone()
+        };
+        assert!(
+            msg(&c).contains("short.b8") && msg(&c).contains("3-byte shots"),
+            "{}",
+            msg(&c)
+        );
+        let c = QecReplayConfig {
+            obs: write("few.01", b"0\n1\n"),
+            ..good.clone()
+        };
         assert!(msg(&c).contains("few.01: 2 shots, but"), "{}", msg(&c));
-        let c = QecReplayConfig { pred: Some(write("bad.01", b"0\n2\n")), ..good.clone() };
+        let c = QecReplayConfig {
+            pred: Some(write("bad.01", b"0\n2\n")),
+            ..good.clone()
+        };
         assert!(msg(&c).contains("bad.01, line 2"), "{}", msg(&c));
-        let c = QecReplayConfig { dem: write("bad.dem", b"error(0.1) D0\nnonsense\n"), ..good.clone() };
-        assert!(msg(&c).contains("bad.dem, line 2: unknown instruction"), "{}", msg(&c));
-        let c = QecReplayConfig { dem: write("nocoords.dem", b"error(0.1) D23 L0\n"), ..good.clone() };
-        assert!(msg(&c).contains("nocoords.dem: no per-round split"), "{}", msg(&c));
+        let c = QecReplayConfig {
+            dem: write("bad.dem", b"error(0.1) D0\nnonsense\n"),
+            ..good.clone()
+        };
+        assert!(
+            msg(&c).contains("bad.dem, line 2: unknown instruction"),
+            "{}",
+            msg(&c)
+        );
+        let c = QecReplayConfig {
+            dem: write("nocoords.dem", b"error(0.1) D23 L0\n"),
+            ..good.clone()
+        };
+        assert!(
+            msg(&c).contains("nocoords.dem: no per-round split"),
+            "{}",
+            msg(&c)
+        );
         // ... which an explicit split fixes.
-        let c = QecReplayConfig { detectors_per_round: Some(vec![12, 12]), ..c };
-        assert_eq!(QecReplay::load(&c).expect("loads").detectors_per_round(), [12, 12]);
-        let c = QecReplayConfig { detectors_per_round: Some(vec![12, 11]), ..c };
+        let c = QecReplayConfig {
+            detectors_per_round: Some(vec![12, 12]),
+            ..c
+        };
+        assert_eq!(
+            QecReplay::load(&c).expect("loads").detectors_per_round(),
+            [12, 12]
+        );
+        let c = QecReplayConfig {
+            detectors_per_round: Some(vec![12, 11]),
+            ..c
+        };
         assert!(msg(&c).contains("do not split"), "{}", msg(&c));
-        let c = QecReplayConfig { dets: dir.join("missing.b8"), ..good.clone() };
-        assert!(msg(&c).starts_with("cannot read") && msg(&c).contains("missing.b8"), "{}", msg(&c));
-        let c = QecReplayConfig { dem: write("bin.dem", &[0xFF, 0xFE]), ..good };
+        let c = QecReplayConfig {
+            dets: dir.join("missing.b8"),
+            ..good.clone()
+        };
+        assert!(
+            msg(&c).starts_with("cannot read") && msg(&c).contains("missing.b8"),
+            "{}",
+            msg(&c)
+        );
+        let c = QecReplayConfig {
+            dem: write("bin.dem", &[0xFF, 0xFE]),
+            ..good
+        };
         assert!(msg(&c).contains("bin.dem: not UTF-8"), "{}", msg(&c));
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -1061,7 +1151,12 @@ mod tests {
         // 3 rounds of 3, 5 and 4 detectors; shot bits 0..12 = 0b1010_1100_1011.
         let bits = 0b1010_1100_1011u16;
         let r = replay(vec![3, 5, 4], &[&bits.to_le_bytes()]);
-        for (setting, want) in [(1, vec![(0, 3), (1, 5), (2, 4)]), (2, vec![(0, 8), (2, 4)]), (0, vec![(0, 12)]), (9, vec![(0, 12)])] {
+        for (setting, want) in [
+            (1, vec![(0, 3), (1, 5), (2, 4)]),
+            (2, vec![(0, 8), (2, 4)]),
+            (0, vec![(0, 12)]),
+            (9, vec![(0, 12)]),
+        ] {
             let plan = r.plan(setting);
             assert_eq!(plan.messages_per_shot() as usize, want.len());
             assert_eq!(r.messages_per_shot(setting) as usize, want.len());
@@ -1069,22 +1164,39 @@ mod tests {
             let mut buf = [0u8; 128];
             let mut at = 0;
             for (k, &(counter, n)) in want.iter().enumerate() {
-                let len = plan.write_message(k as u32, 70 + k as u32, 1234, &mut buf).expect("fits");
+                let len = plan
+                    .write_message(k as u32, 70 + k as u32, 1234, &mut buf)
+                    .expect("fits");
                 let req = Request::new_checked(&buf[..len]).expect("CUQR");
                 assert_eq!(req.function_id(), function_id::ENQUEUE_SYNDROMES);
-                assert_eq!((req.request_id(), req.ptp_timestamp()), (70 + k as u32, 1234));
+                assert_eq!(
+                    (req.request_id(), req.ptp_timestamp()),
+                    (70 + k as u32, 1234)
+                );
                 let args = req.args().expect("args");
-                assert_eq!(args.len(), len - rpc::HEADER_LEN, "arg_len covers the message");
+                assert_eq!(
+                    args.len(),
+                    len - rpc::HEADER_LEN,
+                    "arg_len covers the message"
+                );
                 let m = EnqueueSyndromes::new_checked(args).expect("parses");
                 assert_eq!((m.counter(), m.num_syndromes()), (counter, n as i64));
                 for i in 0..n {
-                    assert_eq!(m.syndrome(i), bits >> (at + i) & 1 == 1, "setting {setting} bit {}", at + i);
+                    assert_eq!(
+                        m.syndrome(i),
+                        bits >> (at + i) & 1 == 1,
+                        "setting {setting} bit {}",
+                        at + i
+                    );
                 }
                 assert_eq!(args.len(), 32 + n.div_ceil(8));
                 at += n;
                 assert_eq!(plan.is_final(k as u32), k + 1 == want.len());
             }
-            assert!(plan.write_message(0, 0, 0, &mut buf[..20]).is_none(), "short buffer");
+            assert!(
+                plan.write_message(0, 0, 0, &mut buf[..20]).is_none(),
+                "short buffer"
+            );
         }
     }
 
@@ -1104,7 +1216,12 @@ mod tests {
     }
 
     fn answer(status: i32, result: &[u8]) -> (ResponseRepr, Vec<u8>) {
-        let h = ResponseRepr { status, result_len: result.len() as u32, request_id: 0, ptp_timestamp: 0 };
+        let h = ResponseRepr {
+            status,
+            result_len: result.len() as u32,
+            request_id: 0,
+            ptp_timestamp: 0,
+        };
         let mut p = vec![0u8; rpc::HEADER_LEN + result.len()];
         h.emit(&mut p).expect("header");
         p[rpc::HEADER_LEN..].copy_from_slice(result);
@@ -1114,7 +1231,12 @@ mod tests {
     fn final_result(correction: u64, report_status: u8) -> Vec<u8> {
         let mut r = vec![0u8; 8 + 16];
         wq::emit_corrections(correction, 1, &mut r).expect("fits");
-        DecodeReportRepr { status: report_status, ..Default::default() }.emit(&mut r[8..]).expect("fits");
+        DecodeReportRepr {
+            status: report_status,
+            ..Default::default()
+        }
+        .emit(&mut r[8..])
+        .expect("fits");
         r
     }
 
@@ -1125,17 +1247,38 @@ mod tests {
         let r = replay(vec![2, 2], &[&[0], &[0]]);
         let plan = r.plan(1);
         let stats = QecStats::default();
-        let check = |frame, (h, p): (ResponseRepr, Vec<u8>)| plan.check_answer(frame, &h, &p, 99, &stats);
+        let check =
+            |frame, (h, p): (ResponseRepr, Vec<u8>)| plan.check_answer(frame, &h, &p, 99, &stats);
         assert_eq!(check(0, answer(0, &[])), PAYLOAD_OK);
-        assert_eq!(check(0, answer(0, &[1])), 0, "a result before the last round");
-        assert_eq!(check(1, answer(0, &final_result(0, 0))), FINAL_ROUND | PAYLOAD_OK | LOGICAL_OK | MATCHES_REFERENCE);
-        assert_eq!(check(3, answer(0, &final_result(0, REPORT_OVERFLOW))), FINAL_ROUND | PAYLOAD_OK | MATCHES_REFERENCE | OVERFLOW);
-        assert_eq!(check(3, answer(0, &final_result(1, REPORT_UNMATCHABLE))), FINAL_ROUND | PAYLOAD_OK | LOGICAL_OK | UNMATCHABLE);
-        assert_eq!(check(3, answer(0, &final_result(1, 0)[..23])), FINAL_ROUND, "report cut short");
+        assert_eq!(
+            check(0, answer(0, &[1])),
+            0,
+            "a result before the last round"
+        );
+        assert_eq!(
+            check(1, answer(0, &final_result(0, 0))),
+            FINAL_ROUND | PAYLOAD_OK | LOGICAL_OK | MATCHES_REFERENCE
+        );
+        assert_eq!(
+            check(3, answer(0, &final_result(0, REPORT_OVERFLOW))),
+            FINAL_ROUND | PAYLOAD_OK | MATCHES_REFERENCE | OVERFLOW
+        );
+        assert_eq!(
+            check(3, answer(0, &final_result(1, REPORT_UNMATCHABLE))),
+            FINAL_ROUND | PAYLOAD_OK | LOGICAL_OK | UNMATCHABLE
+        );
+        assert_eq!(
+            check(3, answer(0, &final_result(1, 0)[..23])),
+            FINAL_ROUND,
+            "report cut short"
+        );
         assert_eq!(check(2, answer(status::SYNDROMES_DROPPED, &[])), 0);
         assert_eq!(check(3, answer(-1, &[])), FINAL_ROUND);
         let s = stats.snapshot();
-        assert_eq!((s.shots_decoded, s.logical_errors, s.disagreements), (3, 1, 1));
+        assert_eq!(
+            (s.shots_decoded, s.logical_errors, s.disagreements),
+            (3, 1, 1)
+        );
         assert_eq!((s.overflows, s.unmatchable, s.bad_answers), (1, 1, 2));
         assert_eq!(s.status, [2, 0, 0, 0, 0, 0, 1, 1]);
         assert_eq!(s.last_correction_ns, 99);
@@ -1143,7 +1286,10 @@ mod tests {
             plan.on_sent(k, 10 + u64::from(k), &stats);
         }
         let s = stats.snapshot();
-        assert_eq!((s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns), (2, 4, 10, 13));
+        assert_eq!(
+            (s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns),
+            (2, 4, 10, 13)
+        );
     }
 
     #[test]
@@ -1155,7 +1301,10 @@ mod tests {
         assert!(new(vec![3, 0], 1, vec![0], 1).is_err());
         assert!(new(vec![3], 0, vec![0], 1).is_err());
         assert!(new(vec![3], 65, vec![0], 1).is_err());
-        assert!(new(vec![9], 1, vec![0, 0, 0], 1).is_err(), "not whole shots");
+        assert!(
+            new(vec![9], 1, vec![0, 0, 0], 1).is_err(),
+            "not whole shots"
+        );
         assert!(new(vec![3], 1, vec![], 0).is_err(), "no shots");
         assert!(new(vec![3], 1, vec![0, 0], 1).is_err(), "obs count");
         assert!(new(vec![3], 1, vec![0, 0], 2).is_ok());

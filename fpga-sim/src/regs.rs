@@ -160,8 +160,14 @@ enum Reg {
     FpgaDate,
     Ptp(usize),
     PtpSyncStat,
-    Vp { n: usize, word: usize },
-    Hif { dp: usize, word: usize },
+    Vp {
+        n: usize,
+        word: usize,
+    },
+    Hif {
+        dp: usize,
+        word: usize,
+    },
     PlayerEnable,
     PlayerInterval,
     PlayerWindowSize,
@@ -736,8 +742,8 @@ mod tests {
             qp: 2,
         };
         // 2 shots of rounds [3, 5, 4] (12 detectors, 2 bytes each).
-        let mut replay = QecReplay::new(vec![3, 5, 4], 1, vec![0; 4], vec![0, 1], None)
-            .expect("replay");
+        let mut replay =
+            QecReplay::new(vec![3, 5, 4], 1, vec![0; 4], vec![0, 1], None).expect("replay");
         replay.rounds_per_message = 2;
         Registers::with_qec(id, Arc::new(PeerShared::default()), Some(Arc::new(replay)))
     }
@@ -756,7 +762,11 @@ mod tests {
         assert_eq!(rd(&r, ext::QEC_MAX_MESSAGE_BYTES), 24 + 32 + 1);
         assert_eq!(rd(&r, ext::QEC_STATUS_COUNTS + 28), 0);
         assert_eq!(rd(&r, ext::STATS_BASE + ext::STAT_TIMEOUTS), 0);
-        assert_eq!(r.read(0x4000_0220), Err(InvalidAddress), "a hole in the block");
+        assert_eq!(
+            r.read(0x4000_0220),
+            Err(InvalidAddress),
+            "a hole in the block"
+        );
         w(&mut r, ext::QEC_ROUNDS_PER_MESSAGE, 0);
         assert_eq!(rd(&r, ext::QEC_MESSAGES_PER_SHOT), 1);
         assert_eq!(rd(&r, ext::QEC_MAX_MESSAGE_BYTES), 24 + 32 + 2);
@@ -769,19 +779,26 @@ mod tests {
         w(&mut r, reg::PLAYER_WINDOW_SIZE, 0);
         w(&mut r, ext::QEC_ROUNDS_PER_MESSAGE, 1);
         w(&mut r, reg::CAPTURE_CTRL, reg::CAPTURE_ARM);
-        let Ok(Effect::Start(cfg)) = r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE)
+        let Ok(Effect::Start(cfg)) =
+            r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE)
         else {
             panic!("QEC run refused")
         };
         assert_eq!(cfg.frames, 5 * 3, "5 shots of 3 messages");
-        assert!(cfg.stamp_ptp && !cfg.scramble, "always stamped, never scrambled");
+        assert!(
+            cfg.stamp_ptp && !cfg.scramble,
+            "always stamped, never scrambled"
+        );
         assert_eq!(cfg.qec.as_ref().map(|p| p.messages_per_shot()), Some(3));
         assert!(cfg.capture.as_ref().is_some_and(|c| c.capacity() >= 15));
         w(&mut r, reg::PLAYER_ENABLE, 0);
         r.shared().running.store(false, Ordering::Release);
 
         // Reset keeps the replay and its power-on settings.
-        assert!(matches!(r.write(reg::RESET, reg::RESET_BIT), Ok(Effect::Reset)));
+        assert!(matches!(
+            r.write(reg::RESET, reg::RESET_BIT),
+            Ok(Effect::Reset)
+        ));
         assert_eq!(rd(&r, ext::QEC_ROUNDS_PER_MESSAGE), 2);
         assert_eq!(rd(&r, ext::QEC_CTRL) & ext::QEC_ENABLE, ext::QEC_ENABLE);
 
