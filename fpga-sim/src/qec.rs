@@ -44,7 +44,9 @@ use crate::stats::{QecStats, Stats};
 pub const MAX_OBSERVABLES: usize = 64;
 /// Most detectors a shot may have (bounds what a hostile DEM can make us allocate; a d=25,
 /// 25-round surface code has about 16 thousand).
-pub const MAX_DETECTORS: usize = 1 << 22;
+pub const MAX_DETECTORS: usize = 1 << 20;
+/// Deepest `repeat` nesting accepted (the flattener recurses once per level).
+pub const MAX_REPEAT_DEPTH: usize = 64;
 /// Most flattened steps a DEM may expand to (instructions plus loop iterations), as the
 /// operator's loader bounds it: `repeat 1000000000 { ... }` is an error, not a hang.
 pub const MAX_DEM_STEPS: u64 = 4_000_000;
@@ -366,6 +368,12 @@ fn parse_program(text: &str) -> Result<Block, (usize, String)> {
                 .ok()
                 .filter(|&c| c > 0)
                 .ok_or_else(|| (line, format!("`{count_text}` is not a repeat count")))?;
+            if stack.len() > MAX_REPEAT_DEPTH {
+                return Err((
+                    line,
+                    format!("`repeat` blocks nest deeper than {MAX_REPEAT_DEPTH}"),
+                ));
+            }
             stack.push((line, count, Vec::new()));
             continue;
         }
@@ -1049,6 +1057,8 @@ mod tests {
         assert_eq!(err("error(0.1) D99999999999").0, 1);
         let (line, reason) = err("repeat 1000000 {\nrepeat 1000000 {\nerror(0.1) D0\n}\n}\n");
         assert!(reason.contains("expand"), "{line}: {reason}");
+        let deep = "repeat 1 {\n".repeat(100_000);
+        assert_eq!(err(&deep).0, MAX_REPEAT_DEPTH + 1, "no stack overflow");
     }
 
     #[test]
