@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::abi;
 use crate::backend::{BackendError, CpuBackendConfig, RunningBackend};
-use crate::gpu::driver::{Gpu, StreamState};
+use crate::gpu::driver::{DeviceBuffer, Gpu, StreamState};
+use crate::gpu::qec_state::{self, QecState};
 use crate::gpu::{kernels, nvrtc};
 use crate::rings::QpMemory;
 use crate::stage::StageSpec;
@@ -98,7 +99,48 @@ impl GpuBackend {
     }
 }
 
+/// The stages' device state: the QEC decoder's blob (`crate::gpu::qec_state`), if the chain
+/// has that stage (`kernels::gpu_unsupported` allows at most one stage with state).
+fn stage_state(chain: &[StageSpec]) -> Result<Option<QecState>, String> {
+    for spec in chain {
+        if let Some(s) = QecState::from_spec(spec).map_err(|e| e.to_string())? {
+            return Ok(Some(s));
+        }
+    }
+    Ok(None)
+}
+
+/// Copies the state blob to new device memory.
+fn upload_state(gpu: &Gpu, state: &QecState) -> Result<DeviceBuffer, String> {
+    let buf = gpu.alloc(state.bytes().len()).map_err(|e| e.to_string())?;
+    if let Err(e) = gpu.upload(&buf, 0, state.bytes()) {
+        // SAFETY: no kernel has been given the buffer.
+        let _ = unsafe { gpu.free(buf) };
+        return Err(e.to_string());
+    }
+    Ok(buf)
+}
+
+/// After the kernel stopped: logs the QEC decoders' device counters and frees the state.
+fn release_state(gpu: &Gpu, buf: DeviceBuffer) {
+    let mut blob = vec![0u8; buf.len()];
+    if gpu.download(&buf, 0, &mut blob).is_ok() {
+        let mut i = 0;
+        while let Some(r) = qec_state::decoder_record(&blob, i) {
+            tracing::info!(decoder = i, counters = ?r.counters(), "GPU QEC decoder");
+            i += 1;
+        }
+        if let Some(n) = qec_state::invalid_decoder_requests(&blob).filter(|&n| n > 0) {
+            tracing::info!("GPU QEC decoder: {n} requests named a decoder id out of range");
+        }
+    }
+    // SAFETY: the caller saw the kernel's stream idle: nothing uses the buffer.
+    let _ = unsafe { gpu.free(buf) };
+}
+
 fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBackendConfig, stop: &AtomicBool, started: &mpsc::Sender<Result<Started, String>>) -> Result<(), String> {
+    // The stages' state is built (DEM loaded, tables made) before anything touches the GPU.
+    let state = stage_state(chain)?;
     let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
     let (main, headers, mut options) = kernels::transceiver_program(chain);
     if let Ok(extra) = std::env::var("ROCELINK_KERNEL_DEFINES") {
@@ -115,10 +157,29 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     tracing::info!(from_cache = compiled.from_cache, ms = compiled.millis, "transceiver kernel compiled for {}", gpu.info.arch());
     let module = gpu.load(&compiled.cubin, &["rl_transceiver"]).map_err(|e| e.to_string())?;
     let stream = gpu.stream().map_err(|e| e.to_string())?;
+    // Device memory for the stages' state, allocated and filled before the launch (PERF.md:
+    // nothing is allocated or copied while the persistent kernel runs); freed after it stopped.
+    let state_buf = match &state {
+        Some(s) => Some(upload_state(&gpu, s)?),
+        None => None,
+    };
+    let free_state = |buf: Option<DeviceBuffer>| {
+        if let Some(b) = buf {
+            // SAFETY: only called where no kernel was launched.
+            let _ = unsafe { gpu.free(b) };
+        }
+    };
     // SAFETY: the queue pair's memory is page-aligned and lives in `q` (an Arc) until after
     // the kernel stopped and the memory is unregistered below.
-    let dbase = unsafe { gpu.register(q.mem.base(), q.mem.len()) }.map_err(|e| e.to_string())?;
+    let dbase = match unsafe { gpu.register(q.mem.base(), q.mem.len()) } {
+        Ok(d) => d,
+        Err(e) => {
+            free_state(state_buf);
+            return Err(e.to_string());
+        }
+    };
     let mut desc = q.transceiver_desc_at(dbase, cfg.qpn, cfg.tx_lkey);
+    desc.stage_state = state_buf.as_ref().map_or(0, DeviceBuffer::device_ptr);
     let m = &q.mem;
     let l = q.layout;
     m.atomic_u32(l.state()).store(abi::RL_STATE_LAUNCHED, Ordering::Release);
@@ -126,8 +187,12 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     let mut params = [&mut desc as *mut abi::rl_transceiver_desc as *mut c_void];
     // SAFETY: rl_transceiver takes one `struct rl_transceiver_desc` by value (abi.h, the same
     // definition bindgen made `desc` from); every address in it points into the registered
-    // memory, which outlives the kernel (unregistered only after the stream is idle).
-    unsafe { stream.launch(module.function(0), kernels::transceiver_threads(), &mut params) }.map_err(|e| e.to_string())?;
+    // memory or the state buffer, which outlive the kernel (unregistered and freed only after
+    // the stream is idle).
+    if let Err(e) = unsafe { stream.launch(module.function(0), kernels::transceiver_threads(), &mut params) } {
+        free_state(state_buf);
+        return Err(e.to_string());
+    }
 
     // Wait for RUNNING.
     let t0 = Instant::now();
@@ -193,6 +258,9 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     }
     // SAFETY: the kernel has finished (stream idle); nothing uses the registration now.
     let _ = unsafe { gpu.unregister(q.mem.base()) };
+    if let Some(b) = state_buf {
+        release_state(&gpu, b);
+    }
     module.unload();
     if m.atomic_u32(l.state()).load(Ordering::Acquire) == abi::RL_STATE_FAILED {
         error.get_or_insert(format!("the transceiver kernel reported error {}", m.atomic_u32(l.error()).load(Ordering::Relaxed)));

@@ -176,6 +176,54 @@ impl Gpu {
         Ok(Module { module, functions })
     }
 
+    /// Allocates `len` bytes of device memory (at least 1; cuMemAlloc aligns to 256 bytes).
+    /// Done before a persistent kernel starts (PERF.md: allocate everything before the
+    /// launch); freed with [`Gpu::free`] once no kernel can touch it.
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer, GpuError> {
+        self.make_current()?;
+        let mut ptr = 0;
+        // SAFETY: out-pointer valid; the context is current.
+        check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1)) })?;
+        Ok(DeviceBuffer { ptr, len })
+    }
+
+    /// Copies `src` to `dst` at byte `offset` (synchronous; not while a persistent kernel
+    /// runs: it uses the legacy default stream).
+    pub fn upload(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<(), GpuError> {
+        if offset.checked_add(src.len()).is_none_or(|end| end > dst.len) {
+            return Err(GpuError::Other(format!("upload of {} bytes at {offset} past a {}-byte buffer", src.len(), dst.len)));
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.make_current()?;
+        // SAFETY: the range lies inside the allocation (checked above); src is a live slice.
+        check("cuMemcpyHtoD", unsafe { sys::cuMemcpyHtoD_v2(dst.ptr + offset as u64, src.as_ptr() as *const c_void, src.len()) })
+    }
+
+    /// Copies `dst.len()` bytes at byte `offset` of `src` back (synchronous; as
+    /// [`Gpu::upload`], only when no persistent kernel runs).
+    pub fn download(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<(), GpuError> {
+        if offset.checked_add(dst.len()).is_none_or(|end| end > src.len) {
+            return Err(GpuError::Other(format!("download of {} bytes at {offset} past a {}-byte buffer", dst.len(), src.len)));
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.make_current()?;
+        // SAFETY: the range lies inside the allocation (checked above); dst is a live slice.
+        check("cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src.ptr + offset as u64, dst.len()) })
+    }
+
+    /// Frees device memory.
+    ///
+    /// # Safety
+    /// No kernel may use `buf` any more (the stream that ran the kernel is idle).
+    pub unsafe fn free(&self, buf: DeviceBuffer) -> Result<(), GpuError> {
+        self.make_current()?;
+        check("cuMemFree", sys::cuMemFree_v2(buf.ptr))
+    }
+
     /// A non-blocking stream (never the default stream).
     pub fn stream(&self) -> Result<Stream, GpuError> {
         self.make_current()?;
@@ -192,6 +240,32 @@ impl Drop for Gpu {
         unsafe {
             sys::cuDevicePrimaryCtxRelease_v2(self.dev);
         }
+    }
+}
+
+/// Device memory from [`Gpu::alloc`]. Deliberately not freed on drop: when a persistent
+/// kernel does not stop, its host side gives up and must leave the memory the kernel may
+/// still touch (the driver reclaims it at process exit); [`Gpu::free`] frees it otherwise.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    ptr: u64,
+    len: usize,
+}
+
+impl DeviceBuffer {
+    /// The device address.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 

@@ -9,6 +9,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("abi.h", include_str!("../../../kernels/abi.h")),
     ("verbs.cuh", include_str!("../../../kernels/verbs.cuh")),
     ("stages/echo.cuh", include_str!("../../../kernels/stages/echo.cuh")),
+    ("stages/qec.cuh", include_str!("../../../kernels/stages/qec.cuh")),
     ("../abi.h", include_str!("../../../kernels/abi.h")),
 ];
 
@@ -33,22 +34,30 @@ fn headers() -> Vec<Source> {
     FILES.iter().map(|(n, t)| Source { name: (*n).to_string(), text: (*t).to_string() }).collect()
 }
 
-/// The device code of one stage: its header and the call that runs it from `src` into `dst`.
-fn stage_code(spec: &StageSpec) -> (&'static str, &'static str) {
+/// The device code of one stage: its header, the function that runs it from `src` into
+/// `dst`, and whether it takes the chain's `state` (the device state blob,
+/// `rl_transceiver_desc.stage_state`) as a fifth argument.
+fn stage_code(spec: &StageSpec) -> (&'static str, &'static str, bool) {
     match spec {
-        StageSpec::Echo => ("stages/echo.cuh", "rl_stage_echo"),
-        // Until the device decoder lands, a QEC chain is refused before compilation
-        // (see `gpu_supported`).
-        StageSpec::QecDecoder { .. } => ("stages/echo.cuh", "rl_stage_unsupported"),
+        StageSpec::Echo => ("stages/echo.cuh", "rl_stage_echo", false),
+        // State: the blob of `crate::gpu::qec_state` (tables, per-decoder shots, counters).
+        StageSpec::QecDecoder { .. } => ("stages/qec.cuh", "rl_stage_qec", true),
     }
 }
 
-/// Why the GPU cannot run `chain` yet, if it cannot.
+/// Why the GPU cannot run `chain`, if it cannot: more than one stage with device state (the
+/// descriptor carries one `stage_state`), or a QEC decoder whose configuration or DEM does
+/// not fit the device stage (`qec_state::check_spec`: K above 12, too many detectors or
+/// observables, distances whose sums need more than 32 bits). Loads the DEM.
 pub fn gpu_unsupported(chain: &[StageSpec]) -> Option<String> {
-    chain
-        .iter()
-        .find(|s| matches!(s, StageSpec::QecDecoder { .. }))
-        .map(|_| "the QEC decoder stage runs on the CPU backend only in this build (the device decoder is not written yet)".to_string())
+    let stateful: Vec<&StageSpec> = chain.iter().filter(|s| stage_code(s).2).collect();
+    if stateful.len() > 1 {
+        return Some(format!(
+            "the GPU chain can hold one stage with device state (here {}: one QEC decoder per graph)",
+            stateful.len()
+        ));
+    }
+    stateful.first().and_then(|spec| super::qec_state::check_spec(spec).err())
 }
 
 /// `rl_chain.cuh` for a chain: each stage's answer is the next stage's request, ping-ponging
@@ -58,13 +67,14 @@ pub fn chain_header(chain: &[StageSpec]) -> String {
     let mut body = String::new();
     let mut seen = Vec::new();
     for (k, spec) in chain.iter().enumerate() {
-        let (header, func) = stage_code(spec);
+        let (header, func, stateful) = stage_code(spec);
         if !seen.contains(&header) {
             includes.push_str(&format!("#include \"{header}\"\n"));
             seen.push(header);
         }
         let (src, dst) = if k % 2 == 0 { ("a", "b") } else { ("b", "a") };
-        body.push_str(&format!("    /* stage {k}: {spec:?} */\n    n = {func}({src}, n, {dst}, cap);\n    if (n < 0) return -1;\n"));
+        let state = if stateful { ", state" } else { "" };
+        body.push_str(&format!("    /* stage {k}: {spec:?} */\n    n = {func}({src}, n, {dst}, cap{state});\n    if (n < 0) return -1;\n"));
     }
     let last = if chain.len() % 2 == 1 { "b" } else { "a" };
     format!(

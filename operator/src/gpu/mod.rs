@@ -10,5 +10,6 @@
 pub mod driver;
 pub mod kernels;
 pub mod nvrtc;
+pub mod qec_state;
 
 pub use driver::{Gpu, GpuError, GpuInfo};
