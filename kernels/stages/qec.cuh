@@ -161,23 +161,32 @@ RL_OFFSET_ASSERT(struct rl_qec_decoder, bad_requests, 80, "qec decoder: bad_requ
 #define RL_QEC_PHASE_ACK 1u    /* append the bits, answer OK with no result */
 #define RL_QEC_PHASE_DECODE 2u /* append the bits, decode, answer corrections + report */
 
-/** What thread 0 decided, for every thread (read after a __syncthreads). */
+/** What thread 0 decided in rl_qec_begin, for every thread: written before the stage's
+ * first __syncthreads and then only read, except `ret`, which thread 0 writes again (a
+ * decoded shot's answer) only while every other thread waits at the last barrier. */
 struct rl_qec_ctl {
     int ret;
     uint32_t phase;
     uint32_t n, K, words, num_obs;
     uint32_t app_at, app_n, zero; /* append: bit offset, bits, start a fresh shot */
-    uint32_t k;                   /* defects of the shot */
-    uint32_t status;              /* report status */
-    uint32_t obs;                 /* observables of the matching */
-    uint32_t infinite;            /* the weight is infinite (exact, unmatchable) */
-    uint32_t done, left;          /* greedy loop */
-    unsigned long long cost;      /* matching weight in table units */
-    unsigned long long t0;        /* decode start, %globaltimer */
+    uint32_t rsvd;
+    double scale;                 /* the header's, loaded with the rest of it */
     uint8_t *shot;
     const uint32_t *dist, *par;
     struct rl_qec_decoder *slot;
     struct rl_qec_header *hdr;
+};
+
+/** The decode's outcome, written by thread 0 only between barriers (kept apart from the
+ * control block so that no wide shared load of one overlaps writes to the other). */
+struct rl_qec_result {
+    uint32_t status;          /* report status */
+    uint32_t obs;             /* observables of the matching */
+    uint32_t infinite;        /* the weight is infinite (exact, unmatchable) */
+    uint32_t done;            /* greedy loop: finished */
+    uint32_t left;            /* greedy loop: live defects */
+    uint32_t rsvd[3];
+    unsigned long long cost;  /* matching weight in table units */
 };
 
 struct rl_qec_smem {
@@ -202,7 +211,26 @@ struct rl_qec_smem {
     uint16_t binom[RL_QEC_BINOM_N * RL_QEC_BINOM_N]; /* C(r, q) at r * 13 + q */
     uint32_t ws[33];                                 /* scan: per-warp sums, [32] the total */
     unsigned long long wk[32];                       /* greedy: per-warp minimum keys */
-    struct rl_qec_ctl c;
+    __align__(16) struct rl_qec_ctl c;
+    __align__(16) struct rl_qec_result r;
+};
+
+/** C(r, q) for r, q <= 12 at r * 13 + q (0 for q > r): the number of masks of q defects
+ * among r, for the DP's layers and the colex unranking of their masks. */
+__device__ const uint16_t rl_qec_binomials[RL_QEC_BINOM_N * RL_QEC_BINOM_N] = {
+    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 3, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 4, 6, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 5, 10, 10, 5, 1, 0, 0, 0, 0, 0, 0, 0,
+    1, 6, 15, 20, 15, 6, 1, 0, 0, 0, 0, 0, 0,
+    1, 7, 21, 35, 35, 21, 7, 1, 0, 0, 0, 0, 0,
+    1, 8, 28, 56, 70, 56, 28, 8, 1, 0, 0, 0, 0,
+    1, 9, 36, 84, 126, 126, 84, 36, 9, 1, 0, 0, 0,
+    1, 10, 45, 120, 210, 252, 210, 120, 45, 10, 1, 0, 0,
+    1, 11, 55, 165, 330, 462, 462, 330, 165, 55, 11, 1, 0,
+    1, 12, 66, 220, 495, 792, 924, 792, 495, 220, 66, 12, 1,
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -346,6 +374,8 @@ __device__ __forceinline__ int rl_qec_enqueue(const uint8_t *args, uint32_t arg_
     s->bits = bits + (uint32_t)nsyn;
     s->next_counter = counter + rounds;
     s->messages++;
+    /* Not the last bits: answered OK with no result (rl_qec_begin writes it now, before the
+     * append); the last: decoded, answered by rl_qec_finish. */
     c->phase = s->bits < c->n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
     return RL_QEC_OK;
 }
@@ -382,8 +412,8 @@ __device__ __forceinline__ int rl_qec_reset(const uint8_t *args, uint32_t arg_le
     return RL_QEC_OK;
 }
 
-/** Thread 0: session.rs handle() up to the decode. Sets c->phase and, when DONE, c->ret and
- * the whole answer. */
+/** Thread 0: session.rs handle() up to the decode. Sets c->phase and, unless a shot is to be
+ * decoded (DECODE), c->ret and the whole answer. */
 __device__ __forceinline__ void rl_qec_begin(const uint8_t *req, int len, uint8_t *resp, int cap, uint8_t *base, struct rl_qec_ctl *c) {
     c->phase = RL_QEC_PHASE_DONE;
     c->ret = -1;
@@ -406,6 +436,7 @@ __device__ __forceinline__ void rl_qec_begin(const uint8_t *req, int len, uint8_
     c->K = h->max_defects;
     c->words = h->shot_words;
     c->num_obs = h->num_observables;
+    c->scale = h->scale;
     c->dist = (const uint32_t *)(base + h->distances_off);
     c->par = (const uint32_t *)(base + h->parities_off);
 
@@ -423,7 +454,7 @@ __device__ __forceinline__ void rl_qec_begin(const uint8_t *req, int len, uint8_
     } else {
         st = rl_qec_reset(args, arg_len, base, c);
     }
-    if (c->phase == RL_QEC_PHASE_DONE) {
+    if (c->phase != RL_QEC_PHASE_DECODE) {
         rl_qec_header_out(resp, req, st, rlen);
         c->ret = RL_RPC_HEADER_LEN + (int)rlen;
     }
@@ -527,16 +558,10 @@ __device__ __forceinline__ void rl_qec_dp_mask(struct rl_qec_smem *s, uint32_t m
  * layer as exact_bottom_up(); dp[mask] is a function of its sub-masks only, so this order
  * gives the top-down CPU values, tie-breaking included). */
 __device__ __forceinline__ void rl_qec_exact(struct rl_qec_smem *s, uint32_t k) {
-    struct rl_qec_ctl *c = &s->c;
+    const struct rl_qec_ctl *c = &s->c;
     const uint32_t tid = threadIdx.x, T = blockDim.x, n = c->n, stride = n + 1u;
     const uint32_t *D = c->dist, *P = c->par;
-    /* C(r, q) for r, q <= 12, exact at every step of the product */
-    for (uint32_t i = tid; i < RL_QEC_BINOM_N * RL_QEC_BINOM_N; i += T) {
-        const uint32_t r = i / RL_QEC_BINOM_N, q = i % RL_QEC_BINOM_N;
-        uint32_t v = q > r ? 0u : 1u;
-        for (uint32_t j = 0; j < q && j < r; j++) v = v * (r - j) / (j + 1u);
-        s->binom[i] = (uint16_t)v;
-    }
+    for (uint32_t i = tid; i < RL_QEC_BINOM_N * RL_QEC_BINOM_N; i += T) s->binom[i] = rl_qec_binomials[i];
     /* exact.rs gather(): one round of table loads */
     for (uint32_t i = tid; i < k * k; i += T) {
         const uint32_t x = i / k, y = i % k;
@@ -555,12 +580,14 @@ __device__ __forceinline__ void rl_qec_exact(struct rl_qec_smem *s, uint32_t k) 
         s->u.dp.o[0] = 0;
     }
     __syncthreads();
-    /* Layer p: the C(k, p) masks of p defects, each thread unranking its masks in colex order
-     * (the combinatorial number system), so a layer costs C(k, p) / T masks per thread. */
+    /* Layer p: the C(k, p) masks of p defects in colex order (increasing value), each thread
+     * a contiguous run of ranks: its first mask by unranking (the combinatorial number
+     * system), the next ones by Gosper's next-combination step. */
     for (uint32_t p = 1; p <= k; p++) {
         const uint32_t count = s->binom[k * RL_QEC_BINOM_N + p];
-        for (uint32_t r = tid; r < count; r += T) {
-            uint32_t mask = 0, rr = r, q = p;
+        const uint32_t per = (count + T - 1u) / T, r0 = tid * per, r1 = r0 + per < count ? r0 + per : count;
+        if (r0 < r1) {
+            uint32_t mask = 0, rr = r0, q = p;
             for (int e = (int)k - 1; e >= 0 && q > 0; e--) {
                 const uint32_t b = s->binom[(uint32_t)e * RL_QEC_BINOM_N + q];
                 if (rr >= b) {
@@ -570,22 +597,28 @@ __device__ __forceinline__ void rl_qec_exact(struct rl_qec_smem *s, uint32_t k) 
                 }
             }
             rl_qec_dp_mask(s, mask);
+            for (uint32_t r = r0 + 1u; r < r1; r++) {
+                const uint32_t low = mask & (0u - mask), up = mask + low;
+                mask = (((up ^ mask) >> 2) >> ((uint32_t)__ffs(low) - 1u)) | up;
+                rl_qec_dp_mask(s, mask);
+            }
         }
         __syncthreads();
     }
     if (tid == 0) {
         const uint32_t full = (1u << k) - 1u, cost = s->u.dp.w[full];
-        c->status = cost == RL_QEC_INF ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
-        c->infinite = cost == RL_QEC_INF;
-        c->cost = cost == RL_QEC_INF ? 0ull : cost;
-        c->obs = cost == RL_QEC_INF ? 0u : s->u.dp.o[full];
+        s->r.status = cost == RL_QEC_INF ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
+        s->r.infinite = cost == RL_QEC_INF;
+        s->r.cost = cost == RL_QEC_INF ? 0ull : cost;
+        s->r.obs = cost == RL_QEC_INF ? 0u : s->u.dp.o[full];
     }
 }
 
 /** exact.rs greedy() over the k > K defects in s->u.g.def: repeatedly the globally closest
  * option (lowest cost, then lowest defect index: the minimum of (cost << 32 | index)). */
 __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k) {
-    struct rl_qec_ctl *c = &s->c;
+    const struct rl_qec_ctl *c = &s->c;
+    struct rl_qec_result *res = &s->r;
     const uint32_t tid = threadIdx.x, T = blockDim.x, lane = tid & 31u, warp = tid >> 5, nw = (T + 31u) >> 5;
     const uint32_t n = c->n, stride = n + 1u;
     const uint32_t *D = c->dist, *P = c->par;
@@ -593,12 +626,12 @@ __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k)
     __syncthreads();
     for (uint32_t x = tid; x < k; x += T) rl_qec_nearest(s, x, k, stride, n, D);
     if (tid == 0) {
-        c->left = k;
-        c->cost = 0;
-        c->obs = 0;
-        c->infinite = 0;
-        c->status = RL_QEC_REPORT_OVERFLOW;
-        c->done = 0;
+        res->left = k;
+        res->cost = 0;
+        res->obs = 0;
+        res->infinite = 0;
+        res->status = RL_QEC_REPORT_OVERFLOW;
+        res->done = 0;
     }
     __syncthreads();
     for (;;) {
@@ -621,26 +654,26 @@ __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k)
             for (uint32_t i = 0; i < nw; i++) best = s->wk[i] < best ? s->wk[i] : best;
             if (best == ~0ull) {
                 /* live defects with nowhere to go: the rest cannot be matched */
-                c->status = RL_QEC_REPORT_UNMATCHABLE;
-                c->done = 1;
+                res->status = RL_QEC_REPORT_UNMATCHABLE;
+                res->done = 1;
             } else {
                 const uint32_t pick = (uint32_t)best, partner = s->u.g.partner[pick];
                 const uint64_t dp = s->u.g.def[pick];
-                c->cost += s->u.g.cost[pick];
+                res->cost += s->u.g.cost[pick];
                 s->u.g.alive[pick] = 0;
-                c->left--;
+                res->left--;
                 if (partner == RL_QEC_TO_BOUNDARY) {
-                    c->obs ^= P[dp * stride + n];
+                    res->obs ^= P[dp * stride + n];
                 } else {
-                    c->obs ^= P[dp * stride + s->u.g.def[partner]];
+                    res->obs ^= P[dp * stride + s->u.g.def[partner]];
                     s->u.g.alive[partner] = 0;
-                    c->left--;
+                    res->left--;
                 }
-                c->done = c->left == 0;
+                res->done = res->left == 0;
             }
         }
         __syncthreads();
-        if (c->done) break;
+        if (res->done) break;
         /* whoever had a now-matched defect as nearest looks again */
         for (uint32_t x = tid; x < k; x += T) {
             if (s->u.g.alive[x]) {
@@ -652,12 +685,12 @@ __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k)
     }
 }
 
-/** All threads: decode the decoder's completed shot into c->{k, status, obs, cost, infinite}. */
-__device__ __forceinline__ void rl_qec_decode(struct rl_qec_smem *s) {
-    struct rl_qec_ctl *c = &s->c;
+/** All threads: decode the decoder's completed shot into s->r; returns the number of
+ * defects (in every thread). */
+__device__ __forceinline__ uint32_t rl_qec_decode(struct rl_qec_smem *s) {
+    const struct rl_qec_ctl *c = &s->c;
     const uint32_t tid = threadIdx.x, T = blockDim.x, n = c->n, K = c->K, W = c->words;
     const uint32_t *shot = (const uint32_t *)c->shot; /* written by this block: plain loads */
-    if (tid == 0) c->t0 = rl_qec_clock();
     /* Defects in increasing order (exact.rs decode_b8): popcount per word, a block scan for
      * each thread's first slot, then each thread lists its words' bits. */
     const uint32_t per = (W + T - 1u) / T;
@@ -675,42 +708,39 @@ __device__ __forceinline__ void rl_qec_decode(struct rl_qec_smem *s) {
             v &= v - 1u;
         }
     }
-    if (tid == 0) c->k = k;
     __syncthreads();
     if (k <= K)
         rl_qec_exact(s, k);
     else
         rl_qec_greedy(s, k);
+    return k;
 }
 
-/** Thread 0, after the append (and the decode): session.rs enqueue() from `slot.bits +=
- * n` on: the ack, or the final answer (corrections then the 16-byte decode report). */
-__device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp, struct rl_qec_ctl *c) {
-    if (c->phase == RL_QEC_PHASE_ACK) {
-        rl_qec_header_out(resp, req, RL_QEC_OK, 0);
-        c->ret = RL_RPC_HEADER_LEN;
-        return;
-    }
+/** Thread 0, after the decode: session.rs enqueue() from the decode on: the decoder's
+ * state, then the final answer (corrections, then the 16-byte decode report). */
+__device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *sm, uint32_t k,
+                                              unsigned long long t0) {
     const unsigned long long t1 = rl_qec_clock();
+    struct rl_qec_ctl *c = &sm->c;
+    const struct rl_qec_result *r = &sm->r;
     struct rl_qec_decoder *s = c->slot;
     s->in_shot = 0;
     s->bits = 0;
-    s->corrections ^= c->obs;
+    s->corrections ^= r->obs;
     const uint32_t shot_index = (uint32_t)s->shots;
     s->shots++;
-    if (c->status == RL_QEC_REPORT_OVERFLOW) s->overflows++;
-    if (c->status == RL_QEC_REPORT_UNMATCHABLE) s->unmatchable++;
+    if (r->status == RL_QEC_REPORT_OVERFLOW) s->overflows++;
+    if (r->status == RL_QEC_REPORT_UNMATCHABLE) s->unmatchable++;
     uint8_t *body = resp + RL_RPC_HEADER_LEN;
     const uint32_t clen = rl_qec_correction_len(c->num_obs);
-    rl_qec_emit_corrections(body, c->obs, c->num_obs, clen);
+    rl_qec_emit_corrections(body, r->obs, c->num_obs, clen);
     /* DecodeReportRepr at body + clen (8-byte aligned): status, reserved, defects (u16,
      * saturating), weight (f32: the f64 weight sum / scale rounded to nearest, as the CPU's
      * `as f32`), decode_ns (saturating), shot index (wrapping) */
-    const double scale = c->hdr->scale;
-    const float weight = c->infinite ? __int_as_float(0x7f800000) : __double2float_rn((double)c->cost / scale);
-    const unsigned long long ns = t1 - c->t0;
+    const float weight = r->infinite ? __int_as_float(0x7f800000) : __double2float_rn((double)r->cost / c->scale);
+    const unsigned long long ns = t1 - t0;
     uint32_t *rep = (uint32_t *)(body + clen);
-    rep[0] = c->status | ((c->k < 0xFFFFu ? c->k : 0xFFFFu) << 16);
+    rep[0] = r->status | ((k < 0xFFFFu ? k : 0xFFFFu) << 16);
     rep[1] = (uint32_t)__float_as_int(weight);
     rep[2] = ns < 0xFFFFFFFFull ? (uint32_t)ns : 0xFFFFFFFFu;
     rep[3] = shot_index;
@@ -718,18 +748,24 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
     c->ret = RL_RPC_HEADER_LEN + (int)(clen + RL_QEC_REPORT_LEN);
 }
 
-/** The stage (contract at the top of the file). */
+/** The stage (contract at the top of the file). Barriers: after rl_qec_begin (the control
+ * block and any answer), after the append (the shot's global stores), inside the decode, and
+ * after rl_qec_finish (the decoded shot's answer). */
 __device__ __forceinline__ int rl_stage_qec(const uint8_t *req, int len, uint8_t *resp, int cap, void *state) {
     __shared__ __align__(16) struct rl_qec_smem rl_qec_s;
     struct rl_qec_smem *s = &rl_qec_s;
     if (threadIdx.x == 0) rl_qec_begin(req, len, resp, cap, (uint8_t *)state, &s->c);
     __syncthreads();
-    if (s->c.phase != RL_QEC_PHASE_DONE) {
+    const uint32_t phase = s->c.phase;
+    if (phase != RL_QEC_PHASE_DONE) {
         rl_qec_append(req, &s->c);
-        __syncthreads(); /* the shot's global stores are visible to the block */
-        if (s->c.phase == RL_QEC_PHASE_DECODE) rl_qec_decode(s);
-        if (threadIdx.x == 0) rl_qec_finish(req, resp, &s->c);
         __syncthreads();
+        if (phase == RL_QEC_PHASE_DECODE) {
+            const unsigned long long t0 = rl_qec_clock(); /* thread 0's is the one reported */
+            const uint32_t k = rl_qec_decode(s);
+            if (threadIdx.x == 0) rl_qec_finish(req, resp, s, k, t0);
+            __syncthreads();
+        }
     }
     return s->c.ret;
 }

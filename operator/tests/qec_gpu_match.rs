@@ -24,6 +24,9 @@
 //! ```
 //! (or the built binary `target/release/deps/qec_gpu_match-* --ignored --nocapture`). It needs
 //! libcuda and libnvrtc; without a GPU it fails with the reason, since it was asked for.
+//! `ROCELINK_QEC_GPU_MAX_REQUESTS=N` keeps the first N requests of each workload, e.g. under
+//! `compute-sanitizer --tool memcheck` (or racecheck), which run the kernel far slower;
+//! `ROCELINK_QEC_GPU_NVRTC_OPTIONS=-lineinfo` gives their reports source lines.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -525,9 +528,14 @@ fn qec_gpu_matches_cpu() {
     assert!(count > 0, "the CUDA driver reports no device");
     let gpu = Gpu::open(0).unwrap();
     println!("{}", gpu.info.describe());
-    let c = nvrtc::compile(&replay_source(), &headers(), &gpu.info.arch(), &[], true).unwrap_or_else(|e| panic!("{e}"));
+    // Extra NVRTC options, e.g. `-lineinfo` for compute-sanitizer reports with source lines.
+    let opts: Vec<String> = std::env::var("ROCELINK_QEC_GPU_NVRTC_OPTIONS").map(|v| v.split_whitespace().map(String::from).collect()).unwrap_or_default();
+    let c = nvrtc::compile(&replay_source(), &headers(), &gpu.info.arch(), &opts, true).unwrap_or_else(|e| panic!("{e}"));
     let module = gpu.load(&c.cubin, &["rl_qec_replay"]).unwrap();
-    for wl in workloads() {
+    // A prefix of each workload only (for slow tools such as compute-sanitizer).
+    let max = std::env::var("ROCELINK_QEC_GPU_MAX_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+    for mut wl in workloads() {
+        wl.reqs.truncate(max);
         println!("{}", compare(&gpu, &module, &wl));
     }
     module.unload();
