@@ -82,7 +82,7 @@ fn unknown_field_and_unknown_variant_are_ron_errors_at_their_position() {
 #[test]
 fn unknown_kind() {
     let text = graph(r#"        (name: "echo", kind: "Ecko"),"#, ECHO_FLOWS);
-    refused(&text, "\"Ecko\"", &["operator `echo`", "unknown kind `Ecko`", "Echo, Recorder"]);
+    refused(&text, "\"Ecko\"", &["operator `echo`", "unknown kind `Ecko`", "Echo, QecDecoder, Recorder"]);
     let text = graph(r#"        (name: "echo", kind: "echo"),"#, ECHO_FLOWS);
     refused(&text, "\"echo\")", &["did you mean `Echo`"]);
 }

@@ -2,6 +2,11 @@
 //! process (inproc or UDP wire), fpga-sim as a separate process (UDP), or a peer that is
 //! already running (an HSB FPGA or a standalone fpga-sim, UDP).
 //!
+//! A QEC graph's replay goes to the software peer as it was loaded when the graph was
+//! checked (in this process), or as the same files in `--qec-*` flags (a peer process, which
+//! loads them itself before its ready line, so a file that changed since is still an error
+//! at start). A peer already running has its own replay.
+//!
 //! Guarantees: a peer started here is stopped by [`RunningPeer::stop`] (threads joined; a
 //! process sent SIGTERM, then killed if it lingers past 2 s); a peer process also exits on
 //! its own if this process dies (its stdin is a pipe we hold, `--exit-on-stdin-close`), and
@@ -18,6 +23,7 @@ use rocelink_wire::roce;
 
 use crate::echo::{fresh_loopback_pair, WireKind};
 use crate::graph::compile::{NicPlan, PeerPlan};
+use crate::graph::qec::Replay;
 use crate::graph::RunError;
 
 /// MAC addresses on the wire (the software NIC does not filter on them; a real FPGA learns
@@ -76,16 +82,17 @@ pub struct PeerAndWire {
     pub wire: String,
 }
 
-/// Binds the wire and starts the peer of `peer` on it.
-pub fn start(nic: &NicPlan, peer: &PeerPlan, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, RunError> {
+/// Binds the wire and starts the peer of `peer` on it, replaying `qec` if given.
+pub fn start(nic: &NicPlan, peer: &PeerPlan, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, RunError> {
     let (wire, bind) = match nic {
         NicPlan::Soft { wire, bind } => (*wire, *bind),
         NicPlan::Verbs { .. } => return Err(RunError::Config("the verbs NIC has no peer wire to start".into())),
     };
     let (def_host, def_peer) = fresh_loopback_pair();
     let sim = |ip: Ipv4Addr, link: Box<dyn Link>| {
-        rocelink_fpga_sim::start(rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_fpga_sim::DEFAULT_QP, core, spin }, link)
-            .map_err(|e| RunError::Start { what: "fpga-sim".into(), detail: e.to_string() })
+        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_fpga_sim::DEFAULT_QP, core, spin };
+        // The replay is immutable; the peer takes its own copy (a few hundred kilobytes).
+        rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link).map_err(|e| RunError::Start { what: "fpga-sim".into(), detail: e.to_string() })
     };
     match (wire, peer) {
         (WireKind::Inproc, PeerPlan::InProcess { ip }) => {
@@ -114,6 +121,10 @@ pub fn start(nic: &NicPlan, peer: &PeerPlan, core: Option<usize>, spin: SpinMode
                         Some(p) => (p.clone(), args.clone()),
                         None => (std::env::current_exe().map_err(|e| RunError::Start { what: "the fpga-sim process".into(), detail: format!("cannot find this program: {e}") })?, vec!["fpga-sim".to_string()]),
                     };
+                    let mut args = args;
+                    if let Some(r) = qec {
+                        args.extend(qec_flags(r));
+                    }
                     let (child, ecb, roce_addr) = spawn_process(&program, &args, SocketAddrV4::new(peer_ip, 0), SocketAddrV4::new(peer_ip, roce::UDP_PORT), spin, core)?;
                     (RunningPeer::Process(child), ecb, roce_addr)
                 }
@@ -122,6 +133,23 @@ pub fn start(nic: &NicPlan, peer: &PeerPlan, core: Option<usize>, spin: SpinMode
             Ok(PeerAndWire { peer, nic_link: Box::new(udp), ecb, peer_ip: *peer_roce.ip(), peer_roce, host_ip: *host.ip(), host_port: host.port(), wire: format!("udp {host} <-> {peer_roce}") })
         }
     }
+}
+
+/// The `fpga-sim` flags of a replay (paths as the graph gives them: the process shares our
+/// working directory).
+pub fn qec_flags(r: &Replay) -> Vec<String> {
+    let c = &r.config;
+    let path = |p: &Path| p.display().to_string();
+    let mut f = vec!["--qec-dets".into(), path(&c.dets), "--qec-dem".into(), path(&c.dem), "--qec-obs".into(), path(&c.obs)];
+    if let Some(p) = &c.pred {
+        f.extend(["--qec-pred".into(), path(p)]);
+    }
+    f.extend(["--qec-rounds-per-message".into(), c.rounds_per_message.to_string()]);
+    if let Some(d) = &c.detectors_per_round {
+        f.extend(["--qec-detectors-per-round".into(), d.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);
+    }
+    f.extend(["--qec-decoder-id".into(), c.decoder_id.to_string(), "--qec-syndrome-mapping-id".into(), c.syndrome_mapping_id.to_string()]);
+    f
 }
 
 /// Starts `fpga-sim` as a process and waits for its ready line; returns its ECB and RoCE

@@ -8,11 +8,12 @@
 //! (among device stages, and among host operators, which could never drain), required ports
 //! left unconnected, and a device chain that is not one path from the transceiver's `rx` to
 //! its `tx`. Settings are checked too (addresses, sizes, rates, a wire that cannot reach the
-//! peer).
+//! peer), and the QEC side of a graph with a `QecDecoder` (`graph::qec`: replay and decoder
+//! together, the same rounds per message, files that exist and load).
 //!
 //! Compiled: the stage chain (one `Vec<StageSpec>` for `spawn_backend`), the tap and host
 //! flows with their capacities and policies, host operators with their resolved parameters
-//! and cores, the peer and wire, the run's control, the output paths.
+//! and cores, the peer and wire, the run's control, the output paths, the QEC replay.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
@@ -25,6 +26,7 @@ use rocelink_wire::{roce, rpc};
 
 use super::error::{At, GraphError, GraphErrors};
 use super::model::{Graph, Load, NicSpec, PeerSpec, Policy, SimMode, SpinSpec, Stop, WireSpec};
+use super::qec::{self, QecRun};
 use crate::backend::BackendKind;
 use crate::echo::{Cores, WireKind};
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
@@ -58,6 +60,8 @@ pub struct Plan {
     pub out_dir: PathBuf,
     /// The run report as JSON.
     pub json: Option<PathBuf>,
+    /// A QEC graph's replay and decoder (`None`: not a QEC graph).
+    pub qec: Option<QecRun>,
     /// Things that run, but not as asked.
     pub warnings: Vec<String>,
 }
@@ -81,10 +85,13 @@ pub enum PeerPlan {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunPlan {
+    /// `Count` and `warmup` are shots in a QEC graph.
     pub stop: Stop,
     pub warmup: u32,
-    /// Messages per second; `None`: closed loop.
+    /// Messages per second; `None`: closed loop (or a QEC round cycle).
     pub rate: Option<f64>,
+    /// QEC graphs: microseconds per syndrome round (`RoundCycle`); `None`: closed loop.
+    pub round_cycle_us: Option<f64>,
     pub size: usize,
     pub timeout: Option<Duration>,
 }
@@ -196,6 +203,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     }
 
     let (nic, peer, cores, spin, run, out_dir, json) = settings;
+    let qec = qec::check(&g, &specs, &run, &mut warnings)?;
     Ok(Plan {
         backend: g.backend,
         nic,
@@ -210,6 +218,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
         host_flows,
         out_dir,
         json,
+        qec,
         warnings,
         graph: g,
     })
@@ -287,16 +296,26 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
     }
     match r.stop {
         Stop::Count(0) => err("run.stop", "run.stop: Count must be at least 1".into()),
-        Stop::Count(n) if r.warmup >= n => warnings.push(format!("run.warmup {} is not below the message count {n}: no message will be measured", r.warmup)),
+        Stop::Count(n) if r.warmup >= n => warnings.push(format!("run.warmup {} is not below the count {n}: nothing will be measured", r.warmup)),
         Stop::Duration(s) if !(s > 0.0 && s.is_finite() && s < 1e7) => err("run.stop", format!("run.stop: Duration({s}) must be a positive number of seconds")),
         _ => {}
     }
-    let rate = match r.load {
-        Load::ClosedLoop => None,
-        Load::Rate(x) if x > 0.0 && x.is_finite() && x <= 1e9 => Some(x),
+    let (rate, round_cycle_us) = match r.load {
+        Load::ClosedLoop => (None, None),
+        Load::Rate(x) if x > 0.0 && x.is_finite() && x <= 1e9 => (Some(x), None),
         Load::Rate(x) => {
             err("run.load", format!("run.load: Rate({x}) must be a positive number of messages per second"));
-            None
+            (None, None)
+        }
+        // Whether the graph is a QEC graph is checked with the chain (`qec::check`).
+        Load::RoundCycle(us) => {
+            let clocks = qec::cycle_clocks(us);
+            if !(us >= 0.0 && us.is_finite() && clocks <= f64::from(u32::MAX)) {
+                err("run.load", format!("run.load: RoundCycle({us}) must be microseconds per round, 0 (as fast as 64 messages in flight allow) up to {:.0}", f64::from(u32::MAX) / 156.25));
+            } else if us > 0.0 && clocks < 1.0 {
+                err("run.load", format!("run.load: RoundCycle({us}) is shorter than one player clock (0.0064 us)"));
+            }
+            (None, Some(us))
         }
     };
     let timeout = match r.timeout {
@@ -328,7 +347,7 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
         SpinSpec::Dedicated => Some(SpinMode::Dedicated),
         SpinSpec::Shared => Some(SpinMode::Shared),
     };
-    (errors.len() == n0).then_some((nic, peer, cores, spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, size: r.size, timeout }, out_dir, json))
+    (errors.len() == n0).then_some((nic, peer, cores, spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, round_cycle_us, size: r.size, timeout }, out_dir, json))
 }
 
 /// Names, kinds and parameters; exactly one transceiver.
@@ -596,9 +615,11 @@ impl Plan {
         self.spin.unwrap_or_else(|| SpinMode::for_spinners(self.spinners()))
     }
 
-    /// Bytes between RX slots: the message size rounded up to 128 (DP_PAGE_INC units).
+    /// Bytes between RX slots: the message size (in a QEC graph, at least the replay's
+    /// largest message) rounded up to 128 (DP_PAGE_INC units).
     pub fn slot_stride(&self) -> u32 {
-        (self.run.size.div_ceil(128) * 128) as u32
+        let size = self.qec.as_ref().and_then(QecRun::max_message_len).map_or(self.run.size, |m| m.max(self.run.size));
+        (size.div_ceil(128) * 128) as u32
     }
 }
 
@@ -628,19 +649,62 @@ impl fmt::Display for Plan {
             NicPlan::Verbs { device, port, gid_index } => format!("verbs: {device} port {port} GID index {gid_index} (needs the `verbs` feature and a ConnectX)"),
         };
         let _ = writeln!(s, "  nic       {nic}");
+        let qec = if self.qec.as_ref().is_some_and(|q| q.replay.is_some()) { ", replaying QEC syndromes" } else { "" };
         let peer = match &self.peer {
-            PeerPlan::InProcess { ip } => format!("fpga-sim in this process at {}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
-            PeerPlan::Process { ip, .. } => format!("fpga-sim as a separate process at {}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
+            PeerPlan::InProcess { ip } => format!("fpga-sim in this process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
+            PeerPlan::Process { ip, .. } => format!("fpga-sim as a separate process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
             PeerPlan::Remote { ecb, roce } => format!("an FPGA (or standalone fpga-sim): ECB {ecb}, RoCE {roce}"),
         };
         let _ = writeln!(s, "  peer      {peer}");
         let r = &self.run;
+        let unit = if self.qec.is_some() { "shots" } else { "messages" };
         let stop = match r.stop {
-            Stop::Count(n) => format!("{n} messages"),
+            Stop::Count(n) => format!("{n} {unit}"),
             Stop::Duration(d) => format!("{d} s"),
         };
-        let load = r.rate.map_or("closed loop (one message in flight)".to_string(), |x| format!("open loop at {x} messages/s (up to 64 in flight)"));
-        let _ = writeln!(s, "  run       {stop}, {load}, {} B per message, {} warm-up, timeout {}", r.size, r.warmup, r.timeout.map_or("none (gives up after 10 s without an answer)".into(), |t| format!("{} s", t.as_secs_f64())));
+        let load = match (r.rate, r.round_cycle_us) {
+            (Some(x), _) => format!("open loop at {x} messages/s (up to 64 in flight)"),
+            (None, Some(us)) if us > 0.0 => {
+                let clocks = qec::cycle_clocks(us);
+                format!("a syndrome cycle of {us} us per round ({clocks} player clocks = {:.4} us; up to 64 messages in flight)", qec::clocks_ns(clocks as u32) / 1000.0)
+            }
+            (None, Some(_)) => "rounds as fast as 64 messages in flight allow".to_string(),
+            (None, None) => "closed loop (one message in flight)".to_string(),
+        };
+        let size = if self.qec.is_some() { format!("RX slots of {} B", self.slot_stride()) } else { format!("{} B per message", r.size) };
+        let _ = writeln!(s, "  run       {stop}, {load}, {size}, {} warm-up {unit}, timeout {}", r.warmup, r.timeout.map_or("none (gives up after 10 s without an answer)".into(), |t| format!("{} s", t.as_secs_f64())));
+        if let Some(q) = &self.qec {
+            match &q.replay {
+                Some(rp) => {
+                    let l = &rp.loaded;
+                    let c = &rp.config;
+                    let _ = writeln!(
+                        s,
+                        "  qec       replay {} ({} shots, {} detectors in {} rounds {:?}, {} observable(s), {}), DEM {}",
+                        c.dets.display(),
+                        l.shots(),
+                        l.num_detectors(),
+                        l.rounds_per_shot(),
+                        l.detectors_per_round(),
+                        l.num_observables(),
+                        c.pred.as_ref().map_or("no reference prediction".to_string(), |p| format!("reference {}", p.display())),
+                        c.dem.display()
+                    );
+                    let _ = writeln!(
+                        s,
+                        "            rounds per message {}: {} messages per shot, up to {} B; decoder `{}` on {}",
+                        q.rounds_per_message,
+                        l.messages_per_shot(q.rounds_per_message),
+                        l.max_message_len(q.rounds_per_message),
+                        q.decoder,
+                        q.dem.display()
+                    );
+                }
+                None => {
+                    let _ = writeln!(s, "  qec       the peer's own replay (checked when the run starts), rounds per message {}; decoder `{}` on {}", q.rounds_per_message, q.decoder, q.dem.display());
+                }
+            }
+        }
         let chain: Vec<String> = self.chain.iter().map(|(n, spec)| format!("{n} ({spec:?})")).collect();
         let t = &self.transceiver.0;
         let _ = writeln!(s, "\nfused stage chain (one transceiver loop, no queue between stages):\n  {t}.rx -> {} -> {t}.tx", chain.join(" -> "));

@@ -7,6 +7,11 @@
 //! With progress on, it also reads the capture records that arrived since the last look a
 //! few times a second, so the progress line can show the round trips so far (p50/p99); with
 //! progress off it leaves the peer alone until the end.
+//!
+//! A QEC graph runs in shots: the peer's replay is turned on with the decoder's rounds per
+//! message, each player window is one shot (its messages, one capture record each), the
+//! syndrome cycle is the player interval per round (closed loop: one message in flight), and
+//! the peer's QEC counters are read at the end.
 
 use std::io::{IsTerminal, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -17,9 +22,10 @@ use rocelink_wire::hsb::CaptureRecord;
 
 use super::compile::RunPlan;
 use super::model::Stop;
+use super::qec::{self, QecDriven, QecRun};
 use super::RunError;
 use crate::echo::echo_template;
-use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig};
+use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig, QecPlayerConfig};
 use crate::latency::new_histogram;
 use crate::peer::HOST_MAC;
 use crate::tap::{Fault, TapStats};
@@ -72,6 +78,8 @@ pub struct Driven {
     pub window: u64,
     pub stopped_by: StopReason,
     pub elapsed: Duration,
+    /// A QEC run's replay, settings and counters.
+    pub qec: Option<QecDriven>,
 }
 
 /// UDP source port of the peer's frames (HSB hosts write 12288 into DP_PACKET_UDP_PORT).
@@ -88,13 +96,32 @@ const PROGRESS_READ: u32 = 16_384;
 /// Open loop keeps at most this many requests in flight (the player's window).
 const OPEN_LOOP_WINDOW: u64 = 64;
 
-/// Runs the peer through `run` against `target`.
+/// Runs the peer through `run` against `target` (a QEC run when `qec` is given).
 /// `failure` says whether the data path has died (a failed kernel): the run then stops with a
 /// fault.
-pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, progress: bool, fault: &Fault, failure: &dyn Fn() -> Option<String>, tap: Option<&TapStats>) -> Result<Driven, RunError> {
+#[allow(clippy::too_many_arguments)]
+pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&QecRun>, progress: bool, fault: &Fault, failure: &dyn Fn() -> Option<String>, tap: Option<&TapStats>) -> Result<Driven, RunError> {
     let client = EcbClient::connect(ecb).map_err(|e| RunError::Start { what: "the ECB client".into(), detail: e.to_string() })?;
     let mut host = HsbHost::new(client);
     host.check_version().map_err(RunError::Peer)?;
+    // The replay first: its largest message sizes the frames configured below.
+    let qec_info = match qec {
+        None => {
+            // A peer left in QEC mode (by an earlier QEC run against a standalone peer)
+            // would replay shots instead of the template; an FPGA without the registers
+            // has no such mode.
+            if host.qec_info()?.is_some_and(|i| i.enabled) {
+                host.set_qec(false, 0)?;
+            }
+            None
+        }
+        Some(q) => {
+            let info = host.set_qec(true, q.rounds_per_message)?.ok_or_else(|| RunError::Peer("the peer has no QEC replay registers (QEC_CTRL): a QEC graph needs a peer in fpga-sim's QEC mode".into()))?;
+            qec::check_peer(q, &info, target.slot_stride).map_err(RunError::Peer)?;
+            Some(info)
+        }
+    };
+    let frame_len = qec_info.map_or(run.size as u32, |i| i.max_message_bytes);
     host.configure(&DataPlaneConfig {
         vp: 0,
         data_plane: 0,
@@ -103,43 +130,64 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, progress: bool, 
         buffer_addr: target.buffer_addr,
         page_stride: target.slot_stride,
         pages: target.slots,
-        frame_len: run.size as u32,
+        frame_len,
         host_mac: HOST_MAC,
         host_ip: target.host_ip,
         host_port: target.host_port,
         peer_src_port: PEER_SRC_PORT,
-        packet_size: run.size as u32,
+        packet_size: frame_len,
     })?;
-    let interval = run.rate.map_or(Duration::ZERO, |r| Duration::from_secs_f64(1.0 / r));
+    let first_request_id = 1;
+    let response_timeout = Duration::from_millis(500);
+    // Messages per shot (1 for echo runs, where every message is a "shot").
+    let per_shot = qec_info.map_or(1, |i| i.messages_per_shot.max(1));
+    let closed_loop = run.rate.is_none() && run.round_cycle_us.is_none();
     let (count, stop_after) = match run.stop {
         Stop::Count(n) => (n, None),
         Stop::Duration(d) => {
-            let n = run.rate.map_or(f64::from(MAX_RUN), |r| (r * d * 1.05 + 1000.0).min(f64::from(MAX_RUN)));
+            let most = f64::from(MAX_RUN / per_shot);
+            let per_second = match (run.rate, run.round_cycle_us, qec_info) {
+                (Some(r), ..) => Some(r),
+                (None, Some(us), Some(i)) if us > 0.0 => Some(1e6 / (us * f64::from(i.rounds_per_shot.max(1)))),
+                _ => None,
+            };
+            let n = per_second.map_or(most, |r| (r * d * 1.05 + 1000.0).min(most));
             (n as u32, Some(Duration::from_secs_f64(d)))
         }
     };
-    let player = PlayerConfig {
-        template: echo_template(run.size),
-        count,
-        interval,
-        closed_loop: run.rate.is_none(),
-        stamp: true,
-        scramble: true,
-        first_request_id: 1,
-        response_timeout: Duration::from_millis(500),
-        peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
-    };
-    host.program_player(&player)?;
-    host.arm_capture()?;
-    host.start_player(&player)?;
+    let mut interval_clocks = 0;
+    if let Some(q) = qec {
+        interval_clocks = run.round_cycle_us.map_or(0, |us| qec::cycle_clocks(us) as u32);
+        host.program_qec_player(&QecPlayerConfig { shots: count, interval_clocks, closed_loop, first_request_id, response_timeout, peer_qpn: rocelink_fpga_sim::DEFAULT_QP })?;
+        host.arm_capture()?;
+        host.start_qec_player()?;
+        tracing::debug!(decoder = %q.decoder, shots = count, interval_clocks, "QEC run started");
+    } else {
+        let player = PlayerConfig {
+            template: echo_template(run.size),
+            count,
+            interval: run.rate.map_or(Duration::ZERO, |r| Duration::from_secs_f64(1.0 / r)),
+            closed_loop,
+            stamp: true,
+            scramble: true,
+            first_request_id,
+            response_timeout,
+            peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
+        };
+        host.program_player(&player)?;
+        host.arm_capture()?;
+        host.start_player(&player)?;
+    }
+    // Capture records (messages) the run ends with.
+    let messages = count.saturating_mul(per_shot);
 
     let started = Instant::now();
     // An explicit timeout is a hard limit; without one the run gives up only when no answer
     // has come back for STALL (a slow machine is not a dead peer).
     let deadline = run.timeout.map(|t| started + t);
     let (mut answered, mut last_answer) = (0u32, started);
-    let window = if run.rate.is_some() { OPEN_LOOP_WINDOW } else { 1 };
-    let mut shown = Progress::new(progress, count, stop_after, window);
+    let window = if closed_loop { 1 } else { OPEN_LOOP_WINDOW };
+    let mut shown = Progress::new(progress, messages, stop_after, window, per_shot, qec.is_some());
     let mut records: Vec<CaptureRecord> = Vec::new();
     let mut rtt = new_histogram();
     let stopped_by = loop {
@@ -200,16 +248,21 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, progress: bool, 
     let stats = host.read_stats()?;
     // A peer without the counters extension (a real FPGA) does not say how many it sent: a
     // finished run sent them all; of a run cut short we know only the answers.
-    let sent = stats.map_or(if stopped_by == StopReason::Count { u64::from(count) } else { records.len() as u64 }, |s| u64::from(s.sent));
+    let sent = stats.map_or(if stopped_by == StopReason::Count { u64::from(messages) } else { records.len() as u64 }, |s| u64::from(s.sent));
+    let qec = match qec_info {
+        Some(info) => Some(QecDriven { info, counters: host.read_qec_counters()?, interval_clocks, closed_loop }),
+        None => None,
+    };
     Ok(Driven {
         records,
         stats,
         missing_extensions: host.missing_extensions.clone(),
         sent,
-        first_request_id: player.first_request_id,
+        first_request_id,
         window,
         stopped_by,
         elapsed,
+        qec,
     })
 }
 
@@ -235,14 +288,17 @@ struct Progress {
     duration: Option<Duration>,
     /// Requests that may be in flight (not yet lost).
     window: u64,
+    /// Messages per shot, for QEC runs.
+    per_shot: u32,
+    qec: bool,
     printed: bool,
 }
 
 impl Progress {
-    fn new(on: bool, count: u32, duration: Option<Duration>, window: u64) -> Progress {
+    fn new(on: bool, count: u32, duration: Option<Duration>, window: u64, per_shot: u32, qec: bool) -> Progress {
         let tty = std::io::stderr().is_terminal();
         let every = if tty { Duration::from_millis(250) } else { Duration::from_secs(1) };
-        Progress { on, tty, every, last: Instant::now(), count, duration, window, printed: false }
+        Progress { on, tty, every, last: Instant::now(), count, duration, window, per_shot: per_shot.max(1), qec, printed: false }
     }
 
     fn due(&self) -> bool {
@@ -257,6 +313,9 @@ impl Progress {
             Some(d) => format!("{:.1}/{:.1} s  {answered} answered", secs, d.as_secs_f64()),
             None => format!("{answered}/{} answered", self.count),
         };
+        if self.qec {
+            line += &format!(" (~{} shots)", answered / self.per_shot);
+        }
         // Sent but not answered, beyond what may still be in flight: lost (or very late).
         line += &format!("  {:.0} msg/s  lost {}", f64::from(answered) / secs, sent.saturating_sub(u64::from(answered) + self.window));
         if !rtt.is_empty() {

@@ -142,12 +142,14 @@ fn build(file: &str, g: GraphFile, tree: &Node, loc: &Locator<'_>) -> Result<Gra
     if !errors.is_empty() {
         return Err(GraphErrors(errors));
     }
+    let (peer, qec) = g.peer.split();
     Ok(Graph {
         name,
         file: Some(file.to_string()),
         backend: g.backend,
         nic: g.nic,
-        peer: g.peer,
+        peer,
+        qec,
         cores: g.cores,
         run: g.run,
         outputs: g.outputs,

@@ -6,6 +6,7 @@
 //! - `compile`: checks and compiles it into a [`Plan`] before anything starts; every error
 //!   names the operator, port or setting and where it is written;
 //! - `run`: runs a plan (peer, NIC, backend, host operators), stops it, reports;
+//! - `qec`: the QEC side of a graph (replay and decoder) and of its report;
 //! - `dot`: Graphviz.
 
 pub mod compile;
@@ -14,6 +15,7 @@ pub mod drive;
 pub mod error;
 pub mod load;
 pub mod model;
+pub mod qec;
 pub mod run;
 pub mod set;
 pub mod source;

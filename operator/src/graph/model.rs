@@ -6,9 +6,9 @@
 //!     name: "echo",
 //!     backend: Auto,                         // Auto | Gpu(0) | Cpu
 //!     nic: Soft(wire: Inproc),               // Soft(wire: Inproc | Udp(bind: "ip:port")) | Verbs(device: "mlx5_0", port: 1, gid_index: 3)
-//!     peer: FpgaSim(mode: InProcess),        // FpgaSim(mode: InProcess | Process, ip: "127.0.0.9") | Fpga(address: "ip:8192", roce: "ip:4791")
+//!     peer: FpgaSim(mode: InProcess),        // FpgaSim(mode: InProcess | Process, ip: "127.0.0.9", qec: (..)) | Fpga(address: "ip:8192", roce: "ip:4791")
 //!     cores: (nic: 0, backend: 1, peer: 2, host: 3, spin: Auto),
-//!     run: (stop: Count(20000), warmup: 0, load: ClosedLoop, size: 64, timeout: 30.0),
+//!     run: (stop: Count(20000), warmup: 0, load: ClosedLoop, size: 64, timeout: 30.0), // load: ClosedLoop | Rate(msg/s) | RoundCycle(us per round)
 //!     outputs: (dir: "reports/echo", json: "run.json"),
 //!     operators: [ (name: "roce", kind: "RoceTransceiver"), (name: "echo", kind: "Echo"), .. ],
 //!     flows: [ (from: "roce.rx", to: "echo.in"), (from: "echo.out", to: "roce.tx"), .. ],
@@ -17,6 +17,14 @@
 //!
 //! Optional fields take their value without `Some(..)` (RON's `implicit_some`), and every
 //! field but `operators` and `flows` has a default.
+//!
+//! A QEC graph (graphs/qec_d5.ron) gives the software peer a syndrome replay,
+//! `peer: FpgaSim(mode: InProcess, qec: (dem: "..", dets: "..", obs: "..", pred: "..",
+//! rounds_per_message: 1))`, and puts a `QecDecoder` on the stage chain; `run.stop: Count(n)`
+//! and `run.warmup` then count shots, and `run.load` is `ClosedLoop` (one message in flight)
+//! or `RoundCycle(us)` (a fixed syndrome cycle, microseconds per round). The replay is kept
+//! apart from [`PeerSpec`] (in [`Graph::qec`]) so that code building a `PeerSpec` with every
+//! field named keeps compiling; the file still writes it inside the peer, where it belongs.
 
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +43,7 @@ pub struct GraphFile {
     #[serde(default)]
     pub nic: NicSpec,
     #[serde(default)]
-    pub peer: PeerSpec,
+    pub peer: PeerFile,
     #[serde(default)]
     pub cores: CoreSpec,
     #[serde(default)]
@@ -109,6 +117,72 @@ impl Default for PeerSpec {
     }
 }
 
+/// The peer as a file writes it: [`PeerSpec`] and, for the software peer, its QEC replay
+/// (split apart by [`PeerFile::split`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename = "PeerSpec")]
+pub enum PeerFile {
+    FpgaSim {
+        #[serde(default)]
+        mode: SimMode,
+        #[serde(default)]
+        ip: Option<String>,
+        #[serde(default)]
+        qec: Option<QecSpec>,
+    },
+    Fpga {
+        address: String,
+        #[serde(default)]
+        roce: Option<String>,
+    },
+}
+
+impl Default for PeerFile {
+    fn default() -> Self {
+        PeerFile::FpgaSim { mode: SimMode::InProcess, ip: None, qec: None }
+    }
+}
+
+impl PeerFile {
+    /// The peer, and the replay it is started with.
+    pub fn split(self) -> (PeerSpec, Option<QecSpec>) {
+        match self {
+            PeerFile::FpgaSim { mode, ip, qec } => (PeerSpec::FpgaSim { mode, ip }, qec),
+            PeerFile::Fpga { address, roce } => (PeerSpec::Fpga { address, roce }, None),
+        }
+    }
+}
+
+/// The software peer's QEC syndrome replay (fpga-sim's `--qec-*` flags): stim detection
+/// events played round by round to the `QecDecoder`, each correction checked against the true
+/// observables and a reference prediction. Paths are relative to the working directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QecSpec {
+    /// The detector error model (stim .dem) of the shots: detector and observable counts, and
+    /// the split into rounds (by the detectors' time coordinate). Normally the decoder's own.
+    pub dem: String,
+    /// Detection events, stim b8 (`stim detect --out_format b8`).
+    pub dets: String,
+    /// True observable flips, stim 01: corrections that differ are logical errors.
+    pub obs: String,
+    /// A reference prediction, stim 01 (`pymatching predict --out_format 01`): corrections
+    /// that differ are disagreements, and its own logical errors are reported beside ours.
+    #[serde(default)]
+    pub pred: Option<String>,
+    /// Rounds per `enqueue_syndromes` message; must equal the decoder's `rounds_per_message`
+    /// (a value at or above the rounds of a shot sends the whole shot in one message).
+    #[serde(default = "one")]
+    pub rounds_per_message: u32,
+    /// Detectors per round, for a DEM without detector coordinates (default: from the DEM).
+    #[serde(default)]
+    pub detectors_per_round: Option<Vec<usize>>,
+}
+
+fn one() -> u32 {
+    1
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SimMode {
     /// On threads of this process.
@@ -153,12 +227,15 @@ pub enum SpinSpec {
 pub struct RunSpec {
     #[serde(default)]
     pub stop: Stop,
-    /// Messages at the start left out of the latency figures (still counted).
+    /// Messages (shots, in a QEC graph) at the start left out of the latency figures (still
+    /// counted).
     #[serde(default)]
     pub warmup: u32,
     #[serde(default)]
     pub load: Load,
-    /// Bytes per message: the 24-byte RPC header and the args (24..=4096).
+    /// Bytes per message: the 24-byte RPC header and the args (24..=4096). In a QEC graph the
+    /// replay decides the messages; the RX slots are then at least this big and big enough
+    /// for the replay's largest message.
     #[serde(default = "default_size")]
     pub size: usize,
     /// Give up after this many seconds (default: none; the run gives up when no answer has
@@ -179,7 +256,7 @@ impl Default for RunSpec {
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Stop {
-    /// After this many messages.
+    /// After this many messages (shots, in a QEC graph).
     Count(u32),
     /// After this many seconds.
     Duration(f64),
@@ -198,6 +275,10 @@ pub enum Load {
     ClosedLoop,
     /// Open loop at this many messages per second (at most 64 in flight).
     Rate(f64),
+    /// QEC graphs: a fixed syndrome cycle of this many microseconds per round (a message of
+    /// `r` rounds leaves `r` cycles after the one before it, whatever the decoder does; at
+    /// most 64 in flight). `RoundCycle(0)`: as fast as those 64 allow.
+    RoundCycle(f64),
 }
 
 /// Where files go.
@@ -281,6 +362,8 @@ pub struct Graph {
     pub backend: BackendKind,
     pub nic: NicSpec,
     pub peer: PeerSpec,
+    /// The software peer's QEC replay (written `peer: FpgaSim(.., qec: (..))`).
+    pub qec: Option<QecSpec>,
     pub cores: CoreSpec,
     pub run: RunSpec,
     pub outputs: OutputSpec,
@@ -305,6 +388,11 @@ impl Places {
 
     pub fn insert(&mut self, path: &str, at: At) {
         self.places.push((path.to_string(), at));
+    }
+
+    /// Whether the file writes `path` itself (rather than leaving it to its default).
+    pub fn has(&self, path: &str) -> bool {
+        self.places.iter().any(|(k, _)| k == path)
     }
 
     /// Where `path` (like `run.size` or `nic.wire.bind`) is, or the nearest enclosing setting
@@ -362,6 +450,7 @@ impl Graph {
             backend: BackendKind::Auto,
             nic: NicSpec::default(),
             peer: PeerSpec::default(),
+            qec: None,
             cores: CoreSpec::default(),
             run: RunSpec::default(),
             outputs: OutputSpec::default(),

@@ -4,6 +4,8 @@
 //! fails the run before anything runs), the peer and its wire, the NIC engine, the backend
 //! (`spawn_backend` with the fused chain), the host operator threads and the tap reader.
 //! Then the peer is driven until the count, the duration, SIGINT, a fault or the timeout.
+//! A QEC graph (`graph::qec`) starts the peer with its replay, is driven in shots, and its
+//! report gets a `qec` section.
 //!
 //! Stop: the data path first (backend, with a timeout) so the tap sees every message it
 //! answered, then the tap reader and the host operators (they end when their inputs end),
@@ -25,6 +27,7 @@ use rocelink_wire::roce::Endpoints;
 use super::compile::{NicPlan, PeerPlan, Plan};
 use super::drive::{drive, StopReason, Target};
 use super::error::GraphErrors;
+use super::qec::QecReport;
 use crate::backend::{spawn_backend, CpuBackendConfig, RunningBackend};
 use crate::env::Environment;
 use crate::hsb::PeerStats;
@@ -103,6 +106,9 @@ pub struct RunReport {
     pub problems: Vec<String>,
     /// Files written (reports, records).
     pub files: Vec<PathBuf>,
+    /// A QEC graph's decoding results (absent from other graphs' reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qec: Option<QecReport>,
     #[serde(skip)]
     pub analysis: Option<Analysis>,
 }
@@ -157,6 +163,7 @@ impl RunReport {
             fault: None,
             problems: Vec::new(),
             files: Vec::new(),
+            qec: None,
             analysis: None,
         }
     }
@@ -171,6 +178,9 @@ impl RunReport {
 pub fn summary_text(r: &RunReport) -> String {
     use std::fmt::Write as _;
     let mut s = crate::report::echo_text(r).replacen("rocelink echo:", &format!("rocelink run {}:", r.graph), 1);
+    if let Some(q) = &r.qec {
+        s += &super::qec::summary_text(q);
+    }
     let _ = writeln!(s, "  stage chain: {}; stopped by {} after {:.2} s{}", r.stage_chain.join(" -> "), r.stopped_by, r.elapsed_s, if r.in_flight_at_stop > 0 { format!(" ({} in flight at the stop, not counted as lost)", r.in_flight_at_stop) } else { String::new() });
     if let Some(t) = &r.tap {
         let l = &t.loop_ns;
@@ -313,7 +323,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     };
 
     // 1. The peer and its wire.
-    let pw = peer::start(&plan.nic, &plan.peer, plan.cores.peer, spin)?;
+    let pw = peer::start(&plan.nic, &plan.peer, plan.qec.as_ref().and_then(|q| q.replay.as_ref()), plan.cores.peer, spin)?;
     running.peer = Some(pw.peer);
     if crate::interrupted() {
         return Err(fail(&mut running, RunError::Peer("interrupted while starting".into())));
@@ -376,7 +386,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // 5. The run.
     let target = Target { qpn: HOST_QPN, rkey: rx_mr.rkey, buffer_addr: rx_mr.addr, slot_stride: stride, slots: tc.slots, host_ip: pw.host_ip, host_port: pw.host_port };
     let backend_failure = || running.backend.as_ref().and_then(|b| b.failure()).map(|f| format!("the transceiver loop failed during the run: {f}"));
-    let driven = drive(pw.ecb, &target, &plan.run, opts.progress, &fault, &backend_failure, tapped.then_some(&*tap_stats));
+    let driven = drive(pw.ecb, &target, &plan.run, plan.qec.as_ref(), opts.progress, &fault, &backend_failure, tapped.then_some(&*tap_stats));
 
     // 6. Stop, in reverse.
     let backend_processed = live.processed();
@@ -390,11 +400,20 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // The round trip split by the data path's own timestamps (the ring's last records, read
     // now that the data path has stopped), where the peer's clock is this host's.
     let same_host_clock = !matches!(plan.peer, PeerPlan::Remote { .. });
-    let breakdown_ns = same_host_clock.then(|| crate::latency::breakdown(&driven.records, &ring_records(&q, backend_processed), driven.first_request_id, u64::from(plan.run.warmup)));
-    let mut analysis = analyze(&driven.records, driven.sent, driven.first_request_id, u64::from(plan.run.warmup));
+    let ring = ring_records(&q, backend_processed);
+    // A QEC run's warm-up is in shots; the per-message figures leave out the same messages.
+    let per_shot = driven.qec.as_ref().map_or(1, |d| u64::from(d.info.messages_per_shot.max(1)));
+    let warmup_messages = u64::from(plan.run.warmup) * per_shot;
+    let breakdown_ns = same_host_clock.then(|| crate::latency::breakdown(&driven.records, &ring, driven.first_request_id, warmup_messages));
+    let mut analysis = analyze(&driven.records, driven.sent, driven.first_request_id, warmup_messages);
+    let qec_report = match (&plan.qec, &driven.qec) {
+        (Some(q), Some(d)) => Some(super::qec::report(q, d, &driven.records, driven.first_request_id, plan.run.warmup, &ring)),
+        _ => None,
+    };
     let in_flight_at_stop = if matches!(driven.stopped_by, StopReason::Count) { 0 } else { unanswered_tail(&driven.records, driven.sent, driven.first_request_id, driven.window) };
     analysis.counts.lost -= in_flight_at_stop.min(analysis.counts.lost);
-    let mut env = Environment::here(&backend_name, &pw.wire, plan.run.size, spin.as_str());
+    let payload_size = driven.qec.as_ref().map_or(plan.run.size, |d| d.info.max_message_bytes as usize);
+    let mut env = Environment::here(&backend_name, &pw.wire, payload_size, spin.as_str());
     let pin = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| c.to_string());
     env.pinned.insert("nic".into(), pin(plan.cores.nic));
     env.pinned.insert("backend".into(), pin(plan.cores.backend));
@@ -423,7 +442,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         backend_dropped,
         breakdown_ns,
         peer_missing_extensions: driven.missing_extensions.clone(),
-        mode: if plan.run.rate.is_some() { "open-loop".into() } else { "closed-loop".into() },
+        mode: if plan.run.rate.is_some() || plan.run.round_cycle_us.is_some() { "open-loop".into() } else { "closed-loop".into() },
         rate: plan.run.rate,
         warmup: plan.run.warmup,
         env,
@@ -439,13 +458,15 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         fault: fault.reason(),
         problems: Vec::new(),
         files: Vec::new(),
+        qec: qec_report,
         analysis: None,
     };
 
     // 8. Files: host operators, then the JSON report.
     let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend_name == "cpu";
     {
-        let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, same_clock };
+        let reaction = reaction_samples(&driven.records, driven.first_request_id, per_shot, u64::from(plan.run.warmup));
+        let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, qec_reaction_samples: &reaction, same_clock };
         let mut files = Vec::new();
         for (name, op) in ops.iter_mut() {
             match op.finish(&finished) {
@@ -476,6 +497,14 @@ fn ring_records(q: &QpMemory, processed: u64) -> Vec<crate::abi::rl_msg_timestam
     }
     let first = processed.saturating_sub(entries);
     (first..processed).map(|i| q.mem.read_struct(l.timestamps + (i % entries) as usize * std::mem::size_of::<crate::abi::rl_msg_timestamp>())).collect()
+}
+
+/// A QEC run's reaction latencies (ns) in arrival order, for plots: the round trips of the
+/// well-formed answers to each shot's final message, warm-up shots left out.
+fn reaction_samples(records: &[rocelink_wire::hsb::CaptureRecord], first: u32, per_shot: u64, warmup: u64) -> Vec<u64> {
+    use rocelink_wire::hsb::capture_flags as cf;
+    let want = cf::FINAL_ROUND | cf::PAYLOAD_OK;
+    records.iter().filter(|r| r.flags & want == want && r.flags & cf::DUPLICATE == 0 && u64::from(r.request_id.wrapping_sub(first)) / per_shot >= warmup).map(|r| r.round_trip().max(1)).collect()
 }
 
 /// Requests among the last `window` sent that have no answer: in flight when a run was cut

@@ -1,6 +1,11 @@
 //! What an HSB host does to a peer over ECB: check the IP version, configure the data plane
 //! (the RoCE target of a sensor's frames), program the traffic player, arm the capture RAM,
 //! run, and read the captured answers back.
+//!
+//! QEC syndrome replay (fpga-sim's QEC mode, `hsb::ext::QEC_*`): [`HsbHost::qec_info`] reads
+//! what the peer holds, [`HsbHost::set_qec`] turns the replay on with the decoder's rounds per
+//! message, [`HsbHost::program_qec_player`] sets shots, syndrome cycle and window (the replay
+//! replaces the player RAM template), and [`HsbHost::read_qec_counters`] reads the results.
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -69,6 +74,64 @@ pub struct PeerStats {
     pub malformed: u32,
     pub stalls: u32,
     pub unexpected: u32,
+}
+
+/// The QEC replay a peer holds, as its registers say (QEC_CTRL ..= QEC_MAX_MESSAGE_BYTES).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QecInfo {
+    /// QEC_LOADED: shots are loaded.
+    pub loaded: bool,
+    /// QEC_ENABLE: a run replays them (instead of the player RAM template).
+    pub enabled: bool,
+    /// QEC_HAS_REFERENCE: a reference prediction is loaded, so disagreements are counted.
+    pub has_reference: bool,
+    /// QEC_ROUNDS_PER_MESSAGE (0: a whole shot per message).
+    pub rounds_per_message: u32,
+    pub loaded_shots: u32,
+    pub detectors: u32,
+    pub observables: u32,
+    pub rounds_per_shot: u32,
+    /// At the current rounds per message.
+    pub messages_per_shot: u32,
+    /// Bytes of the largest message at the current rounds per message: the slots must hold
+    /// it.
+    pub max_message_bytes: u32,
+}
+
+/// A QEC run's results, as the peer counts them (QEC_SHOTS_SENT ..= QEC_STATUS_COUNTS, and
+/// STAT_TIMEOUTS). Times are nanoseconds of the peer's clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QecCounters {
+    pub shots_sent: u32,
+    pub shots_decoded: u32,
+    pub logical_errors: u32,
+    pub disagreements: u32,
+    pub overflows: u32,
+    pub unmatchable: u32,
+    pub rounds_sent: u32,
+    pub bad_answers: u32,
+    pub first_send_ns: u64,
+    pub last_send_ns: u64,
+    pub last_correction_ns: u64,
+    /// Word 0: every non-OK answer; word `s` (1..=6): status `s`; word 7: other statuses.
+    pub status: [u32; 8],
+    /// Messages never answered within the response timeout.
+    pub timeouts: u32,
+}
+
+/// How a QEC run plays its shots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QecPlayerConfig {
+    /// Shots (PLAYER_WINDOW_COUNT: one window per shot).
+    pub shots: u32,
+    /// Player clocks (156.25 MHz) per round; 0: no cycle.
+    pub interval_clocks: u32,
+    /// One message in flight (PLAYER_MAX_OUTSTANDING 1); else up to 64.
+    pub closed_loop: bool,
+    pub first_request_id: u32,
+    /// A message not answered by then is given up on (and counted).
+    pub response_timeout: Duration,
+    pub peer_qpn: u32,
 }
 
 /// A host talking to one peer.
@@ -240,6 +303,97 @@ impl HsbHost {
             .chunks_exact(CaptureRecord::WORDS)
             .map(|c| CaptureRecord::from_words(c.try_into().expect("8 words")))
             .collect())
+    }
+
+    /// The peer's QEC replay (`None`: a peer without the QEC registers, such as a real FPGA).
+    pub fn qec_info(&mut self) -> Result<Option<QecInfo>, EcbError> {
+        let addrs: Vec<u32> = (ext::QEC_CTRL..=ext::QEC_MAX_MESSAGE_BYTES).step_by(4).collect();
+        let mut v = Vec::new();
+        match self.ecb.read_block(&addrs, &mut v) {
+            Ok(()) => {}
+            Err(e) if e.is_invalid_address() => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let word = |a: u32| v.get(((a - ext::QEC_CTRL) / 4) as usize).copied().unwrap_or(0);
+        let ctrl = word(ext::QEC_CTRL);
+        Ok(Some(QecInfo {
+            loaded: ctrl & ext::QEC_LOADED != 0,
+            enabled: ctrl & ext::QEC_ENABLE != 0,
+            has_reference: ctrl & ext::QEC_HAS_REFERENCE != 0,
+            rounds_per_message: word(ext::QEC_ROUNDS_PER_MESSAGE),
+            loaded_shots: word(ext::QEC_LOADED_SHOTS),
+            detectors: word(ext::QEC_DETECTORS),
+            observables: word(ext::QEC_OBSERVABLES),
+            rounds_per_shot: word(ext::QEC_ROUNDS_PER_SHOT),
+            messages_per_shot: word(ext::QEC_MESSAGES_PER_SHOT),
+            max_message_bytes: word(ext::QEC_MAX_MESSAGE_BYTES),
+        }))
+    }
+
+    /// Turns the replay on (or off, for template runs) with `rounds_per_message` rounds per
+    /// message, and reads back what the peer then holds (messages per shot and their size
+    /// depend on it).
+    pub fn set_qec(&mut self, enable: bool, rounds_per_message: u32) -> Result<Option<QecInfo>, EcbError> {
+        self.ecb.write(ext::QEC_ROUNDS_PER_MESSAGE, rounds_per_message)?;
+        self.ecb.write(ext::QEC_CTRL, if enable { ext::QEC_ENABLE } else { 0 })?;
+        self.qec_info()
+    }
+
+    /// Programs a QEC run: shots, syndrome cycle, window. The player RAM is not written (the
+    /// replay's messages replace its template); the run starts with [`Self::start_qec_player`].
+    pub fn program_qec_player(&mut self, p: &QecPlayerConfig) -> Result<(), EcbError> {
+        self.ecb.write(reg::PLAYER_ENABLE, 0)?;
+        self.ecb.write(reg::PLAYER_WINDOW_COUNT, p.shots)?;
+        self.ecb.write(reg::PLAYER_INTERVAL, p.interval_clocks)?;
+        // The QEC registers answered, so the peer has these extensions too.
+        self.ecb.write(ext::PLAYER_MAX_OUTSTANDING, u32::from(p.closed_loop))?;
+        self.ecb.write(ext::PLAYER_FPGA_QP, p.peer_qpn)?;
+        self.ecb.write(ext::PLAYER_FIRST_REQUEST_ID, p.first_request_id)?;
+        self.ecb.write(ext::PLAYER_RESPONSE_TIMEOUT_US, p.response_timeout.as_micros().min(u128::from(u32::MAX)) as u32)
+    }
+
+    /// Starts a QEC run (messages always carry their send time).
+    pub fn start_qec_player(&mut self) -> Result<(), EcbError> {
+        self.ecb.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_STAMP_PTP)
+    }
+
+    /// The QEC run's results (`None`: a peer without the QEC registers).
+    pub fn read_qec_counters(&mut self) -> Result<Option<QecCounters>, EcbError> {
+        let mut addrs: Vec<u32> = (ext::QEC_SHOTS_SENT..=ext::QEC_LAST_CORRECTION_HI).step_by(4).collect();
+        let counters = addrs.len();
+        addrs.extend((0..ext::QEC_STATUS_WORDS).map(|i| ext::QEC_STATUS_COUNTS + 4 * i));
+        let mut v = Vec::new();
+        match self.ecb.read_block(&addrs, &mut v) {
+            Ok(()) => {}
+            Err(e) if e.is_invalid_address() => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let word = |a: u32| v.get(((a - ext::QEC_SHOTS_SENT) / 4) as usize).copied().unwrap_or(0);
+        let time = |lo: u32| u64::from(word(lo)) | u64::from(word(lo + 4)) << 32;
+        let mut status = [0u32; 8];
+        for (s, w) in status.iter_mut().zip(v.iter().skip(counters)) {
+            *s = *w;
+        }
+        let timeouts = match self.ecb.read(ext::STATS_BASE + ext::STAT_TIMEOUTS) {
+            Ok(t) => t,
+            Err(e) if e.is_invalid_address() => 0,
+            Err(e) => return Err(e),
+        };
+        Ok(Some(QecCounters {
+            shots_sent: word(ext::QEC_SHOTS_SENT),
+            shots_decoded: word(ext::QEC_SHOTS_DECODED),
+            logical_errors: word(ext::QEC_LOGICAL_ERRORS),
+            disagreements: word(ext::QEC_DISAGREEMENTS),
+            overflows: word(ext::QEC_OVERFLOWS),
+            unmatchable: word(ext::QEC_UNMATCHABLE),
+            rounds_sent: word(ext::QEC_ROUNDS_SENT),
+            bad_answers: word(ext::QEC_BAD_ANSWERS),
+            first_send_ns: time(ext::QEC_FIRST_SEND_LO),
+            last_send_ns: time(ext::QEC_LAST_SEND_LO),
+            last_correction_ns: time(ext::QEC_LAST_CORRECTION_LO),
+            status,
+            timeouts,
+        }))
     }
 
     /// The peer's counters, if it has the extension block.

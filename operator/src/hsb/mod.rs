@@ -3,11 +3,11 @@
 //!
 //! It speaks only ECB (UDP 8192) and knows only the register map of PROTOCOLS.md 2 and
 //! `rocelink_wire::hsb`: nothing about `fpga-sim`'s internals, so the same client drives a
-//! real FPGA at an IP address. rocelink's extension registers (closed loop, counters) are
-//! optional: a peer that answers them with "invalid address" still works.
+//! real FPGA at an IP address. rocelink's extension registers (closed loop, counters, QEC
+//! replay) are optional: a peer that answers them with "invalid address" still works.
 
 pub mod ecb_client;
 pub mod host;
 
 pub use ecb_client::{EcbClient, EcbError};
-pub use host::{DataPlaneConfig, HsbHost, PeerStats, PlayerConfig};
+pub use host::{DataPlaneConfig, HsbHost, PeerStats, PlayerConfig, QecCounters, QecInfo, QecPlayerConfig};

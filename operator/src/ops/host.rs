@@ -118,6 +118,9 @@ pub struct Finished<'a> {
     pub first_request_id: u32,
     /// Round trips (ns) of the measured messages (warm-up left out), in arrival order.
     pub rtt_samples: &'a [u64],
+    /// A QEC run's reaction latencies (ns; each shot's final message, warm-up shots left
+    /// out), in arrival order; empty for other runs.
+    pub qec_reaction_samples: &'a [u64],
     /// The peer stamps with the clock of the data path's records (fpga-sim on this host with
     /// the CPU backend: CLOCK_MONOTONIC), so one-way times can be taken.
     pub same_clock: bool,

@@ -5,6 +5,10 @@
 //! Its optional `in` port takes the tap's records: the report then also gives the
 //! transceiver loop's time per message (CQE seen to doorbell rung), the part of the round
 //! trip spent in the loop.
+//!
+//! In a QEC graph the Markdown opens with the decoding results (`graph::qec::markdown`) and
+//! the plot is of the reaction latency (final round sent to correction back), the figure
+//! feed-forward cares about; the per-message round trips stay in their table.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -57,7 +61,7 @@ impl HostOperator for LatencyReport {
         files.push(json);
 
         let svg_name = format!("{}.svg", self.name);
-        let row = BenchRow {
+        let mut row = BenchRow {
             path: format!("{} backend", r.env.backend),
             wire: r.env.wire.clone(),
             size: r.env.payload_size,
@@ -67,8 +71,14 @@ impl HostOperator for LatencyReport {
             vs_floor: None,
             detail: String::new(),
         };
-        let title = format!("{}: {} wire, {} B, full round trips", r.graph, r.env.wire, r.env.payload_size);
-        let svg = bench_write::svg(&title, &[(&row, run.rtt_samples)])?;
+        let (title, samples) = match &r.qec {
+            Some(q) => {
+                row.rtt_ns = q.reaction_ns;
+                (format!("{}: {} wire, reaction latency (final round sent to correction back)", r.graph, r.env.wire), run.qec_reaction_samples)
+            }
+            None => (format!("{}: {} wire, {} B, full round trips", r.graph, r.env.wire, r.env.payload_size), run.rtt_samples),
+        };
+        let svg = bench_write::svg(&title, &[(&row, samples)])?;
         let svg_path = self.dir.join(&svg_name);
         std::fs::write(&svg_path, svg).map_err(|e| io(&svg_path, e))?;
 
@@ -89,10 +99,17 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
     let mut s = String::new();
     let e = &r.env;
     let _ = writeln!(s, "# rocelink run: {}\n", r.graph);
+    let warmup = match &r.qec {
+        Some(q) => format!("{} warm-up shots ({} messages)", r.warmup, u64::from(r.warmup) * u64::from(q.messages_per_shot)),
+        None => format!("{} warm-up messages", r.warmup),
+    };
     let _ = writeln!(
         s,
-        "Every figure is a **full round trip** (the peer's send stamp to its arrival stamp of the answer), in microseconds; {}, {} B messages, {} warm-up messages left out of the distribution. Stopped by: {}.\n",
-        r.mode, e.payload_size, r.warmup, r.stopped_by
+        "Every figure is a **full round trip** (the peer's send stamp to its arrival stamp of the answer), in microseconds; {}, {} B messages{}, {warmup} left out of the distribution. Stopped by: {}.\n",
+        r.mode,
+        e.payload_size,
+        if r.qec.is_some() { " at most" } else { "" },
+        r.stopped_by
     );
     let _ = writeln!(s, "## Environment\n\n| | |\n|---|---|");
     let pinned: Vec<String> = e.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -112,6 +129,9 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
         ("rocelink", e.rocelink_version.clone()),
     ] {
         let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
+    }
+    if let Some(q) = &r.qec {
+        let _ = writeln!(s, "\n{}", crate::graph::qec::markdown(q).trim_end());
     }
     let t = &r.rtt_ns;
     let _ = writeln!(s, "\n## Round trips (us)\n\n| count | min | p50 | p90 | p99 | p99.9 | max |\n|---:|---:|---:|---:|---:|---:|---:|");

@@ -224,7 +224,7 @@ mod tests {
         let mut report = RunReport::empty();
         report.counts.sent = 4;
         report.warmup = 1;
-        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], same_clock: true };
+        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: true };
         let rows = join(&tap, &run);
         let status: Vec<(u32, &str)> = rows.iter().map(|r| (r.request_id, r.status)).collect();
         assert_eq!(status, vec![(1, "ok"), (2, "lost"), (3, "corrupted"), (4, "lost"), (99, "stale")]);
