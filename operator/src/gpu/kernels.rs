@@ -112,4 +112,14 @@ mod tests {
         assert!(two.contains("*answer = a;"));
         assert_eq!(two.matches("#include").count(), 1);
     }
+
+    #[test]
+    fn the_qec_stage_gets_the_chain_state() {
+        let qec = StageSpec::QecDecoder { dem: "model.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1 };
+        let h = chain_header(&[StageSpec::Echo, qec]);
+        assert!(h.contains("#include \"stages/qec.cuh\""));
+        assert!(h.contains("n = rl_stage_echo(a, n, b, cap);"));
+        assert!(h.contains("n = rl_stage_qec(b, n, a, cap, state);"));
+        assert!(FILES.iter().any(|(name, _)| *name == "stages/qec.cuh"));
+    }
 }
