@@ -19,12 +19,21 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="gpu" and m.get("executable"): print(m["executable"])')
     strip "$exe" -o .carry/gpu-tests
+    # the QEC decoder's GPU-vs-CPU test (operator crate); it reads the committed fixtures
+    exe=$(cargo test --release -p rocelink-operator --test qec_gpu_match --no-run --message-format=json 2>/dev/null \
+          | python3 -c 'import sys,json
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="qec_gpu_match" and m.get("executable"): print(m["executable"])')
+    strip "$exe" -o .carry/qec-gpu-tests
     ls -la .carry
     ;;
   run)
     export ROCELINK_BIN="$PWD/.carry/rocelink"
     nvidia-smi -L
     ./.carry/gpu-tests --ignored --test-threads 1 "${@:2}"
+    # run from the operator folder: the test finds its fixtures relative to it
+    (cd operator && ../.carry/qec-gpu-tests --ignored --test-threads 1)
     ;;
   bench)
     out=${2:?out dir}; name=${3:-gpu-echo}

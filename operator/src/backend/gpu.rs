@@ -69,7 +69,7 @@ impl GpuBackend {
             std::thread::Builder::new()
                 .name("rocelink-gpu".into())
                 .spawn(move || {
-                    let r = host_thread(&q, &chain, ordinal, cfg, &stop, &tx);
+                    let r = host_thread(&q, &chain, ordinal, cfg, &stop, &tx, &failure);
                     let code = if r.is_ok() { 1 } else { 2 };
                     if let Err(e) = r {
                         tracing::error!("GPU backend: {e}");
@@ -138,7 +138,7 @@ fn release_state(gpu: &Gpu, buf: DeviceBuffer) {
     let _ = unsafe { gpu.free(buf) };
 }
 
-fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBackendConfig, stop: &AtomicBool, started: &mpsc::Sender<Result<Started, String>>) -> Result<(), String> {
+fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBackendConfig, stop: &AtomicBool, started: &mpsc::Sender<Result<Started, String>>, early_failure: &std::sync::Mutex<Option<String>>) -> Result<(), String> {
     // The stages' state is built (DEM loaded, tables made) before anything touches the GPU.
     let state = stage_state(chain)?;
     let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
@@ -210,6 +210,7 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
         std::thread::sleep(Duration::from_micros(100));
     }
     let name = format!("gpu {} ({})", ordinal, gpu.info.name);
+    tracing::debug!(stall_test = options.iter().any(|o| o == "-DRL_TEST_STALL"), "transceiver kernel running");
     let _ = started.send(Ok(Started { name }));
 
     // Watchdog.
@@ -230,11 +231,17 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
             }
         }
         let now = (m.atomic_u64(l.heartbeat()).load(Ordering::Relaxed), m.atomic_u64(l.processed()).load(Ordering::Relaxed));
+        tracing::trace!(heartbeat = now.0, processed = now.1, "watchdog");
         if now != last {
             last = now;
             last_change = Instant::now();
         } else if last_change.elapsed() > WATCHDOG {
             error = Some(format!("watchdog: the transceiver kernel's heartbeat stood still for {WATCHDOG:?}"));
+            tracing::error!(heartbeat = now.0, processed = now.1, "{}", error.as_deref().unwrap_or(""));
+            if let Ok(mut f) = early_failure.lock() {
+                // Published now, not after the stop below: the run stops with a fault at once.
+                f.get_or_insert_with(|| error.clone().unwrap_or_default());
+            }
             break;
         }
     }
