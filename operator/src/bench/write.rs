@@ -169,7 +169,7 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
             .map_or("its floor".to_string(), |v| v.floor.clone());
         let verdict = if t.met { "**met**" } else { "**not met**" };
         let value = t.ratio.map_or("nothing to compare".to_string(), |x| format!("{x:.2}"));
-        let _ = writeln!(s, "- {} on the {} wire, {} B (floor: {floor}): target {}; measured {value}: {verdict}.", t.path, t.wire, t.size, t.what);
+        let _ = writeln!(s, "- {} on the {} wire, {} B, against {floor}: target {}; measured {value}: {verdict}.", t.path, t.wire, t.size, t.what);
     }
 
     let _ = writeln!(s, "\n## Messages\n");

@@ -414,6 +414,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     analysis.counts.lost -= in_flight_at_stop.min(analysis.counts.lost);
     let payload_size = driven.qec.as_ref().map_or(plan.run.size, |d| d.info.max_message_bytes as usize);
     let mut env = Environment::here(&backend_name, &pw.wire, payload_size, spin.as_str());
+    if backend_name.starts_with("gpu") {
+        // The backend's name carries the device ("gpu 0 (NVIDIA H200)").
+        env.gpu = Some(backend_name.clone());
+    }
     let pin = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| c.to_string());
     env.pinned.insert("nic".into(), pin(plan.cores.nic));
     env.pinned.insert("backend".into(), pin(plan.cores.backend));
