@@ -43,12 +43,9 @@ fn assert_clean(r: &serde_json::Value, count: u64) {
     assert!(r["env"]["backend"].as_str().unwrap_or("").starts_with("gpu"), "{r}");
 }
 
-const NEEDS_GPU: &str = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`";
-
 #[test]
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn gpu_echo_inproc_100k_messages() {
-    let _ = NEEDS_GPU;
     let (ok, r, _) = echo("inproc", &["--backend", "gpu", "--wire", "inproc", "--count", "100000", "--size", "64"], &[]);
     assert!(ok);
     assert_clean(&r, 100_000);
