@@ -166,6 +166,42 @@ enum Cmd {
         #[arg(long, default_value = "auto")]
         gpu: String,
     },
+    /// QEC benchmark (issue 5): per (distance, p, wire), the echo floor of the QEC messages'
+    /// size, the QEC decoder graph on the CPU and the GPU backend (reaction latency, logical
+    /// errors against PyMatching's, disagreements, overflows, throughput, in-loop decode
+    /// time) and PyMatching's single-shot decode() latency, written as Markdown + JSON.
+    BenchQec {
+        /// Code distances (fixtures d<d>_p<p> under --fixtures).
+        #[arg(long, value_delimiter = ',', default_values_t = [3u32, 5])]
+        distances: Vec<u32>,
+        /// Physical error rates, as the fixtures name them.
+        #[arg(long, value_delimiter = ',', default_values = ["0.001", "0.003"])]
+        ps: Vec<String>,
+        /// Wires to measure.
+        #[arg(long, value_enum, value_delimiter = ',', default_values = ["inproc", "udp"])]
+        wires: Vec<Wire>,
+        /// Backends: `cpu`, `gpu` or `gpu:N` (skipped with a note when no GPU is usable).
+        #[arg(long, value_delimiter = ',', default_values = ["cpu", "gpu"])]
+        backends: Vec<String>,
+        /// Shots per QEC run (and echo round trips), warm-up not included.
+        #[arg(long, default_value_t = 20_000)]
+        shots: u32,
+        /// Shots (and round trips) made first and left out of the latency figures.
+        #[arg(long, default_value_t = 500)]
+        warmup: u32,
+        /// The QEC fixture folder.
+        #[arg(long, default_value = "operator/tests/fixtures/qec")]
+        fixtures: PathBuf,
+        /// Python with pymatching for the single-shot decode() row; `none` to skip it.
+        #[arg(long, default_value = "python3")]
+        python: String,
+        /// Folder for the report files.
+        #[arg(long, default_value = "latency-reports")]
+        out: PathBuf,
+        /// Base name of the report files.
+        #[arg(long, default_value = "bench-qec")]
+        name: String,
+    },
     /// Decode detection events offline with the exact-matching decoder, like
     /// `pymatching predict`: one prediction (the flipped logical observables) per shot.
     Decode {
@@ -317,6 +353,38 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             };
             let r = rocelink_operator::bench::run_bench(&cfg)?;
             print!("{}", rocelink_operator::bench::write::markdown(&r, &cfg.name));
+            for f in &r.files {
+                eprintln!("wrote {}", f.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name } => {
+            use rocelink_operator::bench::qec::{self, QecBackend};
+            let backends = backends
+                .iter()
+                .map(|b| match b.as_str() {
+                    "cpu" => Ok(QecBackend::Cpu),
+                    "gpu" => Ok(QecBackend::Gpu(0)),
+                    _ => b.strip_prefix("gpu:").and_then(|n| n.parse().ok()).map(QecBackend::Gpu).ok_or_else(|| anyhow::anyhow!("--backends `{b}`: want cpu, gpu or gpu:N")),
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let cfg = qec::QecBenchConfig {
+                distances,
+                ps,
+                wires: wires.into_iter().map(wire_kind).collect(),
+                backends,
+                shots,
+                warmup,
+                fixtures,
+                python: (python != "none").then_some(python),
+                out_dir: out,
+                name,
+            };
+            let r = qec::run_bench_qec(&cfg)?;
+            print!("{}", qec::markdown(&r, &cfg.name));
+            for s in &r.env.skipped {
+                eprintln!("rocelink bench-qec: skipped {s}");
+            }
             for f in &r.files {
                 eprintln!("wrote {}", f.display());
             }

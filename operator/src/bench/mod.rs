@@ -11,6 +11,7 @@
 
 pub mod floors;
 pub mod gpu;
+pub mod qec;
 pub mod write;
 
 use std::path::PathBuf;

@@ -1,0 +1,591 @@
+//! The QEC benchmark (issue 5, "Performance"; QEC.md, PERF.md): for every (code distance,
+//! physical error rate, wire), in one process and one run, side by side:
+//! 1. the plain echo round trip of the QEC messages' size on the same backend (the transport
+//!    floor),
+//! 2. the QEC decoder graph on the CPU backend,
+//! 3. the same graph on the GPU backend (when a GPU is usable),
+//!
+//! each in closed loop (reaction latency, logical errors against PyMatching's on the same
+//! shots, disagreements, overflows, throughput, the in-loop time of the final message), and
+//! 4. PyMatching's own single-shot `decode()` latency on the same shots, when Python has it.
+//!
+//! The graphs are built in memory (the text of graphs/qec_d*.ron, compiled through the
+//! library). Targets are data: the report says whether each holds; nothing fails on them.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::{utc_timestamp, Target};
+use crate::backend::BackendKind;
+use crate::echo::{run_echo, EchoConfig, WireKind};
+use crate::env::Environment;
+use crate::graph::{self, qec::QecReport};
+use crate::latency::Summary;
+
+/// Where the QEC graph's transceiver loop runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QecBackend {
+    Cpu,
+    Gpu(usize),
+}
+
+impl QecBackend {
+    pub fn name(self) -> String {
+        match self {
+            QecBackend::Cpu => "cpu".into(),
+            QecBackend::Gpu(n) => format!("gpu:{n}"),
+        }
+    }
+    fn graph_value(self) -> String {
+        match self {
+            QecBackend::Cpu => "Cpu".into(),
+            QecBackend::Gpu(n) => format!("Gpu({n})"),
+        }
+    }
+    fn echo_backend(self) -> BackendKind {
+        match self {
+            QecBackend::Cpu => BackendKind::Cpu,
+            QecBackend::Gpu(n) => BackendKind::Gpu(n),
+        }
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct QecBenchConfig {
+    /// Code distances (fixtures `d<d>_p<p>` must exist).
+    pub distances: Vec<u32>,
+    /// Physical error rates as the fixtures spell them (`0.001`, `0.003`).
+    pub ps: Vec<String>,
+    pub wires: Vec<WireKind>,
+    /// Backends to run the QEC graph on (the echo floor runs on each too). A GPU backend
+    /// is skipped, with a note, when no GPU is usable.
+    pub backends: Vec<QecBackend>,
+    /// Shots per QEC run (after the warm-up); the echo floor makes as many round trips.
+    pub shots: u32,
+    /// Shots (and echo round trips) made first and left out of the latency figures.
+    pub warmup: u32,
+    /// The fixture folder (`<fixtures>/d<d>_p<p>/{model.dem,dets.b8,obs.01,pred.01}`).
+    pub fixtures: PathBuf,
+    /// The Python interpreter for the PyMatching row (`None`: skip it).
+    pub python: Option<String>,
+    pub out_dir: PathBuf,
+    /// File name stem: `<name>.md`, `<name>.json`.
+    pub name: String,
+}
+
+impl Default for QecBenchConfig {
+    fn default() -> Self {
+        QecBenchConfig {
+            distances: vec![3, 5],
+            ps: vec!["0.001".into(), "0.003".into()],
+            wires: vec![WireKind::Inproc, WireKind::Udp],
+            backends: vec![QecBackend::Cpu, QecBackend::Gpu(0)],
+            shots: 20_000,
+            warmup: 500,
+            fixtures: PathBuf::from("operator/tests/fixtures/qec"),
+            python: Some("python3".into()),
+            out_dir: PathBuf::from("latency-reports"),
+            name: "bench-qec".into(),
+        }
+    }
+}
+
+/// Path names of the rows.
+pub mod paths {
+    pub const ECHO: &str = "echo (transport floor)";
+    pub const QEC_CPU: &str = "qec decoder, cpu backend";
+    pub const QEC_GPU: &str = "qec decoder, gpu backend";
+}
+
+/// One measured path for one (d, p, wire, backend).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QecRow {
+    pub distance: u32,
+    pub p: String,
+    pub wire: String,
+    pub backend: String,
+    pub path: String,
+    /// Bytes per message (the largest QEC message; the echo uses that size).
+    pub message_bytes: usize,
+    /// Echo: full round trip; QEC: reaction latency (final round sent to correction back).
+    pub latency_ns: Summary,
+    /// For a QEC row: its p50 minus the echo p50 of the same wire and backend (ns).
+    pub p50_over_echo_ns: Option<i64>,
+    /// Shots decoded (QEC) or round trips received (echo).
+    pub count: u64,
+    pub lost: u64,
+    pub qec: Option<QecFigures>,
+    pub detail: String,
+}
+
+/// The decoding figures of a QEC row.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QecFigures {
+    pub shots_decoded: u64,
+    pub logical_errors: u64,
+    pub pymatching_logical_errors: Option<u64>,
+    pub disagreements: Option<u64>,
+    /// Disagreements on shots above the defect cap (greedy fallback).
+    pub disagreements_on_overflow: Option<u64>,
+    /// Disagreements of the exact matcher (equal-weight ties), counted not failed.
+    pub disagreements_ties: Option<u64>,
+    pub overflows: u64,
+    pub unmatchable: u64,
+    pub unanswered: u64,
+    pub bad_answers: u64,
+    pub throughput_rounds_per_us: Option<f64>,
+    /// The transceiver loop's time for each shot's final message (the in-loop decode).
+    pub final_round_loop_ns: Summary,
+    pub other_rounds_loop_ns: Summary,
+    pub rounds_per_shot: u32,
+    pub messages_per_shot: u32,
+}
+
+/// PyMatching's single-shot `decode()` on the same shots.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PyMatchingRow {
+    pub distance: u32,
+    pub p: String,
+    pub available: bool,
+    /// Why not, or the version.
+    pub note: String,
+    pub shots: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QecBenchEnv {
+    #[serde(flatten)]
+    pub machine: Environment,
+    pub date_utc: String,
+    pub mode: String,
+    pub shots: u32,
+    pub warmup: u32,
+    pub distances: Vec<u32>,
+    pub ps: Vec<String>,
+    pub wires: Vec<String>,
+    pub backends: Vec<String>,
+    /// Backends asked for and skipped, with why.
+    pub skipped: Vec<String>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QecBenchReport {
+    pub env: QecBenchEnv,
+    pub rows: Vec<QecRow>,
+    pub pymatching: Vec<PyMatchingRow>,
+    /// d=5, p=0.1% targets (value in `ratio`, limit in `max_ratio`).
+    pub targets: Vec<Target>,
+    pub interrupted: bool,
+    #[serde(skip)]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QecBenchError {
+    #[error("bad configuration: {0}")]
+    Config(String),
+    #[error("{what}: {why}")]
+    Run { what: String, why: String },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+/// The QEC graph of one fixture, as text (graphs/qec_d*.ron without the comments).
+fn graph_text(fixture: &Path, distance: u32, p: &str, wire: WireKind, backend: QecBackend, shots: u32, warmup: u32, outputs: &Path) -> String {
+    let f = |name: &str| fixture.join(name).display().to_string().replace('\\', "/");
+    let wire = match wire {
+        WireKind::Inproc => "Inproc",
+        WireKind::Udp => "Udp()",
+    };
+    format!(
+        r#"Graph(
+    name: "bench_qec_d{distance}_p{p}",
+    backend: {backend},
+    nic: Soft(wire: {wire}),
+    peer: FpgaSim(
+        mode: InProcess,
+        qec: (dem: "{dem}", dets: "{dets}", obs: "{obs}", pred: "{pred}", rounds_per_message: 1),
+    ),
+    cores: (nic: None, backend: None, peer: None, host: None, spin: Auto),
+    run: (stop: Count({count}), warmup: {warmup}, load: ClosedLoop, size: 64, timeout: None),
+    outputs: (dir: "{out}"),
+    operators: [
+        (name: "roce", kind: "RoceTransceiver", params: (slots: 64, tap_ring: 131072)),
+        (name: "decoder", kind: "QecDecoder", params: (dem: "{dem}", rounds_per_message: 1, max_defects: 12, decoders: 1)),
+        (name: "report", kind: "LatencyReport"),
+    ],
+    flows: [
+        (from: "roce.rx", to: "decoder.in"),
+        (from: "decoder.out", to: "roce.tx"),
+        (from: "roce.tap", to: "report.in"),
+    ],
+)
+"#,
+        backend = backend.graph_value(),
+        dem = f("model.dem"),
+        dets = f("dets.b8"),
+        obs = f("obs.01"),
+        pred = f("pred.01"),
+        count = shots + warmup,
+        out = outputs.display().to_string().replace('\\', "/"),
+    )
+}
+
+fn run_qec_graph(text: &str, label: &str) -> Result<QecReport, QecBenchError> {
+    let err = |why: String| QecBenchError::Run { what: label.to_string(), why };
+    let g = graph::load::load_str(&format!("{label}.ron"), text, &[]).map_err(|e| err(e.to_string()))?;
+    let plan = graph::compile(g).map_err(|e| err(e.to_string()))?;
+    let r = graph::run(&plan, &graph::RunOptions { progress: false }).map_err(|e| err(e.to_string()))?;
+    if let Some(f) = &r.fault {
+        return Err(err(format!("the run failed: {f}")));
+    }
+    r.qec.ok_or_else(|| err("the run has no qec section".into()))
+}
+
+/// Runs every (d, p, wire, backend) and writes `<out>/<name>.md` and `.json`.
+pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchError> {
+    if cfg.distances.is_empty() || cfg.ps.is_empty() || cfg.wires.is_empty() || cfg.backends.is_empty() {
+        return Err(QecBenchError::Config("at least one distance, p, wire and backend".into()));
+    }
+    if cfg.shots == 0 {
+        return Err(QecBenchError::Config("--shots must be at least 1".into()));
+    }
+    if cfg.name.is_empty() || cfg.name.contains(['/', '\\']) {
+        return Err(QecBenchError::Config(format!("report name `{}` must be a non-empty file name", cfg.name)));
+    }
+    for &d in &cfg.distances {
+        for p in &cfg.ps {
+            let dir = cfg.fixtures.join(format!("d{d}_p{p}"));
+            if !dir.join("dets.b8").is_file() {
+                return Err(QecBenchError::Config(format!("no fixture {} (d={d}, p={p})", dir.display())));
+            }
+        }
+    }
+    let date_utc = utc_timestamp(std::time::SystemTime::now());
+    let mut skipped = Vec::new();
+    let mut backends = Vec::new();
+    for &b in &cfg.backends {
+        match b {
+            QecBackend::Gpu(_) => match crate::backend::gpu::unavailable_reason() {
+                None => backends.push(b),
+                Some(why) => skipped.push(format!("{}: {why}", b.name())),
+            },
+            QecBackend::Cpu => backends.push(b),
+        }
+    }
+    let wires: Vec<String> = cfg.wires.iter().map(|w| w.as_str().to_string()).collect();
+    let backend_names: Vec<String> = backends.iter().map(|b| b.name()).collect();
+    let mut machine = Environment::here(&backend_names.join(", "), &wires.join(", "), 0, "auto");
+    if let Some(&QecBackend::Gpu(n)) = backends.iter().find(|b| matches!(b, QecBackend::Gpu(_))) {
+        if let Ok(gpu) = crate::gpu::Gpu::open(n) {
+            machine.gpu = Some(gpu.info.describe());
+        }
+    }
+    let scratch = std::env::temp_dir().join(format!("rocelink-bench-qec-{}-{}", std::process::id(), rocelink_link::clock::monotonic_ns()));
+
+    let mut rows = Vec::new();
+    let mut pymatching = Vec::new();
+    let mut interrupted = false;
+    'all: for &d in &cfg.distances {
+        for p in &cfg.ps {
+            let fixture = cfg.fixtures.join(format!("d{d}_p{p}"));
+            for &wire in &cfg.wires {
+                for &backend in &backends {
+                    if crate::interrupted() {
+                        interrupted = true;
+                        break 'all;
+                    }
+                    let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.name().replace(':', ""));
+                    tracing::info!("bench-qec: {label}: qec graph");
+                    let text = graph_text(&fixture, d, p, wire, backend, cfg.shots, cfg.warmup, &scratch.join(&label));
+                    let q = run_qec_graph(&text, &label)?;
+                    let size = (q.max_message_bytes as usize).clamp(24, 4096);
+                    tracing::info!("bench-qec: {label}: echo floor, {size} B");
+                    let echo_cfg = EchoConfig { wire, count: cfg.shots + cfg.warmup, size, warmup: cfg.warmup, backend: backend.echo_backend(), ..EchoConfig::default() };
+                    let e = run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })?;
+                    let echo_p50 = e.rtt_ns.p50;
+                    rows.push(QecRow {
+                        distance: d,
+                        p: p.clone(),
+                        wire: wire.as_str().into(),
+                        backend: backend.name(),
+                        path: paths::ECHO.into(),
+                        message_bytes: size,
+                        latency_ns: e.rtt_ns.clone(),
+                        p50_over_echo_ns: None,
+                        count: e.counts.received,
+                        lost: e.counts.lost,
+                        qec: None,
+                        detail: format!("{}, backend {}", e.env.wire, e.env.backend),
+                    });
+                    let ties = match (q.disagreements, q.disagreements_on_overflow) {
+                        (Some(a), Some(b)) => Some(a.saturating_sub(b)),
+                        _ => None,
+                    };
+                    rows.push(QecRow {
+                        distance: d,
+                        p: p.clone(),
+                        wire: wire.as_str().into(),
+                        backend: backend.name(),
+                        path: if backend == QecBackend::Cpu { paths::QEC_CPU.into() } else { paths::QEC_GPU.into() },
+                        message_bytes: size,
+                        latency_ns: q.reaction_ns.clone(),
+                        p50_over_echo_ns: Some(q.reaction_ns.p50 as i64 - echo_p50 as i64),
+                        count: q.shots_decoded,
+                        lost: q.shots_sent.saturating_sub(q.shots_decoded),
+                        qec: Some(QecFigures {
+                            shots_decoded: q.shots_decoded,
+                            logical_errors: q.logical_errors,
+                            pymatching_logical_errors: q.reference_logical_errors,
+                            disagreements: q.disagreements,
+                            disagreements_on_overflow: q.disagreements_on_overflow,
+                            disagreements_ties: ties,
+                            overflows: q.overflows,
+                            unmatchable: q.unmatchable,
+                            unanswered: q.unanswered,
+                            bad_answers: q.bad_answers,
+                            throughput_rounds_per_us: q.throughput_rounds_per_us,
+                            final_round_loop_ns: q.final_round_loop_ns.clone(),
+                            other_rounds_loop_ns: q.other_rounds_loop_ns.clone(),
+                            rounds_per_shot: q.rounds_per_shot,
+                            messages_per_shot: q.messages_per_shot,
+                        }),
+                        detail: format!("{} detectors, {} rounds per shot, {} message(s) per shot, dem {}", q.detectors, q.rounds_per_shot, q.messages_per_shot, q.dem),
+                    });
+                }
+            }
+            pymatching.push(pymatching_row(cfg, d, p, &fixture));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    interrupted |= crate::interrupted();
+    let targets = targets(&rows);
+    let mut report = QecBenchReport {
+        env: QecBenchEnv {
+            machine,
+            date_utc,
+            mode: "closed-loop".into(),
+            shots: cfg.shots,
+            warmup: cfg.warmup,
+            distances: cfg.distances.clone(),
+            ps: cfg.ps.clone(),
+            wires,
+            backends: backend_names,
+            skipped,
+        },
+        rows,
+        pymatching,
+        targets,
+        interrupted,
+        files: Vec::new(),
+    };
+    report.files = write(&report, &cfg.out_dir, &cfg.name).map_err(|source| QecBenchError::Io { what: format!("writing the reports into {}", cfg.out_dir.display()), source })?;
+    Ok(report)
+}
+
+/// The issue's targets for d=5, p=0.1%, on every backend measured there.
+fn targets(rows: &[QecRow]) -> Vec<Target> {
+    let mut out = Vec::new();
+    for r in rows.iter().filter(|r| r.distance == 5 && r.p == "0.001") {
+        let Some(q) = &r.qec else { continue };
+        let t = |what: &str, max: f64, value: Option<f64>| Target {
+            path: r.path.clone(),
+            wire: r.wire.clone(),
+            size: r.message_bytes,
+            what: what.into(),
+            max_ratio: max,
+            ratio: value,
+            met: value.is_some_and(|v| v.is_finite() && v <= max),
+        };
+        out.push(t("in-loop decode (final message) p99 <= 2 us (value in us)", 2.0, Some(q.final_round_loop_ns.p99 as f64 / 1000.0)));
+        if r.wire == "inproc" {
+            out.push(t("reaction p50 <= echo p50 + 1 us (value: difference in us)", 1.0, r.p50_over_echo_ns.map(|d| d as f64 / 1000.0)));
+        }
+        // keeps one round per us: 1 / throughput <= 1 us per round
+        out.push(t("throughput >= 1 round/us (value: us per round)", 1.0, q.throughput_rounds_per_us.filter(|&x| x > 0.0).map(|x| 1.0 / x)));
+        out.push(t("disagreements beyond overflows = 0 (value: ties, exact-matcher disagreements)", 0.0, q.disagreements_ties.map(|x| x as f64)));
+    }
+    out
+}
+
+/// PyMatching's single-shot decode() over the fixture's shots, timed in Python.
+const PY_SNIPPET: &str = r#"
+import sys, time
+import numpy as np
+import pymatching
+dem, dets, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+m = pymatching.Matching.from_detector_error_model_file(dem)
+nd = m.num_detectors
+nb = (nd + 7) // 8
+raw = np.fromfile(dets, dtype=np.uint8)
+shots = np.unpackbits(raw.reshape(-1, nb), axis=1, bitorder="little")[:, :nd]
+for k in range(min(200, len(shots))):
+    m.decode(shots[k])
+ts = []
+for k in range(n):
+    s = shots[k % len(shots)]
+    t0 = time.perf_counter_ns()
+    m.decode(s)
+    ts.append(time.perf_counter_ns() - t0)
+ts.sort()
+q = lambda f: ts[min(len(ts) - 1, int(f * len(ts)))]
+print(pymatching.__version__, len(ts), q(0.5), q(0.99))
+"#;
+
+fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMatchingRow {
+    let mut row = PyMatchingRow { distance: d, p: p.into(), available: false, note: "not available".into(), shots: 0, p50_ns: None, p99_ns: None };
+    let Some(py) = &cfg.python else {
+        row.note = "not available (skipped)".into();
+        return row;
+    };
+    let probe = std::process::Command::new(py).args(["-c", "import pymatching"]).output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        row.note = format!("not available (`{py} -c 'import pymatching'` failed)");
+        return row;
+    }
+    let out = std::process::Command::new(py).arg("-c").arg(PY_SNIPPET).arg(fixture.join("model.dem")).arg(fixture.join("dets.b8")).arg(cfg.shots.max(1).to_string()).output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let f: Vec<&str> = text.split_whitespace().collect();
+            if f.len() == 4 {
+                row.available = true;
+                row.note = format!("pymatching {}, Matching.decode per shot, time.perf_counter_ns", f[0]);
+                row.shots = f[1].parse().unwrap_or(0);
+                row.p50_ns = f[2].parse().ok();
+                row.p99_ns = f[3].parse().ok();
+            } else {
+                row.note = format!("not available (unexpected output `{}`)", text.trim());
+            }
+        }
+        Ok(o) => row.note = format!("not available ({})", String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("failed")),
+        Err(e) => row.note = format!("not available ({e})"),
+    }
+    row
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1000.0)
+}
+
+fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref().map_or("-".into(), |x| x.to_string())
+}
+
+/// The Markdown report.
+pub fn markdown(r: &QecBenchReport, name: &str) -> String {
+    let e = &r.env;
+    let m = &e.machine;
+    let mut s = String::new();
+    let _ = writeln!(s, "# rocelink QEC benchmark: {name}\n");
+    let _ = writeln!(
+        s,
+        "Closed loop, {} shots per QEC run after {} warm-up shots; the echo floor makes as many full round trips of the \
+         QEC messages' size on the same backend and wire, right after. QEC latency is the **reaction latency** (final round \
+         sent to correction back, a full round trip), in microseconds.\n",
+        e.shots, e.warmup
+    );
+    if r.interrupted {
+        let _ = writeln!(s, "**Interrupted**: the rows cover what was measured before the interrupt.\n");
+    }
+    let _ = writeln!(s, "## Environment\n\n| | |\n|---|---|");
+    for (k, v) in [
+        ("date (UTC)", e.date_utc.clone()),
+        ("host", m.host.clone()),
+        ("CPU", m.cpu.clone()),
+        ("cores available", m.cores.to_string()),
+        ("kernel", m.kernel.clone()),
+        ("GPU", m.gpu.clone().unwrap_or_else(|| "none used".into())),
+        ("rocelink", m.rocelink_version.clone()),
+        ("backends", e.backends.join(", ")),
+        ("skipped", if e.skipped.is_empty() { "none".into() } else { e.skipped.join("; ") }),
+        ("wires", e.wires.join(", ")),
+        ("distances", e.distances.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        ("p", e.ps.join(", ")),
+        ("spin mode", m.spin_mode.clone()),
+    ] {
+        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
+    }
+
+    let _ = writeln!(s, "\n## Latency (us)\n");
+    let _ = writeln!(s, "| d | p | wire | backend | path | size (B) | count | min | p50 | p90 | p99 | p99.9 | max | p50 - echo p50 | lost |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in &r.rows {
+        let l = &row.latency_ns;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            row.distance,
+            row.p,
+            row.wire,
+            row.backend,
+            row.path,
+            row.message_bytes,
+            l.count,
+            us(l.min),
+            us(l.p50),
+            us(l.p90),
+            us(l.p99),
+            us(l.p999),
+            us(l.max),
+            row.p50_over_echo_ns.map_or("-".into(), |d| format!("{:+.2}", d as f64 / 1000.0)),
+            row.lost
+        );
+    }
+
+    let _ = writeln!(s, "\n## Decoding\n");
+    let _ = writeln!(s, "| d | p | wire | backend | shots | logical errors | PyMatching's | disagreements | on overflow | ties | overflows | throughput (rounds/us) | in-loop final msg p50 / p99 (us) | other msgs p50 (us) |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in &r.rows {
+        let Some(q) = &row.qec else { continue };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
+            row.distance,
+            row.p,
+            row.wire,
+            row.backend,
+            q.shots_decoded,
+            q.logical_errors,
+            opt(&q.pymatching_logical_errors),
+            opt(&q.disagreements),
+            opt(&q.disagreements_on_overflow),
+            opt(&q.disagreements_ties),
+            q.overflows,
+            q.throughput_rounds_per_us.map_or("-".into(), |t| format!("{t:.3}")),
+            us(q.final_round_loop_ns.p50),
+            us(q.final_round_loop_ns.p99),
+            us(q.other_rounds_loop_ns.p50)
+        );
+    }
+
+    let _ = writeln!(s, "\n## PyMatching single-shot decode() (us, same shots, CPU, from Python)\n");
+    let _ = writeln!(s, "| d | p | shots | p50 | p99 | note |\n|---|---|---|---|---|---|");
+    for p in &r.pymatching {
+        let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} |", p.distance, p.p, p.shots, p.p50_ns.map_or("-".into(), us), p.p99_ns.map_or("-".into(), us), p.note);
+    }
+
+    let _ = writeln!(s, "\n## Targets (d=5, p=0.1%; data, not assertions)\n");
+    if r.targets.is_empty() {
+        let _ = writeln!(s, "None measured (d=5, p=0.001 not in this run).");
+    } else {
+        let _ = writeln!(s, "| path | wire | target | value | met |\n|---|---|---|---|---|");
+        for t in &r.targets {
+            let _ = writeln!(s, "| {} | {} | {} | {} | {} |", t.path, t.wire, t.what, t.ratio.map_or("-".into(), |v| format!("{v:.3}")), if t.met { "yes" } else { "**no**" });
+        }
+    }
+    s
+}
+
+/// Writes `<dir>/<name>.md` and `<dir>/<name>.json`; returns the paths.
+pub fn write(r: &QecBenchReport, dir: &Path, name: &str) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir)?;
+    let md = dir.join(format!("{name}.md"));
+    std::fs::write(&md, markdown(r, name))?;
+    let json = dir.join(format!("{name}.json"));
+    std::fs::write(&json, serde_json::to_string_pretty(r).map_err(std::io::Error::other)? + "\n")?;
+    Ok(vec![md, json])
+}

@@ -1,0 +1,47 @@
+//! `rocelink bench-qec` with tiny counts (d=3, p=0.1%, inproc, CPU backend, 200 shots): the
+//! Markdown and JSON reports are written, every row is there, and the CPU decoder agrees with
+//! PyMatching on every shot.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn bench_qec_tiny_run_writes_reports_without_disagreements() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench_qec");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .current_dir(root)
+        .args(["bench-qec", "--distances", "3", "--ps", "0.001", "--wires", "inproc", "--backends", "cpu", "--shots", "200", "--warmup", "20", "--name", "tiny", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("run rocelink");
+    let shown = format!("{}\n--- stdout\n{}--- stderr\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+
+    let md = std::fs::read_to_string(dir.join("tiny.md")).unwrap_or_else(|e| panic!("tiny.md: {e}\n{shown}"));
+    for s in ["## Environment", "## Latency (us)", "## Decoding", "## PyMatching single-shot decode()", "echo (transport floor)", "qec decoder, cpu backend"] {
+        assert!(md.contains(s), "{s} missing from tiny.md:\n{md}");
+    }
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tiny.json")).unwrap()).unwrap();
+    assert!(r["env"]["host"].is_string(), "{r}");
+    let rows = r["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{r}");
+    assert_eq!(rows[0]["path"], "echo (transport floor)");
+    assert_eq!(rows[0]["latency_ns"]["count"], 200, "{r}");
+    assert_eq!(rows[0]["lost"], 0, "{r}");
+    let q = &rows[1]["qec"];
+    assert_eq!(rows[1]["path"], "qec decoder, cpu backend");
+    assert_eq!(rows[1]["latency_ns"]["count"], 200, "{r}");
+    assert_eq!(q["shots_decoded"], 220, "{r}");
+    assert_eq!(q["disagreements"], 0, "{r}");
+    assert_eq!(q["logical_errors"], q["pymatching_logical_errors"], "{r}");
+    assert!(q["throughput_rounds_per_us"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(q["final_round_loop_ns"]["p50"].as_u64().unwrap() > 0, "{r}");
+    // PyMatching's row is there, measured or "not available".
+    let py = &r["pymatching"][0];
+    assert!(py["available"].as_bool().unwrap() || py["note"].as_str().unwrap().starts_with("not available"), "{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
