@@ -194,7 +194,7 @@ pub enum QecBenchError {
 }
 
 /// The QEC graph of one fixture, as text (graphs/qec_d*.ron without the comments).
-fn graph_text(fixture: &Path, distance: u32, p: &str, wire: WireKind, backend: QecBackend, shots: u32, warmup: u32, outputs: &Path) -> String {
+fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: QecBackend, shots: u32, warmup: u32, outputs: &Path) -> String {
     let f = |name: &str| fixture.join(name).display().to_string().replace('\\', "/");
     let wire = match wire {
         WireKind::Inproc => "Inproc",
@@ -202,7 +202,7 @@ fn graph_text(fixture: &Path, distance: u32, p: &str, wire: WireKind, backend: Q
     };
     format!(
         r#"Graph(
-    name: "bench_qec_d{distance}_p{p}",
+    name: "bench_qec_{name}",
     backend: {backend},
     nic: Soft(wire: {wire}),
     peer: FpgaSim(
@@ -224,6 +224,7 @@ fn graph_text(fixture: &Path, distance: u32, p: &str, wire: WireKind, backend: Q
     ],
 )
 "#,
+        name = label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect::<String>(),
         backend = backend.graph_value(),
         dem = f("model.dem"),
         dets = f("dets.b8"),
@@ -300,7 +301,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     }
                     let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.name().replace(':', ""));
                     tracing::info!("bench-qec: {label}: qec graph");
-                    let text = graph_text(&fixture, d, p, wire, backend, cfg.shots, cfg.warmup, &scratch.join(&label));
+                    let text = graph_text(&fixture, &label, wire, backend, cfg.shots, cfg.warmup, &scratch.join(&label));
                     let q = run_qec_graph(&text, &label)?;
                     let size = (q.max_message_bytes as usize).clamp(24, 4096);
                     tracing::info!("bench-qec: {label}: echo floor, {size} B");
@@ -314,7 +315,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         backend: backend.name(),
                         path: paths::ECHO.into(),
                         message_bytes: size,
-                        latency_ns: e.rtt_ns.clone(),
+                        latency_ns: e.rtt_ns,
                         p50_over_echo_ns: None,
                         count: e.counts.received,
                         lost: e.counts.lost,
@@ -332,7 +333,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         backend: backend.name(),
                         path: if backend == QecBackend::Cpu { paths::QEC_CPU.into() } else { paths::QEC_GPU.into() },
                         message_bytes: size,
-                        latency_ns: q.reaction_ns.clone(),
+                        latency_ns: q.reaction_ns,
                         p50_over_echo_ns: Some(q.reaction_ns.p50 as i64 - echo_p50 as i64),
                         count: q.shots_decoded,
                         lost: q.shots_sent.saturating_sub(q.shots_decoded),
@@ -348,8 +349,8 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                             unanswered: q.unanswered,
                             bad_answers: q.bad_answers,
                             throughput_rounds_per_us: q.throughput_rounds_per_us,
-                            final_round_loop_ns: q.final_round_loop_ns.clone(),
-                            other_rounds_loop_ns: q.other_rounds_loop_ns.clone(),
+                            final_round_loop_ns: q.final_round_loop_ns,
+                            other_rounds_loop_ns: q.other_rounds_loop_ns,
                             rounds_per_shot: q.rounds_per_shot,
                             messages_per_shot: q.messages_per_shot,
                         }),
