@@ -1,5 +1,5 @@
 //! `rocelink bench-qec` with tiny counts (d=3, p=0.1%, inproc, CPU backend, 200 shots): the
-//! Markdown and JSON reports are written, every row is there, and the CPU decoder agrees with
+//! Markdown and JSON reports and the reaction-latency SVG are written, every row is there, and the CPU decoder agrees with
 //! PyMatching on every shot.
 
 use std::path::{Path, PathBuf};
@@ -40,6 +40,8 @@ fn bench_qec_tiny_run_writes_reports_without_disagreements() {
     assert_eq!(q["logical_errors"], q["pymatching_logical_errors"], "{r}");
     assert!(q["throughput_rounds_per_us"].as_f64().unwrap() > 0.0, "{r}");
     assert!(q["final_round_loop_ns"]["p50"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(rows[1]["svg"], "tiny-d3_p0.001-inproc-cpu.svg", "{r}");
+    assert!(dir.join("tiny-d3_p0.001-inproc-cpu.svg").is_file(), "{shown}");
     // PyMatching's row is there, measured or "not available".
     let py = &r["pymatching"][0];
     assert!(py["available"].as_bool().unwrap() || py["note"].as_str().unwrap().starts_with("not available"), "{r}");

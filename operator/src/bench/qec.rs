@@ -116,6 +116,8 @@ pub struct QecRow {
     pub count: u64,
     pub lost: u64,
     pub qec: Option<QecFigures>,
+    /// For a QEC row: the reaction latency plot (histogram + CDF), a file in the report's folder.
+    pub svg: Option<String>,
     pub detail: String,
 }
 
@@ -235,7 +237,7 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: QecBackend, 
     )
 }
 
-fn run_qec_graph(text: &str, label: &str) -> Result<QecReport, QecBenchError> {
+fn run_qec_graph(text: &str, label: &str) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
     let err = |why: String| QecBenchError::Run { what: label.to_string(), why };
     let g = graph::load::load_str(&format!("{label}.ron"), text, &[]).map_err(|e| err(e.to_string()))?;
     let plan = graph::compile(g).map_err(|e| err(e.to_string()))?;
@@ -243,7 +245,8 @@ fn run_qec_graph(text: &str, label: &str) -> Result<QecReport, QecBenchError> {
     if let Some(f) = &r.fault {
         return Err(err(format!("the run failed: {f}")));
     }
-    r.qec.ok_or_else(|| err("the run has no qec section".into()))
+    let files = r.files.clone();
+    r.qec.map(|q| (q, files)).ok_or_else(|| err("the run has no qec section".into()))
 }
 
 /// Runs every (d, p, wire, backend) and writes `<out>/<name>.md` and `.json`.
@@ -290,6 +293,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     let mut rows = Vec::new();
     let mut pymatching = Vec::new();
     let mut interrupted = false;
+    let mut svgs = Vec::new();
     'all: for &d in &cfg.distances {
         for p in &cfg.ps {
             let fixture = cfg.fixtures.join(format!("d{d}_p{p}"));
@@ -302,7 +306,15 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.name().replace(':', ""));
                     tracing::info!("bench-qec: {label}: qec graph");
                     let text = graph_text(&fixture, &label, wire, backend, cfg.shots, cfg.warmup, &scratch.join(&label));
-                    let q = run_qec_graph(&text, &label)?;
+                    let (q, run_files) = run_qec_graph(&text, &label)?;
+                    // The graph's LatencyReport drew the reaction latency (histogram + CDF).
+                    let mut svg = None;
+                    if let Some(f) = run_files.iter().find(|f| f.extension().is_some_and(|e| e == "svg")) {
+                        let name = format!("{}-{label}.svg", cfg.name);
+                        std::fs::create_dir_all(&cfg.out_dir).and_then(|_| std::fs::copy(f, cfg.out_dir.join(&name))).map_err(|source| QecBenchError::Io { what: format!("copying {} into {}", f.display(), cfg.out_dir.display()), source })?;
+                        svgs.push(cfg.out_dir.join(&name));
+                        svg = Some(name);
+                    }
                     let size = (q.max_message_bytes as usize).clamp(24, 4096);
                     tracing::info!("bench-qec: {label}: echo floor, {size} B");
                     let echo_cfg = EchoConfig { wire, count: cfg.shots + cfg.warmup, size, warmup: cfg.warmup, backend: backend.echo_backend(), ..EchoConfig::default() };
@@ -320,6 +332,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         count: e.counts.received,
                         lost: e.counts.lost,
                         qec: None,
+                        svg: None,
                         detail: format!("{}, backend {}", e.env.wire, e.env.backend),
                     });
                     let ties = match (q.disagreements, q.disagreements_on_overflow) {
@@ -354,6 +367,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                             rounds_per_shot: q.rounds_per_shot,
                             messages_per_shot: q.messages_per_shot,
                         }),
+                        svg,
                         detail: format!("{} detectors, {} rounds per shot, {} message(s) per shot, dem {}", q.detectors, q.rounds_per_shot, q.messages_per_shot, q.dem),
                     });
                 }
@@ -384,6 +398,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
         files: Vec::new(),
     };
     report.files = write(&report, &cfg.out_dir, &cfg.name).map_err(|source| QecBenchError::Io { what: format!("writing the reports into {}", cfg.out_dir.display()), source })?;
+    report.files.extend(svgs);
     Ok(report)
 }
 
@@ -567,6 +582,14 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
     let _ = writeln!(s, "| d | p | shots | p50 | p99 | note |\n|---|---|---|---|---|---|");
     for p in &r.pymatching {
         let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} |", p.distance, p.p, p.shots, p.p50_ns.map_or("-".into(), us), p.p99_ns.map_or("-".into(), us), p.note);
+    }
+
+    let plots: Vec<&QecRow> = r.rows.iter().filter(|row| row.svg.is_some()).collect();
+    if !plots.is_empty() {
+        let _ = writeln!(s, "\n## Reaction latency plots\n");
+        for row in plots {
+            let _ = writeln!(s, "- d={} p={} {} {}: ![reaction latency]({})", row.distance, row.p, row.wire, row.backend, row.svg.as_deref().unwrap_or_default());
+        }
     }
 
     let _ = writeln!(s, "\n## Targets (d=5, p=0.1%; data, not assertions)\n");
