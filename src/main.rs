@@ -325,8 +325,12 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 report::write_json(&r, &p)?;
                 eprintln!("report written to {}", p.display());
             }
-            let clean = r.counts.lost == 0 && r.counts.corrupted == 0 && r.counts.duplicated == 0;
-            Ok(if clean && !rocelink_operator::interrupted() { ExitCode::SUCCESS } else { ExitCode::from(2) })
+            // What did not stop cleanly (a kernel left running, a thread left behind) is an
+            // error even when every answer came back: say it, and exit 1 like `rocelink run`.
+            for p in &r.problems {
+                eprintln!("rocelink: problem: {p}");
+            }
+            Ok(ExitCode::from(graph::run::exit_code(&r)))
         }
         Cmd::Bench { wires, sizes, count, warmup, cores, spin, out, name, gpu } => {
             let gpu = match gpu.as_str() {
