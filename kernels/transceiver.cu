@@ -17,6 +17,11 @@
  *      record, CPU-proxy doorbell;
  *   5. re-post the receive (doorbell record), consume the CQE, stamp the message.
  * Every write to host memory after the poll is a posted write: no second read on the way out.
+ *
+ * RL_POLL_MODE 3 (measured variant, latency-reports/README.md) folds 1 and 2 into one read:
+ * warp 0 polls the whole CQE line and the predicted slot's first RL_SPEC_BYTES together, and
+ * trusts a word of them only when it no longer holds the poison the kernel wrote there after
+ * consuming the previous message in that place (abi.h RL_SPEC_POISON).
  */
 #include "abi.h"
 #include "verbs.cuh"
@@ -46,8 +51,27 @@ struct rl_msg_state {
     uint32_t reload;
     uint32_t sq_index;   /* first WQEBB of the answer */
     uint32_t fm_ce_se;
+    uint32_t ci_next;    /* RL_POLL_MODE 3: the CQE index to poll next (thread 0 keeps rcq.ci) */
+    uint32_t spec;       /* RL_POLL_MODE 3: slots are long enough to speculate on */
+    uint32_t spec_now;   /* RL_POLL_MODE 3: this poll reads the predicted slot too */
+    uint32_t recqe;      /* RL_POLL_MODE 3: the CQE's immediate or byte count was stale: read again */
     __align__(16) uint8_t cqe[64]; /* the receive CQE, read after its owner byte */
 };
+
+/* RL_POLL_MODE 3: no 32-bit word of the first `len` bytes at `p` (shared) still holds the
+ * poison (abi.h RL_SPEC_POISON; in the last word only the bytes below `len` count). The NIC
+ * writes each aligned word of a message with one store and a read of host memory returns
+ * each aligned word whole, so a word is either the NIC's or the poison; a message word that
+ * equals the poison by chance only costs a second read. */
+__device__ __forceinline__ int rl_spec_fresh(const uint8_t *p, uint32_t len) {
+    const uint32_t *w = (const uint32_t *)p;
+    for (uint32_t i = 0; i * 4 < len; i++) {
+        const uint32_t left = len - i * 4;
+        const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
+        if (((w[i] ^ RL_SPEC_POISON) & keep) == 0) return 0;
+    }
+    return 1;
+}
 
 /* Loads `len` bytes at `src` (host memory) into `dst` (shared) with every thread, and, in the
  * last four threads, the 64-byte CQE at `cqe` into `cqe_dst` (shared). Every load is issued
@@ -92,56 +116,92 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         /* the host posted the receive queue before the launch */
         rq.pi = rl_bswap32(rl_ld32_sys(rq.dbrec)) & 0xffff;
         rl_st32_sys(&ctl->state, RL_STATE_RUNNING);
+        m.ci_next = 0;
+        m.predicted = 0;
+        m.spec = d.rx_slot_stride >= RL_SPEC_BYTES;
+        m.spec_now = m.spec && last_len > RL_CQE_INLINE_MAX;
     }
+    __syncthreads();
     for (;;) {
-#if RL_POLL_MODE == 2
-        /* 1+2 (RL_POLL_MODE 2, small messages in one PCIe round trip): lanes 0..3 poll the
-         * whole 64-byte CQE with one instruction; the owner byte and the immediate, byte count
-         * and inline bytes come from the same read of the line. The payload of a message that
-         * was not scattered into the CQE is read after the acquire fence. */
-        if (tid < 4) {
-            const uint8_t *cqe_p = rcq.ring + (size_t)(rcq.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
+#if RL_POLL_MODE == 3
+        /* 1+2 in one PCIe round (abi.h RL_SPEC_BYTES): warp 0 polls with one instruction the
+         * whole CQE line (lanes 0..3) and the first RL_SPEC_BYTES of the slot the peer should
+         * write next (lanes 4..), straight into the request buffer. When the owner byte says
+         * the CQE is new, its 16-byte chunk (bytes 48..63: owner, timestamp, wqe counter) is
+         * this CQE's, since the NIC writes op_own last; every other word may predate the NIC's
+         * write and is trusted only when it no longer holds the poison (rl_spec_fresh). */
+        if (tid < 32) {
+            const uint32_t ci = m.ci_next, pslot = m.predicted;
+            const uint8_t *src = tid < 4 ? rcq.ring + (size_t)(ci & (rcq.entries - 1)) * RL_CQE_SIZE + tid * 16
+                                         : (const uint8_t *)d.rx_buffer + (size_t)pslot * d.rx_slot_stride + (tid - 4) * 16;
+            const uint32_t loads = tid < 4 || (m.spec_now && tid < 4 + RL_SPEC_BYTES / 16);
+            const uint32_t parity = (ci / rcq.entries) & 1;
             uint32_t quit = 0;
+            uint4 v = make_uint4(0, 0, 0, 0);
             for (;;) {
-                uint4 v = rl_ld16_sys(cqe_p + tid * 16);
-                uint32_t own = __shfl_sync(0xfu, v.w, 3) >> 24;
-                if ((own >> 4) != RL_CQE_INVALID && (own & RL_CQE_OWNER_MASK) == ((rcq.ci / rcq.entries) & 1)) {
-                    *(uint4 *)(m.cqe + tid * 16) = v;
-                    break;
-                }
+                if (loads) v = rl_ld16_sys(src);
+                const uint32_t own = __shfl_sync(0xffffffffu, v.w, 3) >> 24;
+                if ((own >> 4) != RL_CQE_INVALID && (own & RL_CQE_OWNER_MASK) == parity) break;
                 if (tid == 0) {
                     ++idle;
                     if ((idle % RL_EXIT_POLL_EVERY) == 0 && rl_ld32_sys(&ctl->exit_flag) != 0) quit = 1;
                     if ((idle % RL_HEARTBEAT_EVERY) == 0) rl_st64_sys(&ctl->heartbeat, ++heartbeat);
                 }
-                if (__shfl_sync(0xfu, quit, 0)) break;
+                if (__shfl_sync(0xffffffffu, quit, 0)) break;
             }
+            if (tid < 4)
+                *(uint4 *)(m.cqe + tid * 16) = v;
+            else if (loads)
+                *(uint4 *)(buf_a + (tid - 4) * 16) = v;
             if (tid == 0) {
                 rl_fence_acquire_sys();
                 m.t_seen = rl_globaltimer();
                 m.exit = quit;
-                m.ci = rcq.ci;
+                m.ci = ci;
             }
         }
         __syncthreads();
         if (m.exit) break;
         const uint8_t *cqe = rcq.ring + (size_t)(m.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
-        (void)cqe;
+        if (tid == 0) {
+            /* the immediate and the byte count: this CQE's unless poisoned (then read again,
+             * after the fence, with the rest of the line) */
+            uint4 mid = *(uint4 *)(m.cqe + 32);
+            m.recqe = mid.y == RL_SPEC_POISON || mid.w == RL_SPEC_POISON;
+        }
+        __syncthreads();
+        if (m.recqe) {
+            if (tid < 3) *(uint4 *)(m.cqe + tid * 16) = rl_ld16_sys(cqe + tid * 16);
+            __syncthreads();
+        }
         if (tid == 0) {
             tail = *(uint4 *)(m.cqe + 48);
-            uint4 mid = *(uint4 *)(m.cqe + 32);
-            uint32_t op_own = tail.w >> 24;
-            uint32_t imm = rl_bswap32(mid.y);
-            uint32_t len = rl_bswap32(mid.w);
-            uint32_t slot = imm & 0xfff;
-            uint32_t inl = (op_own & RL_CQE_INLINE_SCATTER_32) != 0 && len <= RL_CQE_INLINE_MAX;
+            const uint4 mid = *(uint4 *)(m.cqe + 32);
+            const uint32_t op_own = tail.w >> 24;
+            const uint32_t imm = rl_bswap32(mid.y);
+            const uint32_t len = rl_bswap32(mid.w);
+            const uint32_t slot = imm & 0xfff;
+            const uint32_t inl = (op_own & RL_CQE_INLINE_SCATTER_32) != 0 && len <= RL_CQE_INLINE_MAX;
             m.valid = (op_own >> 4) == RL_CQE_RESP_WR_IMM && slot < d.rx_slots && len <= d.rx_slot_stride && len <= RL_MAX_MSG;
             m.slot = slot;
             m.len = len;
-            m.reload = m.valid && !inl;
+            m.reload = 0;
             if (m.valid && inl) {
+                /* the bytes from the CQE; read again (after the fence) when still poisoned */
+                if (!m.recqe && !rl_spec_fresh(m.cqe, len)) {
+                    *(uint4 *)(m.cqe) = rl_ld16_sys(cqe);
+                    *(uint4 *)(m.cqe + 16) = rl_ld16_sys(cqe + 16);
+                }
                 *(uint4 *)buf_a = *(uint4 *)m.cqe;
                 *(uint4 *)(buf_a + 16) = *(uint4 *)(m.cqe + 16);
+            } else if (m.valid) {
+                /* the speculated bytes are the message's when the slot and the size fit and no
+                 * word in it still holds the poison; else one more round */
+                m.reload = !(m.spec_now && slot == m.predicted && len <= RL_SPEC_BYTES && len >= 4 && rl_spec_fresh(buf_a, len));
+            }
+            if (m.valid) {
+                next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
+                last_len = len;
             }
         }
         __syncthreads();
@@ -155,6 +215,18 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
 #ifdef RL_PROFILE
         t_loaded = rl_globaltimer();
 #endif
+        /* Everything read from the CQE and the slot is in shared memory now: poison what the
+         * next speculative read of them may see (posted writes, ordered before the answer's
+         * doorbell by its release fence, or before the re-post by the fence in step 5). */
+        {
+            /* the block's last threads: lanes of warp 0 may be writing the answer soon */
+            const uint4 poison = make_uint4(RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON);
+            const uint32_t k = tid - (RL_THREADS - RL_SPEC_CQE_BYTES / 16 - RL_SPEC_BYTES / 16);
+            if (k < RL_SPEC_CQE_BYTES / 16)
+                rl_st16_sys((uint8_t *)cqe + k * 16, poison);
+            else if (m.spec && m.valid && k < RL_SPEC_CQE_BYTES / 16 + RL_SPEC_BYTES / 16) /* every slot: any may be speculated on later */
+                rl_st16_sys((uint8_t *)d.rx_buffer + (size_t)m.slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
+        }
 #else
         /* 1. poll */
         if (tid == 0) {
@@ -265,11 +337,18 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             if (tid == 0) rl_dev_verbs_submit_proxy(&sq);
         }
 
+#if RL_POLL_MODE == 3
+        if (n < 0) __syncthreads(); /* (n is the same in every thread) the poison stores precede the fence in step 5 */
+#endif
         /* 5. re-post, consume, stamp (all posted writes, off the answer's path) */
         if (tid == 0) {
             uint64_t t_db = rl_globaltimer();
+#if RL_POLL_MODE == 3
+            /* no answer, so no doorbell fence: order the poison before the re-post here */
+            if (n < 0) rl_fence_release_sys();
+#endif
             rl_dev_verbs_post_recv(&rq, 1);
-            rcq.ci++; /* (lanes 1..3 keep their own copy for RL_POLL_MODE 2, below) */
+            rcq.ci++;
             rl_dev_verbs_cq_update_ci(&rcq);
             if (n >= 0) {
                 if (d.timestamps != 0 && d.timestamp_entries != 0) {
@@ -311,8 +390,14 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 if (sq.done > sq.pi) sq.done = sq.pi;
             }
         }
-#if RL_POLL_MODE == 2
-        if (tid > 0 && tid < 4) rcq.ci++;
+#if RL_POLL_MODE == 3
+        if (tid == 0) {
+            m.ci_next = rcq.ci;
+            m.predicted = next_slot;
+            /* small messages come in the CQE: polling their slot too would only slow the
+             * NIC's write of it (measured) */
+            m.spec_now = m.spec && last_len > RL_CQE_INLINE_MAX;
+        }
 #endif
         __syncthreads();
     }

@@ -153,7 +153,9 @@ struct rl_dev_cqe {
  * RL_POLL_MODE: how the owner byte is polled (measured in latency-reports/):
  *   0: a 16-byte volatile load of bytes 48..63, then fence.acquire.sys when valid;
  *   1: an acquire load of bytes 60..63 (ld.acquire.sys): no separate fence; `tail` then holds
- *      only bytes 60..63 (in .w): the caller reads bytes 48..59 with the rest of the entry.
+ *      only bytes 60..63 (in .w): the caller reads bytes 48..59 with the rest of the entry;
+ *   3: (kernels/transceiver.cu, not this function) the whole entry and the predicted slot's
+ *      first bytes in the polling read, checked against the poison (abi.h RL_SPEC_BYTES).
  */
 #ifndef RL_POLL_MODE
 #define RL_POLL_MODE 0

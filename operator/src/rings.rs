@@ -174,7 +174,9 @@ pub struct QpMemory {
 impl QpMemory {
     /// Lays out and initialises the memory with `alloc` (plain host memory for the CPU
     /// backend; pinned mapped memory for the GPU backend). Every CQE starts INVALID, owned by
-    /// hardware.
+    /// hardware, and the words a one-round receive may read before the NIC wrote them (receive
+    /// CQE bytes 0..48, each RX slot's first RL_SPEC_BYTES) hold `RL_SPEC_POISON`
+    /// (abi.h; kernels/transceiver.cu RL_POLL_MODE 3), before any receive is posted.
     pub fn new(sizes: QpSizes, alloc: impl FnOnce(usize) -> SharedMem) -> Result<QpMemory, String> {
         sizes.validate()?;
         let layout = QpLayout::new(sizes);
@@ -187,6 +189,14 @@ impl QpMemory {
         }
         for i in 0..sizes.rq_entries as usize {
             mem.atomic_u8(layout.rcq + i * CQE + abi::CQE_OP_OWN).store(abi::RL_CQE_INIT_OP_OWN as u8, std::sync::atomic::Ordering::Relaxed);
+        }
+        let poison: Vec<u8> = abi::RL_SPEC_POISON.to_le_bytes().repeat(abi::RL_SPEC_BYTES.max(abi::RL_SPEC_CQE_BYTES) as usize / 4);
+        for i in 0..sizes.rq_entries as usize {
+            mem.write(layout.rcq + i * CQE, &poison[..abi::RL_SPEC_CQE_BYTES as usize]);
+        }
+        let spec = (abi::RL_SPEC_BYTES as usize).min(sizes.rx_slot_stride as usize);
+        for slot in 0..sizes.rx_slots {
+            mem.write(layout.rx_slot(slot), &poison[..spec]);
         }
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(QpMemory { mem: Arc::new(mem), layout })
@@ -280,5 +290,29 @@ mod tests {
         let m = QpMemory::new(QpSizes::default(), SharedMem::new).unwrap();
         let op = m.mem.read_struct::<u8>(m.layout.rcq + 63);
         assert_eq!(op, 0xf1);
+    }
+
+    #[test]
+    fn what_a_one_round_receive_may_read_early_starts_poisoned() {
+        let sizes = QpSizes::default();
+        let m = QpMemory::new(sizes, SharedMem::new).unwrap();
+        let word = |off: usize| u32::from_le_bytes(m.mem.read_struct::<[u8; 4]>(off));
+        let last = sizes.rq_entries as usize - 1;
+        for e in [0, last] {
+            let at = m.layout.rcq + e * CQE;
+            for w in 0..abi::RL_SPEC_CQE_BYTES as usize / 4 {
+                assert_eq!(word(at + 4 * w), abi::RL_SPEC_POISON, "CQE {e} word {w}");
+            }
+            // the chunk with the owner byte is the NIC's alone
+            assert_eq!(m.mem.read_struct::<[u8; 16]>(at + 48)[..15], [0u8; 15]);
+            assert_eq!(m.mem.read_struct::<u8>(at + 63), abi::RL_CQE_INIT_OP_OWN as u8);
+        }
+        for slot in [0, sizes.rx_slots - 1] {
+            let at = m.layout.rx_slot(slot);
+            for w in 0..abi::RL_SPEC_BYTES as usize / 4 {
+                assert_eq!(word(at + 4 * w), abi::RL_SPEC_POISON, "slot {slot} word {w}");
+            }
+            assert_eq!(word(at + abi::RL_SPEC_BYTES as usize), 0, "only the speculated bytes");
+        }
     }
 }

@@ -44,8 +44,10 @@ fn every_measured_kernel_variant_compiles() {
     // The variants latency-reports/ compares (ROCELINK_KERNEL_DEFINES).
     for defs in [
         &["-DRL_POLL_MODE=1"][..],
-        &["-DRL_POLL_MODE=2"],
-        &["-DRL_POLL_MODE=2", "-DRL_PROFILE"],
+        &["-DRL_POLL_MODE=0"],
+        &["-DRL_POLL_MODE=3"],
+        &["-DRL_POLL_MODE=3", "-DRL_PROFILE"],
+        &["-DRL_POLL_MODE=3", "-DRL_THREADS=32"],
         &["-DRL_PROFILE"],
         &["-DRL_FENCE_MODE=0"],
         &["-DRL_DATA_LOAD=1"],
