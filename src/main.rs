@@ -201,6 +201,13 @@ enum Cmd {
         /// Base name of the report files.
         #[arg(long, default_value = "bench-qec")]
         name: String,
+        /// Cores for the NIC engine, the transceiver loop and the peer of every run, as
+        /// `nic,backend,peer` (default: unpinned).
+        #[arg(long, value_delimiter = ',', num_args = 3)]
+        cores: Option<Vec<usize>>,
+        /// Spin policy of the polling threads.
+        #[arg(long, value_enum, default_value = "auto")]
+        spin: Spin,
     },
     /// Decode detection events offline with the exact-matching decoder, like
     /// `pymatching predict`: one prediction (the flipped logical observables) per shot.
@@ -223,10 +230,11 @@ enum Cmd {
         /// Defects above this are decoded by the greedy fallback (and counted).
         #[arg(long, default_value_t = 12)]
         max_defects: usize,
-        /// Where to decode: `cpu` (the reference). The GPU decoder runs inside the
-        /// transceiver kernel (graphs/qec_*.ron).
-        #[arg(long, default_value = "cpu", value_parser = ["cpu"])]
-        backend: String,
+        /// Where to decode: `cpu` (the reference), or `gpu` / `gpu:N` (GPU N): the device
+        /// stage the transceiver kernel runs (graphs/qec_*.ron), over every shot in a batch
+        /// kernel; same predictions, byte for byte; the times are the in-kernel decode times.
+        #[arg(long, default_value = "cpu", value_parser = parse_decode_backend)]
+        backend: DecodeBackend,
     },
     /// Run the software FPGA peer (the same program as the `fpga-sim` binary; see
     /// `rocelink fpga-sim --help`).
@@ -362,7 +370,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name } => {
+        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cores, spin } => {
             use rocelink_operator::bench::qec::{self, QecBackend};
             let backends = backends
                 .iter()
@@ -383,6 +391,8 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 python: (python != "none").then_some(python),
                 out_dir: out,
                 name,
+                cores: cores.map(|c| [c[0], c[1], c[2]]),
+                spin: spin_mode(spin),
             };
             let r = qec::run_bench_qec(&cfg)?;
             print!("{}", qec::markdown(&r, &cfg.name));
@@ -394,10 +404,16 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Decode { dem, input, in_format, out, out_format, max_defects, backend: _ } => {
-            let st = rocelink_operator::qec::predict(&dem, &input, in_format, &out, out_format, max_defects)?;
+        Cmd::Decode { dem, input, in_format, out, out_format, max_defects, backend } => {
+            let (st, timed) = match backend {
+                DecodeBackend::Cpu => (rocelink_operator::qec::predict(&dem, &input, in_format, &out, out_format, max_defects)?, "CPU decode time per shot".to_string()),
+                DecodeBackend::Gpu(n) => {
+                    let r = rocelink_operator::gpu::qec_batch::decode_file(n, &dem, &input, in_format, &out, out_format, max_defects)?;
+                    (r.stats, format!("GPU {} {} ({} blocks, {} launches, {:.1} ms), in-kernel decode time per shot", r.gpu.ordinal, r.gpu.name, r.decoders, r.launches, r.gpu_ms))
+                }
+            };
             eprintln!(
-                "decoded {} shots: {} above the {}-defect cap (greedy fallback), {} unmatchable; decode time per shot p50 {} ns, p99 {} ns, max {} ns",
+                "decoded {} shots: {} above the {}-defect cap (greedy fallback), {} unmatchable; {timed} p50 {} ns, p99 {} ns, max {} ns",
                 st.shots, st.overflows, max_defects, st.unmatchable, st.decode_ns_p50, st.decode_ns_p99, st.decode_ns_max
             );
             Ok(ExitCode::SUCCESS)
@@ -427,6 +443,25 @@ fn spin_mode(s: Spin) -> Option<SpinMode> {
 
 fn cores_of(cores: &[usize]) -> Cores {
     Cores { nic: cores.first().copied(), backend: cores.get(1).copied(), peer: cores.get(2).copied() }
+}
+
+/// Where `rocelink decode` decodes.
+#[derive(Debug, Clone, Copy)]
+enum DecodeBackend {
+    Cpu,
+    Gpu(usize),
+}
+
+fn parse_decode_backend(s: &str) -> Result<DecodeBackend, String> {
+    match s {
+        "cpu" => Ok(DecodeBackend::Cpu),
+        "gpu" => Ok(DecodeBackend::Gpu(0)),
+        _ => s
+            .strip_prefix("gpu:")
+            .and_then(|n| n.parse().ok())
+            .map(DecodeBackend::Gpu)
+            .ok_or_else(|| format!("`{s}` is not a decode backend (cpu, gpu, gpu:N)")),
+    }
 }
 
 fn parse_backend(s: &str) -> Result<BackendKind, String> {

@@ -91,3 +91,47 @@ fn a_malformed_dem_is_refused_with_its_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("line 2") || err.contains(":2"), "{err}");
 }
+
+/// Whether a CUDA driver is loadable here (then the GPU may really be present).
+fn cuda_driver_here() -> bool {
+    ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"].iter().any(|p| Path::new(p).exists())
+        || std::env::var_os("LD_LIBRARY_PATH").is_some_and(|v| std::env::split_paths(&v).any(|d| d.join("libcuda.so.1").exists()))
+}
+
+#[test]
+fn gpu_backend_without_a_gpu_is_a_one_line_error() {
+    let dir = fixture("d3_p0.001");
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-gpu-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = tmp.join("p.01");
+    for backend in ["gpu", "gpu:3"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+            .args(["decode", "--backend", backend, "--dem"])
+            .arg(dir.join("model.dem"))
+            .arg("--in")
+            .arg(dir.join("dets.b8"))
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        if o.status.success() {
+            // A GPU is here: the GPU decode ran (tests/gpu.rs compares it with the CPU's).
+            assert!(cuda_driver_here(), "succeeded without a CUDA driver: {err}");
+            assert!(err.contains("in-kernel decode time"), "{err}");
+            continue;
+        }
+        if cuda_driver_here() && !err.contains("no CUDA device") {
+            eprintln!("a CUDA driver is here; not asserting the no-GPU error: {err}");
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.starts_with("rocelink: error: GPU decoder: "), "{err}");
+        assert!(err.contains("CUDA") && !err.contains("panicked"), "{err}");
+        assert!(!out.exists(), "no output file without a GPU");
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_rocelink")).args(["decode", "--backend", "tpu", "--dem", "m", "--in", "i", "--out", "o"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("cpu, gpu, gpu:N"));
+}

@@ -143,3 +143,49 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// `rocelink decode --backend gpu` (the device stage of the transceiver kernel, in a batch
+/// kernel) writes the very predictions file `--backend cpu` writes, on every committed QEC
+/// fixture; prints the GPU's summary line (in-kernel decode time p50/p99/max).
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_decode_equals_cpu_decode_on_every_fixture() {
+    let root = std::env::var_os("ROCELINK_QEC_FIXTURE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("operator/tests/fixtures/qec"));
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e} (run from the repository root)", root.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("model.dem").exists() && p.join("dets.b8").exists())
+        .collect();
+    dirs.sort();
+    assert!(dirs.len() >= 4, "fixtures under {}: {dirs:?}", root.display());
+    let tmp = std::env::temp_dir().join(format!("rocelink-gpu-decode-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for dir in &dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        for format in ["01", "b8"] {
+            let mut files = Vec::new();
+            for backend in ["cpu", "gpu"] {
+                let out = tmp.join(format!("{name}.{backend}.{format}"));
+                let o = Command::new(rocelink())
+                    .args(["decode", "--backend", backend, "--dem"])
+                    .arg(dir.join("model.dem"))
+                    .arg("--in")
+                    .arg(dir.join("dets.b8"))
+                    .args(["--in-format", "b8", "--out-format", format, "--out"])
+                    .arg(&out)
+                    .output()
+                    .expect("run rocelink");
+                let err = String::from_utf8_lossy(&o.stderr).to_string();
+                assert!(o.status.success(), "{name} {backend}: {err}");
+                if format == "01" {
+                    eprintln!("{name} {backend}: {}", err.trim_end());
+                }
+                files.push(std::fs::read(&out).unwrap());
+            }
+            assert!(!files[0].is_empty(), "{name}");
+            assert!(files[0] == files[1], "{name} ({format}): the GPU's predictions differ from the CPU's");
+        }
+    }
+}

@@ -15,6 +15,7 @@ pub const FILES: &[(&str, &str)] = &[
 
 const TRANSCEIVER: &str = include_str!("../../../kernels/transceiver.cu");
 const PROBE: &str = include_str!("../../../kernels/probe.cu");
+const QEC_BATCH: &str = include_str!("../../../kernels/qec_batch.cu");
 
 /// Threads of the transceiver block: one thread polls, warp 0 sends; all load and run stages.
 /// 128 threads load a 2 KiB message with one 16-byte load each, all in flight.
@@ -95,6 +96,12 @@ pub fn probe_program() -> (Source, Vec<Source>, Vec<String>) {
     let mut h = headers();
     h.push(Source { name: "rl_chain.cuh".into(), text: chain_header(&[StageSpec::Echo]) });
     (Source { name: "probe.cu".into(), text: PROBE.into() }, h, vec![format!("-DRL_THREADS={TRANSCEIVER_THREADS}")])
+}
+
+/// The offline batch decoder (`rocelink decode --backend gpu`): `rl_stage_qec` over many
+/// shots, one decoder id per block (`crate::gpu::qec_batch`).
+pub fn qec_batch_program() -> (Source, Vec<Source>, Vec<String>) {
+    (Source { name: "qec_batch.cu".into(), text: QEC_BATCH.into() }, headers(), Vec::new())
 }
 
 #[cfg(test)]

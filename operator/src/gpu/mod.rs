@@ -10,6 +10,7 @@
 pub mod driver;
 pub mod kernels;
 pub mod nvrtc;
+pub mod qec_batch;
 pub mod qec_state;
 
 pub use driver::{Gpu, GpuError, GpuInfo};

@@ -123,62 +123,14 @@ pub fn predict_stream<W: TableWeight>(
 ) -> Result<PredictStats, QecError> {
     let n = decoder.table().num_detectors;
     let num_obs = decoder.table().num_observables;
-    let bad = |reason: String| QecError::Input { path: in_name.to_path_buf(), reason };
-    if in_format == ShotFormat::B8 && n == 0 {
-        return Err(bad("the DEM has no detectors, so b8 shots have no length".into()));
-    }
+    check_format(in_format, n, in_name)?;
     let mut shot = vec![0u8; packed_len(n)];
     let mut line = String::new();
     let mut out_bytes = vec![0u8; packed_len(num_obs)];
     let mut out_line = String::with_capacity(num_obs + 1);
     let mut stats = PredictStats { defect_histogram: vec![0; n + 1], ..PredictStats::default() };
     let mut times: Vec<u64> = Vec::new();
-    loop {
-        let index = stats.shots;
-        match in_format {
-            ShotFormat::B8 => {
-                let mut got = 0;
-                while got < shot.len() {
-                    match input.read(&mut shot[got..]) {
-                        Ok(0) => break,
-                        Ok(k) => got += k,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(QecError::io(in_name, e)),
-                    }
-                }
-                if got == 0 {
-                    break;
-                }
-                if got < shot.len() {
-                    return Err(bad(format!(
-                        "shot {index}: the file ends inside the shot ({got} of {} bytes)",
-                        shot.len()
-                    )));
-                }
-            }
-            ShotFormat::Zero1 => {
-                line.clear();
-                if input.read_line(&mut line).map_err(|e| QecError::io(in_name, e))? == 0 {
-                    break;
-                }
-                let text = line.trim_end_matches('\n').trim_end_matches('\r');
-                if text.len() != n {
-                    return Err(bad(format!(
-                        "line {}: {} characters, the DEM has {n} detectors",
-                        index + 1,
-                        text.chars().count()
-                    )));
-                }
-                shot.fill(0);
-                for (i, c) in text.bytes().enumerate() {
-                    match c {
-                        b'0' => {}
-                        b'1' => set_bit(&mut shot, i, true),
-                        _ => return Err(bad(format!("line {}: character {} is not 0 or 1", index + 1, i + 1))),
-                    }
-                }
-            }
-        }
+    while read_shot(&mut input, in_format, n, stats.shots, &mut shot, &mut line, in_name)? {
         let started = Instant::now();
         let d = decoder.decode_b8(&shot);
         let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -193,26 +145,116 @@ pub fn predict_stream<W: TableWeight>(
         if let Some(h) = stats.defect_histogram.get_mut(d.defects as usize) {
             *h += 1;
         }
-        let write = match out_format {
-            ShotFormat::B8 => {
-                out_bytes.fill(0);
-                for k in 0..num_obs.min(64) {
-                    set_bit(&mut out_bytes, k, d.observables >> k & 1 == 1);
-                }
-                output.write_all(&out_bytes)
-            }
-            ShotFormat::Zero1 => {
-                out_line.clear();
-                for k in 0..num_obs {
-                    out_line.push(if k < 64 && d.observables >> k & 1 == 1 { '1' } else { '0' });
-                }
-                out_line.push('\n');
-                output.write_all(out_line.as_bytes())
-            }
-        };
-        write.map_err(|e| QecError::io(out_name, e))?;
+        write_prediction(&mut output, out_format, d.observables, num_obs, &mut out_bytes, &mut out_line)
+            .map_err(|e| QecError::io(out_name, e))?;
     }
-    // Trim the histogram to the largest defect count seen.
+    finish_stats(&mut stats, &mut times);
+    Ok(stats)
+}
+
+/// `b8` shots of a DEM without detectors have no length: refused before reading.
+pub(crate) fn check_format(in_format: ShotFormat, n: usize, in_name: &Path) -> Result<(), QecError> {
+    if in_format == ShotFormat::B8 && n == 0 {
+        return Err(QecError::Input {
+            path: in_name.to_path_buf(),
+            reason: "the DEM has no detectors, so b8 shots have no length".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Reads shot `index` (n detection bits) into `shot` (`packed_len(n)` bytes, b8 order);
+/// false at the end of the input; [`QecError::Input`] for a malformed shot. `line` is
+/// scratch for `01`.
+pub(crate) fn read_shot(
+    input: &mut impl BufRead,
+    in_format: ShotFormat,
+    n: usize,
+    index: u64,
+    shot: &mut [u8],
+    line: &mut String,
+    in_name: &Path,
+) -> Result<bool, QecError> {
+    let bad = |reason: String| QecError::Input { path: in_name.to_path_buf(), reason };
+    match in_format {
+        ShotFormat::B8 => {
+            let mut got = 0;
+            while got < shot.len() {
+                match input.read(&mut shot[got..]) {
+                    Ok(0) => break,
+                    Ok(k) => got += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(QecError::io(in_name, e)),
+                }
+            }
+            if got == 0 {
+                return Ok(false);
+            }
+            if got < shot.len() {
+                return Err(bad(format!(
+                    "shot {index}: the file ends inside the shot ({got} of {} bytes)",
+                    shot.len()
+                )));
+            }
+        }
+        ShotFormat::Zero1 => {
+            line.clear();
+            if input.read_line(line).map_err(|e| QecError::io(in_name, e))? == 0 {
+                return Ok(false);
+            }
+            let text = line.trim_end_matches('\n').trim_end_matches('\r');
+            if text.len() != n {
+                return Err(bad(format!(
+                    "line {}: {} characters, the DEM has {n} detectors",
+                    index + 1,
+                    text.chars().count()
+                )));
+            }
+            shot.fill(0);
+            for (i, c) in text.bytes().enumerate() {
+                match c {
+                    b'0' => {}
+                    b'1' => set_bit(shot, i, true),
+                    _ => return Err(bad(format!("line {}: character {} is not 0 or 1", index + 1, i + 1))),
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Writes one prediction (the low `num_obs` bits of `observables`); `out_bytes`
+/// (`packed_len(num_obs)` bytes) and `out_line` are scratch.
+pub(crate) fn write_prediction(
+    output: &mut impl Write,
+    out_format: ShotFormat,
+    observables: u64,
+    num_obs: usize,
+    out_bytes: &mut [u8],
+    out_line: &mut String,
+) -> std::io::Result<()> {
+    match out_format {
+        ShotFormat::B8 => {
+            out_bytes.fill(0);
+            for k in 0..num_obs.min(64) {
+                set_bit(out_bytes, k, observables >> k & 1 == 1);
+            }
+            output.write_all(out_bytes)
+        }
+        ShotFormat::Zero1 => {
+            out_line.clear();
+            for k in 0..num_obs {
+                out_line.push(if k < 64 && observables >> k & 1 == 1 { '1' } else { '0' });
+            }
+            out_line.push('\n');
+            output.write_all(out_line.as_bytes())
+        }
+    }
+}
+
+/// Trims the histogram to the largest defect count seen and sets the percentiles of
+/// `times` (per-shot decode times, ns; sorted here).
+pub(crate) fn finish_stats(stats: &mut PredictStats, times: &mut [u64]) {
     while stats.defect_histogram.len() > 1 && stats.defect_histogram.last() == Some(&0) {
         stats.defect_histogram.pop();
     }
@@ -221,7 +263,6 @@ pub fn predict_stream<W: TableWeight>(
     stats.decode_ns_p50 = pick(0.5);
     stats.decode_ns_p99 = pick(0.99);
     stats.decode_ns_max = times.last().copied().unwrap_or(0);
-    Ok(stats)
 }
 
 #[cfg(test)]
