@@ -3,6 +3,9 @@
 #   bash scripts/gpu-tests.sh build   # on the Rust machine: release binary + test binaries -> .carry/
 #   bash scripts/gpu-tests.sh run     # on the GPU machine (carry .carry): runs the ignored GPU tests
 #   bash scripts/gpu-tests.sh bench OUT_DIR [NAME]  # on the GPU machine: the latency benchmark
+#   bash scripts/gpu-tests.sh qec OUT_DIR [NAME]    # on the GPU machine: the QEC benchmark
+#       (rocelink bench-qec, PyMatching from the carried wheel) and the d=5 graph at a fixed
+#       1 us syndrome cycle with 1, 3 and 6 rounds per message on the GPU
 # With the device tool: run(command="bash scripts/gpu-tests.sh run", carry=[".carry"]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +29,12 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="qec_gpu_match" and m.get("executable"): print(m["executable"])')
     strip "$exe" -o .carry/qec-gpu-tests
+    # PyMatching for bench-qec's single-shot column: the GPU machine has no network, and its
+    # python3 (3.12) has numpy, scipy, networkx and matplotlib but not pymatching
+    mkdir -p .carry/wheels
+    ls .carry/wheels/pymatching-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: \
+        --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .carry/wheels pymatching==2.4.0 \
+        || echo "no PyMatching wheel: bench-qec will skip its column" >&2
     ls -la .carry
     ;;
   run)
@@ -40,5 +49,21 @@ for l in sys.stdin:
     cores=$(bash scripts/pick-cores.sh 3)
     ./.carry/rocelink bench --gpu 0 --sizes 32,64,256,1024 --count "${COUNT:-100000}" --cores "$cores" --spin dedicated --out "$out" --name "$name"
     ;;
-  *) echo "usage: $0 build | run [test filter] | bench OUT_DIR [NAME]" >&2; exit 2 ;;
+  qec)
+    out=${2:?out dir}; name=${3:-bench-qec}
+    if ! python3 -c 'import pymatching' 2>/dev/null && ls .carry/wheels/pymatching-*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/rl-site .carry/wheels/*.whl && export PYTHONPATH=/tmp/rl-site
+    fi
+    cores=$(bash scripts/pick-cores.sh 3)
+    ./.carry/rocelink bench-qec --shots "${SHOTS:-5000}" --cores "$cores" --spin dedicated --out "$out" --name "$name"
+    IFS=, read -r c_nic c_backend c_peer <<<"$cores"
+    # Keeping up with a 1 us syndrome cycle: the decoder graph on the GPU, rounds batched per message
+    for r in 1 3 6; do
+      ./.carry/rocelink run graphs/qec_d5.ron --quiet --set 'backend=Gpu(0)' --set 'run.load=RoundCycle(1.0)' \
+        --set "cores.nic=Some($c_nic)" --set "cores.backend=Some($c_backend)" --set "cores.peer=Some($c_peer)" --set cores.spin=Dedicated \
+        --set "peer.qec.rounds_per_message=$r" --set "operators.decoder.rounds_per_message=$r" \
+        --set "outputs.dir=$out/$name-cycle-r$r" 2>&1 | grep -E "rocelink run|qec:|shots sent|reaction|throughput"
+    done
+    ;;
+  *) echo "usage: $0 build | run [test filter] | bench OUT_DIR [NAME] | qec OUT_DIR [NAME]" >&2; exit 2 ;;
 esac

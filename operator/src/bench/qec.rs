@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 
 use super::{utc_timestamp, Target};
 use crate::backend::BackendKind;
-use crate::echo::{run_echo, EchoConfig, WireKind};
+use crate::echo::{run_echo, Cores, EchoConfig, WireKind};
+use rocelink_link::SpinMode;
 use crate::env::Environment;
 use crate::graph::{self, qec::QecReport};
 use crate::latency::Summary;
@@ -72,6 +73,12 @@ pub struct QecBenchConfig {
     pub out_dir: PathBuf,
     /// File name stem: `<name>.md`, `<name>.json`.
     pub name: String,
+    /// Cores of the NIC engine, the transceiver loop and the peer, for every run (echo and
+    /// QEC alike); `None`: unpinned.
+    pub cores: Option<[usize; 3]>,
+    /// Spin policy of the polling threads; `None`: `auto` (dedicated when every spinner has
+    /// a core).
+    pub spin: Option<SpinMode>,
 }
 
 impl Default for QecBenchConfig {
@@ -87,6 +94,8 @@ impl Default for QecBenchConfig {
             python: Some("python3".into()),
             out_dir: PathBuf::from("latency-reports"),
             name: "bench-qec".into(),
+            cores: None,
+            spin: None,
         }
     }
 }
@@ -196,7 +205,14 @@ pub enum QecBenchError {
 }
 
 /// The QEC graph of one fixture, as text (graphs/qec_d*.ron without the comments).
-fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: QecBackend, shots: u32, warmup: u32, outputs: &Path) -> String {
+fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: QecBackend, cfg: &QecBenchConfig, outputs: &Path) -> String {
+    let (shots, warmup) = (cfg.shots, cfg.warmup);
+    let core = |i: usize| cfg.cores.map_or("None".to_string(), |c| format!("Some({})", c[i]));
+    let spin = match cfg.spin {
+        None => "Auto",
+        Some(SpinMode::Dedicated) => "Dedicated",
+        Some(SpinMode::Shared) => "Shared",
+    };
     let f = |name: &str| fixture.join(name).display().to_string().replace('\\', "/");
     let wire = match wire {
         WireKind::Inproc => "Inproc",
@@ -211,7 +227,7 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: QecBackend, 
         mode: InProcess,
         qec: (dem: "{dem}", dets: "{dets}", obs: "{obs}", pred: "{pred}", rounds_per_message: 1),
     ),
-    cores: (nic: None, backend: None, peer: None, host: None, spin: Auto),
+    cores: (nic: {nic_core}, backend: {backend_core}, peer: {peer_core}, host: None, spin: {spin}),
     run: (stop: Count({count}), warmup: {warmup}, load: ClosedLoop, size: 64, timeout: None),
     outputs: (dir: "{out}"),
     operators: [
@@ -233,6 +249,9 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: QecBackend, 
         obs = f("obs.01"),
         pred = f("pred.01"),
         count = shots + warmup,
+        nic_core = core(0),
+        backend_core = core(1),
+        peer_core = core(2),
         out = outputs.display().to_string().replace('\\', "/"),
     )
 }
@@ -282,7 +301,12 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     }
     let wires: Vec<String> = cfg.wires.iter().map(|w| w.as_str().to_string()).collect();
     let backend_names: Vec<String> = backends.iter().map(|b| b.name()).collect();
-    let mut machine = Environment::here(&backend_names.join(", "), &wires.join(", "), 0, "auto");
+    let mut machine = Environment::here(&backend_names.join(", "), &wires.join(", "), 0, cfg.spin.map_or("auto", |m| m.as_str()));
+    if let Some(c) = cfg.cores {
+        for (role, core) in ["nic", "backend", "peer"].iter().zip(c) {
+            machine.pinned.insert((*role).to_string(), core.to_string());
+        }
+    }
     if let Some(&QecBackend::Gpu(n)) = backends.iter().find(|b| matches!(b, QecBackend::Gpu(_))) {
         if let Ok(gpu) = crate::gpu::Gpu::open(n) {
             machine.gpu = Some(gpu.info.describe());
@@ -305,7 +329,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     }
                     let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.name().replace(':', ""));
                     tracing::info!("bench-qec: {label}: qec graph");
-                    let text = graph_text(&fixture, &label, wire, backend, cfg.shots, cfg.warmup, &scratch.join(&label));
+                    let text = graph_text(&fixture, &label, wire, backend, cfg, &scratch.join(&label));
                     let (q, run_files) = run_qec_graph(&text, &label)?;
                     // The graph's LatencyReport drew the reaction latency (histogram + CDF).
                     let mut svg = None;
@@ -317,7 +341,16 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     }
                     let size = (q.max_message_bytes as usize).clamp(24, 4096);
                     tracing::info!("bench-qec: {label}: echo floor, {size} B");
-                    let echo_cfg = EchoConfig { wire, count: cfg.shots + cfg.warmup, size, warmup: cfg.warmup, backend: backend.echo_backend(), ..EchoConfig::default() };
+                    let echo_cfg = EchoConfig {
+                        wire,
+                        count: cfg.shots + cfg.warmup,
+                        size,
+                        warmup: cfg.warmup,
+                        backend: backend.echo_backend(),
+                        cores: cfg.cores.map_or(Cores::default(), |c| Cores { nic: Some(c[0]), backend: Some(c[1]), peer: Some(c[2]) }),
+                        spin: cfg.spin,
+                        ..EchoConfig::default()
+                    };
                     let e = run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })?;
                     let echo_p50 = e.rtt_ns.p50;
                     rows.push(QecRow {
@@ -522,6 +555,7 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
         ("distances", e.distances.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
         ("p", e.ps.join(", ")),
         ("spin mode", m.spin_mode.clone()),
+        ("pinned cores", if m.pinned.is_empty() { "unpinned".to_string() } else { m.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ") }),
     ] {
         let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
     }
