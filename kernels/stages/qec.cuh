@@ -14,13 +14,45 @@
  * aligned) and the output buffer (`resp`, `cap` bytes, 16-byte aligned, shared); returns the
  * answer length or -1 (not answered), the same value in every thread, with the answer
  * complete and visible to the block. `state` is the device address of the state blob that
- * operator/src/gpu/qec_state.rs builds and uploads before the launch (layout below).
+ * operator/src/gpu/qec_state.rs builds and uploads before the launch (layout below). Each
+ * decoder id is used by one block only (the transceiver has one; kernels/qec_batch.cu gives
+ * each block its own ids): a block keeps its decoder's state mirrored in shared memory.
  *
  * Memory safety on any input: every read of the request is bounded by `len` and `arg_len`,
  * every write of the answer by `cap`; decoder ids are checked against `decoders`;
  * `num_syndromes` against the bits the shot still has room for; the header's sizes against
  * the compile-time capacities of the shared arrays (a blob that breaks them drops every
  * request instead of touching memory it does not own). No dynamic allocation.
+ *
+ * Latency (issue 5: the stage as close to echo as possible). Measured on the H200 (one block,
+ * after the transceiver's `fence.acq_rel.sys`, which also empties L1): a shared load costs
+ * ~26 cycles, a global load ~290 (L2), __syncthreads ~20; one warp running dependent code
+ * retires an instruction every ~5 cycles. The stage's time is its serial path length on
+ * lane 0 plus its global round trips, so:
+ * - A per-block shared-memory copy of the blob's header (checked when filled) and a mirror of
+ *   the last-used decoder's record and shot, kept across requests (`struct rl_qec_cache`).
+ *   Every change is written through to the blob at once (posted stores), so the blob stays
+ *   the authoritative copy the host reads after the kernel stopped; the mirror is read back
+ *   from the blob only when another decoder id becomes the mirrored one. The copy is trusted
+ *   only for the launch and blob that filled it: its key is the blob's address, the launch's
+ *   %gridid (unique per launch in a context) and the header's `token` (nonzero, random per
+ *   host build, read-only on the device). Every request loads the blob's token first and
+ *   compares it before its first global access (a write-through, a table load, another
+ *   decoder's record), running on the copy speculatively until then (shared memory only,
+ *   every index bounded by the arrays' sizes); a mismatch refills the copy and runs the
+ *   request again. Shared memory left by another kernel can therefore never be taken for
+ *   this one's state, and the token's round trip overlaps the request's own work.
+ * - The common request, an enqueue_syndromes in sequence for the mirrored decoder, takes a
+ *   straight-line fast path on lane 0 (rl_qec_fast: every load issued together, the record
+ *   changed and written through in 16-byte pieces, the bits ORed in as one word); every other
+ *   request takes the general path (rl_qec_slow, out of line). The fast path also keeps the
+ *   shot's defect list as its bits arrive, so a decode starts from the list.
+ * - Warp 0 alone runs the request and, for up to RL_QEC_WARP_K defects, the whole decode (one
+ *   round of table loads through the read-only path, the DP by popcount layer with
+ *   __syncwarp): one block barrier per request. Larger shots hand the DP layers (or the
+ *   greedy fallback) to the whole block.
+ * `-DRL_QEC_PROFILE` records clock64 at phase marks in `rl_qec_prof` (thread 0) for the
+ * replay test (operator/tests/qec_gpu_match.rs prints them).
  */
 #ifndef ROCELINK_STAGE_QEC_CUH
 #define ROCELINK_STAGE_QEC_CUH
@@ -94,8 +126,9 @@
  *   shots_off         uint32_t shot[decoders][shot_words]  detection bits, LSB first
  *
  * Sections start on 128-byte boundaries. Written by the host before the launch; after it,
- * the tables are read-only and the decoder records, shots and `invalid_decoder` are written
- * by this stage only (one block, one request at a time).
+ * the tables and the rest of the header are read-only, and the decoder records, shots and
+ * `invalid_decoder` are written by this stage only (each record and shot by one block, one
+ * request at a time; `invalid_decoder` with an atomic add).
  * ------------------------------------------------------------------------------------- */
 #define RL_QEC_MAGIC 0x31434551u /* 'QEC1' */
 
@@ -118,7 +151,8 @@ struct rl_qec_header {
     uint64_t shots_off;          /*  80 */
     uint64_t total_bytes;        /*  88 */
     uint64_t invalid_decoder;    /*  96: requests naming a decoder that does not exist (device-written) */
-    uint64_t rsvd1[3];           /* 104 */
+    uint64_t token;              /* 104: nonzero, random per build: keys the stage's shared-memory copy */
+    uint64_t rsvd1[2];           /* 112 */
 };
 
 /** One decoder id's state: session.rs `Slot` (shot assembly) and `SessionCounters`. */
@@ -143,6 +177,7 @@ RL_STATIC_ASSERT(sizeof(struct rl_qec_decoder) == 128, "qec decoder record");
 RL_OFFSET_ASSERT(struct rl_qec_header, mapping_id, 40, "qec header: mapping_id");
 RL_OFFSET_ASSERT(struct rl_qec_header, scale, 48, "qec header: scale");
 RL_OFFSET_ASSERT(struct rl_qec_header, invalid_decoder, 96, "qec header: invalid_decoder");
+RL_OFFSET_ASSERT(struct rl_qec_header, token, 104, "qec header: token");
 RL_OFFSET_ASSERT(struct rl_qec_decoder, next_counter, 8, "qec decoder: next_counter");
 RL_OFFSET_ASSERT(struct rl_qec_decoder, bad_requests, 80, "qec decoder: bad_requests");
 
@@ -151,38 +186,97 @@ RL_OFFSET_ASSERT(struct rl_qec_decoder, bad_requests, 80, "qec decoder: bad_requ
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 /* ---------------------------------------------------------------------------------------
- * Shared memory of the stage (static, ~34.8 KB; the transceiver's own is ~8.5 KB).
+ * Shared memory of the stage (static, ~35.4 KB; the transceiver's own is ~8.5 KB).
  * ------------------------------------------------------------------------------------- */
 #define RL_QEC_NO_PARTNER 0xFFFFu  /* exact.rs NO_PARTNER */
 #define RL_QEC_TO_BOUNDARY 0xFFFEu /* exact.rs TO_BOUNDARY */
 #define RL_QEC_BINOM_N (RL_QEC_MAX_K + 1)
+/** Shot words of the largest shot (RL_QEC_MAX_DETECTORS bits). */
+#define RL_QEC_MAX_WORDS ((RL_QEC_MAX_DETECTORS + 31) / 32)
+/** Up to this many defects warp 0 decodes alone (2^6 - 1 masks: at most 2 per lane and
+ * layer); more go to the whole block. 0..12. */
+#ifndef RL_QEC_WARP_K
+#define RL_QEC_WARP_K 6
+#endif
+/** Rounds of the gather: entries (x <= y) of the sub-table at K, 32 per round. */
+#define RL_QEC_GATHER_ROUNDS ((RL_QEC_MAX_K * (RL_QEC_MAX_K + 1) / 2 + 31) / 32)
 
 #define RL_QEC_PHASE_DONE 0u   /* the answer is written */
-#define RL_QEC_PHASE_ACK 1u    /* append the bits, answer OK with no result */
-#define RL_QEC_PHASE_DECODE 2u /* append the bits, decode, answer corrections + report */
+#define RL_QEC_PHASE_ACK 1u    /* the bits appended, answered OK with no result */
+#define RL_QEC_PHASE_DECODE 2u /* the bits appended; decode, answer corrections + report */
 
-/** What thread 0 decided in rl_qec_begin, for every thread: written before the stage's
- * first __syncthreads and then only read, except `ret`, which thread 0 writes again (a
- * decoded shot's answer) only while every other thread waits at the last barrier. */
-struct rl_qec_ctl {
-    int ret;
-    uint32_t phase;
-    uint32_t n, K, words, num_obs;
-    uint32_t app_at, app_n, zero; /* append: bit offset, bits, start a fresh shot */
-    uint32_t rsvd;
-    double scale;                 /* the header's, loaded with the rest of it */
-    uint8_t *shot;
+#define RL_QEC_MODE_DONE 0u   /* after warp 0: the answer is complete */
+#define RL_QEC_MODE_EXACT 1u  /* the block runs the DP layers of s->defs, then thread 0 finishes */
+#define RL_QEC_MODE_GREEDY 2u /* the block runs the greedy fallback on s->u.g.def, then thread 0 finishes */
+
+/** How a request checks the cache's token (1 is the stage's; the others for timing
+ * comparisons only): 1 a load through the read-only path (ld.global.nc: the token is never
+ * written on the device) issued first and compared before the request's first global
+ * access; 2 the same with a plain load; 0 none (trust the blob address and %gridid alone:
+ * unsafe against shared memory left by a kernel of another context). */
+#ifndef RL_QEC_TOKEN_LOAD
+#define RL_QEC_TOKEN_LOAD 1
+#endif
+
+/** The per-block copy of the blob's header and the mirror of one decoder (module docs):
+ * kept across requests, written by lane 0 of warp 0 only; trusted only once its `token` is
+ * compared with the blob's in this request (rl_qec_refill). */
+struct rl_qec_cache {
+    /* bytes 0..63, what rl_qec_fast reads (four 16-byte loads: union rl_qec_fastblk) */
+    unsigned long long state; /* the blob's device address */
+    unsigned long long grid;  /* %gridid of the launch that filled it */
+    unsigned long long token; /* the header's token */
+    long long hot;            /* the mirrored decoder id, -1: none */
+    uint32_t n, words, need, rounds;       /* need: output bytes of a decoded shot's answer */
+    uint32_t decoders, has_mapping, ok, K; /* ok: the header passed the checks */
+    long long mapping_id;
+    uint32_t ndef;            /* the hot shot's defects so far, listed in s->defs; > K: unknown */
+    uint32_t num_obs;
+    uint32_t *hot_shot;       /* the blob's shot and record of `hot` */
+    struct rl_qec_decoder *hot_rec;
+    double scale;
     const uint32_t *dist, *par;
-    struct rl_qec_decoder *slot;
-    struct rl_qec_header *hdr;
+    struct rl_qec_decoder *records;
+    uint32_t *shots;
+    uint16_t binom[RL_QEC_BINOM_N * RL_QEC_BINOM_N]; /* C(r, q) at r * 13 + q (0 for q > r) */
+    __align__(16) struct rl_qec_decoder rec;         /* records[hot] */
+    uint32_t shot[RL_QEC_MAX_WORDS];                 /* its shot (shot_words used) */
 };
 
-/** The decode's outcome, written by thread 0 only between barriers (kept apart from the
- * control block so that no wide shared load of one overlaps writes to the other). */
+/** The cache's first 64 bytes as rl_qec_fast loads them. */
+union rl_qec_fastblk {
+    uint4 v[4];
+    struct {
+        unsigned long long state, grid, token;
+        long long hot;
+        uint32_t n, words, need, rounds, decoders, has_mapping, ok, K;
+    } f;
+};
+
+/** rl_qec_cache.ndef when the hot shot's defects are not listed. */
+#define RL_QEC_NDEF_BAD 0xFFFFu
+/** rl_qec_fast: the request needs the general path. */
+#define RL_QEC_PHASE_SLOW 3u
+
+/** What lane 0 decided for this request: written before a __syncwarp (and before the block
+ * barrier for the other warps), then only read, except `ret`, which thread 0 writes again (a
+ * decoded shot's answer) while the other threads wait at a barrier. */
+struct rl_qec_ctl {
+    int ret;
+    uint32_t mode;                /* RL_QEC_MODE_*, for the whole block */
+    uint32_t phase;
+    uint32_t k;                   /* defects of the shot */
+    uint32_t w0, w1;              /* shot words the append changed (written through) */
+    uint32_t touched;             /* the record changed (written through) */
+    uint32_t rlen;                /* get_corrections: the result's length */
+    unsigned long long t0;        /* decode start (%globaltimer) */
+};
+
+/** The greedy fallback's outcome, written by thread 0 only between barriers. */
 struct rl_qec_result {
     uint32_t status;          /* report status */
     uint32_t obs;             /* observables of the matching */
-    uint32_t infinite;        /* the weight is infinite (exact, unmatchable) */
+    uint32_t infinite;        /* the weight is infinite */
     uint32_t done;            /* greedy loop: finished */
     uint32_t left;            /* greedy loop: live defects */
     uint32_t rsvd[3];
@@ -208,30 +302,32 @@ struct rl_qec_smem {
     uint32_t tob[RL_QEC_MAX_K];
     uint32_t bpar[RL_QEC_MAX_K];
     uint16_t defs[RL_QEC_MAX_K];
-    uint16_t binom[RL_QEC_BINOM_N * RL_QEC_BINOM_N]; /* C(r, q) at r * 13 + q */
-    uint32_t ws[33];                                 /* scan: per-warp sums, [32] the total */
-    unsigned long long wk[32];                       /* greedy: per-warp minimum keys */
+    unsigned long long wk[32]; /* greedy: per-warp minimum keys */
     __align__(16) struct rl_qec_ctl c;
     __align__(16) struct rl_qec_result r;
+    __align__(16) struct rl_qec_cache k; /* kept across requests */
 };
 
-/** C(r, q) for r, q <= 12 at r * 13 + q (0 for q > r): the number of masks of q defects
- * among r, for the DP's layers and the colex unranking of their masks. */
-__device__ const uint16_t rl_qec_binomials[RL_QEC_BINOM_N * RL_QEC_BINOM_N] = {
-    1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 3, 3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 4, 6, 4, 1, 0, 0, 0, 0, 0, 0, 0, 0,
-    1, 5, 10, 10, 5, 1, 0, 0, 0, 0, 0, 0, 0,
-    1, 6, 15, 20, 15, 6, 1, 0, 0, 0, 0, 0, 0,
-    1, 7, 21, 35, 35, 21, 7, 1, 0, 0, 0, 0, 0,
-    1, 8, 28, 56, 70, 56, 28, 8, 1, 0, 0, 0, 0,
-    1, 9, 36, 84, 126, 126, 84, 36, 9, 1, 0, 0, 0,
-    1, 10, 45, 120, 210, 252, 210, 120, 45, 10, 1, 0, 0,
-    1, 11, 55, 165, 330, 462, 462, 330, 165, 55, 11, 1, 0,
-    1, 12, 66, 220, 495, 792, 924, 792, 495, 220, 66, 12, 1,
-};
+/* ---------------------------------------------------------------------------------------
+ * Phase timer (-DRL_QEC_PROFILE, for the replay test): clock64 at marks, thread 0. The
+ * clock is read when the mark issues: a load still in flight is charged to the phase that
+ * first uses it.
+ *   0 entry, 1 protocol and append done (lane 0), 2 defects listed, 3 table gathered,
+ *   4 DP / greedy done, 5 answer written (before the last barrier).
+ * ------------------------------------------------------------------------------------- */
+#define RL_QEC_PROF_N 8
+#ifdef RL_QEC_PROFILE
+#define RL_QEC_PROFILE_MARKS 1
+__shared__ long long rl_qec_prof[RL_QEC_PROF_N];
+#define RL_QEC_MARK(i)                                    \
+    do {                                                  \
+        if (threadIdx.x == 0) rl_qec_prof[i] = clock64(); \
+    } while (0)
+#else
+#define RL_QEC_MARK(i) \
+    do {               \
+    } while (0)
+#endif
 
 /* ---------------------------------------------------------------------------------------
  * Small helpers
@@ -242,7 +338,27 @@ __device__ __forceinline__ unsigned long long rl_qec_clock(void) {
     return t;
 }
 
-/* Little-endian i64 / u32 at an 8- / 4-byte aligned offset of a shared buffer. */
+/** The launch's %gridid (constant for the launch: not volatile, the compiler may keep it). */
+__device__ __forceinline__ unsigned long long rl_qec_gridid(void) {
+    unsigned long long g;
+    asm("mov.u64 %0, %%gridid;" : "=l"(g));
+    return g;
+}
+
+/** The header's token (see RL_QEC_TOKEN_LOAD). */
+__device__ __forceinline__ unsigned long long rl_qec_load_token(const uint8_t *base) {
+    const unsigned long long *p = (const unsigned long long *)&((const struct rl_qec_header *)base)->token;
+#if RL_QEC_TOKEN_LOAD == 1
+    return __ldg(p);
+#elif RL_QEC_TOKEN_LOAD == 2
+    return *(const volatile unsigned long long *)p;
+#else
+    (void)p;
+    return 0;
+#endif
+}
+
+/* Little-endian i64 at an 8-byte aligned offset of a shared buffer. */
 __device__ __forceinline__ long long rl_qec_i64(const uint8_t *p) { return *(const long long *)p; }
 
 /** wire::qec::correction_len: ceil(bits / 8) bytes, padded to a multiple of 8. */
@@ -258,12 +374,10 @@ __device__ __forceinline__ void rl_qec_emit_corrections(uint8_t *out, uint64_t m
 /** The CUQS header (session.rs handle(): status, result_len, request_id and ptp_timestamp
  * echoed). `resp` and `req` are 16-byte aligned and distinct. */
 __device__ __forceinline__ void rl_qec_header_out(uint8_t *resp, const uint8_t *req, int status, uint32_t result_len) {
-    uint32_t *r = (uint32_t *)resp;
-    r[0] = RL_RPC_RESPONSE_MAGIC;
-    r[1] = (uint32_t)status;
-    r[2] = result_len;
-    r[3] = ((const uint32_t *)req)[3];
-    ((uint64_t *)resp)[2] = ((const uint64_t *)req)[2];
+    const uint4 q = ((const uint4 *)req)[0];
+    const unsigned long long ts = ((const unsigned long long *)req)[2];
+    ((uint4 *)resp)[0] = make_uint4(RL_RPC_RESPONSE_MAGIC, (uint32_t)status, result_len, q.w);
+    ((unsigned long long *)resp)[2] = ts;
 }
 
 /** Detection word `w` of the shot with the bits at or above n cleared (exact.rs decode_b8
@@ -274,45 +388,166 @@ __device__ __forceinline__ uint32_t rl_qec_word(const uint32_t *shot, uint32_t w
     return v;
 }
 
-/** Exclusive block scan of `v` (blockDim.x a multiple of 32); `*total` is the sum. Two
- * __syncthreads; `ws` is free again after the caller's next __syncthreads. */
-__device__ __forceinline__ uint32_t rl_qec_scan(uint32_t v, uint32_t *total, uint32_t *ws) {
-    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, nw = (blockDim.x + 31u) >> 5;
-    uint32_t x = v;
-#pragma unroll
-    for (uint32_t o = 1; o < 32; o <<= 1) {
-        uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
-        if (lane >= o) x += y;
+/** Bits s0 .. s0 + 31 of the message's `nbits` detection bits at `src` (LSB first) as one
+ * word, zero outside 0 .. nbits (session.rs append_bits masks the last byte the same way);
+ * s0 may be negative (the word starts before the message's first bit). Reads only the
+ * message's ceil(nbits / 8) bytes. */
+__device__ __forceinline__ uint32_t rl_qec_src32(const uint8_t *src, uint32_t nbits, int s0) {
+    if (s0 <= -32 || s0 >= (int)nbits) return 0u;
+    uint32_t lift = 0;
+    if (s0 < 0) {
+        lift = (uint32_t)(-s0); /* 1..31: the message's bit 0 lands at bit `lift` */
+        s0 = 0;
     }
-    if (lane == 31) ws[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        uint32_t w = lane < nw ? ws[lane] : 0u;
-        uint32_t z = w;
+    const uint32_t b0 = (uint32_t)s0 >> 3, sh = (uint32_t)s0 & 7u, nb = (nbits + 7u) >> 3;
+    unsigned long long acc = 0;
 #pragma unroll
-        for (uint32_t o = 1; o < 32; o <<= 1) {
-            uint32_t y = __shfl_up_sync(0xffffffffu, z, o);
-            if (lane >= o) z += y;
-        }
-        if (lane < nw) ws[lane] = z - w;
-        if (lane == 31) ws[32] = z;
-    }
-    __syncthreads();
-    *total = ws[32];
-    return ws[warp] + x - v;
+    for (uint32_t i = 0; i < 5; i++)
+        if (b0 + i < nb) acc |= (unsigned long long)src[b0 + i] << (8u * i);
+    acc >>= sh;
+    const uint32_t keep = nbits - (uint32_t)s0; /* >= 1 */
+    if (keep < 32u) acc &= (1ull << keep) - 1ull;
+    return (uint32_t)acc << lift;
 }
 
 /* ---------------------------------------------------------------------------------------
- * Protocol (thread 0): session.rs handle / enqueue / get_corrections / reset
+ * The cache (lane 0 of warp 0)
  * ------------------------------------------------------------------------------------- */
 
-/** session.rs slot_index(): the decoder record, or 0 (counted) for an id out of range. */
-__device__ __forceinline__ struct rl_qec_decoder *rl_qec_slot(uint8_t *base, struct rl_qec_header *h, long long id) {
-    if (id < 0 || id >= (long long)h->decoders) {
-        h->invalid_decoder++;
-        return 0;
+/** Refills the cache from the blob's header (one round of loads) and checks the header: a
+ * missing or inconsistent blob (never a host-built one) leaves `ok` 0, and every request is
+ * dropped rather than read or written outside it. No decoder is mirrored afterwards. */
+__device__ __noinline__ void rl_qec_fill(struct rl_qec_cache *k, uint8_t *base, unsigned long long grid) {
+    union {
+        uint4 v[8];
+        struct rl_qec_header h;
+    } u;
+    const uint4 *src = (const uint4 *)base;
+#pragma unroll
+    for (int i = 0; i < 8; i++) u.v[i] = src[i];
+    const struct rl_qec_header *h = &u.h;
+    const uint32_t n = h->num_detectors;
+    k->ok = h->magic == RL_QEC_MAGIC && h->header_bytes == sizeof(struct rl_qec_header) && n <= RL_QEC_MAX_DETECTORS &&
+            h->max_defects <= RL_QEC_MAX_K && h->num_observables <= RL_QEC_MAX_OBSERVABLES &&
+            h->shot_words == (n + 31u) / 32u && h->rounds_per_message != 0 &&
+            ((h->distances_off | h->parities_off | h->shots_off) & 3u) == 0 && (h->decoders_off & 15u) == 0;
+    k->n = n;
+    k->K = h->max_defects;
+    k->words = h->shot_words;
+    k->num_obs = h->num_observables;
+    k->need = RL_RPC_HEADER_LEN + rl_qec_correction_len(h->num_observables) + RL_QEC_REPORT_LEN;
+    k->ndef = RL_QEC_NDEF_BAD;
+    k->hot_shot = 0;
+    k->hot_rec = 0;
+    k->decoders = h->decoders;
+    k->rounds = h->rounds_per_message;
+    k->has_mapping = h->has_mapping;
+    k->mapping_id = h->mapping_id;
+    k->scale = h->scale;
+    k->dist = (const uint32_t *)(base + h->distances_off);
+    k->par = (const uint32_t *)(base + h->parities_off);
+    k->records = (struct rl_qec_decoder *)(base + h->decoders_off);
+    k->shots = (uint32_t *)(base + h->shots_off);
+    k->hot = -1;
+    /* Pascal's triangle: C(r, q) for r, q <= 12, for the block DP's layers */
+    for (uint32_t r = 0; r < RL_QEC_BINOM_N; r++)
+        for (uint32_t q = 0; q < RL_QEC_BINOM_N; q++)
+            k->binom[r * RL_QEC_BINOM_N + q] = q > r ? 0
+                                               : (q == 0 || q == r)
+                                                   ? 1
+                                                   : (uint16_t)(k->binom[(r - 1) * RL_QEC_BINOM_N + q - 1] +
+                                                                k->binom[(r - 1) * RL_QEC_BINOM_N + q]);
+    k->state = (unsigned long long)base;
+    k->grid = grid;
+    k->token = h->token;
+}
+
+/* The request's trust in the cache: the blob's token is loaded when the request starts and
+ * compared with the cache's before the request's first global access (a table load, a
+ * write-through, another decoder's record); until then the request runs on the cache
+ * speculatively, touching only shared memory, every index bounded by the arrays' sizes
+ * whatever the cache holds. A copy that fails the comparison (shared memory left by another
+ * kernel) is refilled and the request runs again ("redo"). `trusted`: compared or refilled
+ * in this request already. */
+
+/** Whether the cache must be refilled before a global access (and was: the speculative work
+ * so far is void). */
+__device__ __forceinline__ bool rl_qec_refill(struct rl_qec_cache *k, uint8_t *base, unsigned long long grid, unsigned long long token,
+                                              bool trusted) {
+#if RL_QEC_TOKEN_LOAD != 0
+    if (trusted || k->token == token) return false;
+    rl_qec_fill(k, base, grid);
+    return true;
+#else
+    (void)k;
+    (void)base;
+    (void)grid;
+    (void)token;
+    (void)trusted;
+    return false;
+#endif
+}
+
+/** A protocol function's answer meaning "refilled: run the request again". */
+#define RL_QEC_REDO (-2)
+
+/** Makes decoder `id` (checked) the mirrored one: its record and shot from the blob, one
+ * round of loads (the blob holds every change already: write-through). */
+__device__ __noinline__ void rl_qec_make_hot(struct rl_qec_cache *k, long long id) {
+    const uint4 *rec = (const uint4 *)(k->records + id);
+    uint4 v[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = rec[i];
+    const uint32_t *shot = k->shots + (uint64_t)id * k->words;
+    const uint32_t W = k->words;
+    uint32_t w = 0;
+    for (; w + 8u <= W; w += 8u) {
+        uint32_t t[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) t[i] = shot[w + i];
+#pragma unroll
+        for (int i = 0; i < 8; i++) k->shot[w + i] = t[i];
     }
-    return (struct rl_qec_decoder *)(base + h->decoders_off) + id;
+    for (; w < W; w++) k->shot[w] = shot[w];
+#pragma unroll
+    for (int i = 0; i < 8; i++) ((uint4 *)&k->rec)[i] = v[i];
+    k->hot = id;
+    k->hot_shot = (uint32_t *)shot;
+    k->hot_rec = k->records + id;
+    k->ndef = RL_QEC_NDEF_BAD;
+}
+
+/** Writes the mirrored record through to the blob (posted stores). */
+__device__ __forceinline__ void rl_qec_flush(const struct rl_qec_cache *k) {
+    uint4 *dst = (uint4 *)k->hot_rec;
+#pragma unroll
+    for (int i = 0; i < 8; i++) dst[i] = ((const uint4 *)&k->rec)[i];
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Protocol (lane 0 of warp 0): session.rs handle / enqueue / get_corrections / reset
+ * ------------------------------------------------------------------------------------- */
+
+/** session.rs slot_index() off the fast path: 0 when decoder `id` is now the mirrored one,
+ * RL_QEC_INVALID_DECODER for an id out of range (counted in the blob with an atomic add:
+ * blocks of a batch kernel may share the header), RL_QEC_REDO after a refill. */
+__device__ __noinline__ int rl_qec_slot_slow(struct rl_qec_cache *k, uint8_t *base, unsigned long long grid, unsigned long long token,
+                                             bool trusted, long long id) {
+    if (rl_qec_refill(k, base, grid, token, trusted)) return RL_QEC_REDO;
+    if (id < 0 || id >= (long long)k->decoders) {
+        atomicAdd((unsigned long long *)&((struct rl_qec_header *)base)->invalid_decoder, 1ull);
+        return RL_QEC_INVALID_DECODER;
+    }
+    if (k->hot != id) rl_qec_make_hot(k, id);
+    return 0;
+}
+
+/** session.rs slot_index(): 0 when decoder `id`'s record is the mirrored one (k->rec), else
+ * as rl_qec_slot_slow. */
+__device__ __forceinline__ int rl_qec_slot(struct rl_qec_cache *k, uint8_t *base, unsigned long long grid, unsigned long long token,
+                                           bool trusted, long long id) {
+    if (id >= 0 && id < (long long)k->decoders && id == k->hot) return 0;
+    return rl_qec_slot_slow(k, base, grid, token, trusted, id);
 }
 
 /** session.rs Slot::discard(). */
@@ -321,10 +556,14 @@ __device__ __forceinline__ void rl_qec_discard(struct rl_qec_decoder *s) {
     s->bits = 0;
 }
 
-/** session.rs enqueue(), up to the append: the status of an answer without a result, or OK
- * with c->phase ACK or DECODE when the bits are accepted (the slot already advanced). */
-__device__ __forceinline__ int rl_qec_enqueue(const uint8_t *args, uint32_t arg_len, int cap, uint8_t *base, struct rl_qec_ctl *c) {
-    struct rl_qec_header *h = c->hdr;
+/** session.rs enqueue(), up to the decode: the status of an answer without a result, or OK
+ * with c->phase ACK or DECODE when the bits are accepted: the slot advanced and the bits
+ * appended to the mirrored shot (session.rs append_bits(); with `zero`, the shot cleared
+ * first: `slot.shot.fill(0)` at counter 0), c->w0 .. c->w1 the words changed. */
+__device__ __forceinline__ int rl_qec_enqueue(const uint8_t *args, uint32_t arg_len, int cap, struct rl_qec_smem *sm, uint8_t *base,
+                                              unsigned long long grid, unsigned long long token, bool trusted) {
+    struct rl_qec_cache *k = &sm->k;
+    struct rl_qec_ctl *c = &sm->c;
     /* EnqueueSyndromesRepr::parse: Truncated below 32 bytes; Malformed for a negative or too
      * large count; Truncated when the announced bytes are missing. No slot to charge. */
     if (arg_len < RL_QEC_ENQUEUE_FIXED) return RL_QEC_BAD_REQUEST;
@@ -332,19 +571,20 @@ __device__ __forceinline__ int rl_qec_enqueue(const uint8_t *args, uint32_t arg_
                     nsyn = rl_qec_i64(args + 24);
     if (nsyn < 0 || nsyn > RL_QEC_MAX_SYNDROMES) return RL_QEC_BAD_REQUEST;
     if ((uint64_t)(arg_len - RL_QEC_ENQUEUE_FIXED) < ((uint64_t)nsyn + 7u) / 8u) return RL_QEC_BAD_REQUEST;
-    struct rl_qec_decoder *s = rl_qec_slot(base, h, id);
-    if (s == 0) return RL_QEC_INVALID_DECODER;
+    const int sl = rl_qec_slot(k, base, grid, token, trusted, id);
+    if (sl != 0) return sl;
+    struct rl_qec_decoder *s = &k->rec;
     /* The output must hold the final answer, checked before any state changes. */
-    const uint32_t final_len = rl_qec_correction_len(c->num_obs) + RL_QEC_REPORT_LEN;
+    const uint32_t final_len = rl_qec_correction_len(k->num_obs) + RL_QEC_REPORT_LEN;
     if ((uint32_t)(cap - RL_RPC_HEADER_LEN) < final_len) return RL_QEC_INTERNAL_ERROR;
-    if (h->has_mapping && mapping != h->mapping_id) {
+    c->touched = 1;
+    if (k->has_mapping && mapping != k->mapping_id) {
         s->bad_requests++;
         return RL_QEC_BAD_REQUEST;
     }
     uint32_t zero = 0;
     if (counter == 0) {
-        /* A new shot; an unfinished one is abandoned (and counted). The shot's bits are
-         * cleared by the append below (`zero`), which every accepted message runs. */
+        /* A new shot; an unfinished one is abandoned (and counted). */
         if (s->in_shot) s->abandoned_shots++;
         s->bits = 0;
         s->in_shot = 1;
@@ -357,143 +597,508 @@ __device__ __forceinline__ int rl_qec_enqueue(const uint8_t *args, uint32_t arg_
         s->dropped_messages++;
         return RL_QEC_SYNDROMES_DROPPED;
     }
-    const long long rounds = (long long)h->rounds_per_message;
-    const uint32_t bits = s->bits; /* <= n: every accepted message kept it so */
-    if ((uint64_t)nsyn > (uint64_t)(c->n - bits) || counter > 0x7fffffffffffffffLL - rounds) {
+    const long long rounds = (long long)k->rounds;
+    const uint32_t at = s->bits; /* <= n: every accepted message kept it so */
+    if ((uint64_t)nsyn > (uint64_t)(k->n - at) || counter > 0x7fffffffffffffffLL - rounds) {
         /* More bits than the shot has room for, or a counter that cannot advance. */
         s->bad_requests++;
         s->dropped_shots++;
         rl_qec_discard(s);
         return RL_QEC_BAD_REQUEST;
     }
-    c->app_at = bits;
-    c->app_n = (uint32_t)nsyn;
-    c->zero = zero;
-    c->slot = s;
-    c->shot = base + h->shots_off + (uint64_t)id * h->shot_words * 4u;
-    s->bits = bits + (uint32_t)nsyn;
+    const uint32_t nbits = (uint32_t)nsyn;
+    s->bits = at + nbits;
     s->next_counter = counter + rounds;
     s->messages++;
-    /* Not the last bits: answered OK with no result (rl_qec_begin writes it now, before the
-     * append); the last: decoded, answered by rl_qec_finish. */
-    c->phase = s->bits < c->n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
-    return RL_QEC_OK;
-}
-
-/** session.rs get_corrections(): status; the result is written at `body` (cap - 24 bytes). */
-__device__ __forceinline__ int rl_qec_get(const uint8_t *args, uint32_t arg_len, uint8_t *body, int cap, uint8_t *base,
-                                          struct rl_qec_ctl *c, uint32_t *rlen) {
-    if (arg_len < RL_QEC_GET_LEN) return RL_QEC_BAD_REQUEST;
-    const long long id = rl_qec_i64(args), size = rl_qec_i64(args + 8);
-    const uint8_t reset = args[16];
-    struct rl_qec_decoder *s = rl_qec_slot(base, c->hdr, id);
-    if (s == 0) return RL_QEC_INVALID_DECODER;
-    if (size < 0 || size > RL_QEC_MAX_RETURN_BITS) {
-        s->bad_requests++;
-        return RL_QEC_BAD_REQUEST;
+    /* The append, word by word (bounded by the mirror's size whatever the cache holds) */
+    const uint32_t W = k->words < RL_QEC_MAX_WORDS ? k->words : RL_QEC_MAX_WORDS;
+    uint32_t w0 = 0, w1 = W;
+    if (!zero) {
+        w0 = at >> 5;
+        w1 = nbits == 0 ? w0 : ((at + nbits - 1u) >> 5) + 1u; /* at + nbits <= n: w1 <= W */
+        w1 = w1 < W ? w1 : W;
     }
-    if (s->in_shot) return RL_QEC_NOT_READY; /* its correction is not in yet */
-    const uint32_t len = rl_qec_correction_len((uint32_t)size);
-    if ((uint32_t)(cap - RL_RPC_HEADER_LEN) < len) return RL_QEC_INTERNAL_ERROR; /* before the reset */
-    rl_qec_emit_corrections(body, s->corrections, (uint32_t)size, len);
-    if (reset != 0) s->corrections = 0;
-    *rlen = len;
+    const uint8_t *src = args + RL_QEC_ENQUEUE_FIXED;
+    for (uint32_t w = w0; w < w1; w++) {
+        uint32_t v = rl_qec_src32(src, nbits, (int)(w * 32u) - (int)at);
+        if (!zero) v |= k->shot[w];
+        k->shot[w] = v;
+    }
+    c->w0 = w0;
+    c->w1 = w1;
+    /* Not the last bits: answered OK with no result; the last: decoded, answered by
+     * rl_qec_finish. */
+    c->phase = s->bits < k->n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
     return RL_QEC_OK;
 }
 
-/** session.rs reset(): drop the unfinished shot and the corrections; counters survive. */
-__device__ __forceinline__ int rl_qec_reset(const uint8_t *args, uint32_t arg_len, uint8_t *base, struct rl_qec_ctl *c) {
+/** session.rs get_corrections() and reset() (off the fast path): the status (or
+ * RL_QEC_REDO); a result is written at `body` (cap - 24 bytes), its length in c->rlen. */
+__device__ __noinline__ int rl_qec_other(uint32_t fn, const uint8_t *args, uint32_t arg_len, uint8_t *body, int cap, struct rl_qec_smem *sm,
+                                         uint8_t *base, unsigned long long grid, unsigned long long token, bool trusted) {
+    struct rl_qec_cache *k = &sm->k;
+    struct rl_qec_decoder *s = &k->rec;
+    if (fn == RL_QEC_FN_GET) {
+        if (arg_len < RL_QEC_GET_LEN) return RL_QEC_BAD_REQUEST;
+        const long long id = rl_qec_i64(args), size = rl_qec_i64(args + 8);
+        const uint8_t reset = args[16];
+        const int sl = rl_qec_slot(k, base, grid, token, trusted, id);
+        if (sl != 0) return sl;
+        if (size < 0 || size > RL_QEC_MAX_RETURN_BITS) {
+            s->bad_requests++;
+            sm->c.touched = 1;
+            return RL_QEC_BAD_REQUEST;
+        }
+        if (s->in_shot) return RL_QEC_NOT_READY; /* its correction is not in yet */
+        const uint32_t len = rl_qec_correction_len((uint32_t)size);
+        if ((uint32_t)(cap - RL_RPC_HEADER_LEN) < len) return RL_QEC_INTERNAL_ERROR; /* before the reset */
+        rl_qec_emit_corrections(body, s->corrections, (uint32_t)size, len);
+        if (reset != 0) {
+            s->corrections = 0;
+            sm->c.touched = 1;
+        }
+        sm->c.rlen = len;
+        return RL_QEC_OK;
+    }
+    /* reset_decoder: drop the unfinished shot and the corrections; counters survive */
     if (arg_len < RL_QEC_RESET_LEN) return RL_QEC_BAD_REQUEST;
-    struct rl_qec_decoder *s = rl_qec_slot(base, c->hdr, rl_qec_i64(args));
-    if (s == 0) return RL_QEC_INVALID_DECODER;
+    const int sl = rl_qec_slot(k, base, grid, token, trusted, rl_qec_i64(args));
+    if (sl != 0) return sl;
     rl_qec_discard(s);
     s->corrections = 0;
     s->next_counter = 0;
+    sm->c.touched = 1;
     return RL_QEC_OK;
 }
 
-/** Thread 0: session.rs handle() up to the decode. Sets c->phase and, unless a shot is to be
- * decoded (DECODE), c->ret and the whole answer. */
-__device__ __forceinline__ void rl_qec_begin(const uint8_t *req, int len, uint8_t *resp, int cap, uint8_t *base, struct rl_qec_ctl *c) {
+/** Lane 0, one pass: session.rs handle() up to the decode, on the cache. Sets c->phase and,
+ * unless a shot is to be decoded (DECODE), c->ret and the whole answer. Returns true when
+ * the cache was refilled on the way (run it again). */
+__device__ __forceinline__ bool rl_qec_protocol(const uint8_t *req, int len, uint8_t *resp, int cap, struct rl_qec_smem *sm, uint8_t *base,
+                                                unsigned long long grid, unsigned long long token, bool trusted) {
+    struct rl_qec_ctl *c = &sm->c;
+    struct rl_qec_cache *k = &sm->k;
     c->phase = RL_QEC_PHASE_DONE;
     c->ret = -1;
-    /* Not answered (None in session.rs): no CUQR header, another function, or an output that
-     * cannot hold a header. Also a missing or inconsistent state blob (never on a host-built
-     * one): drop rather than read or write outside it. */
-    if (len < RL_RPC_HEADER_LEN || cap < RL_RPC_HEADER_LEN) return;
+    c->touched = 0;
+    c->w0 = 0;
+    c->w1 = 0;
+    k->ndef = RL_QEC_NDEF_BAD; /* the general path does not keep the defect list */
+    if (!k->ok) {
+        /* A missing or inconsistent state blob (never a host-built one): not answered. */
+        if (rl_qec_refill(k, base, grid, token, trusted)) return true;
+        if (!k->ok) return false;
+    }
     const uint32_t *rh = (const uint32_t *)req;
-    if (rh[0] != RL_RPC_REQUEST_MAGIC) return;
-    const uint32_t fn = rh[1];
-    if (fn != RL_QEC_FN_ENQUEUE && fn != RL_QEC_FN_GET && fn != RL_QEC_FN_RESET) return;
-    struct rl_qec_header *h = (struct rl_qec_header *)base;
-    if (base == 0 || h->magic != RL_QEC_MAGIC || h->header_bytes != sizeof(struct rl_qec_header)) return;
-    const uint32_t n = h->num_detectors;
-    if (n > RL_QEC_MAX_DETECTORS || h->max_defects > RL_QEC_MAX_K || h->num_observables > RL_QEC_MAX_OBSERVABLES ||
-        h->shot_words != (n + 31u) / 32u || h->rounds_per_message == 0)
-        return;
-    c->hdr = h;
-    c->n = n;
-    c->K = h->max_defects;
-    c->words = h->shot_words;
-    c->num_obs = h->num_observables;
-    c->scale = h->scale;
-    c->dist = (const uint32_t *)(base + h->distances_off);
-    c->par = (const uint32_t *)(base + h->parities_off);
-
-    const uint32_t arg_len = rh[2];
+    const uint32_t fn = rh[1], arg_len = rh[2];
     const uint8_t *args = req + RL_RPC_HEADER_LEN;
-    uint8_t *body = resp + RL_RPC_HEADER_LEN;
     uint32_t rlen = 0;
     int st;
     if ((uint64_t)arg_len + RL_RPC_HEADER_LEN > (uint64_t)len) {
         st = RL_QEC_BAD_REQUEST; /* the arguments are not all there */
     } else if (fn == RL_QEC_FN_ENQUEUE) {
-        st = rl_qec_enqueue(args, arg_len, cap, base, c);
-    } else if (fn == RL_QEC_FN_GET) {
-        st = rl_qec_get(args, arg_len, body, cap, base, c, &rlen);
+        st = rl_qec_enqueue(args, arg_len, cap, sm, base, grid, token, trusted);
     } else {
-        st = rl_qec_reset(args, arg_len, base, c);
+        c->rlen = 0;
+        st = rl_qec_other(fn, args, arg_len, resp + RL_RPC_HEADER_LEN, cap, sm, base, grid, token, trusted);
+        rlen = c->rlen;
     }
+    if (st == RL_QEC_REDO) return true;
     if (c->phase != RL_QEC_PHASE_DECODE) {
         rl_qec_header_out(resp, req, st, rlen);
         c->ret = RL_RPC_HEADER_LEN + (int)rlen;
     }
+    return false;
 }
 
-/** All threads: session.rs append_bits() of the accepted message into the decoder's shot,
- * each thread owning whole destination bytes (no two threads write one byte). With
- * c->zero the shot is cleared first (session.rs `slot.shot.fill(0)` at counter 0). */
-__device__ __forceinline__ void rl_qec_append(const uint8_t *req, const struct rl_qec_ctl *c) {
+/** Lane 0, the general path: the request up to the decode (rl_qec_protocol on a trusted
+ * cache), and its changes written through to the blob. Returns c->phase. */
+__device__ __noinline__ uint32_t rl_qec_slow(const uint8_t *req, int len, uint8_t *resp, int cap, uint8_t *base, struct rl_qec_smem *sm,
+                                            unsigned long long token, unsigned long long grid) {
+    struct rl_qec_ctl *c = &sm->c;
+    struct rl_qec_cache *k = &sm->k;
+    bool trusted = false;
+    if (!(k->state == (unsigned long long)base && k->grid == grid && k->token != 0)) {
+        rl_qec_fill(k, base, grid);
+        trusted = true;
+    }
+    for (;;) {
+        const bool redo = rl_qec_protocol(req, len, resp, cap, sm, base, grid, token, trusted);
+        if (!redo && !rl_qec_refill(k, base, grid, token, trusted)) break; /* the pass stands */
+        trusted = true; /* refilled: again */
+    }
+    /* Write-through: the appended words and the record (rl_qec_finish writes the decoded
+     * shot's first 64 bytes again). */
+    if (c->w1 > c->w0) {
+        uint32_t *g = k->hot_shot;
+        for (uint32_t w = c->w0; w < c->w1; w++) g[w] = k->shot[w];
+    }
+    if (c->touched) rl_qec_flush(k);
+    return c->phase;
+}
+
+/** Lane 0, the fast path of the common request: an enqueue_syndromes in sequence (counter 0
+ * of a new shot, or the next counter of the shot being assembled) for the mirrored decoder,
+ * on a cache whose key matches, which passes every check of the general path
+ * (rl_qec_enqueue) and so changes the decoder as it would: bits, in_shot, next_counter,
+ * messages, the shot (session.rs append_bits, with `slot.shot.fill(0)` at counter 0). It also
+ * keeps the shot's defect list (s->defs, k->ndef: the new set bits in order, as exact.rs
+ * decode_b8 lists them; unknown once more than K) so that the decode need not extract it.
+ * Straight-line: every load issued together, the cache trusted (its token compared) only
+ * before the first global store. Returns the phase (ACK: answered; DECODE), or
+ * RL_QEC_PHASE_SLOW for the general path, having changed nothing, or only a cache that then
+ * proved stale. */
+__device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uint8_t *resp, int cap, uint8_t *base, struct rl_qec_smem *sm,
+                                                unsigned long long token, unsigned long long grid) {
+    struct rl_qec_cache *k = &sm->k;
+    struct rl_qec_ctl *c = &sm->c;
+    if (len < RL_RPC_HEADER_LEN + RL_QEC_ENQUEUE_FIXED) return RL_QEC_PHASE_SLOW;
+    union rl_qec_fastblk b;
+#pragma unroll
+    for (int i = 0; i < 4; i++) b.v[i] = ((const uint4 *)k)[i];
+    const uint4 r0 = ((const uint4 *)&k->rec)[0]; /* bits, in_shot, next_counter */
+    const uint4 r1 = ((const uint4 *)&k->rec)[1]; /* corrections, messages */
+    const uint4 q = ((const uint4 *)req)[0];       /* magic, function, arg_len, request_id */
+    const long long id = rl_qec_i64(req + 24), counter = rl_qec_i64(req + 32), mapping = rl_qec_i64(req + 40),
+                    nsyn = rl_qec_i64(req + 48);
+    const uint32_t arg_len = q.z, in_shot = r0.y;
+    const long long next = (long long)(((unsigned long long)r0.w << 32) | r0.z);
+    const bool zero = counter == 0;
+    const uint32_t at = zero ? 0u : r0.x; /* a new shot starts at bit 0 */
+    const long long rounds = (long long)b.f.rounds;
+    if (!(q.y == RL_QEC_FN_ENQUEUE && b.f.state == (unsigned long long)base && b.f.grid == grid && b.f.token != 0 && b.f.ok != 0 &&
+          arg_len >= RL_QEC_ENQUEUE_FIXED && (uint64_t)arg_len + RL_RPC_HEADER_LEN <= (uint64_t)len && id == b.f.hot && id >= 0 &&
+          id < (long long)b.f.decoders && (long long)cap >= (long long)b.f.need && nsyn >= 0 &&
+          (uint64_t)nsyn <= (uint64_t)(b.f.n - at) && ((uint64_t)nsyn + 7u) / 8u <= (uint64_t)(arg_len - RL_QEC_ENQUEUE_FIXED) &&
+          (zero ? in_shot == 0 : (in_shot != 0 && counter == next)) && counter <= 0x7fffffffffffffffLL - rounds))
+        return RL_QEC_PHASE_SLOW;
+    if (b.f.has_mapping && mapping != k->mapping_id) return RL_QEC_PHASE_SLOW;
+    uint32_t *const gshot = k->hot_shot;
+    uint4 *const grec = (uint4 *)k->hot_rec;
+    const uint32_t nb = (uint32_t)nsyn, end = at + nb;
+    /* bounded by the mirror's size and the list's whatever the cache holds */
+    const uint32_t W = b.f.words < RL_QEC_MAX_WORDS ? b.f.words : RL_QEC_MAX_WORDS;
+    const uint32_t K = b.f.K < RL_QEC_MAX_K ? b.f.K : RL_QEC_MAX_K;
+    uint32_t nd = zero ? 0u : k->ndef;
+    if (nd > K) nd = RL_QEC_NDEF_BAD;
     const uint8_t *src = req + RL_RPC_HEADER_LEN + RL_QEC_ENQUEUE_FIXED;
-    uint8_t *dst = c->shot;
-    const uint32_t at = c->app_at, nbits = c->app_n, zero = c->zero;
-    const uint32_t base = at >> 3, sh = at & 7u, nb = (nbits + 7u) >> 3, bytes = c->words * 4u;
-    for (uint32_t d = threadIdx.x; d < bytes; d += blockDim.x) {
-        uint32_t v = 0;
-        if (d >= base) {
-            const uint32_t k = d - base;
-            /* source byte k (its bits past nbits masked) lands at base + k shifted by sh, and
-             * its high bits spill into base + k + 1 */
-            if (k < nb) {
-                uint32_t left = nbits - 8u * k, b = src[k];
-                if (left < 8u) b &= (1u << left) - 1u;
-                v |= (b << sh) & 0xFFu;
-            }
-            if (sh != 0 && k >= 1 && k - 1 < nb) {
-                uint32_t left = nbits - 8u * (k - 1), b = src[k - 1];
-                if (left < 8u) b &= (1u << left) - 1u;
-                v |= b >> (8u - sh);
+    uint32_t w0, w1;
+    if (nb <= 32u) {
+        /* The message as one word: its ceil(nb / 8) bytes, bits past nb cleared. */
+        uint32_t msg = 0;
+        const uint32_t nbytes = (nb + 7u) >> 3;
+#pragma unroll
+        for (uint32_t i = 0; i < 4; i++)
+            if (i < nbytes) msg |= (uint32_t)src[i] << (8u * i);
+        if (nb < 32u) msg &= (1u << nb) - 1u;
+        const uint32_t w = at >> 5;
+        const unsigned long long v = (unsigned long long)msg << (at & 31u);
+        if (zero) {
+            for (uint32_t i = 1; i < W; i++) k->shot[i] = 0;
+            if (W > 0) k->shot[0] = msg; /* at 0 */
+            w0 = 0;
+            w1 = W;
+        } else {
+            w0 = w < W ? w : W;
+            w1 = w + 2u < W ? w + 2u : W;
+            if (w0 < w1) k->shot[w0] |= (uint32_t)v;
+            if (w0 + 1u < w1) k->shot[w0 + 1u] |= (uint32_t)(v >> 32);
+        }
+        if (nd <= K) {
+            if (nd + (uint32_t)__popc(msg) > K) {
+                nd = RL_QEC_NDEF_BAD;
+            } else {
+                for (uint32_t m = msg; m != 0; m &= m - 1u) sm->defs[nd++] = (uint16_t)(at + (uint32_t)__ffs(m) - 1u);
             }
         }
-        if (zero)
-            dst[d] = (uint8_t)v;
-        else if (v != 0)
-            dst[d] |= (uint8_t)v;
+    } else {
+        /* Longer messages word by word; the new bits of each word are its set bits at or
+         * above `at` (those below were there, those above are zero until now). */
+        w0 = zero ? 0u : (at >> 5 < W ? at >> 5 : W);
+        w1 = zero ? W : (((end - 1u) >> 5) + 1u < W ? ((end - 1u) >> 5) + 1u : W);
+        for (uint32_t w = w0; w < w1; w++) {
+            const uint32_t old = zero ? 0u : k->shot[w];
+            const uint32_t v = rl_qec_src32(src, nb, (int)(w * 32u) - (int)at) | old;
+            k->shot[w] = v;
+            if (nd <= K) {
+                uint32_t fresh = v & ~old;
+                if (nd + (uint32_t)__popc(fresh) > K) {
+                    nd = RL_QEC_NDEF_BAD;
+                } else {
+                    for (; fresh != 0; fresh &= fresh - 1u) sm->defs[nd++] = (uint16_t)(w * 32u + (uint32_t)__ffs(fresh) - 1u);
+                }
+            }
+        }
     }
+    k->ndef = nd;
+    /* The record: bits, in_shot, next_counter (counter + rounds), messages + 1. */
+    const unsigned long long nc = (unsigned long long)(counter + rounds);
+    const unsigned long long msgs = (((unsigned long long)r1.w << 32) | r1.z) + 1ull;
+    const uint4 n0 = make_uint4(end, 1u, (uint32_t)nc, (uint32_t)(nc >> 32));
+    const uint4 n1 = make_uint4(r1.x, r1.y, (uint32_t)msgs, (uint32_t)(msgs >> 32));
+    ((uint4 *)&k->rec)[0] = n0;
+    ((uint4 *)&k->rec)[1] = n1;
+    const uint32_t phase = end < b.f.n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
+    c->phase = phase;
+    if (phase == RL_QEC_PHASE_ACK) {
+        rl_qec_header_out(resp, req, RL_QEC_OK, 0);
+        c->ret = RL_RPC_HEADER_LEN;
+    }
+#if RL_QEC_TOKEN_LOAD != 0
+    if (token != b.f.token) return RL_QEC_PHASE_SLOW; /* a stale copy: the general path refills it */
+#else
+    (void)token;
+#endif
+    /* Write-through (the decoded shot's record again in rl_qec_finish). */
+    grec[0] = n0;
+    grec[1] = n1;
+    for (uint32_t w = w0; w < w1; w++) gshot[w] = k->shot[w];
+    return phase;
+}
+
+/** Lane 0: the request up to the decode; its changes written through to the blob. Returns
+ * c->phase; k->ndef tells whether s->defs lists the shot's defects. */
+__device__ __forceinline__ uint32_t rl_qec_lane0(const uint8_t *req, int len, uint8_t *resp, int cap, uint8_t *base, struct rl_qec_smem *sm) {
+    struct rl_qec_ctl *c = &sm->c;
+    c->mode = RL_QEC_MODE_DONE;
+    c->ret = -1;
+    if (base == 0) {
+        c->phase = RL_QEC_PHASE_DONE;
+        return RL_QEC_PHASE_DONE;
+    }
+    const unsigned long long token = rl_qec_load_token(base); /* in flight while the request runs */
+    const unsigned long long grid = rl_qec_gridid();
+    const uint32_t phase = rl_qec_fast(req, len, resp, cap, base, sm, token, grid);
+    if (phase != RL_QEC_PHASE_SLOW) return phase;
+    return rl_qec_slow(req, len, resp, cap, base, sm, token, grid);
 }
 
 /* ---------------------------------------------------------------------------------------
- * Decoder (all threads): exact.rs decode_b8 -> exact() or greedy()
+ * Decoder: exact.rs decode_b8 -> exact() or greedy()
+ * ------------------------------------------------------------------------------------- */
+
+/** exact.rs solve() for one mask whose sub-masks are all done (module docs of exact.rs:
+ * a = lowest defect; the boundary option first, then partners by increasing index,
+ * replacing the best only when strictly smaller; infinite options never chosen), for masks
+ * below 2^JMAX. Every option's loads are issued together; the winner's observables are read
+ * once at the end (the same winner: `bj` is the last strictly smaller option). */
+template <uint32_t JMAX>
+__device__ __forceinline__ void rl_qec_dp_mask(struct rl_qec_smem *s, uint32_t mask) {
+    uint32_t *w = s->u.dp.w, *o = s->u.dp.o;
+    const uint32_t a = (uint32_t)__ffs(mask) - 1u;
+    const uint32_t rest = mask & (mask - 1u);
+    uint32_t best = RL_QEC_INF;
+    int bj = -1; /* -1: none; RL_QEC_MAX_K: the boundary; else the partner */
+    const uint32_t tb = s->tob[a], rb = w[rest];
+    if (tb != RL_QEC_INF && rb != RL_QEC_INF) {
+        best = rb + tb;
+        bj = RL_QEC_MAX_K;
+    }
+    const uint32_t *row = s->pair + a * RL_QEC_MAX_K;
+#pragma unroll
+    for (uint32_t j = 1; j < JMAX; j++) {
+        if (!((rest >> j) & 1u)) continue; /* j > a: every bit of rest is above a */
+        const uint32_t e = row[j], r = w[rest & ~(1u << j)];
+        if (e == RL_QEC_INF || r == RL_QEC_INF) continue;
+        const uint32_t cand = r + e;
+        if (cand < best) {
+            best = cand;
+            bj = (int)j;
+        }
+    }
+    uint32_t obs = 0;
+    if (bj == RL_QEC_MAX_K)
+        obs = o[rest] ^ s->bpar[a];
+    else if (bj >= 0)
+        obs = o[rest & ~(1u << bj)] ^ s->ppar[a * RL_QEC_MAX_K + (uint32_t)bj];
+    w[mask] = best;
+    o[mask] = obs;
+}
+
+/** Warp 0: the defects of the mirrored shot in increasing order (exact.rs decode_b8), into
+ * s->defs when k <= K (the DP's list) or s->u.g.def (the greedy's, k <= n <= its capacity):
+ * each lane a contiguous run of words, a warp scan for its first slot. Returns k. */
+__device__ __forceinline__ uint32_t rl_qec_defects(struct rl_qec_smem *s, uint32_t lane) {
+    const struct rl_qec_cache *k = &s->k;
+    const uint32_t W = k->words, n = k->n;
+    const uint32_t per = (W + 31u) >> 5;
+    const uint32_t w0 = lane * per < W ? lane * per : W, w1 = w0 + per < W ? w0 + per : W;
+    uint32_t count = 0;
+    for (uint32_t w = w0; w < w1; w++) count += (uint32_t)__popc(rl_qec_word(k->shot, w, W, n));
+    uint32_t x = count;
+#pragma unroll
+    for (uint32_t o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    const uint32_t total = __shfl_sync(0xffffffffu, x, 31);
+    uint32_t at = x - count;
+    uint16_t *list = total <= k->K ? s->defs : s->u.g.def;
+    for (uint32_t w = w0; w < w1; w++) {
+        uint32_t v = rl_qec_word(k->shot, w, W, n);
+        while (v != 0) {
+            list[at++] = (uint16_t)(w * 32u + (uint32_t)__ffs(v) - 1u);
+            v &= v - 1u;
+        }
+    }
+    return total;
+}
+
+/** Warp 0, k <= K defects listed in s->defs (visible to the warp): exact.rs gather(), the
+ * k x k sub-table, every lane's loads in flight together (one round), and dp[0]. */
+__device__ __forceinline__ void rl_qec_gather(struct rl_qec_smem *s, uint32_t kd, uint32_t lane) {
+    const struct rl_qec_cache *kc = &s->k;
+    const uint32_t n = kc->n, stride = n + 1u, E = kd * (kd + 1u) / 2u;
+    const uint32_t *D = kc->dist, *P = kc->par;
+    uint32_t dv[RL_QEC_GATHER_ROUNDS], pv[RL_QEC_GATHER_ROUNDS], xs[RL_QEC_GATHER_ROUNDS], ys[RL_QEC_GATHER_ROUNDS];
+#pragma unroll
+    for (uint32_t r = 0; r < RL_QEC_GATHER_ROUNDS; r++) {
+        const uint32_t e = lane + 32u * r;
+        xs[r] = RL_QEC_MAX_K;
+        if (e < E) {
+            /* entry e of the rows x <= y: row x holds k - x entries */
+            uint32_t x = 0, q = e;
+            while (q >= kd - x) {
+                q -= kd - x;
+                x++;
+            }
+            const uint32_t y = x + q;
+            const uint64_t at = (uint64_t)s->defs[x] * stride + (x == y ? n : s->defs[y]);
+            dv[r] = __ldg(D + at);
+            pv[r] = __ldg(P + at);
+            xs[r] = x;
+            ys[r] = y;
+        }
+    }
+#pragma unroll
+    for (uint32_t r = 0; r < RL_QEC_GATHER_ROUNDS; r++) {
+        const uint32_t x = xs[r], y = ys[r];
+        if (x == RL_QEC_MAX_K) continue;
+        if (x == y) {
+            s->tob[x] = dv[r];
+            s->bpar[x] = pv[r];
+        } else {
+            s->pair[x * RL_QEC_MAX_K + y] = dv[r];
+            s->ppar[x * RL_QEC_MAX_K + y] = pv[r];
+        }
+    }
+    if (lane == 0) {
+        s->u.dp.w[0] = 0;
+        s->u.dp.o[0] = 0;
+    }
+}
+
+/** Thread 0, after the decode: session.rs enqueue() from the decode on: the decoder's state
+ * (written through), then the final answer (corrections, then the 16-byte decode report).
+ * The matching is the DP's (mode EXACT) or the greedy's (GREEDY). */
+__device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *sm, uint32_t mode) {
+    const unsigned long long t1 = rl_qec_clock();
+    struct rl_qec_ctl *c = &sm->c;
+    struct rl_qec_cache *k = &sm->k;
+    const uint32_t kd = c->k;
+    uint32_t status, obs, infinite;
+    unsigned long long cost;
+    if (mode == RL_QEC_MODE_EXACT) {
+        const uint32_t full = (1u << kd) - 1u, w = sm->u.dp.w[full];
+        infinite = w == RL_QEC_INF;
+        status = infinite ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
+        cost = infinite ? 0ull : w;
+        obs = infinite ? 0u : sm->u.dp.o[full];
+    } else {
+        status = sm->r.status;
+        obs = sm->r.obs;
+        infinite = sm->r.infinite;
+        cost = sm->r.cost;
+    }
+    /* The record's first 64 bytes (bits, in_shot, next_counter | corrections, messages |
+     * shots, overflows | unmatchable, dropped_messages): not in a shot, corrections ^= obs,
+     * shots + 1, overflows or unmatchable + 1; written through. */
+    uint4 *const m = (uint4 *)&k->rec;
+    uint4 r0 = m[0], r1 = m[1], r2 = m[2], r3 = m[3];
+    const uint32_t shot_index = r2.x;
+    r0.x = 0;
+    r0.y = 0;
+    r1.x ^= obs;
+    unsigned long long v = (((unsigned long long)r2.y << 32) | r2.x) + 1ull;
+    r2.x = (uint32_t)v;
+    r2.y = (uint32_t)(v >> 32);
+    v = (((unsigned long long)r2.w << 32) | r2.z) + (status == RL_QEC_REPORT_OVERFLOW);
+    r2.z = (uint32_t)v;
+    r2.w = (uint32_t)(v >> 32);
+    v = (((unsigned long long)r3.y << 32) | r3.x) + (status == RL_QEC_REPORT_UNMATCHABLE);
+    r3.x = (uint32_t)v;
+    r3.y = (uint32_t)(v >> 32);
+    m[0] = r0;
+    m[1] = r1;
+    m[2] = r2;
+    m[3] = r3;
+    uint4 *const g = (uint4 *)k->hot_rec;
+    g[0] = r0;
+    g[1] = r1;
+    g[2] = r2;
+    g[3] = r3;
+    uint8_t *body = resp + RL_RPC_HEADER_LEN;
+    const uint32_t clen = rl_qec_correction_len(k->num_obs);
+    rl_qec_emit_corrections(body, obs, k->num_obs, clen);
+    /* DecodeReportRepr at body + clen (8-byte aligned): status, reserved, defects (u16,
+     * saturating), weight (f32: the f64 weight sum / scale rounded to nearest, as the CPU's
+     * `as f32`), decode_ns (saturating), shot index (wrapping) */
+    const float weight = infinite ? __int_as_float(0x7f800000) : __double2float_rn((double)cost / k->scale);
+    const unsigned long long ns = t1 - c->t0;
+    uint2 *rep = (uint2 *)(body + clen);
+    rep[0] = make_uint2(status | ((kd < 0xFFFFu ? kd : 0xFFFFu) << 16), (uint32_t)__float_as_int(weight));
+    rep[1] = make_uint2(ns < 0xFFFFFFFFull ? (uint32_t)ns : 0xFFFFFFFFu, shot_index);
+    rl_qec_header_out(resp, req, RL_QEC_OK, clen + RL_QEC_REPORT_LEN);
+    c->ret = RL_RPC_HEADER_LEN + (int)(clen + RL_QEC_REPORT_LEN);
+}
+
+/** Warp 0, a shot to decode (lane 0's work visible to the warp): the defects (listed by the
+ * fast path when nd <= K, else extracted here), and for k <= RL_QEC_WARP_K the whole exact
+ * decode and the answer; else c->mode hands the DP layers (or the greedy fallback) to the
+ * block. */
+__device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t lane, uint32_t nd) {
+    if (lane == 0) s->c.t0 = rl_qec_clock(); /* lane 0's is the one reported */
+    uint32_t kd = nd;
+    if (nd > s->k.K) {
+        kd = rl_qec_defects(s, lane);
+        __syncwarp();
+    }
+    RL_QEC_MARK(2);
+    if (kd > s->k.K) {
+        if (lane == 0) {
+            s->c.k = kd;
+            s->c.mode = RL_QEC_MODE_GREEDY;
+        }
+        return;
+    }
+    rl_qec_gather(s, kd, lane);
+    __syncwarp();
+    RL_QEC_MARK(3);
+    if (kd > RL_QEC_WARP_K) {
+        if (lane == 0) {
+            s->c.k = kd;
+            s->c.mode = RL_QEC_MODE_EXACT;
+        }
+        return;
+    }
+    /* The DP by popcount layer; lane l owns the masks l + 1, l + 33, ... */
+    const uint32_t full = (1u << kd) - 1u;
+    for (uint32_t p = 1; p <= kd; p++) {
+        for (uint32_t m = lane + 1u; m <= full; m += 32u)
+            if ((uint32_t)__popc(m) == p) rl_qec_dp_mask<(RL_QEC_WARP_K > 1 ? RL_QEC_WARP_K : 1)>(s, m);
+        __syncwarp();
+    }
+    RL_QEC_MARK(4);
+    if (lane == 0) {
+        s->c.k = kd;
+        rl_qec_finish(req, resp, s, RL_QEC_MODE_EXACT);
+    }
+    RL_QEC_MARK(5);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The block's part (all threads; more than RL_QEC_WARP_K defects, or above K): off the fast
+ * path, out of line.
  * ------------------------------------------------------------------------------------- */
 
 /** exact.rs nearest(): the closest live option of defect x, boundary first, then partners
@@ -502,14 +1107,14 @@ __device__ __forceinline__ void rl_qec_nearest(struct rl_qec_smem *s, uint32_t x
                                                const uint32_t *D) {
     const uint32_t *row = D + (uint64_t)s->u.g.def[x] * stride;
     uint32_t best = RL_QEC_INF, partner = RL_QEC_NO_PARTNER;
-    const uint32_t tb = row[n];
+    const uint32_t tb = __ldg(row + n);
     if (tb != RL_QEC_INF) {
         best = tb;
         partner = RL_QEC_TO_BOUNDARY;
     }
     for (uint32_t y = 0; y < k; y++) {
         if (y == x || !s->u.g.alive[y]) continue;
-        const uint32_t e = row[s->u.g.def[y]];
+        const uint32_t e = __ldg(row + s->u.g.def[y]);
         if (e != RL_QEC_INF && e < best) {
             best = e;
             partner = y;
@@ -519,109 +1124,63 @@ __device__ __forceinline__ void rl_qec_nearest(struct rl_qec_smem *s, uint32_t x
     s->u.g.partner[x] = (uint16_t)partner;
 }
 
-/** exact.rs solve() for one mask whose sub-masks are all done (module docs of exact.rs:
- * a = lowest defect; the boundary option first, then partners by increasing index,
- * replacing the best only when strictly smaller; infinite options never chosen). */
-__device__ __forceinline__ void rl_qec_dp_mask(struct rl_qec_smem *s, uint32_t mask) {
-    uint32_t *w = s->u.dp.w, *o = s->u.dp.o;
-    const uint32_t a = (uint32_t)__ffs(mask) - 1u;
-    const uint32_t rest = mask & (mask - 1u);
-    uint32_t best = RL_QEC_INF, obs = 0;
-    const uint32_t tb = s->tob[a];
-    if (tb != RL_QEC_INF) {
-        const uint32_t r = w[rest];
-        if (r != RL_QEC_INF) {
-            best = r + tb;
-            obs = o[rest] ^ s->bpar[a];
+/** The subset DP's layers over the k <= K defects of s->defs by the block (the sub-table and
+ * dp[0] gathered). dp[mask] is a function of its sub-masks only, so layer by popcount gives
+ * the top-down CPU values, tie-breaking included (exact.rs exact_bottom_up). */
+__device__ __forceinline__ void rl_qec_block_dp(struct rl_qec_smem *s, uint32_t k) {
+    const uint16_t *binom = s->k.binom;
+    const uint32_t tid = threadIdx.x, T = blockDim.x;
+    if (k <= 9) {
+        /* Up to 511 masks: each thread owns tid + 1, tid + 1 + T, ..., and solves those of
+         * the layer's popcount. */
+        const uint32_t full = (1u << k) - 1u;
+        for (uint32_t p = 1; p <= k; p++) {
+            for (uint32_t m = tid + 1u; m <= full; m += T) {
+                if ((uint32_t)__popc(m) != p) continue;
+                if (k <= 8)
+                    rl_qec_dp_mask<8>(s, m);
+                else
+                    rl_qec_dp_mask<RL_QEC_MAX_K>(s, m);
+            }
+            __syncthreads();
         }
+        return;
     }
-    uint32_t m = rest;
-    while (m != 0) {
-        const uint32_t j = (uint32_t)__ffs(m) - 1u;
-        m &= m - 1u;
-        const uint32_t e = s->pair[a * RL_QEC_MAX_K + j];
-        if (e == RL_QEC_INF) continue;
-        const uint32_t sub = rest & ~(1u << j);
-        const uint32_t r = w[sub];
-        if (r == RL_QEC_INF) continue;
-        const uint32_t cand = r + e;
-        if (cand < best) {
-            best = cand;
-            obs = o[sub] ^ s->ppar[a * RL_QEC_MAX_K + j];
-        }
-    }
-    w[mask] = best;
-    o[mask] = obs;
-}
-
-/** The subset DP over the k <= K defects in s->defs (exact.rs exact(), bottom-up by popcount
- * layer as exact_bottom_up(); dp[mask] is a function of its sub-masks only, so this order
- * gives the top-down CPU values, tie-breaking included). */
-__device__ __forceinline__ void rl_qec_exact(struct rl_qec_smem *s, uint32_t k) {
-    const struct rl_qec_ctl *c = &s->c;
-    const uint32_t tid = threadIdx.x, T = blockDim.x, n = c->n, stride = n + 1u;
-    const uint32_t *D = c->dist, *P = c->par;
-    for (uint32_t i = tid; i < RL_QEC_BINOM_N * RL_QEC_BINOM_N; i += T) s->binom[i] = rl_qec_binomials[i];
-    /* exact.rs gather(): one round of table loads */
-    for (uint32_t i = tid; i < k * k; i += T) {
-        const uint32_t x = i / k, y = i % k;
-        const uint64_t dx = s->defs[x];
-        if (x == y) {
-            s->tob[x] = D[dx * stride + n];
-            s->bpar[x] = P[dx * stride + n];
-        } else if (x < y) {
-            const uint64_t at = dx * stride + s->defs[y];
-            s->pair[x * RL_QEC_MAX_K + y] = D[at];
-            s->ppar[x * RL_QEC_MAX_K + y] = P[at];
-        }
-    }
-    if (tid == 0) {
-        s->u.dp.w[0] = 0;
-        s->u.dp.o[0] = 0;
-    }
-    __syncthreads();
     /* Layer p: the C(k, p) masks of p defects in colex order (increasing value), each thread
      * a contiguous run of ranks: its first mask by unranking (the combinatorial number
      * system), the next ones by Gosper's next-combination step. */
     for (uint32_t p = 1; p <= k; p++) {
-        const uint32_t count = s->binom[k * RL_QEC_BINOM_N + p];
+        const uint32_t count = binom[k * RL_QEC_BINOM_N + p];
         const uint32_t per = (count + T - 1u) / T, r0 = tid * per, r1 = r0 + per < count ? r0 + per : count;
         if (r0 < r1) {
             uint32_t mask = 0, rr = r0, q = p;
             for (int e = (int)k - 1; e >= 0 && q > 0; e--) {
-                const uint32_t b = s->binom[(uint32_t)e * RL_QEC_BINOM_N + q];
+                const uint32_t b = binom[(uint32_t)e * RL_QEC_BINOM_N + q];
                 if (rr >= b) {
                     mask |= 1u << e;
                     rr -= b;
                     q--;
                 }
             }
-            rl_qec_dp_mask(s, mask);
-            for (uint32_t r = r0 + 1u; r < r1; r++) {
+            for (uint32_t r = r0;;) {
+                rl_qec_dp_mask<RL_QEC_MAX_K>(s, mask);
+                if (++r >= r1) break;
                 const uint32_t low = mask & (0u - mask), up = mask + low;
                 mask = (((up ^ mask) >> 2) >> ((uint32_t)__ffs(low) - 1u)) | up;
-                rl_qec_dp_mask(s, mask);
             }
         }
         __syncthreads();
-    }
-    if (tid == 0) {
-        const uint32_t full = (1u << k) - 1u, cost = s->u.dp.w[full];
-        s->r.status = cost == RL_QEC_INF ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
-        s->r.infinite = cost == RL_QEC_INF;
-        s->r.cost = cost == RL_QEC_INF ? 0ull : cost;
-        s->r.obs = cost == RL_QEC_INF ? 0u : s->u.dp.o[full];
     }
 }
 
 /** exact.rs greedy() over the k > K defects in s->u.g.def: repeatedly the globally closest
  * option (lowest cost, then lowest defect index: the minimum of (cost << 32 | index)). */
 __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k) {
-    const struct rl_qec_ctl *c = &s->c;
+    const struct rl_qec_cache *kc = &s->k;
     struct rl_qec_result *res = &s->r;
     const uint32_t tid = threadIdx.x, T = blockDim.x, lane = tid & 31u, warp = tid >> 5, nw = (T + 31u) >> 5;
-    const uint32_t n = c->n, stride = n + 1u;
-    const uint32_t *D = c->dist, *P = c->par;
+    const uint32_t n = kc->n, stride = n + 1u;
+    const uint32_t *D = kc->dist, *P = kc->par;
     for (uint32_t x = tid; x < k; x += T) s->u.g.alive[x] = 1;
     __syncthreads();
     for (uint32_t x = tid; x < k; x += T) rl_qec_nearest(s, x, k, stride, n, D);
@@ -663,9 +1222,9 @@ __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k)
                 s->u.g.alive[pick] = 0;
                 res->left--;
                 if (partner == RL_QEC_TO_BOUNDARY) {
-                    res->obs ^= P[dp * stride + n];
+                    res->obs ^= __ldg(P + dp * stride + n);
                 } else {
-                    res->obs ^= P[dp * stride + s->u.g.def[partner]];
+                    res->obs ^= __ldg(P + dp * stride + s->u.g.def[partner]);
                     s->u.g.alive[partner] = 0;
                     res->left--;
                 }
@@ -685,88 +1244,51 @@ __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k)
     }
 }
 
-/** All threads: decode the decoder's completed shot into s->r; returns the number of
- * defects (in every thread). */
-__device__ __forceinline__ uint32_t rl_qec_decode(struct rl_qec_smem *s) {
-    const struct rl_qec_ctl *c = &s->c;
-    const uint32_t tid = threadIdx.x, T = blockDim.x, n = c->n, K = c->K, W = c->words;
-    const uint32_t *shot = (const uint32_t *)c->shot; /* written by this block: plain loads */
-    /* Defects in increasing order (exact.rs decode_b8): popcount per word, a block scan for
-     * each thread's first slot, then each thread lists its words' bits. */
-    const uint32_t per = (W + T - 1u) / T;
-    const uint32_t w0 = tid * per < W ? tid * per : W, w1 = w0 + per < W ? w0 + per : W;
-    uint32_t count = 0;
-    for (uint32_t w = w0; w < w1; w++) count += (uint32_t)__popc(rl_qec_word(shot, w, W, n));
-    uint32_t k;
-    uint32_t at = rl_qec_scan(count, &k, s->ws);
-    /* k <= K: the DP's list (<= 12 entries); else the greedy's (k <= n <= its capacity) */
-    uint16_t *list = k <= K ? s->defs : s->u.g.def;
-    for (uint32_t w = w0; w < w1; w++) {
-        uint32_t v = rl_qec_word(shot, w, W, n);
-        while (v != 0) {
-            list[at++] = (uint16_t)(w * 32u + (uint32_t)__ffs(v) - 1u);
-            v &= v - 1u;
-        }
-    }
-    __syncthreads();
-    if (k <= K)
-        rl_qec_exact(s, k);
+/** All threads, c->mode EXACT or GREEDY: the block's decode, then thread 0's answer. */
+__device__ __noinline__ void rl_qec_block(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t mode) {
+    if (mode == RL_QEC_MODE_EXACT)
+        rl_qec_block_dp(s, s->c.k);
     else
-        rl_qec_greedy(s, k);
-    return k;
+        rl_qec_greedy(s, s->c.k);
+    RL_QEC_MARK(4);
+    if (threadIdx.x == 0) rl_qec_finish(req, resp, s, mode);
+    RL_QEC_MARK(5);
+    __syncthreads();
 }
 
-/** Thread 0, after the decode: session.rs enqueue() from the decode on: the decoder's
- * state, then the final answer (corrections, then the 16-byte decode report). */
-__device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *sm, uint32_t k,
-                                              unsigned long long t0) {
-    const unsigned long long t1 = rl_qec_clock();
-    struct rl_qec_ctl *c = &sm->c;
-    const struct rl_qec_result *r = &sm->r;
-    struct rl_qec_decoder *s = c->slot;
-    s->in_shot = 0;
-    s->bits = 0;
-    s->corrections ^= r->obs;
-    const uint32_t shot_index = (uint32_t)s->shots;
-    s->shots++;
-    if (r->status == RL_QEC_REPORT_OVERFLOW) s->overflows++;
-    if (r->status == RL_QEC_REPORT_UNMATCHABLE) s->unmatchable++;
-    uint8_t *body = resp + RL_RPC_HEADER_LEN;
-    const uint32_t clen = rl_qec_correction_len(c->num_obs);
-    rl_qec_emit_corrections(body, r->obs, c->num_obs, clen);
-    /* DecodeReportRepr at body + clen (8-byte aligned): status, reserved, defects (u16,
-     * saturating), weight (f32: the f64 weight sum / scale rounded to nearest, as the CPU's
-     * `as f32`), decode_ns (saturating), shot index (wrapping) */
-    const float weight = r->infinite ? __int_as_float(0x7f800000) : __double2float_rn((double)r->cost / c->scale);
-    const unsigned long long ns = t1 - t0;
-    uint32_t *rep = (uint32_t *)(body + clen);
-    rep[0] = r->status | ((k < 0xFFFFu ? k : 0xFFFFu) << 16);
-    rep[1] = (uint32_t)__float_as_int(weight);
-    rep[2] = ns < 0xFFFFFFFFull ? (uint32_t)ns : 0xFFFFFFFFu;
-    rep[3] = shot_index;
-    rl_qec_header_out(resp, req, RL_QEC_OK, clen + RL_QEC_REPORT_LEN);
-    c->ret = RL_RPC_HEADER_LEN + (int)(clen + RL_QEC_REPORT_LEN);
+/** Every thread: whether the request is for this stage at all (session.rs handle() answers
+ * None otherwise: no CUQR header, another function, or an output that cannot hold a
+ * header). Read from the request alone, so every thread decides it without a barrier. */
+__device__ __forceinline__ bool rl_qec_ours(const uint8_t *req, int len, int cap) {
+    if (len < RL_RPC_HEADER_LEN || cap < RL_RPC_HEADER_LEN) return false;
+    const uint2 h = *(const uint2 *)req;
+    return h.x == RL_RPC_REQUEST_MAGIC && (h.y == RL_QEC_FN_ENQUEUE || h.y == RL_QEC_FN_GET || h.y == RL_QEC_FN_RESET);
 }
 
-/** The stage (contract at the top of the file). Barriers: after rl_qec_begin (the control
- * block and any answer), after the append (the shot's global stores), inside the decode, and
- * after rl_qec_finish (the decoded shot's answer). */
+/** The stage (contract at the top of the file). One block barrier when warp 0 answers alone
+ * (every request but a decode of more than RL_QEC_WARP_K defects): lane 0 runs the protocol
+ * and the append, warp 0 the decode; the barrier publishes the answer, c->ret and c->mode.
+ * Otherwise the block runs the DP layers (a barrier each) or the greedy fallback, thread 0
+ * writes the answer, and a last barrier publishes it. */
 __device__ __forceinline__ int rl_stage_qec(const uint8_t *req, int len, uint8_t *resp, int cap, void *state) {
     __shared__ __align__(16) struct rl_qec_smem rl_qec_s;
     struct rl_qec_smem *s = &rl_qec_s;
-    if (threadIdx.x == 0) rl_qec_begin(req, len, resp, cap, (uint8_t *)state, &s->c);
-    __syncthreads();
-    const uint32_t phase = s->c.phase;
-    if (phase != RL_QEC_PHASE_DONE) {
-        rl_qec_append(req, &s->c);
-        __syncthreads();
-        if (phase == RL_QEC_PHASE_DECODE) {
-            const unsigned long long t0 = rl_qec_clock(); /* thread 0's is the one reported */
-            const uint32_t k = rl_qec_decode(s);
-            if (threadIdx.x == 0) rl_qec_finish(req, resp, s, k, t0);
-            __syncthreads();
+    if (!rl_qec_ours(req, len, cap)) return -1; /* every thread alike, nothing written */
+    RL_QEC_MARK(0);
+    if (threadIdx.x < 32) {
+        uint32_t phase = 0;
+        if (threadIdx.x == 0) phase = rl_qec_lane0(req, len, resp, cap, (uint8_t *)state, s);
+        RL_QEC_MARK(1);
+        if (threadIdx.x == 0 && phase == RL_QEC_PHASE_DECODE) phase |= s->k.ndef << 2;
+        phase = __shfl_sync(0xffffffffu, phase, 0);
+        if ((phase & 3u) == RL_QEC_PHASE_DECODE) {
+            __syncwarp(); /* lane 0's shared writes (the shot, the defect list, the control block) */
+            rl_qec_warp_decode(req, resp, s, threadIdx.x, phase >> 2);
         }
     }
+    __syncthreads();
+    const uint32_t mode = s->c.mode;
+    if (mode != RL_QEC_MODE_DONE) rl_qec_block(req, resp, s, mode);
     return s->c.ret;
 }
 

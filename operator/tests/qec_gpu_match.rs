@@ -27,6 +27,18 @@
 //! `ROCELINK_QEC_GPU_MAX_REQUESTS=N` keeps the first N requests of each workload, e.g. under
 //! `compute-sanitizer --tool memcheck` (or racecheck), which run the kernel far slower;
 //! `ROCELINK_QEC_GPU_NVRTC_OPTIONS=-lineinfo` gives their reports source lines.
+//!
+//! Stage time: the replay kernel precedes every request with the transceiver's acquire fence
+//! (`fence.acq_rel.sys`, as after its CQE poll) and times `rl_stage_qec` with clock64 in
+//! thread 0; each workload's line gives the stage time of appended-only messages (ack), of
+//! final messages (decode) and of the rest. `qec_gpu_stage_timing` (ignored too) compares
+//! builds of the stage on the production workload (d=5, p=0.1%, one round per message, one
+//! decoder), each also checked byte for byte: the stage as committed with its phase marks
+//! (`-DRL_QEC_PROFILE`: cycles from entry to each mark), variants given as NVRTC options in
+//! `ROCELINK_QEC_GPU_VARIANTS` (`;`-separated, e.g. `-DRL_QEC_TOKEN_LOAD=2;-DRL_QEC_WARP_K=0`),
+//! and other qec.cuh files given by path in `ROCELINK_QEC_GPU_BASELINE` (`,`-separated; e.g.
+//! the previous commit's, to time before and after in one run; they must read the same blob
+//! layout). It also prints latencies of loads, fences and barriers on the GPU (`PROBE_NAMES`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,20 +57,33 @@ const OUT_STRIDE: usize = 128;
 /// The transceiver's message buffers (RL_MAX_MSG).
 const MAX_MSG: usize = 4096;
 
+/// u32 per request of the replay's timing: stage cycles, then the cycles from entry to each
+/// phase mark (0 when not reached, or the stage has no marks).
+const TIMING: usize = 9;
+
 const REPLAY_KERNEL: &str = r#"
 #include "abi.h"
 #include "stages/qec.cuh"
 #define RL_TEST_MAX_MSG 4096
 #define RL_TEST_OUT 128
-/* One block; requests one at a time, as the transceiver's chain runs them. violations:
- * [0] output bytes written at or past cap, [1] request bytes changed, [2] threads that
- * returned another value than thread 0. */
+#define RL_TEST_TIMING 9
+/* One block; requests one at a time, as the transceiver's chain runs them (after its
+ * acquire fence). violations: [0] output bytes written at or past cap, [1] request bytes
+ * changed, [2] threads that returned another value than thread 0. timing: per request, the
+ * stage's clock64 cycles in thread 0 and its phase marks (RL_QEC_PROFILE); clocks: globaltimer
+ * and clock64 at the start and the end (the SM clock rate). */
 extern "C" __global__ void rl_qec_replay(const uint8_t *reqs, const unsigned long long *offs, const uint32_t *lens,
                                          const int32_t *caps, uint32_t count, uint8_t *outs, int32_t *out_lens,
-                                         uint32_t *violations, void *state) {
+                                         uint32_t *violations, void *state, uint32_t *timing, unsigned long long *clocks) {
     __shared__ __align__(16) uint8_t in[RL_TEST_MAX_MSG];
     __shared__ __align__(16) uint8_t out[RL_TEST_MAX_MSG];
     __shared__ int n0;
+    unsigned long long g;
+    if (threadIdx.x == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+        clocks[0] = g;
+        clocks[1] = clock64();
+    }
     for (uint32_t i = 0; i < count; i++) {
         const uint32_t len = lens[i] < RL_TEST_MAX_MSG ? lens[i] : RL_TEST_MAX_MSG;
         const int cap = caps[i] < RL_TEST_MAX_MSG ? caps[i] : RL_TEST_MAX_MSG;
@@ -68,9 +93,24 @@ extern "C" __global__ void rl_qec_replay(const uint8_t *reqs, const unsigned lon
             in[b] = b < len ? src[b] : 0xA5;
             out[b] = 0x5A;
         }
+        if (threadIdx.x == 0) {
+            asm volatile("fence.acq_rel.sys;" ::: "memory");
+#ifdef RL_QEC_PROFILE_MARKS
+            for (int j = 0; j < RL_QEC_PROF_N; j++) rl_qec_prof[j] = 0;
+#endif
+        }
         __syncthreads();
+        const long long t0 = clock64();
         int n = rl_stage_qec(in, (int)len, out, cap, state);
-        if (threadIdx.x == 0) n0 = n;
+        const long long t1 = clock64();
+        if (threadIdx.x == 0) {
+            n0 = n;
+            uint32_t *t = timing + (size_t)i * RL_TEST_TIMING;
+            t[0] = (uint32_t)(t1 - t0);
+#ifdef RL_QEC_PROFILE_MARKS
+            for (int j = 0; j < RL_QEC_PROF_N && j + 1 < RL_TEST_TIMING; j++) t[j + 1] = rl_qec_prof[j] ? (uint32_t)(rl_qec_prof[j] - t0) : 0u;
+#endif
+        }
         __syncthreads();
         if (n != n0) atomicAdd(&violations[2], 1u);
         for (int b = threadIdx.x; b < n && b < RL_TEST_OUT; b += blockDim.x) outs[(size_t)i * RL_TEST_OUT + b] = out[b];
@@ -79,6 +119,191 @@ extern "C" __global__ void rl_qec_replay(const uint8_t *reqs, const unsigned lon
         for (uint32_t b = threadIdx.x; b < len; b += blockDim.x)
             if (in[b] != src[b]) atomicAdd(&violations[1], 1u);
         if (threadIdx.x == 0) out_lens[i] = n;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));
+        clocks[2] = g;
+        clocks[3] = clock64();
+    }
+}
+"#;
+
+/// Latencies in cycles (qec_gpu_stage_timing prints them): what the stage's loads and
+/// barriers cost after the transceiver's acquire fence. Each figure is a chain of 16
+/// dependent steps divided by 16 (pointer chasing for loads).
+const PROBE_NAMES: [&str; 14] = [
+    "ld.global (L1 hit)",
+    "fence.acq_rel.sys alone",
+    "fence.acq_rel.sys + ld.global",
+    "ld.global.nc (L1 hit)",
+    "fence.acq_rel.sys + ld.global.nc",
+    "ld.global.cg (L2)",
+    "ld.shared",
+    "__syncthreads (128 threads)",
+    "st.global (thread 0) + __syncthreads",
+    "8 x st.global.v4 (thread 0) + __syncthreads",
+    "__syncwarp (warp 0)",
+    "st.global (lane 0) + __syncwarp",
+    "__shfl_sync from lane 0 (warp 0)",
+    "fence.acq_rel.sys + ld.global.nc, 1 us apart",
+];
+const PROBE_KERNEL: &str = r#"
+#define CHAIN 16
+__device__ __forceinline__ unsigned long long *ld_ca(unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return (unsigned long long *)v;
+}
+__device__ __forceinline__ unsigned long long *ld_nc(unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return (unsigned long long *)v;
+}
+__device__ __forceinline__ unsigned long long *ld_cg(unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.global.cg.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return (unsigned long long *)v;
+}
+__device__ __forceinline__ void fence_sys(void) { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+__device__ __forceinline__ long long clk(void) {
+    long long t;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t) :: "memory");
+    return t;
+}
+__device__ __forceinline__ void spin_ns(unsigned long long ns) {
+    unsigned long long a, b;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(a));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(b)); } while (b - a < ns);
+}
+/* out[m * 8 + r]: measurement m, repetition r; out[14 * 8 + r]: %gridid. buf: 1 MiB. */
+extern "C" __global__ void rl_probe(unsigned long long *buf, unsigned long long *out) {
+    __shared__ unsigned long long sp[64];
+    __shared__ volatile unsigned long long sink;
+    const unsigned tid = threadIdx.x;
+    if (tid == 0) {
+        /* self-pointing lines: line L at buf + L * 32 (256 bytes apart) */
+        for (int L = 0; L < 2048; L++) buf[L * 32] = (unsigned long long)(buf + L * 32);
+        /* a chain through 16 distinct lines for the L2 figure */
+        for (int L = 0; L < 16; L++) buf[(4096 + L * 64) * 2] = (unsigned long long)(buf + (4096 + ((L + 1) % 16) * 64) * 2);
+        sp[0] = (unsigned long long)&sp[0];
+        fence_sys();
+    }
+    __syncthreads();
+    for (int r = 0; r < 8; r++) {
+        long long a, b;
+        if (tid == 0) {
+            unsigned long long *p = buf + (r * 16) * 32, *q;
+            q = ld_ca(p); /* warm */
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) q = ld_ca(q);
+            sink = (unsigned long long)q;
+            b = clk();
+            out[0 * 8 + r] = (b - a) / CHAIN;
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) fence_sys();
+            b = clk();
+            out[1 * 8 + r] = (b - a) / CHAIN;
+            q = buf + (r * 16 + 1) * 32;
+            q = ld_ca(q);
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) {
+                fence_sys();
+                q = ld_ca(q);
+            }
+            sink = (unsigned long long)q;
+            b = clk();
+            out[2 * 8 + r] = (b - a) / CHAIN;
+            q = buf + (r * 16 + 2) * 32;
+            q = ld_nc(q);
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) q = ld_nc(q);
+            sink = (unsigned long long)q;
+            b = clk();
+            out[3 * 8 + r] = (b - a) / CHAIN;
+            q = buf + (r * 16 + 3) * 32;
+            q = ld_nc(q);
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) {
+                fence_sys();
+                q = ld_nc(q);
+            }
+            sink = (unsigned long long)q;
+            b = clk();
+            out[4 * 8 + r] = (b - a) / CHAIN;
+            q = buf + 4096 * 2;
+            for (int i = 0; i < 16; i++) q = ld_cg(q);
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) q = ld_cg(q);
+            sink = (unsigned long long)q;
+            b = clk();
+            out[5 * 8 + r] = (b - a) / CHAIN;
+            unsigned long long *s = (unsigned long long *)sp[0];
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) s = (unsigned long long *)*(volatile unsigned long long *)s;
+            sink = (unsigned long long)s;
+            b = clk();
+            out[6 * 8 + r] = (b - a) / CHAIN;
+            q = buf + (r * 16 + 4) * 32;
+            q = ld_nc(q);
+            long long tot = 0;
+            for (int i = 0; i < CHAIN; i++) {
+                spin_ns(1000);
+                fence_sys();
+                a = clk();
+                q = ld_nc(q);
+                sink = (unsigned long long)q;
+                b = clk();
+                tot += b - a;
+            }
+            out[13 * 8 + r] = tot / CHAIN;
+            unsigned long long g;
+            asm volatile("mov.u64 %0, %%gridid;" : "=l"(g));
+            out[14 * 8 + r] = g;
+        }
+        __syncthreads();
+        unsigned long long *st = buf + 8192 * 2 + r * 64;
+        a = clk();
+        for (int i = 0; i < CHAIN; i++) __syncthreads();
+        b = clk();
+        if (tid == 0) out[7 * 8 + r] = (b - a) / CHAIN;
+        __syncthreads();
+        a = clk();
+        for (int i = 0; i < CHAIN; i++) {
+            if (tid == 0) *(volatile unsigned long long *)st = i;
+            __syncthreads();
+        }
+        b = clk();
+        if (tid == 0) out[8 * 8 + r] = (b - a) / CHAIN;
+        __syncthreads();
+        a = clk();
+        for (int i = 0; i < CHAIN; i++) {
+            if (tid == 0)
+                for (int j = 0; j < 8; j++) asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(st + 2 * j), "r"(i), "r"(j), "r"(0), "r"(0) : "memory");
+            __syncthreads();
+        }
+        b = clk();
+        if (tid == 0) out[9 * 8 + r] = (b - a) / CHAIN;
+        __syncthreads();
+        if (tid < 32) {
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) __syncwarp();
+            b = clk();
+            if (tid == 0) out[10 * 8 + r] = (b - a) / CHAIN;
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) {
+                if (tid == 0) *(volatile unsigned long long *)st = i;
+                __syncwarp();
+            }
+            b = clk();
+            if (tid == 0) out[11 * 8 + r] = (b - a) / CHAIN;
+            unsigned v = tid;
+            a = clk();
+            for (int i = 0; i < CHAIN; i++) v = __shfl_sync(0xffffffffu, v + 1, 0);
+            sink = v;
+            b = clk();
+            if (tid == 0) out[12 * 8 + r] = (b - a) / CHAIN;
+        }
         __syncthreads();
     }
 }
@@ -388,6 +613,10 @@ struct GpuRun {
     violations: [u32; 3],
     state: Vec<u8>,
     millis: f64,
+    /// [`TIMING`] u32 per request.
+    timing: Vec<u32>,
+    /// SM cycles per microsecond, from the kernel's globaltimer and clock64.
+    mhz: f64,
 }
 
 fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecState) -> GpuRun {
@@ -418,10 +647,13 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
     let d_out_lens = up(vec![0u8; count * 4]);
     let d_viol = up(vec![0u8; 12]);
     let d_state = up(state.bytes().to_vec());
+    let d_timing = up(vec![0u8; count * TIMING * 4]);
+    let d_clocks = up(vec![0u8; 32]);
     let stream = gpu.stream().unwrap();
     let (mut p_reqs, mut p_offs, mut p_lens, mut p_caps) = (d_reqs.device_ptr(), d_offs.device_ptr(), d_lens.device_ptr(), d_caps.device_ptr());
     let mut p_count = count as u32;
     let (mut p_outs, mut p_out_lens, mut p_viol, mut p_state) = (d_outs.device_ptr(), d_out_lens.device_ptr(), d_viol.device_ptr(), d_state.device_ptr());
+    let (mut p_timing, mut p_clocks) = (d_timing.device_ptr(), d_clocks.device_ptr());
     let mut params = [
         &mut p_reqs as *mut u64 as *mut std::ffi::c_void,
         &mut p_offs as *mut u64 as *mut std::ffi::c_void,
@@ -432,9 +664,12 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
         &mut p_out_lens as *mut u64 as *mut std::ffi::c_void,
         &mut p_viol as *mut u64 as *mut std::ffi::c_void,
         &mut p_state as *mut u64 as *mut std::ffi::c_void,
+        &mut p_timing as *mut u64 as *mut std::ffi::c_void,
+        &mut p_clocks as *mut u64 as *mut std::ffi::c_void,
     ];
     let t0 = Instant::now();
-    // SAFETY: rl_qec_replay's parameters are eight device pointers and a u32 in this order;
+    // SAFETY: rl_qec_replay's parameters are four device pointers, a u32 and six device
+    // pointers in this order;
     // every buffer lives until after the stream is idle below.
     unsafe { stream.launch(module.function(0), kernels::TRANSCEIVER_THREADS, &mut params) }.unwrap();
     loop {
@@ -453,14 +688,17 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
     };
     let lens_raw = down(&d_out_lens);
     let viol = down(&d_viol);
+    let clocks: Vec<u64> = down(&d_clocks).chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
     let run = GpuRun {
         lens: lens_raw.chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect(),
         outs: down(&d_outs),
         violations: [0, 1, 2].map(|i| u32::from_le_bytes(viol[4 * i..4 * i + 4].try_into().unwrap())),
         state: down(&d_state),
         millis,
+        timing: down(&d_timing).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect(),
+        mhz: clocks[3].wrapping_sub(clocks[1]) as f64 * 1e3 / clocks[2].wrapping_sub(clocks[0]).max(1) as f64,
     };
-    for b in [d_reqs, d_offs, d_lens, d_caps, d_outs, d_out_lens, d_viol, d_state] {
+    for b in [d_reqs, d_offs, d_lens, d_caps, d_outs, d_out_lens, d_viol, d_state, d_timing, d_clocks] {
         // SAFETY: the stream is idle: the kernel is done with every buffer.
         unsafe { gpu.free(b) }.unwrap();
     }
@@ -474,11 +712,100 @@ fn percentile(sorted: &[u32], q: f64) -> u32 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
+/// Which kind of request an answer is, for the stage times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// An enqueue whose bits were appended, answered OK with no result.
+    Ack,
+    /// An enqueue that completed a shot: decoded.
+    Decode,
+    /// Everything else (errors, get_corrections, reset, unanswered).
+    Other,
+}
+
+/// Stage times of one run: per class, the requests' [`TIMING`] rows; for decodes also the
+/// defects and the in-kernel decode_ns.
+struct Timing {
+    mhz: f64,
+    rows: Vec<(Class, [u32; TIMING])>,
+    decodes: Vec<(u32, u32, u32)>,
+}
+
+impl Timing {
+    fn of(&self, class: Class, col: usize) -> Vec<u32> {
+        let mut v: Vec<u32> = self.rows.iter().filter(|r| r.0 == class).map(|r| r.1[col]).collect();
+        v.sort_unstable();
+        v
+    }
+
+    fn ns(&self, cycles: u32) -> f64 {
+        f64::from(cycles) * 1e3 / self.mhz
+    }
+
+    /// "ack p50 .. p99 .. ns, decode ..., other ...".
+    fn line(&self) -> String {
+        let mut out = Vec::new();
+        for (class, name) in [(Class::Ack, "ack"), (Class::Decode, "decode"), (Class::Other, "other")] {
+            let v = self.of(class, 0);
+            if !v.is_empty() {
+                out.push(format!(
+                    "{name} p50 {:.0} p99 {:.0} max {:.0} ns",
+                    self.ns(percentile(&v, 0.5)),
+                    self.ns(percentile(&v, 0.99)),
+                    self.ns(v.last().copied().unwrap_or(0))
+                ));
+            }
+        }
+        format!("stage time ({:.0} MHz): {}", self.mhz, out.join(", "))
+    }
+
+    /// Decodes by defect count: count, median stage time and decode_ns (ns), p99 of both.
+    fn by_defects(&self) -> String {
+        let mut out = Vec::new();
+        for (lo, hi) in [(0, 0), (1, 1), (2, 2), (3, 4), (5, 6), (7, 8), (9, 12), (13, u32::MAX)] {
+            let mut st: Vec<u32> = self.decodes.iter().filter(|d| d.0 >= lo && d.0 <= hi).map(|d| d.1).collect();
+            let mut dn: Vec<u32> = self.decodes.iter().filter(|d| d.0 >= lo && d.0 <= hi).map(|d| d.2).collect();
+            if st.is_empty() {
+                continue;
+            }
+            st.sort_unstable();
+            dn.sort_unstable();
+            out.push(format!(
+                "k {lo}..{}: {} x stage {:.0}/{:.0} decode_ns {}/{}",
+                if hi == u32::MAX { "".to_string() } else { hi.to_string() },
+                st.len(),
+                self.ns(percentile(&st, 0.5)),
+                self.ns(percentile(&st, 0.99)),
+                percentile(&dn, 0.5),
+                percentile(&dn, 0.99)
+            ));
+        }
+        format!("decodes by defects (p50/p99 ns): {}", out.join("; "))
+    }
+
+    /// Median cycles from the stage's entry to each phase mark, for one class.
+    fn marks(&self, class: Class) -> String {
+        (1..TIMING)
+            .map(|c| {
+                let v: Vec<u32> = self.of(class, c).into_iter().filter(|&x| x != 0).collect();
+                if v.is_empty() { "-".to_string() } else { format!("{}", percentile(&v, 0.5)) }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
 /// Compares one workload; returns a summary line.
 fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> String {
+    compare_timed(gpu, module, wl).0
+}
+
+/// [`compare`], and the stage times.
+fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> (String, Timing) {
     let state = QecState::build(&wl.table, &wl.config).unwrap_or_else(|e| panic!("{}: {e}", wl.name));
     let (cpu, session) = cpu_answers(wl);
     let run = run_on_gpu(gpu, module, wl, &state);
+    let mut timing = Timing { mhz: run.mhz, rows: Vec::with_capacity(wl.reqs.len()), decodes: Vec::new() };
     assert_eq!(run.violations, [0, 0, 0], "{}: [writes past cap, request bytes changed, threads disagreeing]", wl.name);
     let nobs = wl.table.num_observables;
     let mut ns = Vec::new();
@@ -486,6 +813,12 @@ fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> String {
     for (i, (req, want)) in wl.reqs.iter().zip(&cpu).enumerate() {
         let got_len = run.lens[i];
         let want_len = want.as_ref().map_or(-1, |a| a.len() as i32);
+        let class = match want {
+            Some(a) if decode_ns_offset(&req.bytes, a, wl.table.num_observables).is_some() => Class::Decode,
+            Some(a) if a.len() == rpc::HEADER_LEN && a[4..8] == [0; 4] && RequestRepr::parse(&req.bytes).is_ok_and(|r| r.function_id == function_id::ENQUEUE_SYNDROMES) => Class::Ack,
+            _ => Class::Other,
+        };
+        timing.rows.push((class, run.timing[i * TIMING..(i + 1) * TIMING].try_into().unwrap()));
         assert_eq!(got_len, want_len, "{}: request {i} ({:02x?}, cap {}): GPU returned {got_len}, CPU {want_len}", wl.name, req.bytes, req.cap);
         let Some(want) = want else { continue };
         answered += 1;
@@ -494,7 +827,9 @@ fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> String {
         if let Some(at) = decode_ns_offset(&req.bytes, want, nobs) {
             finals += 1;
             assert_eq!(&want[at..at + 4], &[0; 4], "the CPU session here does not time");
-            ns.push(u32::from_le_bytes(got[at..at + 4].try_into().unwrap()));
+            let dns = u32::from_le_bytes(got[at..at + 4].try_into().unwrap());
+            ns.push(dns);
+            timing.decodes.push((u32::from(u16::from_le_bytes(want[at - 6..at - 4].try_into().unwrap())), run.timing[i * TIMING], dns));
             got[at..at + 4].fill(0);
         }
         assert_eq!(&got, want, "{}: request {i} ({:02x?}, cap {}): answers differ (GPU first)", wl.name, req.bytes, req.cap);
@@ -506,8 +841,8 @@ fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> String {
     assert_eq!(qec_state::invalid_decoder_requests(&run.state), Some(session.invalid_decoder_requests()), "{}: invalid-decoder count", wl.name);
     ns.sort_unstable();
     let c0 = session.counters(0).unwrap_or_default();
-    format!(
-        "{}: {} requests ({} answered, {} decoded; decoder 0: {} overflows, {} unmatchable) equal; GPU decode_ns p50 {} p99 {} max {}; {:.1} ms",
+    let line = format!(
+        "{}: {} requests ({} answered, {} decoded; decoder 0: {} overflows, {} unmatchable) equal; GPU decode_ns p50 {} p99 {} max {}; {:.1} ms; {}",
         wl.name,
         wl.reqs.len(),
         answered,
@@ -517,8 +852,10 @@ fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> String {
         percentile(&ns, 0.5),
         percentile(&ns, 0.99),
         ns.last().copied().unwrap_or(0),
-        run.millis
-    )
+        run.millis,
+        timing.line()
+    );
+    (line, timing)
 }
 
 #[test]
@@ -539,6 +876,82 @@ fn qec_gpu_matches_cpu() {
         println!("{}", compare(&gpu, &module, &wl));
     }
     module.unload();
+}
+
+/// The production workload of graphs/qec_d5.ron: d=5 at p=0.1%, one round per message, one
+/// decoder, K = 12.
+fn production_workload() -> Workload {
+    fixture_workload("d5_p0.001", 12, 1, 1, usize::MAX)
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: cargo test -p rocelink-operator --release --test qec_gpu_match -- --ignored --nocapture qec_gpu_stage_timing"]
+fn qec_gpu_stage_timing() {
+    let gpu = Gpu::open(0).unwrap_or_else(|e| panic!("no GPU for the stage timing: {e}"));
+    println!("{}", gpu.info.describe());
+    // Latencies (cycles per step; min and median of 8 repetitions).
+    {
+        let c = nvrtc::compile(&nvrtc::Source { name: "probe.cu".into(), text: PROBE_KERNEL.into() }, &[], &gpu.info.arch(), &[], true).unwrap_or_else(|e| panic!("{e}"));
+        let module = gpu.load(&c.cubin, &["rl_probe"]).unwrap();
+        let buf = gpu.alloc(1 << 20).unwrap();
+        let out = gpu.alloc(15 * 8 * 8).unwrap();
+        let stream = gpu.stream().unwrap();
+        let (mut pb, mut po) = (buf.device_ptr(), out.device_ptr());
+        let mut params = [&mut pb as *mut u64 as *mut std::ffi::c_void, &mut po as *mut u64 as *mut std::ffi::c_void];
+        // SAFETY: rl_probe takes two device pointers; both buffers outlive the kernel.
+        unsafe { stream.launch(module.function(0), kernels::TRANSCEIVER_THREADS, &mut params) }.unwrap();
+        let t0 = Instant::now();
+        loop {
+            match stream.query() {
+                StreamState::Idle => break,
+                StreamState::Failed(e) => panic!("the probe kernel failed: {e}"),
+                StreamState::Running => {
+                    assert!(t0.elapsed() < Duration::from_secs(20), "the probe kernel did not finish");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        let mut raw = vec![0u8; 15 * 8 * 8];
+        gpu.download(&out, 0, &mut raw).unwrap();
+        let v: Vec<u64> = raw.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        for (m, name) in PROBE_NAMES.iter().enumerate() {
+            let mut r: Vec<u64> = v[m * 8..m * 8 + 8].to_vec();
+            r.sort_unstable();
+            println!("probe: {name}: min {} median {} max {} cycles", r[0], r[4], r[7]);
+        }
+        println!("probe: %gridid {:?}", &v[112..120]);
+        module.unload();
+        // SAFETY: the stream is idle.
+        unsafe {
+            gpu.free(buf).unwrap();
+            gpu.free(out).unwrap();
+        }
+    }
+    let mut builds: Vec<(String, Vec<nvrtc::Source>, Vec<String>)> = vec![("committed stage, -DRL_QEC_PROFILE".into(), headers(), vec!["-DRL_QEC_PROFILE".into()]), ("committed stage".into(), headers(), vec![])];
+    if let Ok(v) = std::env::var("ROCELINK_QEC_GPU_VARIANTS") {
+        for opts in v.split(';').map(str::trim).filter(|o| !o.is_empty()) {
+            builds.push((format!("committed stage, {opts}"), headers(), opts.split_whitespace().map(String::from).collect()));
+        }
+    }
+    for path in std::env::var("ROCELINK_QEC_GPU_BASELINE").unwrap_or_default().split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let hs = headers().into_iter().map(|h| if h.name == "stages/qec.cuh" { nvrtc::Source { name: h.name, text: text.clone() } } else { h }).collect();
+        builds.push((format!("baseline {path}"), hs, vec![]));
+    }
+    let wls = [production_workload(), fixture_workload("d3_p0.001", 12, 1, 1, usize::MAX)];
+    for (name, hs, opts) in &builds {
+        let c = nvrtc::compile(&replay_source(), hs, &gpu.info.arch(), opts, true).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let module = gpu.load(&c.cubin, &["rl_qec_replay"]).unwrap();
+        for wl in &wls {
+            let (line, t) = compare_timed(&gpu, &module, wl);
+            println!("[{name}] {line}");
+            if opts.iter().any(|o| o == "-DRL_QEC_PROFILE") {
+                println!("[{name}] {}: phase marks (median cycles from entry to marks 1..8): ack {} | decode {} | other {}", wl.name, t.marks(Class::Ack), t.marks(Class::Decode), t.marks(Class::Other));
+            }
+            println!("[{name}] {}: {}", wl.name, t.by_defects());
+        }
+        module.unload();
+    }
 }
 
 /// Without a GPU: the workloads build, cover what they are meant to (on the CPU), and the
@@ -571,6 +984,10 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
         eprintln!("SKIPPED the replay kernel compile: libnvrtc not found");
         return;
     }
-    let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", &[], false).unwrap_or_else(|e| panic!("{e}"));
+    for opts in [&[][..], &["-DRL_QEC_PROFILE".to_string()][..]] {
+        let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", opts, false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(&c.cubin[..4], b"\x7fELF");
+    }
+    let c = nvrtc::compile(&nvrtc::Source { name: "probe.cu".into(), text: PROBE_KERNEL.into() }, &[], "sm_90", &[], false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&c.cubin[..4], b"\x7fELF");
 }

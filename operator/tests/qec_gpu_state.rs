@@ -97,6 +97,13 @@ fn the_header_is_little_endian_at_the_c_offsets() {
     assert_eq!(f64::from_bits(u64_at(48)), table.scale);
     assert_eq!(u64_at(56), st.header().distances_off);
     assert_eq!(u64_at(88), st.header().total_bytes);
+    // The token (keys the stage's shared-memory copy): nonzero, another one every build.
+    assert_eq!(u64_at(104), st.header().token);
+    assert_ne!(st.header().token, 0);
+    let again = QecState::build(&table, &cfg).unwrap();
+    assert_ne!(again.header().token, st.header().token);
+    assert_eq!(again.bytes()[..104], b[..104]);
+    assert_eq!(again.bytes()[112..], b[112..]);
     // Entry (i, j) of D at distances_off + 4 (i (n+1) + j).
     let s = 25;
     let at = st.header().distances_off as usize + 4 * (3 * s + 24);
@@ -246,6 +253,7 @@ fn c_and_rust_layouts_agree() {
         shots_off,
         total_bytes,
         invalid_decoder,
+        token,
         rsvd1
     );
     off!(

@@ -10,8 +10,8 @@
 //! `operator/tests/qec_gpu_state.rs`):
 //!
 //! ```text
-//! 0              QecHeader (128 bytes): sizes, the table scale, section offsets, and the
-//!                device-written invalid-decoder counter
+//! 0              QecHeader (128 bytes): sizes, the table scale, section offsets, the
+//!                device-written invalid-decoder counter, and a token (below)
 //! distances_off  u32 D[(n+1)^2]   the CPU's `fine_table()` (PyMatching's integer weights),
 //!                                 row-major, boundary = row/column n, u32::MAX = no path
 //! parities_off   u32 P[(n+1)^2]   `parities_u32()`: observables flipped along that path
@@ -37,6 +37,12 @@
 //! (`D[a][n] < D[a][b]`) and replaces only when strictly smaller. The same "never" entries
 //! are what `compact_table()` uses (graph.rs `useful`). If the bound still fails, the build
 //! fails with [`QecStateError::SumOverflow`].
+//!
+//! The token: nonzero and random per build ([`new_token`]). The stage keeps a per-block
+//! shared-memory copy of the header and a mirror of the last-used decoder across requests
+//! (qec.cuh module docs), trusted only while the blob address, the launch's `%gridid` and this
+//! token are the ones it was filled from, so that shared memory left by an earlier kernel is
+//! never taken for this blob's state.
 //!
 //! Capacities (qec.cuh): K <= 12 (the DP's 2^K weights and parities, 32 KiB of shared
 //! memory), at most 3584 detectors (the greedy fallback's per-defect arrays share those
@@ -94,7 +100,9 @@ pub struct QecHeader {
     pub total_bytes: u64,
     /// Requests that named a decoder id out of range (written by the device).
     pub invalid_decoder: u64,
-    pub rsvd1: [u64; 3],
+    /// Nonzero, random per build: keys the stage's shared-memory copy (module docs).
+    pub token: u64,
+    pub rsvd1: [u64; 2],
 }
 
 /// `struct rl_qec_decoder` (qec.cuh): one decoder id's shot assembly and counters.
@@ -126,6 +134,7 @@ const _: () = assert!(size_of::<QecDecoderRecord>() == 128);
 const _: () = assert!(offset_of!(QecHeader, mapping_id) == 40);
 const _: () = assert!(offset_of!(QecHeader, scale) == 48);
 const _: () = assert!(offset_of!(QecHeader, invalid_decoder) == 96);
+const _: () = assert!(offset_of!(QecHeader, token) == 104);
 const _: () = assert!(offset_of!(QecDecoderRecord, next_counter) == 8);
 const _: () = assert!(offset_of!(QecDecoderRecord, bad_requests) == 80);
 
@@ -298,7 +307,8 @@ impl QecState {
             shots_off: shots_off as u64,
             total_bytes: total as u64,
             invalid_decoder: 0,
-            rsvd1: [0; 3],
+            token: new_token(),
+            rsvd1: [0; 2],
         };
         // Zero everywhere else: every decoder starts idle (no shot, next counter 0, no
         // corrections, zero counters), as QecSession::new leaves its slots.
@@ -390,6 +400,20 @@ fn write_header(b: &mut [u8], h: &QecHeader) {
     w!(shots_off);
     w!(total_bytes);
     w!(invalid_decoder);
+    w!(token);
+}
+
+/// A nonzero token that differs between builds (module docs): the process's random hash keys
+/// (std's `RandomState`), a per-process counter and the time, hashed.
+pub fn new_token() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u32(std::process::id());
+    h.finish() | 1
 }
 
 /// Requests that named a decoder id out of range, read from a blob (as copied back from the
