@@ -203,8 +203,8 @@ enum Cmd {
         name: String,
         /// Cores for the NIC engine, the transceiver loop and the peer of every run, as
         /// `nic,backend,peer` (default: unpinned).
-        #[arg(long, value_delimiter = ',', num_args = 3)]
-        cores: Option<Vec<usize>>,
+        #[arg(long, value_delimiter = ',')]
+        cores: Vec<usize>,
         /// Spin policy of the polling threads.
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
@@ -391,7 +391,11 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 python: (python != "none").then_some(python),
                 out_dir: out,
                 name,
-                cores: cores.map(|c| [c[0], c[1], c[2]]),
+                cores: match cores[..] {
+                    [] => None,
+                    [nic, backend, peer] => Some([nic, backend, peer]),
+                    _ => anyhow::bail!("--cores wants three cores, `nic,backend,peer` (got {})", cores.len()),
+                },
                 spin: spin_mode(spin),
             };
             let r = qec::run_bench_qec(&cfg)?;
