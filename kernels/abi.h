@@ -63,7 +63,7 @@ typedef int int32_t;
 /** Receives kept posted: the FPGA keeps at most this many slots in flight (PROTOCOLS.md 2.3). */
 #define RL_MAX_IN_FLIGHT 64u
 /**
- * Receive in one PCIe round (transceiver RL_POLL_MODE 3): the poller reads the whole CQE and
+ * Receive in one PCIe round (transceiver RL_POLL_MODE 3, the default): the poller reads the whole CQE and
  * the first RL_SPEC_BYTES of the slot the peer should write next in the same read. A read of
  * host memory is not one snapshot by contract, so the consumer writes RL_SPEC_POISON into
  * every 32-bit word it may read that way once it has consumed it (CQE bytes 0..47, the slot's
@@ -71,7 +71,7 @@ typedef int int32_t;
  * doorbell and the receive's re-post: a word still holding the poison was read before the
  * NIC wrote it, and the consumer reads it again after its acquire fence.
  */
-#define RL_SPEC_BYTES 64u
+#define RL_SPEC_BYTES 128u
 #define RL_SPEC_POISON 0xD1CE5EA5u
 /** CQE bytes the consumer poisons (everything below the chunk that holds op_own). */
 #define RL_SPEC_CQE_BYTES 48u

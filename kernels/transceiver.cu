@@ -2,14 +2,16 @@
  * kernels/transceiver.cu — the persistent transceiver kernel (DESIGN.md, "The data path").
  *
  * Launched once with one block; runs until the host sets rl_control.exit_flag. Per message:
- *   1. thread 0 polls the receive CQE owner byte: one 16-byte load per loop iteration, nothing
- *      else (the exit flag is read every RL_EXIT_POLL_EVERY idle polls; PERF.md: every extra
- *      poller or dependent read of host memory costs ~1 us);
- *   2. after the acquire fence, one round of loads all in flight: the CQE (immediate, byte
- *      count, inline-scattered bytes, NIC timestamp) and the payload of the slot the peer is
- *      expected to write next (peers cycle their slots in order), 16 bytes per thread, every
- *      load issued before any is used; a mispredicted slot or a longer message costs one
- *      more round;
+ *   1+2. (RL_POLL_MODE 3, the default) warp 0 polls with one load instruction per iteration
+ *      the whole receive CQE line and, when the last message was 33..RL_SPEC_BYTES bytes, the
+ *      first bytes of the slot the peer should write next (peers cycle their slots in order);
+ *      the exit flag is read every RL_EXIT_POLL_EVERY idle polls (PERF.md: every extra poller
+ *      or dependent read of host memory costs ~1 us). Words of that read which may predate
+ *      the NIC's write are trusted only when they no longer hold the poison the kernel wrote
+ *      there after consuming the message before (abi.h RL_SPEC_POISON); otherwise, and for a
+ *      mispredicted slot or a longer message, one more round of loads, all in flight.
+ *      (RL_POLL_MODE 0: thread 0 polls the owner byte alone; after the acquire fence one
+ *      round loads the CQE and the predicted slot: two PCIe rounds per message.)
  *   3. the fused stage chain (generated from the graph into rl_chain.cuh) turns the request
  *      into the answer in shared memory;
  *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND written by warp 0 (one store
@@ -17,11 +19,7 @@
  *      record, CPU-proxy doorbell;
  *   5. re-post the receive (doorbell record), consume the CQE, stamp the message.
  * Every write to host memory after the poll is a posted write: no second read on the way out.
- *
- * RL_POLL_MODE 3 (measured variant, latency-reports/README.md) folds 1 and 2 into one read:
- * warp 0 polls the whole CQE line and the predicted slot's first RL_SPEC_BYTES together, and
- * trusts a word of them only when it no longer holds the poison the kernel wrote there after
- * consuming the previous message in that place (abi.h RL_SPEC_POISON).
+ * Measured variants and their figures: latency-reports/README.md.
  */
 #include "abi.h"
 #include "verbs.cuh"
@@ -53,10 +51,18 @@ struct rl_msg_state {
     uint32_t fm_ce_se;
     uint32_t ci_next;    /* RL_POLL_MODE 3: the CQE index to poll next (thread 0 keeps rcq.ci) */
     uint32_t spec;       /* RL_POLL_MODE 3: slots are long enough to speculate on */
-    uint32_t spec_now;   /* RL_POLL_MODE 3: this poll reads the predicted slot too */
+    uint32_t spec_chunks; /* RL_POLL_MODE 3: 16-byte chunks of the predicted slot this poll reads */
     uint32_t recqe;      /* RL_POLL_MODE 3: the CQE's immediate or byte count was stale: read again */
     __align__(16) uint8_t cqe[64]; /* the receive CQE, read after its owner byte */
 };
+
+/* RL_POLL_MODE 3: the chunks of the predicted slot to read with the CQE, from the size of
+ * the last message: none when it came in the CQE (polling its slot too would only slow the
+ * NIC's write of it, measured) or when it was longer than RL_SPEC_BYTES (it would be read
+ * again anyway). */
+__device__ __forceinline__ uint32_t rl_spec_chunks(uint32_t spec, uint32_t last_len) {
+    return spec && last_len > RL_CQE_INLINE_MAX && last_len <= RL_SPEC_BYTES ? (last_len + 15) / 16 : 0;
+}
 
 /* RL_POLL_MODE 3: no 32-bit word of the first `len` bytes at `p` (shared) still holds the
  * poison (abi.h RL_SPEC_POISON; in the last word only the bytes below `len` count). The NIC
@@ -119,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         m.ci_next = 0;
         m.predicted = 0;
         m.spec = d.rx_slot_stride >= RL_SPEC_BYTES;
-        m.spec_now = m.spec && last_len > RL_CQE_INLINE_MAX;
+        m.spec_chunks = rl_spec_chunks(m.spec, last_len);
     }
     __syncthreads();
     for (;;) {
@@ -134,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             const uint32_t ci = m.ci_next, pslot = m.predicted;
             const uint8_t *src = tid < 4 ? rcq.ring + (size_t)(ci & (rcq.entries - 1)) * RL_CQE_SIZE + tid * 16
                                          : (const uint8_t *)d.rx_buffer + (size_t)pslot * d.rx_slot_stride + (tid - 4) * 16;
-            const uint32_t loads = tid < 4 || (m.spec_now && tid < 4 + RL_SPEC_BYTES / 16);
+            const uint32_t loads = tid < 4 + m.spec_chunks;
             const uint32_t parity = (ci / rcq.entries) & 1;
             uint32_t quit = 0;
             uint4 v = make_uint4(0, 0, 0, 0);
@@ -197,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             } else if (m.valid) {
                 /* the speculated bytes are the message's when the slot and the size fit and no
                  * word in it still holds the poison; else one more round */
-                m.reload = !(m.spec_now && slot == m.predicted && len <= RL_SPEC_BYTES && len >= 4 && rl_spec_fresh(buf_a, len));
+                m.reload = !(slot == m.predicted && len <= m.spec_chunks * 16 && len >= 4 && rl_spec_fresh(buf_a, len));
             }
             if (m.valid) {
                 next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
@@ -394,9 +400,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         if (tid == 0) {
             m.ci_next = rcq.ci;
             m.predicted = next_slot;
-            /* small messages come in the CQE: polling their slot too would only slow the
-             * NIC's write of it (measured) */
-            m.spec_now = m.spec && last_len > RL_CQE_INLINE_MAX;
+            m.spec_chunks = rl_spec_chunks(m.spec, last_len);
         }
 #endif
         __syncthreads();

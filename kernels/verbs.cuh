@@ -154,11 +154,12 @@ struct rl_dev_cqe {
  *   0: a 16-byte volatile load of bytes 48..63, then fence.acquire.sys when valid;
  *   1: an acquire load of bytes 60..63 (ld.acquire.sys): no separate fence; `tail` then holds
  *      only bytes 60..63 (in .w): the caller reads bytes 48..59 with the rest of the entry;
- *   3: (kernels/transceiver.cu, not this function) the whole entry and the predicted slot's
- *      first bytes in the polling read, checked against the poison (abi.h RL_SPEC_BYTES).
+ *   3: the default of kernels/transceiver.cu, which then polls without this function: the
+ *      whole entry and the predicted slot's first bytes in the polling read, checked against
+ *      the poison (abi.h RL_SPEC_BYTES); this function keeps mode 0's behaviour.
  */
 #ifndef RL_POLL_MODE
-#define RL_POLL_MODE 0
+#define RL_POLL_MODE 3
 #endif
 __device__ __forceinline__ int rl_dev_verbs_poll_cq_at(const struct rl_dev_cq *cq, uint32_t ci, uint4 *tail) {
     const uint8_t *cqe = cq->ring + (size_t)(ci & (cq->entries - 1)) * RL_CQE_SIZE;
