@@ -337,20 +337,43 @@ __device__ __forceinline__ void rl_dev_verbs_ring_db_mmio(struct rl_dev_sq *sq, 
     rl_fence_release_sys();
 }
 
-/** Reaps send completions (reads the send CQ; costs a PCIe read). Returns CQEs consumed. */
+/** Send CQ entries read per reap, all in one PCIe round. */
+#ifndef RL_SCQ_BATCH
+#define RL_SCQ_BATCH 8
+#endif
+
+/** Reaps send completions: reads the owner chunks (bytes 48..63) of the next RL_SCQ_BATCH
+ * send CQ entries with every load in flight (one PCIe round, not one per entry: reaping
+ * entry by entry cost ~1.2 us each and put a multi-microsecond stall in front of every
+ * ~30th message, measured as the p99), then consumes them in order up to the first one the
+ * NIC has not written. Everything used (op_own, wqe_counter) is in the chunk that carries
+ * the owner byte, which the NIC writes last. Returns CQEs consumed. Thread scope. */
 __device__ __forceinline__ uint32_t rl_dev_verbs_poll_send_cq(struct rl_dev_sq *sq, struct rl_dev_cq *scq, uint32_t *errors) {
-    uint32_t n = 0;
-    uint4 tail;
-    while (rl_dev_verbs_poll_cq_at(scq, scq->ci, &tail)) {
-        uint8_t op_own = (uint8_t)(tail.w >> 24);
-        if ((op_own >> 4) != RL_CQE_REQ) (*errors)++;
-        uint16_t wqe_counter = rl_bswap16((uint16_t)(tail.w & 0xffff));
-        uint32_t behind = (uint16_t)((uint16_t)sq->pi - wqe_counter);
-        sq->done = sq->pi - behind + 1;
-        scq->ci++;
-        n++;
+    uint4 t[RL_SCQ_BATCH];
+#pragma unroll
+    for (uint32_t i = 0; i < RL_SCQ_BATCH; i++) {
+        const uint32_t ci = scq->ci + i;
+        t[i] = rl_ld16_sys(scq->ring + (size_t)(ci & (scq->entries - 1)) * RL_CQE_SIZE + 48);
     }
-    if (n) rl_dev_verbs_cq_update_ci(scq);
+    uint32_t n = 0, written = 1;
+#pragma unroll
+    for (uint32_t i = 0; i < RL_SCQ_BATCH; i++) {
+        const uint32_t ci = scq->ci + i;
+        const uint8_t op_own = (uint8_t)(t[i].w >> 24);
+        /* a prefix only: stop at the first entry not written yet */
+        written = written && (op_own >> 4) != RL_CQE_INVALID && (op_own & RL_CQE_OWNER_MASK) == ((ci / scq->entries) & 1);
+        if (!written) continue;
+        if ((op_own >> 4) != RL_CQE_REQ) (*errors)++;
+        const uint16_t wqe_counter = rl_bswap16((uint16_t)(t[i].w & 0xffff));
+        const uint32_t behind = (uint16_t)((uint16_t)sq->pi - wqe_counter);
+        sq->done = sq->pi - behind + 1;
+        n = i + 1;
+    }
+    if (n) {
+        rl_fence_acquire_sys();
+        scq->ci += n;
+        rl_dev_verbs_cq_update_ci(scq);
+    }
     return n;
 }
 
