@@ -12,6 +12,8 @@
  *      mispredicted slot or a longer message, one more round of loads, all in flight.
  *      (RL_POLL_MODE 0: thread 0 polls the owner byte alone; after the acquire fence one
  *      round loads the CQE and the predicted slot: two PCIe rounds per message.)
+ *      While messages queue up, the poller warp issues the next message's read while this
+ *      one is processed (RL_PREPOLL), so back to back a poll costs no round trip of its own.
  *   3. the fused stage chain (generated from the graph into rl_chain.cuh) turns the request
  *      into the answer in shared memory;
  *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND written by warp 0 (one store
@@ -34,6 +36,17 @@
 #ifndef RL_MAX_INLINE
 #define RL_MAX_INLINE 256
 #endif
+/* RL_POLL_MODE 3: the warp that polls, and whether it issues the next message's polling read
+ * while the current one is processed (RL_PREPOLL): then, back to back (the next CQE already
+ * written), the poll costs no PCIe round trip of its own. Warp 1, so that the loads it leaves
+ * in flight are not in front of thread 0's fences. */
+#ifndef RL_POLL_WARP
+#define RL_POLL_WARP (RL_THREADS >= 64 ? 1 : 0)
+#endif
+#ifndef RL_PREPOLL
+#define RL_PREPOLL (RL_POLL_WARP == 1)
+#endif
+
 /* 16-byte chunks each thread loads for one message */
 #define RL_CHUNKS ((RL_MAX_MSG + RL_THREADS * 16 - 1) / (RL_THREADS * 16))
 
@@ -52,6 +65,7 @@ struct rl_msg_state {
     uint32_t ci_next;    /* RL_POLL_MODE 3: the CQE index to poll next (thread 0 keeps rcq.ci) */
     uint32_t spec;       /* RL_POLL_MODE 3: slots are long enough to speculate on */
     uint32_t spec_chunks; /* RL_POLL_MODE 3: 16-byte chunks of the predicted slot this poll reads */
+    uint32_t busy;       /* RL_POLL_MODE 3: the last message was there at its poll's first read */
     uint32_t recqe;      /* RL_POLL_MODE 3: the CQE's immediate or byte count was stale: read again */
     __align__(16) uint8_t cqe[64]; /* the receive CQE, read after its owner byte */
 };
@@ -117,6 +131,8 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     uint32_t dropped = 0, send_errors = 0, next_slot = 0, last_len = 64;
     const uint32_t S = d.signal_every;
     uint4 tail = make_uint4(0, 0, 0, 0);
+    uint4 pre = make_uint4(0, 0, 0, 0); /* RL_PREPOLL: the poller lane's read of the next message */
+    uint32_t have_pre = 0;
 
     if (tid == 0) {
         /* the host posted the receive queue before the launch */
@@ -124,7 +140,9 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         rl_st32_sys(&ctl->state, RL_STATE_RUNNING);
         m.ci_next = 0;
         m.predicted = 0;
-        m.spec = d.rx_slot_stride >= RL_SPEC_BYTES;
+        m.busy = 0;
+        /* one slot only: the next message's slot is the one being consumed */
+        m.spec = d.rx_slot_stride >= RL_SPEC_BYTES && d.rx_slots >= 2;
         m.spec_chunks = rl_spec_chunks(m.spec, last_len);
     }
     __syncthreads();
@@ -136,34 +154,39 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
          * the CQE is new, its 16-byte chunk (bytes 48..63: owner, timestamp, wqe counter) is
          * this CQE's, since the NIC writes op_own last; every other word may predate the NIC's
          * write and is trusted only when it no longer holds the poison (rl_spec_fresh). */
-        if (tid < 32) {
+        if (tid / 32 == RL_POLL_WARP) {
+            const uint32_t lane = tid % 32;
             const uint32_t ci = m.ci_next, pslot = m.predicted;
-            const uint8_t *src = tid < 4 ? rcq.ring + (size_t)(ci & (rcq.entries - 1)) * RL_CQE_SIZE + tid * 16
-                                         : (const uint8_t *)d.rx_buffer + (size_t)pslot * d.rx_slot_stride + (tid - 4) * 16;
-            const uint32_t loads = tid < 4 + m.spec_chunks;
+            const uint8_t *src = lane < 4 ? rcq.ring + (size_t)(ci & (rcq.entries - 1)) * RL_CQE_SIZE + lane * 16
+                                          : (const uint8_t *)d.rx_buffer + (size_t)pslot * d.rx_slot_stride + (lane - 4) * 16;
+            const uint32_t loads = lane < 4 + m.spec_chunks;
             const uint32_t parity = (ci / rcq.entries) & 1;
-            uint32_t quit = 0;
-            uint4 v = make_uint4(0, 0, 0, 0);
+            uint32_t quit = 0, reads = 0;
+            uint4 v = pre;
             for (;;) {
-                if (loads) v = rl_ld16_sys(src);
+                if (loads && !have_pre) v = rl_ld16_sys(src);
+                have_pre = 0;
+                ++reads;
                 const uint32_t own = __shfl_sync(0xffffffffu, v.w, 3) >> 24;
                 if ((own >> 4) != RL_CQE_INVALID && (own & RL_CQE_OWNER_MASK) == parity) break;
-                if (tid == 0) {
+                if (lane == 0) {
                     ++idle;
                     if ((idle % RL_EXIT_POLL_EVERY) == 0 && rl_ld32_sys(&ctl->exit_flag) != 0) quit = 1;
                     if ((idle % RL_HEARTBEAT_EVERY) == 0) rl_st64_sys(&ctl->heartbeat, ++heartbeat);
                 }
                 if (__shfl_sync(0xffffffffu, quit, 0)) break;
             }
-            if (tid < 4)
-                *(uint4 *)(m.cqe + tid * 16) = v;
+            if (lane < 4)
+                *(uint4 *)(m.cqe + lane * 16) = v;
             else if (loads)
-                *(uint4 *)(buf_a + (tid - 4) * 16) = v;
-            if (tid == 0) {
+                *(uint4 *)(buf_a + (lane - 4) * 16) = v;
+            if (lane == 0) {
                 rl_fence_acquire_sys();
                 m.t_seen = rl_globaltimer();
                 m.exit = quit;
                 m.ci = ci;
+                /* the message was already there at the first read: messages are queueing */
+                m.busy = reads == 1;
             }
         }
         __syncthreads();
@@ -209,6 +232,10 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
                 last_len = len;
             }
+            /* what the next poll reads (the prediction above used the old values) */
+            m.ci_next = m.ci + 1;
+            m.predicted = next_slot;
+            m.spec_chunks = rl_spec_chunks(m.spec, last_len);
         }
         __syncthreads();
 #ifdef RL_PROFILE
@@ -218,6 +245,22 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             rl_load_round(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.slot * d.rx_slot_stride, m.len, 0, 0);
             __syncthreads();
         }
+#if RL_PREPOLL
+        /* While messages queue up (this one was there at the first read), the next message's
+         * polling read, left in flight through this one (nothing here uses `pre` before the
+         * next poll): back to back, the poll then costs no PCIe round trip of its own (open
+         * loop at 400k messages/s: +44% throughput). Not in a closed loop, where it would
+         * find nothing and cost ~0.2 us (measured). Its CQE and slot were poisoned when last
+         * consumed (entries and slots messages ago), so it is checked exactly like a poll's
+         * read. */
+        if (m.busy && tid / 32 == RL_POLL_WARP) {
+            const uint32_t lane = tid % 32;
+            const uint8_t *src = lane < 4 ? rcq.ring + (size_t)(m.ci_next & (rcq.entries - 1)) * RL_CQE_SIZE + lane * 16
+                                          : (const uint8_t *)d.rx_buffer + (size_t)m.predicted * d.rx_slot_stride + (lane - 4) * 16;
+            if (lane < 4 + m.spec_chunks) pre = rl_ld16_sys(src);
+            have_pre = 1;
+        }
+#endif
 #ifdef RL_PROFILE
         t_loaded = rl_globaltimer();
 #endif
@@ -396,13 +439,6 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 if (sq.done > sq.pi) sq.done = sq.pi;
             }
         }
-#if RL_POLL_MODE == 3
-        if (tid == 0) {
-            m.ci_next = rcq.ci;
-            m.predicted = next_slot;
-            m.spec_chunks = rl_spec_chunks(m.spec, last_len);
-        }
-#endif
         __syncthreads();
     }
     if (tid == 0) {

@@ -48,6 +48,7 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_POLL_MODE=3"],
         &["-DRL_POLL_MODE=3", "-DRL_PROFILE"],
         &["-DRL_POLL_MODE=3", "-DRL_THREADS=32"],
+        &["-DRL_PREPOLL=0"],
         &["-DRL_PROFILE"],
         &["-DRL_FENCE_MODE=0"],
         &["-DRL_DATA_LOAD=1"],
