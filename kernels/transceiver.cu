@@ -66,7 +66,6 @@ struct rl_msg_state {
     uint32_t spec;       /* RL_POLL_MODE 3: slots are long enough to speculate on */
     uint32_t spec_chunks; /* RL_POLL_MODE 3: 16-byte chunks of the predicted slot this poll reads */
     uint32_t busy;       /* RL_POLL_MODE 3: the last message was there at its poll's first read */
-    uint32_t recqe;      /* RL_POLL_MODE 3: the CQE's immediate or byte count was stale: read again */
     __align__(16) uint8_t cqe[64]; /* the receive CQE, read after its owner byte */
 };
 
@@ -78,20 +77,11 @@ __device__ __forceinline__ uint32_t rl_spec_chunks(uint32_t spec, uint32_t last_
     return spec && last_len > RL_CQE_INLINE_MAX && last_len <= RL_SPEC_BYTES ? (last_len + 15) / 16 : 0;
 }
 
-/* RL_POLL_MODE 3: no 32-bit word of the first `len` bytes at `p` (shared) still holds the
- * poison (abi.h RL_SPEC_POISON; in the last word only the bytes below `len` count). The NIC
+/* RL_POLL_MODE 3: a word of the speculated bytes is fresh when it no longer holds the poison
+ * (abi.h RL_SPEC_POISON; in the last word only the bytes below the length count). The NIC
  * writes each aligned word of a message with one store and a read of host memory returns
  * each aligned word whole, so a word is either the NIC's or the poison; a message word that
- * equals the poison by chance only costs a second read. */
-__device__ __forceinline__ int rl_spec_fresh(const uint8_t *p, uint32_t len) {
-    const uint32_t *w = (const uint32_t *)p;
-    for (uint32_t i = 0; i * 4 < len; i++) {
-        const uint32_t left = len - i * 4;
-        const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
-        if (((w[i] ^ RL_SPEC_POISON) & keep) == 0) return 0;
-    }
-    return 1;
-}
+ * equals the poison by chance only costs a second read. Warp 0 checks one word per lane. */
 
 /* Loads `len` bytes at `src` (host memory) into `dst` (shared) with every thread, and, in the
  * last four threads, the 64-byte CQE at `cqe` into `cqe_dst` (shared). Every load is issued
@@ -153,7 +143,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
          * write next (lanes 4..), straight into the request buffer. When the owner byte says
          * the CQE is new, its 16-byte chunk (bytes 48..63: owner, timestamp, wqe counter) is
          * this CQE's, since the NIC writes op_own last; every other word may predate the NIC's
-         * write and is trusted only when it no longer holds the poison (rl_spec_fresh). */
+         * write and is trusted only when it no longer holds the poison. */
         if (tid / 32 == RL_POLL_WARP) {
             const uint32_t lane = tid % 32;
             const uint32_t ci = m.ci_next, pslot = m.predicted;
@@ -192,50 +182,62 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         __syncthreads();
         if (m.exit) break;
         const uint8_t *cqe = rcq.ring + (size_t)(m.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
-        if (tid == 0) {
-            /* the immediate and the byte count: this CQE's unless poisoned (then read again,
-             * after the fence, with the rest of the line) */
-            uint4 mid = *(uint4 *)(m.cqe + 32);
-            m.recqe = mid.y == RL_SPEC_POISON || mid.w == RL_SPEC_POISON;
-        }
-        __syncthreads();
-        if (m.recqe) {
-            if (tid < 3) *(uint4 *)(m.cqe + tid * 16) = rl_ld16_sys(cqe + tid * 16);
-            __syncthreads();
-        }
-        if (tid == 0) {
-            tail = *(uint4 *)(m.cqe + 48);
-            const uint4 mid = *(uint4 *)(m.cqe + 32);
-            const uint32_t op_own = tail.w >> 24;
+        if (tid < 32) {
+            /* Warp 0 takes the message apart (warp-synchronous: no block barrier), each lane
+             * checking one word of the speculated bytes against the poison. */
+            const uint32_t lane = tid;
+            /* the immediate and the byte count: this CQE's unless poisoned; then bytes 0..47
+             * are read again (after the poller's acquire fence: the barrier above) */
+            const uint4 mid0 = *(const uint4 *)(m.cqe + 32);
+            const uint32_t recqe = mid0.y == RL_SPEC_POISON || mid0.w == RL_SPEC_POISON;
+            if (recqe && lane < 3) *(uint4 *)(m.cqe + lane * 16) = rl_ld16_sys(cqe + lane * 16);
+            __syncwarp();
+            const uint4 t4 = *(const uint4 *)(m.cqe + 48);
+            const uint4 mid = *(const uint4 *)(m.cqe + 32);
+            const uint32_t op_own = t4.w >> 24;
             const uint32_t imm = rl_bswap32(mid.y);
             const uint32_t len = rl_bswap32(mid.w);
             const uint32_t slot = imm & 0xfff;
             const uint32_t inl = (op_own & RL_CQE_INLINE_SCATTER_32) != 0 && len <= RL_CQE_INLINE_MAX;
-            m.valid = (op_own >> 4) == RL_CQE_RESP_WR_IMM && slot < d.rx_slots && len <= d.rx_slot_stride && len <= RL_MAX_MSG;
-            m.slot = slot;
-            m.len = len;
-            m.reload = 0;
-            if (m.valid && inl) {
-                /* the bytes from the CQE; read again (after the fence) when still poisoned */
-                if (!m.recqe && !rl_spec_fresh(m.cqe, len)) {
-                    *(uint4 *)(m.cqe) = rl_ld16_sys(cqe);
-                    *(uint4 *)(m.cqe + 16) = rl_ld16_sys(cqe + 16);
+            const uint32_t valid = (op_own >> 4) == RL_CQE_RESP_WR_IMM && slot < d.rx_slots && len <= d.rx_slot_stride && len <= RL_MAX_MSG;
+            /* one word per lane: the inline bytes (<= 32) or the speculated slot bytes
+             * (<= RL_SPEC_BYTES = 32 words) */
+            uint32_t poisoned = 0;
+            if (lane * 4 < len && lane < RL_SPEC_BYTES / 4) {
+                const uint32_t w = ((const uint32_t *)(inl ? m.cqe : buf_a))[lane];
+                const uint32_t left = len - lane * 4;
+                const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
+                poisoned = ((w ^ RL_SPEC_POISON) & keep) == 0;
+            }
+            const uint32_t stale = __any_sync(0xffffffffu, poisoned);
+            if (lane == 0) {
+                tail = t4;
+                m.valid = valid;
+                m.slot = slot;
+                m.len = len;
+                m.reload = 0;
+                if (valid && inl) {
+                    /* the bytes from the CQE; read again (after the fence) when still poisoned */
+                    if (!recqe && stale) {
+                        *(uint4 *)(m.cqe) = rl_ld16_sys(cqe);
+                        *(uint4 *)(m.cqe + 16) = rl_ld16_sys(cqe + 16);
+                    }
+                    *(uint4 *)buf_a = *(uint4 *)m.cqe;
+                    *(uint4 *)(buf_a + 16) = *(uint4 *)(m.cqe + 16);
+                } else if (valid) {
+                    /* the speculated bytes are the message's when the slot and the size fit
+                     * and no word in it still holds the poison; else one more round */
+                    m.reload = !(slot == m.predicted && len <= m.spec_chunks * 16 && len >= 4 && !stale);
                 }
-                *(uint4 *)buf_a = *(uint4 *)m.cqe;
-                *(uint4 *)(buf_a + 16) = *(uint4 *)(m.cqe + 16);
-            } else if (m.valid) {
-                /* the speculated bytes are the message's when the slot and the size fit and no
-                 * word in it still holds the poison; else one more round */
-                m.reload = !(slot == m.predicted && len <= m.spec_chunks * 16 && len >= 4 && rl_spec_fresh(buf_a, len));
+                if (valid) {
+                    next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
+                    last_len = len;
+                }
+                /* what the next poll reads (the prediction above used the old values) */
+                m.ci_next = m.ci + 1;
+                m.predicted = next_slot;
+                m.spec_chunks = rl_spec_chunks(m.spec, last_len);
             }
-            if (m.valid) {
-                next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
-                last_len = len;
-            }
-            /* what the next poll reads (the prediction above used the old values) */
-            m.ci_next = m.ci + 1;
-            m.predicted = next_slot;
-            m.spec_chunks = rl_spec_chunks(m.spec, last_len);
         }
         __syncthreads();
 #ifdef RL_PROFILE
