@@ -143,6 +143,10 @@ pub struct BenchRow {
     pub vs_floor: Option<VsFloor>,
     /// How it ran: addresses, threads.
     pub detail: String,
+    /// For a measured path whose peer shares this host's clock: the round trip split by the
+    /// data path's own timestamps (wire and NIC in, data-path turnaround, the rest).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown_ns: Option<crate::latency::Breakdown>,
 }
 
 impl BenchRow {
@@ -297,6 +301,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 counts: floor.counts,
                 vs_floor: None,
                 detail: floor_detail,
+                breakdown_ns: None,
             });
             samples.push(floor.samples);
             rows.push(BenchRow {
@@ -308,6 +313,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 counts: run.counts,
                 vs_floor: Some(vs),
                 detail: format!("{}, peer fpga-sim in this process, {} answered by the backend", run.env.wire, run.backend_processed),
+                breakdown_ns: run.breakdown_ns.clone(),
             });
             samples.push(run.analysis.map(|a| a.samples).unwrap_or_default());
 
@@ -371,6 +377,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             counts: mapped.counts,
             vs_floor: None,
             detail: "a one-thread kernel polls one word of pinned host memory and writes it back; a host thread times it".into(),
+            breakdown_ns: None,
         },
         mapped.samples.clone(),
         vec![],
@@ -385,6 +392,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             counts: mapped.counts,
             vs_floor: None,
             detail: format!("mapped-memory ping-pong + {} round trips, added pairwise", if wire == WireKind::Inproc { "cache-line ping-pong" } else { "UDP ping-pong" }),
+            breakdown_ns: None,
         },
         composite,
         vec![],
@@ -424,7 +432,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             run.nic_drops.values().sum::<u64>()
         );
         out.push((
-            BenchRow { path: path.into(), wire: w.clone(), size, floor_of: None, rtt_ns: run.rtt_ns, counts: run.counts, vs_floor: Some(vs), detail },
+            BenchRow { path: path.into(), wire: w.clone(), size, floor_of: None, rtt_ns: run.rtt_ns, counts: run.counts, vs_floor: Some(vs), detail, breakdown_ns: run.breakdown_ns.clone() },
             run.analysis.map(|a| a.samples).unwrap_or_default(),
             targets,
         ));

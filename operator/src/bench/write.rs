@@ -155,6 +155,18 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
         );
     }
 
+    if report.rows.iter().any(|r| r.breakdown_ns.as_ref().is_some_and(|b| b.matched > 0)) {
+        let _ = writeln!(s, "\n## Where the round trip went (p50, us)\n");
+        let _ = writeln!(s, "From the data path's own timestamps (the NIC's CQE time, the data path's CQE-seen and doorbell times), joined with the peer's capture by request id; paths whose peer shares this host's clock.\n");
+        let _ = writeln!(s, "| path | wire | size (B) | wire + NIC in | data-path turnaround | the rest (CQE to the data path, doorbell to the NIC, NIC + wire out) | matched |");
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
+        for r in &report.rows {
+            if let Some(b) = r.breakdown_ns.as_ref().filter(|b| b.matched > 0) {
+                let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} |", r.path, r.wire, r.size, us(b.wire_nic_in.p50), us(b.turnaround.p50), us(b.rest.p50), b.matched);
+            }
+        }
+    }
+
     let _ = writeln!(s, "\n## Targets\n");
     if report.targets.is_empty() {
         let _ = writeln!(s, "No target applies to these rows.");
@@ -411,8 +423,8 @@ mod tests {
         let vs = vs_floor(&ps, paths::FLOOR_CACHELINE, &fs);
         let counts = Counts { sent: 2010, received: 2010, ..Counts::default() };
         let rows = vec![
-            BenchRow { path: paths::FLOOR_CACHELINE.into(), wire: "inproc".into(), size: 64, floor_of: Some(paths::CPU_BACKEND.into()), rtt_ns: fs, counts, vs_floor: None, detail: "two threads".into() },
-            BenchRow { path: paths::CPU_BACKEND.into(), wire: "inproc".into(), size: 64, floor_of: None, rtt_ns: ps, counts, vs_floor: Some(vs.clone()), detail: "inproc".into() },
+            BenchRow { path: paths::FLOOR_CACHELINE.into(), wire: "inproc".into(), size: 64, floor_of: Some(paths::CPU_BACKEND.into()), rtt_ns: fs, counts, vs_floor: None, detail: "two threads".into(), breakdown_ns: None },
+            BenchRow { path: paths::CPU_BACKEND.into(), wire: "inproc".into(), size: 64, floor_of: None, rtt_ns: ps, counts, vs_floor: Some(vs.clone()), detail: "inproc".into(), breakdown_ns: None },
         ];
         let report = BenchReport {
             env: BenchEnv {

@@ -70,6 +70,7 @@ impl HostOperator for LatencyReport {
             counts: r.counts,
             vs_floor: None,
             detail: String::new(),
+            breakdown_ns: None,
         };
         let (title, samples) = match &r.qec {
             Some(q) => {
