@@ -3,8 +3,8 @@
 //!
 //! Loading ([`QecReplay::load`], once, when the peer starts): the DEM gives the detector and
 //! observable counts and the per-round split (detectors grouped by their last coordinate,
-//! stim's time, e.g. `[12, 24, 24, 24, 24, 12]` for d=5 memory-Z: what
-//! `DetectorErrorModel::detectors_per_round` computes in the operator); `dets.b8` the shots
+//! stim's time, e.g. `[12, 24, 24, 24, 24, 12]` for d=5 memory-Z), read with the decoder's
+//! own loader (`rocelink_wire::dem`); `dets.b8` the shots
 //! (stim b8, each shot `ceil(detectors / 8)` bytes, LSB first); `obs.01` the true
 //! observables and, optionally, `pred.01` a reference prediction (PyMatching's). Every
 //! problem is an error that names the file (and the line, for text files); nothing panics.
@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use rocelink_wire::dem::DetectorErrorModel;
 use rocelink_wire::hsb::capture_flags;
 use rocelink_wire::qec::{
     self as wq, DecodeReportRepr, EnqueueSyndromesRepr, REPORT_OVERFLOW, REPORT_UNMATCHABLE,
@@ -42,14 +43,9 @@ use crate::stats::{QecStats, Stats};
 
 /// Corrections are compared as 64-bit masks.
 pub const MAX_OBSERVABLES: usize = 64;
-/// Most detectors a shot may have (bounds what a hostile DEM can make us allocate; a d=25,
-/// 25-round surface code has about 16 thousand).
-pub const MAX_DETECTORS: usize = 1 << 20;
-/// Deepest `repeat` nesting accepted (the flattener recurses once per level).
-pub const MAX_REPEAT_DEPTH: usize = 64;
-/// Most flattened steps a DEM may expand to (instructions plus loop iterations), as the
-/// operator's loader bounds it: `repeat 1000000000 { ... }` is an error, not a hang.
-pub const MAX_DEM_STEPS: u64 = 4_000_000;
+/// Most detectors a shot may have, most flattened DEM steps, deepest `repeat` nesting: the
+/// shared DEM loader's bounds.
+pub use rocelink_wire::dem::{MAX_DETECTORS, MAX_FLAT_STEPS as MAX_DEM_STEPS, MAX_REPEAT_DEPTH};
 
 /// RPC header plus the fixed part of `enqueue_syndromes`: the bytes before the syndromes.
 const HEAD_LEN: usize = rpc::HEADER_LEN + wq::ENQUEUE_SYNDROMES_FIXED_LEN;
@@ -110,312 +106,16 @@ pub struct DemLayout {
     pub detectors_per_round: Option<Vec<usize>>,
 }
 
-/// One DEM instruction, as far as the layout cares.
-#[derive(Debug)]
-enum Instr {
-    /// `error` or `logical_observable`: the largest ids it names (relative to the shift).
-    Targets {
-        max_detector: Option<u64>,
-        max_observable: Option<u64>,
-    },
-    Detector {
-        coords: Vec<f64>,
-        ids: Vec<u64>,
-    },
-    Shift {
-        coords: Vec<f64>,
-        by: u64,
-    },
-    /// Its body keeps the lines, so errors inside it point at the right line.
-    Repeat {
-        count: u64,
-        body: Block,
-    },
-}
-
-fn parse_numbers(args: Option<&str>) -> Result<Vec<f64>, String> {
-    let Some(a) = args.map(str::trim).filter(|a| !a.is_empty()) else {
-        return Ok(Vec::new());
-    };
-    a.split(',')
-        .map(|x| {
-            let x = x.trim();
-            x.parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite())
-                .ok_or_else(|| format!("`{x}` is not a number"))
-        })
-        .collect()
-}
-
-fn parse_id(target: &str, prefix: char) -> Option<u64> {
-    let digits = target.strip_prefix(prefix)?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// Splits `name[tag](args) targets` into (name, args, targets text).
-fn split_instruction(s: &str) -> Result<(&str, Option<&str>, &str), String> {
-    let end = s
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(s.len());
-    let (name, mut rest) = s.split_at(end);
-    if name.is_empty() {
-        return Err(format!("cannot read `{s}`"));
-    }
-    // stim 1.15+ tags, `error[tag](p)`: ignored, as decoders do.
-    if let Some(r) = rest.strip_prefix('[') {
-        let close = r.find(']').ok_or("unclosed tag `[`")?;
-        rest = &r[close + 1..];
-    }
-    let mut args = None;
-    if let Some(r) = rest.trim_start().strip_prefix('(') {
-        let close = r.find(')').ok_or("unclosed `(`")?;
-        args = Some(&r[..close]);
-        rest = &r[close + 1..];
-    } else if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {
-        return Err(format!("cannot read `{s}`"));
-    }
-    Ok((name, args, rest))
-}
-
-fn parse_line(name: &str, args: Option<&str>, rest: &str) -> Result<Instr, String> {
-    let targets: Vec<&str> = rest.split_whitespace().collect();
-    let lower = name.to_ascii_lowercase();
-    let max_of = |prefix: char, allow_sep: bool, what: &str| -> Result<Option<u64>, String> {
-        let mut max = None;
-        for t in &targets {
-            if let Some(id) = parse_id(t, prefix) {
-                max = max.max(Some(id));
-            } else if !(allow_sep && (*t == "^" || parse_id(t, 'L').is_some())) {
-                return Err(format!("bad target `{t}` for `{what}`"));
-            }
-        }
-        Ok(max)
-    };
-    let instr = match lower.as_str() {
-        "error" => {
-            let p = parse_numbers(args)?;
-            if p.len() != 1 || !(0.0..=1.0).contains(&p[0]) {
-                return Err("`error` takes one probability in [0, 1]".into());
-            }
-            let max_observable = targets.iter().filter_map(|t| parse_id(t, 'L')).max();
-            Instr::Targets {
-                max_detector: max_of('D', true, "error")?,
-                max_observable,
-            }
-        }
-        "logical_observable" => Instr::Targets {
-            max_detector: None,
-            max_observable: max_of('L', false, "logical_observable")?,
-        },
-        "detector" => {
-            let coords = parse_numbers(args)?;
-            let ids = targets
-                .iter()
-                .map(|t| parse_id(t, 'D').ok_or_else(|| format!("bad target `{t}` for `detector`")))
-                .collect::<Result<Vec<_>, _>>()?;
-            Instr::Detector { coords, ids }
-        }
-        "shift_detectors" => {
-            let coords = parse_numbers(args)?;
-            let by = match targets[..] {
-                [] => 0,
-                [t] => t
-                    .parse::<u64>()
-                    .map_err(|_| format!("bad target `{t}` for `shift_detectors`"))?,
-                _ => return Err("`shift_detectors` takes one count".into()),
-            };
-            Instr::Shift { coords, by }
-        }
-        _ => return Err(format!("unknown instruction `{name}`")),
-    };
-    Ok(instr)
-}
-
-/// Flattening state: stim's `shift_detectors` semantics.
-#[derive(Default)]
-struct Flattener {
-    offset: u64,
-    coord_shift: Vec<f64>,
-    num_detectors: u64,
-    num_observables: u64,
-    /// Time (last coordinate, shifted) of each detector that has coordinates.
-    times: Vec<Option<f64>>,
-    steps: u64,
-}
-
-impl Flattener {
-    fn step(&mut self, line: usize) -> Result<(), (usize, String)> {
-        self.steps += 1;
-        if self.steps > MAX_DEM_STEPS {
-            return Err((
-                line,
-                format!("repeat blocks expand beyond {MAX_DEM_STEPS} steps"),
-            ));
-        }
-        Ok(())
-    }
-
-    fn detector(&mut self, id: u64, line: usize) -> Result<usize, (usize, String)> {
-        let abs = id
-            .checked_add(self.offset)
-            .filter(|&a| a < MAX_DETECTORS as u64)
-            .ok_or_else(|| {
-                (
-                    line,
-                    format!(
-                        "detector id {} is beyond {MAX_DETECTORS}",
-                        id.saturating_add(self.offset)
-                    ),
-                )
-            })?;
-        self.num_detectors = self.num_detectors.max(abs + 1);
-        Ok(abs as usize)
-    }
-
-    fn run(&mut self, program: &[(usize, Instr)]) -> Result<(), (usize, String)> {
-        for (line, instr) in program {
-            let line = *line;
-            match instr {
-                Instr::Targets {
-                    max_detector,
-                    max_observable,
-                } => {
-                    self.step(line)?;
-                    if let Some(d) = max_detector {
-                        self.detector(*d, line)?;
-                    }
-                    if let Some(l) = max_observable {
-                        self.num_observables = self.num_observables.max(l.saturating_add(1));
-                    }
-                }
-                Instr::Detector { coords, ids, .. } => {
-                    self.step(line)?;
-                    let t = coords.last().map(|t| {
-                        t + self
-                            .coord_shift
-                            .get(coords.len() - 1)
-                            .copied()
-                            .unwrap_or(0.0)
-                    });
-                    for &id in ids {
-                        let abs = self.detector(id, line)?;
-                        if self.times.len() <= abs {
-                            self.times.resize(abs + 1, None);
-                        }
-                        self.times[abs] = t;
-                    }
-                }
-                Instr::Shift { coords, by } => {
-                    self.step(line)?;
-                    self.offset = self.offset.saturating_add(*by);
-                    if self.coord_shift.len() < coords.len() {
-                        self.coord_shift.resize(coords.len(), 0.0);
-                    }
-                    for (s, c) in self.coord_shift.iter_mut().zip(coords) {
-                        *s += c;
-                    }
-                }
-                Instr::Repeat { count, body } => {
-                    for _ in 0..*count {
-                        self.step(line)?;
-                        self.run(body)?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Instructions with their 1-based lines.
-type Block = Vec<(usize, Instr)>;
-
-/// Parses DEM text into (line, instruction) blocks.
-fn parse_program(text: &str) -> Result<Block, (usize, String)> {
-    // Open blocks: (line of the `repeat`, count, body so far).
-    let mut stack: Vec<(usize, u64, Block)> = vec![(0, 1, Vec::new())];
-    for (idx, raw) in text.lines().enumerate() {
-        let line = idx + 1;
-        let s = raw.split('#').next().unwrap_or("").trim();
-        if s.is_empty() {
-            continue;
-        }
-        if s == "}" {
-            if stack.len() == 1 {
-                return Err((line, "`}` without an open `repeat` block".into()));
-            }
-            if let Some((rline, count, body)) = stack.pop() {
-                if let Some(top) = stack.last_mut() {
-                    top.2.push((rline, Instr::Repeat { count, body }));
-                }
-            }
-            continue;
-        }
-        let (name, args, rest) = split_instruction(s).map_err(|reason| (line, reason))?;
-        if name.eq_ignore_ascii_case("repeat") {
-            // `repeat N {` (stim writes the brace on the same line).
-            let rest = rest.trim();
-            let count_text = rest.trim_end_matches('{').trim();
-            if args.is_some() || !rest.ends_with('{') {
-                return Err((line, "expected `repeat N {`".into()));
-            }
-            let count = count_text
-                .parse::<u64>()
-                .ok()
-                .filter(|&c| c > 0)
-                .ok_or_else(|| (line, format!("`{count_text}` is not a repeat count")))?;
-            if stack.len() > MAX_REPEAT_DEPTH {
-                return Err((
-                    line,
-                    format!("`repeat` blocks nest deeper than {MAX_REPEAT_DEPTH}"),
-                ));
-            }
-            stack.push((line, count, Vec::new()));
-            continue;
-        }
-        let instr = parse_line(name, args, rest).map_err(|reason| (line, reason))?;
-        if let Some(top) = stack.last_mut() {
-            top.2.push((line, instr));
-        }
-    }
-    if stack.len() > 1 {
-        let line = stack.last().map_or(0, |b| b.0);
-        return Err((line, "`repeat` block is never closed".into()));
-    }
-    Ok(stack.pop().map(|b| b.2).unwrap_or_default())
-}
-
 impl DemLayout {
-    /// Reads the layout from DEM text; `Err((line, reason))` for a malformed file.
+    /// Reads the layout from DEM text with the decoder's own loader (`rocelink_wire::dem`:
+    /// `repeat` flattened, `shift_detectors` applied, bounded in size, depth and detector
+    /// ids); `Err((line, reason))` for a malformed file.
     pub fn parse(text: &str) -> Result<Self, (usize, String)> {
-        let program = parse_program(text)?;
-        let mut f = Flattener::default();
-        f.run(&program)?;
-        let n = f.num_detectors as usize;
-        let mut split: Option<Vec<usize>> = Some(Vec::new());
-        let mut last = f64::NEG_INFINITY;
-        for i in 0..n {
-            match (f.times.get(i).copied().flatten(), split.as_mut()) {
-                (Some(t), Some(s)) if t >= last => {
-                    if t > last || s.is_empty() {
-                        s.push(0);
-                        last = t;
-                    }
-                    if let Some(c) = s.last_mut() {
-                        *c += 1;
-                    }
-                }
-                _ => split = None,
-            }
-        }
+        let dem = DetectorErrorModel::parse(text).map_err(|e| (e.line, e.kind.to_string()))?;
         Ok(DemLayout {
-            num_detectors: n,
-            num_observables: f.num_observables as usize,
-            detectors_per_round: split.filter(|s| !s.is_empty()),
+            num_detectors: dem.num_detectors,
+            num_observables: dem.num_observables,
+            detectors_per_round: dem.detectors_per_round().filter(|s| !s.is_empty()),
         })
     }
 }

@@ -17,6 +17,7 @@
 pub mod aeth;
 pub mod bth;
 mod bytes;
+pub mod dem;
 pub mod ecb;
 pub mod error;
 pub mod ethernet;
