@@ -468,44 +468,24 @@ impl TableWeight for f64 {
     }
 }
 
-impl TableWeight for u32 {
-    type Acc = u64;
-    const UNREACHABLE: u32 = u32::MAX;
-    const ACC_ZERO: u64 = 0;
-    const ACC_INF: u64 = u64::MAX;
-    fn to_acc(self) -> u64 {
-        u64::from(self)
-    }
-    fn acc_to_f64(a: u64) -> f64 {
-        a as f64
-    }
+/// The integer tables: unreachable is the type's largest value, sums are taken in `u64`.
+macro_rules! integer_table_weight {
+    ($($t:ty),*) => {$(
+        impl TableWeight for $t {
+            type Acc = u64;
+            const UNREACHABLE: $t = <$t>::MAX;
+            const ACC_ZERO: u64 = 0;
+            const ACC_INF: u64 = u64::MAX;
+            fn to_acc(self) -> u64 {
+                u64::from(self)
+            }
+            fn acc_to_f64(a: u64) -> f64 {
+                a as f64
+            }
+        }
+    )*};
 }
-
-impl TableWeight for u16 {
-    type Acc = u64;
-    const UNREACHABLE: u16 = u16::MAX;
-    const ACC_ZERO: u64 = 0;
-    const ACC_INF: u64 = u64::MAX;
-    fn to_acc(self) -> u64 {
-        u64::from(self)
-    }
-    fn acc_to_f64(a: u64) -> f64 {
-        a as f64
-    }
-}
-
-impl TableWeight for u64 {
-    type Acc = u64;
-    const UNREACHABLE: u64 = u64::MAX;
-    const ACC_ZERO: u64 = 0;
-    const ACC_INF: u64 = u64::MAX;
-    fn to_acc(self) -> u64 {
-        self
-    }
-    fn acc_to_f64(a: u64) -> f64 {
-        a as f64
-    }
-}
+integer_table_weight!(u16, u32, u64);
 
 /// All-pairs shortest-path distances and observable parities, boundary included (module
 /// docs). Flat row-major `Vec`s the GPU copies verbatim: entry (i, j) at `i * stride() + j`.
