@@ -48,9 +48,10 @@
  *   request takes the general path (rl_qec_slow, out of line). The fast path also keeps the
  *   shot's defect list as its bits arrive, so a decode starts from the list.
  * - Warp 0 alone runs the request and, for up to RL_QEC_WARP_K defects, the whole decode (one
- *   round of table loads through the read-only path, the DP by popcount layer with
- *   __syncwarp): one block barrier per request. Larger shots hand the DP layers (or the
- *   greedy fallback) to the whole block.
+ *   round of table loads through the read-only path; the DP over the masks reachable from the
+ *   full set only, by layer of lowest defect, each mask's options loaded together and reduced
+ *   by a tree, __syncwarp between layers): one block barrier per request. Larger shots hand
+ *   the DP layers (or the greedy fallback) to the whole block.
  * `-DRL_QEC_PROFILE` records clock64 at phase marks in `rl_qec_prof` (thread 0) for the
  * replay test (operator/tests/qec_gpu_match.rs prints them).
  */
@@ -186,20 +187,18 @@ RL_OFFSET_ASSERT(struct rl_qec_decoder, bad_requests, 80, "qec decoder: bad_requ
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 /* ---------------------------------------------------------------------------------------
- * Shared memory of the stage (static, ~35.4 KB; the transceiver's own is ~8.5 KB).
+ * Shared memory of the stage (static, ~37.8 KB; the transceiver's own is ~8.5 KB; ptxas caps the
+ * sum at 48 KB, checked in CI by operator/tests/kernels_compile.rs), and dynamically the table.
  * ------------------------------------------------------------------------------------- */
 #define RL_QEC_NO_PARTNER 0xFFFFu  /* exact.rs NO_PARTNER */
 #define RL_QEC_TO_BOUNDARY 0xFFFEu /* exact.rs TO_BOUNDARY */
-#define RL_QEC_BINOM_N (RL_QEC_MAX_K + 1)
 /** Shot words of the largest shot (RL_QEC_MAX_DETECTORS bits). */
 #define RL_QEC_MAX_WORDS ((RL_QEC_MAX_DETECTORS + 31) / 32)
-/** Up to this many defects warp 0 decodes alone (2^6 - 1 masks: at most 2 per lane and
- * layer); more go to the whole block. 0..12. */
+/** Up to this many defects warp 0 decodes alone (at most 26 masks per layer up to 9: one per
+ * lane); more go to the whole block (at most 99 per layer at 12). 0..12. */
 #ifndef RL_QEC_WARP_K
-#define RL_QEC_WARP_K 6
+#define RL_QEC_WARP_K 9
 #endif
-/** Rounds of the gather: entries (x <= y) of the sub-table at K, 32 per round. */
-#define RL_QEC_GATHER_ROUNDS ((RL_QEC_MAX_K * (RL_QEC_MAX_K + 1) / 2 + 31) / 32)
 
 #define RL_QEC_PHASE_DONE 0u   /* the answer is written */
 #define RL_QEC_PHASE_ACK 1u    /* the bits appended, answered OK with no result */
@@ -218,6 +217,70 @@ RL_OFFSET_ASSERT(struct rl_qec_decoder, bad_requests, 80, "qec decoder: bad_requ
 #define RL_QEC_TOKEN_LOAD 1
 #endif
 
+/* The DP's schedule. dp[mask] needs the masks without its lowest defect a (and without one
+ * partner): their lowest defects are all above a. So the masks are solved in layers by lowest
+ * defect, a = k - 1 down to 0, one barrier per layer (k layers, whatever the popcounts). And
+ * only the masks reachable from the full set are solved, as the CPU's top-down memo does
+ * (exact.rs exact()): those with at most a defects above a removed, since every defect removed
+ * above a went as the partner of one below it. The masks of one or two defects come straight
+ * from the table and the gather solves them, so the layers start at a = k - 3: 40 masks in 6
+ * layers at 8 defects (of the 255 masks), 349 in 10 layers at 12 (of 4095), at most 26 per
+ * layer up to 9 defects (one per lane of a warp). The directory and the lists are built by
+ * the compiler (constexpr), so neither the host nor the blob is involved. */
+#define RL_QEC_SCHED_N 839 /* masks over k = 1..RL_QEC_MAX_K (static_assert below) */
+
+/** The schedule (2032 bytes, a multiple of 16): off[k][i] is the first entry of layer i
+ * (lowest defect a = k - 1 - i) of k defects in `m`, off[k][k] the end of the last. */
+#define RL_QEC_SCHED_CAP 840 /* RL_QEC_SCHED_N rounded up: the struct is whole 16-byte words */
+struct rl_qec_sched {
+    uint16_t off[RL_QEC_MAX_K + 1][RL_QEC_MAX_K + 1];
+    uint16_t pad[7];
+    uint16_t m[RL_QEC_SCHED_CAP];
+};
+
+__host__ __device__ constexpr uint32_t rl_qec_popc_c(uint32_t v) {
+    uint32_t c = 0;
+    for (; v != 0; v >>= 1) c += v & 1u;
+    return c;
+}
+
+/** The reachable masks of k defects whose lowest is a and of three defects or more,
+ * increasing, written at `m` unless null; returns how many. */
+__host__ __device__ constexpr uint32_t rl_qec_layer_c(uint32_t k, uint32_t a, uint16_t *m) {
+    const uint32_t up = k - 1u - a; /* defects above a */
+    uint32_t c = 0;
+    for (uint32_t u = 0; u < (1u << up); u++) {
+        if (up - rl_qec_popc_c(u) > a) continue; /* more removed above a than defects below it */
+        if (rl_qec_popc_c(u) < 2u) continue;      /* one or two defects: the gather solves those */
+        if (m != nullptr) m[c] = (uint16_t)((1u << a) | (u << (a + 1u)));
+        c++;
+    }
+    return c;
+}
+
+__host__ __device__ constexpr struct rl_qec_sched rl_qec_make_sched() {
+    struct rl_qec_sched d{};
+    uint32_t at = 0;
+    for (uint32_t k = 1; k <= RL_QEC_MAX_K; k++) {
+        for (uint32_t i = 0; i < k; i++) {
+            d.off[k][i] = (uint16_t)at;
+            at += rl_qec_layer_c(k, k - 1u - i, &d.m[at]);
+        }
+        d.off[k][k] = (uint16_t)at;
+    }
+    return d;
+}
+
+static_assert(sizeof(struct rl_qec_sched) % 16 == 0, "the schedule is copied in 16-byte words");
+static_assert(rl_qec_make_sched().off[RL_QEC_MAX_K][RL_QEC_MAX_K] == RL_QEC_SCHED_N, "the schedule's size");
+static_assert(RL_QEC_SCHED_N <= RL_QEC_SCHED_CAP, "the schedule's capacity");
+static_assert(rl_qec_make_sched().off[8][8] - rl_qec_make_sched().off[8][0] == 40, "reachable masks of 3+ of 8 defects");
+static_assert(rl_qec_make_sched().off[12][12] - rl_qec_make_sched().off[12][0] == 349, "reachable masks of 3+ of 12 defects");
+
+/** Built by the compiler; rl_qec_fill copies it into the block's cache (shared memory), where
+ * the DP reads it. */
+__device__ const struct rl_qec_sched rl_qec_sched_g = rl_qec_make_sched();
+
 /** The per-block copy of the blob's header and the mirror of one decoder (module docs):
  * kept across requests, written by lane 0 of warp 0 only; trusted only once its `token` is
  * compared with the blob's in this request (rl_qec_refill). */
@@ -232,13 +295,14 @@ struct rl_qec_cache {
     long long mapping_id;
     uint32_t ndef;            /* the hot shot's defects so far, listed in s->defs; > K: unknown */
     uint32_t num_obs;
+    uint32_t tab;             /* the table: RL_QEC_TAB_GLOBAL, _WANTED or _SHARED */
     uint32_t *hot_shot;       /* the blob's shot and record of `hot` */
     struct rl_qec_decoder *hot_rec;
     double scale;
     const uint32_t *dist, *par;
     struct rl_qec_decoder *records;
     uint32_t *shots;
-    uint16_t binom[RL_QEC_BINOM_N * RL_QEC_BINOM_N]; /* C(r, q) at r * 13 + q (0 for q > r) */
+    __align__(16) struct rl_qec_sched sched;        /* the DP's schedule (rl_qec_sched_g) */
     __align__(16) struct rl_qec_decoder rec;         /* records[hot] */
     uint32_t shot[RL_QEC_MAX_WORDS];                 /* its shot (shot_words used) */
 };
@@ -252,6 +316,19 @@ union rl_qec_fastblk {
         uint32_t n, words, need, rounds, decoders, has_mapping, ok, K;
     } f;
 };
+
+/* The table in shared memory. Every table load of the gather is a scattered read (one
+ * transaction per lane), and from global memory it cost the decode ~800 cycles at 1 defect and
+ * ~1800 at 6 (measured; the plain, read-only and L2-only load paths alike). When the launch
+ * gives the block dynamic shared memory for it ((n+1)^2 (distance, parity) pairs: 117 KiB at
+ * d=5 with 6 rounds; qec_state.rs dynamic_shared), warp 0 copies the blob's two tables there
+ * at the first decode after a fill, and the gather reads shared memory. Otherwise (too large,
+ * or a launch without it, as the batch kernel's) the gather reads global memory. The copy is
+ * keyed like the rest of the cache: a refill starts over. */
+#define RL_QEC_TAB_GLOBAL 0u /* read the blob */
+#define RL_QEC_TAB_WANTED 1u /* room for it: copy at the next decode */
+#define RL_QEC_TAB_SHARED 2u /* copied: read rl_qec_tab_s */
+extern __shared__ __align__(16) uint2 rl_qec_tab_s[];
 
 /** rl_qec_cache.ndef when the hot shot's defects are not listed. */
 #define RL_QEC_NDEF_BAD 0xFFFFu
@@ -286,8 +363,9 @@ struct rl_qec_result {
 struct rl_qec_smem {
     union {
         struct {
-            uint32_t w[1u << RL_QEC_MAX_K]; /* dp cost, table units (exact.rs dp_cost) */
-            uint32_t o[1u << RL_QEC_MAX_K]; /* dp observables (exact.rs dp_obs) */
+            /* (cost in table units, observables) of dp[mask] (exact.rs dp_cost, dp_obs), at
+             * rl_qec_sw(mask): one 8-byte load gives an option both */
+            uint2 wo[1u << RL_QEC_MAX_K];
         } dp;
         struct {
             uint32_t cost[RL_QEC_MAX_DETECTORS];    /* exact.rs best_cost */
@@ -296,12 +374,10 @@ struct rl_qec_smem {
             uint8_t alive[RL_QEC_MAX_DETECTORS];
         } g;
     } u;
-    /* exact.rs gather(): the k x k sub-table of the shot's defects */
-    uint32_t pair[RL_QEC_MAX_K * RL_QEC_MAX_K];
-    uint32_t ppar[RL_QEC_MAX_K * RL_QEC_MAX_K];
-    uint32_t tob[RL_QEC_MAX_K];
-    uint32_t bpar[RL_QEC_MAX_K];
-    uint16_t defs[RL_QEC_MAX_K];
+    /* exact.rs gather(): the k x k sub-table of the shot's defects, (distance, parity): row x
+     * holds the boundary option at [x][x] and the partners y > x at [x][y] */
+    __align__(16) uint2 sub[RL_QEC_MAX_K * RL_QEC_MAX_K];
+    __align__(16) uint16_t defs[16]; /* the first K defects, increasing (16: two 16-byte loads) */
     unsigned long long wk[32]; /* greedy: per-warp minimum keys */
     __align__(16) struct rl_qec_ctl c;
     __align__(16) struct rl_qec_result r;
@@ -437,6 +513,9 @@ __device__ __noinline__ void rl_qec_fill(struct rl_qec_cache *k, uint8_t *base, 
     k->num_obs = h->num_observables;
     k->need = RL_RPC_HEADER_LEN + rl_qec_correction_len(h->num_observables) + RL_QEC_REPORT_LEN;
     k->ndef = RL_QEC_NDEF_BAD;
+    uint32_t dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    k->tab = (uint64_t)(n + 1u) * (n + 1u) * sizeof(uint2) <= dyn ? RL_QEC_TAB_WANTED : RL_QEC_TAB_GLOBAL;
     k->hot_shot = 0;
     k->hot_rec = 0;
     k->decoders = h->decoders;
@@ -449,14 +528,19 @@ __device__ __noinline__ void rl_qec_fill(struct rl_qec_cache *k, uint8_t *base, 
     k->records = (struct rl_qec_decoder *)(base + h->decoders_off);
     k->shots = (uint32_t *)(base + h->shots_off);
     k->hot = -1;
-    /* Pascal's triangle: C(r, q) for r, q <= 12, for the block DP's layers */
-    for (uint32_t r = 0; r < RL_QEC_BINOM_N; r++)
-        for (uint32_t q = 0; q < RL_QEC_BINOM_N; q++)
-            k->binom[r * RL_QEC_BINOM_N + q] = q > r ? 0
-                                               : (q == 0 || q == r)
-                                                   ? 1
-                                                   : (uint16_t)(k->binom[(r - 1) * RL_QEC_BINOM_N + q - 1] +
-                                                                k->binom[(r - 1) * RL_QEC_BINOM_N + q]);
+    /* the DP's schedule: 127 16-byte words, 8 loads in flight */
+    const uint4 *const from = (const uint4 *)&rl_qec_sched_g;
+    uint4 *const to = (uint4 *)&k->sched;
+    const uint32_t words = sizeof(struct rl_qec_sched) / 16u;
+    for (uint32_t i = 0; i < words; i += 8u) {
+        uint4 t[8];
+#pragma unroll
+        for (uint32_t j = 0; j < 8u; j++)
+            if (i + j < words) t[j] = from[i + j];
+#pragma unroll
+        for (uint32_t j = 0; j < 8u; j++)
+            if (i + j < words) to[i + j] = t[j];
+    }
     k->state = (unsigned long long)base;
     k->grid = grid;
     k->token = h->token;
@@ -877,42 +961,81 @@ __device__ __forceinline__ uint32_t rl_qec_lane0(const uint8_t *req, int len, ui
  * Decoder: exact.rs decode_b8 -> exact() or greedy()
  * ------------------------------------------------------------------------------------- */
 
-/** exact.rs solve() for one mask whose sub-masks are all done (module docs of exact.rs:
- * a = lowest defect; the boundary option first, then partners by increasing index,
- * replacing the best only when strictly smaller; infinite options never chosen), for masks
- * below 2^JMAX. Every option's loads are issued together; the winner's observables are read
- * once at the end (the same winner: `bj` is the last strictly smaller option). */
-template <uint32_t JMAX>
-__device__ __forceinline__ void rl_qec_dp_mask(struct rl_qec_smem *s, uint32_t mask) {
-    uint32_t *w = s->u.dp.w, *o = s->u.dp.o;
-    const uint32_t a = (uint32_t)__ffs(mask) - 1u;
-    const uint32_t rest = mask & (mask - 1u);
-    uint32_t best = RL_QEC_INF;
-    int bj = -1; /* -1: none; RL_QEC_MAX_K: the boundary; else the partner */
-    const uint32_t tb = s->tob[a], rb = w[rest];
-    if (tb != RL_QEC_INF && rb != RL_QEC_INF) {
-        best = rb + tb;
-        bj = RL_QEC_MAX_K;
-    }
-    const uint32_t *row = s->pair + a * RL_QEC_MAX_K;
+/** Where dp[mask] lives in s->u.dp.wo: the mask with its low four bits XORed with the next two
+ * nibbles (a bijection on 12 bits). The masks of one layer share their low bits and differ
+ * above them, so unswizzled their 8-byte entries fell into the same banks (an 8-way conflict
+ * per load at 8 defects); folded, they spread over all 16 bank pairs. */
+__device__ __forceinline__ uint32_t rl_qec_sw(uint32_t m) { return m ^ ((m >> 4) & 15u) ^ ((m >> 8) & 15u); }
+
+/** exact.rs solve() for `mask` (lowest defect a; every sub-mask solved): the boundary option,
+ * then the partners j > a by increasing index, the first of the smallest finite cost chosen
+ * (exact.rs: replaced only when strictly smaller; infinite options never chosen). All J
+ * options are loaded together (those not in the mask made infinite) and a tree of pairwise
+ * minima that keeps the left, earlier option on ties picks the one the CPU's sequential scan
+ * picks. A finite entry plus an infinite one wraps (the builder proves that finite sums stay
+ * below RL_QEC_INF), which `sum >= e` catches; an infinite dp[mask] has observables 0. */
+template <uint32_t J>
+__device__ __forceinline__ void rl_qec_solve(struct rl_qec_smem *s, uint32_t mask, uint32_t a) {
+    uint2 *const wo = s->u.dp.wo;
+    const uint2 *const row = s->sub + a * RL_QEC_MAX_K;
+    const uint32_t rest = mask & ~(1u << a) & ((1u << J) - 1u);
+    const uint32_t srest = rl_qec_sw(rest); /* rl_qec_sw is XOR-linear: sw(rest ^ b) = srest ^ sw(b) */
+    uint32_t c[J], o[J];
 #pragma unroll
-    for (uint32_t j = 1; j < JMAX; j++) {
-        if (!((rest >> j) & 1u)) continue; /* j > a: every bit of rest is above a */
-        const uint32_t e = row[j], r = w[rest & ~(1u << j)];
-        if (e == RL_QEC_INF || r == RL_QEC_INF) continue;
-        const uint32_t cand = r + e;
-        if (cand < best) {
-            best = cand;
-            bj = (int)j;
+    for (uint32_t j = 0; j < J; j++) {
+        /* option 0: a to the boundary; option j >= 1: a with partner j (j > a when in rest) */
+        const uint2 e = row[j == 0 ? a : j];
+        const uint2 v = wo[j == 0 ? srest : (srest ^ rl_qec_sw(1u << j))];
+        const uint32_t sum = e.x + v.x;
+        const bool live = (j == 0 || ((rest >> j) & 1u) != 0) && sum >= e.x;
+        c[j] = live ? sum : RL_QEC_INF;
+        o[j] = e.y ^ v.y;
+    }
+#pragma unroll
+    for (uint32_t st = 1; st < J; st <<= 1) {
+#pragma unroll
+        for (uint32_t i = 0; i + st < J; i += 2u * st) {
+            const bool right = c[i + st] < c[i];
+            c[i] = right ? c[i + st] : c[i];
+            o[i] = right ? o[i + st] : o[i];
         }
     }
-    uint32_t obs = 0;
-    if (bj == RL_QEC_MAX_K)
-        obs = o[rest] ^ s->bpar[a];
-    else if (bj >= 0)
-        obs = o[rest & ~(1u << bj)] ^ s->ppar[a * RL_QEC_MAX_K + (uint32_t)bj];
-    w[mask] = best;
-    o[mask] = obs;
+    wo[rl_qec_sw(mask & ((1u << J) - 1u))] = make_uint2(c[0], c[0] == RL_QEC_INF ? 0u : o[0]);
+}
+
+/** The DP over k <= J defects gathered in s->sub (and dp of every mask of at most two defects
+ * set by the gather), by the T threads `t` of warp 0
+ * (`block` false: __syncwarp between layers) or of the block (__syncthreads): dp[full] in
+ * s->u.dp.wo afterwards, visible to them. The layers are a loop, not unrolled: the same
+ * instructions every layer stay in the instruction cache (unrolled, each layer's were fetched
+ * anew, and the decode took twice as long). */
+template <uint32_t J>
+__device__ __forceinline__ void rl_qec_dp(struct rl_qec_smem *s, uint32_t k, uint32_t t, uint32_t T, bool block) {
+    k = k < J ? k : J;
+    if (k < 3u) return; /* the gather solved every mask */
+    const uint16_t *const off = s->k.sched.off[k];
+    const uint16_t *const ms = s->k.sched.m;
+    /* layers 0 and 1 (a = k - 1, k - 2) are empty; each layer's first mask is loaded during
+     * the one before */
+    uint32_t x = off[2] + t, end = off[3] < RL_QEC_SCHED_CAP ? off[3] : RL_QEC_SCHED_CAP;
+    uint32_t m = x < end ? ms[x] : 0u;
+#pragma unroll 1
+    for (uint32_t i = 2; i < k; i++) {
+        const uint32_t a = k - 1u - i;
+        const uint32_t nx = end + t, nend = i + 1u < k ? (off[i + 2u] < RL_QEC_SCHED_CAP ? off[i + 2u] : RL_QEC_SCHED_CAP) : 0u;
+        const uint32_t nm = nx < nend ? ms[nx] : 0u;
+        if (x < end) {
+            rl_qec_solve<J>(s, m, a);
+            for (x += T; x < end; x += T) rl_qec_solve<J>(s, ms[x], a);
+        }
+        x = nx;
+        end = nend;
+        m = nm;
+        if (block)
+            __syncthreads();
+        else
+            __syncwarp();
+    }
 }
 
 /** Warp 0: the defects of the mirrored shot in increasing order (exact.rs decode_b8), into
@@ -944,48 +1067,102 @@ __device__ __forceinline__ uint32_t rl_qec_defects(struct rl_qec_smem *s, uint32
     return total;
 }
 
-/** Warp 0, k <= K defects listed in s->defs (visible to the warp): exact.rs gather(), the
- * k x k sub-table, every lane's loads in flight together (one round), and dp[0]. */
+/** dp[{x, y}] (x < y) from x's boundary entry `bx`, y's `by` and the pair's `e`, each (distance,
+ * parity): both to the boundary first, the pair only when strictly cheaper (rl_qec_solve's
+ * rule); infinite: observables 0. */
+__device__ __forceinline__ uint2 rl_qec_pair_dp(uint2 bx, uint2 by, uint2 e) {
+    const uint32_t sum = bx.x + by.x;
+    const uint32_t c0 = sum >= bx.x ? sum : RL_QEC_INF; /* wraps when either is infinite */
+    const bool pair = e.x < c0;
+    const uint32_t c = pair ? e.x : c0;
+    return make_uint2(c, c == RL_QEC_INF ? 0u : (pair ? e.y : bx.y ^ by.y));
+}
+
+/** Warp 0, kd <= J defects listed in s->defs (visible to the warp): exact.rs gather(), and the
+ * DP of every mask of one or two defects, which needs nothing but table entries. Lane x loads
+ * row x of the sub-table, the boundary and the partners y > x, all in flight (from the shared
+ * copy of the table, or one round of global loads; each entry once); then,
+ * from the sub-table in shared memory, solves {x} and each {x, y}: the boundary option (both
+ * to the boundary) first, the pair only when strictly cheaper, as rl_qec_solve. dp[0] too.
+ * Ends with a __syncwarp: the DP's first layer reads these. */
+template <uint32_t J>
 __device__ __forceinline__ void rl_qec_gather(struct rl_qec_smem *s, uint32_t kd, uint32_t lane) {
     const struct rl_qec_cache *kc = &s->k;
-    const uint32_t n = kc->n, stride = n + 1u, E = kd * (kd + 1u) / 2u;
-    const uint32_t *D = kc->dist, *P = kc->par;
-    uint32_t dv[RL_QEC_GATHER_ROUNDS], pv[RL_QEC_GATHER_ROUNDS], xs[RL_QEC_GATHER_ROUNDS], ys[RL_QEC_GATHER_ROUNDS];
+    const uint32_t n = kc->n;
+    const uint64_t stride = (uint64_t)n + 1u;
+    /* every defect in every lane: 16-byte broadcast loads of the list */
+    uint32_t d[J];
 #pragma unroll
-    for (uint32_t r = 0; r < RL_QEC_GATHER_ROUNDS; r++) {
-        const uint32_t e = lane + 32u * r;
-        xs[r] = RL_QEC_MAX_K;
-        if (e < E) {
-            /* entry e of the rows x <= y: row x holds k - x entries */
-            uint32_t x = 0, q = e;
-            while (q >= kd - x) {
-                q -= kd - x;
-                x++;
+    for (uint32_t q = 0; q < (J + 7u) / 8u; q++) {
+        const uint4 v = ((const uint4 *)s->defs)[q];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (uint32_t h = 0; h < 8u; h++)
+            if (q * 8u + h < J) d[q * 8u + h] = (w[h >> 1] >> (16u * (h & 1u))) & 0xFFFFu;
+    }
+    uint2 *const wo = s->u.dp.wo;
+    const uint32_t x = lane;
+    if (lane == 0) wo[rl_qec_sw(0u)] = make_uint2(0u, 0u);
+    if (kc->tab == RL_QEC_TAB_SHARED) {
+        /* Shared loads are cheap: lane x also reads the boundary entries of every y > x and
+         * solves {x} and {x, y} in the same pass. */
+        if (x < kd) {
+            const uint2 *const Tr = rl_qec_tab_s + (uint64_t)s->defs[x] * stride;
+            const uint2 b = Tr[n];
+            uint2 e[J], by[J];
+#pragma unroll
+            for (uint32_t y = 0; y < J; y++) {
+                e[y] = make_uint2(RL_QEC_INF, 0u);
+                by[y] = make_uint2(RL_QEC_INF, 0u);
+                if (y > x && y < kd) {
+                    e[y] = Tr[d[y]];
+                    by[y] = rl_qec_tab_s[(uint64_t)d[y] * stride + n];
+                }
             }
-            const uint32_t y = x + q;
-            const uint64_t at = (uint64_t)s->defs[x] * stride + (x == y ? n : s->defs[y]);
-            dv[r] = __ldg(D + at);
-            pv[r] = __ldg(P + at);
-            xs[r] = x;
-            ys[r] = y;
-        }
-    }
+            s->sub[x * (RL_QEC_MAX_K + 1u)] = b;
+            wo[rl_qec_sw(1u << x)] = make_uint2(b.x, b.x == RL_QEC_INF ? 0u : b.y);
 #pragma unroll
-    for (uint32_t r = 0; r < RL_QEC_GATHER_ROUNDS; r++) {
-        const uint32_t x = xs[r], y = ys[r];
-        if (x == RL_QEC_MAX_K) continue;
-        if (x == y) {
-            s->tob[x] = dv[r];
-            s->bpar[x] = pv[r];
-        } else {
-            s->pair[x * RL_QEC_MAX_K + y] = dv[r];
-            s->ppar[x * RL_QEC_MAX_K + y] = pv[r];
+            for (uint32_t y = 0; y < J; y++) {
+                if (y > x && y < kd) {
+                    s->sub[x * RL_QEC_MAX_K + y] = e[y];
+                    wo[rl_qec_sw((1u << x) | (1u << y))] = rl_qec_pair_dp(b, by[y], e[y]);
+                }
+            }
         }
+        __syncwarp();
+        return;
     }
-    if (lane == 0) {
-        s->u.dp.w[0] = 0;
-        s->u.dp.o[0] = 0;
+    /* From global memory: one round of loads, each entry once; the pairs in a second pass
+     * over the sub-table. */
+    uint2 b = make_uint2(RL_QEC_INF, 0u);
+    if (x < kd) {
+        const uint64_t at = (uint64_t)s->defs[x] * stride;
+        const uint32_t *const Dr = kc->dist + at, *const Pr = kc->par + at;
+        b = make_uint2(__ldg(Dr + n), __ldg(Pr + n));
+        uint32_t dv[J], pv[J];
+#pragma unroll
+        for (uint32_t y = 0; y < J; y++) {
+            dv[y] = RL_QEC_INF;
+            pv[y] = 0;
+            if (y > x && y < kd) {
+                dv[y] = __ldg(Dr + d[y]);
+                pv[y] = __ldg(Pr + d[y]);
+            }
+        }
+        s->sub[x * (RL_QEC_MAX_K + 1u)] = b;
+        wo[rl_qec_sw(1u << x)] = make_uint2(b.x, b.x == RL_QEC_INF ? 0u : b.y);
+#pragma unroll
+        for (uint32_t y = 0; y < J; y++)
+            if (y > x && y < kd) s->sub[x * RL_QEC_MAX_K + y] = make_uint2(dv[y], pv[y]);
     }
+    __syncwarp();
+    if (x < kd) {
+        const uint2 *const row = s->sub + x * RL_QEC_MAX_K;
+#pragma unroll
+        for (uint32_t y = 0; y < J; y++)
+            if (y > x && y < kd) wo[rl_qec_sw((1u << x) | (1u << y))] = rl_qec_pair_dp(b, s->sub[y * (RL_QEC_MAX_K + 1u)], row[y]);
+    }
+    __syncwarp();
 }
 
 /** Thread 0, after the decode: session.rs enqueue() from the decode on: the decoder's state
@@ -999,11 +1176,11 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
     uint32_t status, obs, infinite;
     unsigned long long cost;
     if (mode == RL_QEC_MODE_EXACT) {
-        const uint32_t full = (1u << kd) - 1u, w = sm->u.dp.w[full];
-        infinite = w == RL_QEC_INF;
+        const uint2 wo = sm->u.dp.wo[rl_qec_sw((1u << kd) - 1u)];
+        infinite = wo.x == RL_QEC_INF;
         status = infinite ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
-        cost = infinite ? 0ull : w;
-        obs = infinite ? 0u : sm->u.dp.o[full];
+        cost = infinite ? 0ull : wo.x;
+        obs = infinite ? 0u : wo.y;
     } else {
         status = sm->r.status;
         obs = sm->r.obs;
@@ -1043,7 +1220,11 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
     /* DecodeReportRepr at body + clen (8-byte aligned): status, reserved, defects (u16,
      * saturating), weight (f32: the f64 weight sum / scale rounded to nearest, as the CPU's
      * `as f32`), decode_ns (saturating), shot index (wrapping) */
-    const float weight = infinite ? __int_as_float(0x7f800000) : __double2float_rn((double)cost / k->scale);
+    /* 0 / scale is +0 (scale > 0, the builder's): a zero dividend takes the division's slow
+     * path, ~300 cycles, on every shot without defects */
+    const float weight = infinite                     ? __int_as_float(0x7f800000)
+                         : cost == 0 && k->scale > 0.0 ? 0.0f
+                                                       : __double2float_rn((double)cost / k->scale);
     const unsigned long long ns = t1 - c->t0;
     uint2 *rep = (uint2 *)(body + clen);
     rep[0] = make_uint2(status | ((kd < 0xFFFFu ? kd : 0xFFFFu) << 16), (uint32_t)__float_as_int(weight));
@@ -1052,10 +1233,35 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
     c->ret = RL_RPC_HEADER_LEN + (int)(clen + RL_QEC_REPORT_LEN);
 }
 
+/** Warp 0, once per fill (k->tab WANTED): the blob's distance and parity tables into
+ * rl_qec_tab_s as (distance, parity) pairs, 8 loads per lane in flight (~35 us at d=5, the
+ * first decode's cost); then k->tab SHARED. Out of line: it runs once. */
+__device__ __noinline__ void rl_qec_tab_load(struct rl_qec_smem *s, uint32_t lane) {
+    const struct rl_qec_cache *kc = &s->k;
+    const uint32_t N = (kc->n + 1u) * (kc->n + 1u); /* the fill checked it fits */
+    const uint32_t *const D = kc->dist, *const P = kc->par;
+    for (uint32_t e0 = lane; e0 < N; e0 += 32u * 8u) {
+        uint32_t dv[8], pv[8];
+#pragma unroll
+        for (uint32_t j = 0; j < 8u; j++) {
+            const uint32_t e = e0 + 32u * j;
+            dv[j] = e < N ? __ldg(D + e) : 0u;
+            pv[j] = e < N ? __ldg(P + e) : 0u;
+        }
+#pragma unroll
+        for (uint32_t j = 0; j < 8u; j++)
+            if (e0 + 32u * j < N) rl_qec_tab_s[e0 + 32u * j] = make_uint2(dv[j], pv[j]);
+    }
+    __syncwarp();
+    if (lane == 0) s->k.tab = RL_QEC_TAB_SHARED;
+    __syncwarp();
+}
+
 /** Warp 0, a shot to decode (lane 0's work visible to the warp): the defects (listed by the
  * fast path when nd <= K, else extracted here), and for k <= RL_QEC_WARP_K the whole exact
  * decode and the answer; else c->mode hands the DP layers (or the greedy fallback) to the
- * block. */
+ * block. The gather and the DP are instantiated for 4, 8 and 12 defects (J: the options each
+ * mask evaluates and the layers unrolled). */
 __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t lane, uint32_t nd) {
     if (lane == 0) s->c.t0 = rl_qec_clock(); /* lane 0's is the one reported */
     uint32_t kd = nd;
@@ -1071,22 +1277,28 @@ __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *
         }
         return;
     }
-    rl_qec_gather(s, kd, lane);
-    __syncwarp();
-    RL_QEC_MARK(3);
+    if (s->k.tab == RL_QEC_TAB_WANTED) rl_qec_tab_load(s, lane);
     if (kd > RL_QEC_WARP_K) {
+        rl_qec_gather<RL_QEC_MAX_K>(s, kd, lane);
         if (lane == 0) {
             s->c.k = kd;
             s->c.mode = RL_QEC_MODE_EXACT;
         }
-        return;
+        RL_QEC_MARK(3);
+        return; /* the block barrier publishes the sub-table */
     }
-    /* The DP by popcount layer; lane l owns the masks l + 1, l + 33, ... */
-    const uint32_t full = (1u << kd) - 1u;
-    for (uint32_t p = 1; p <= kd; p++) {
-        for (uint32_t m = lane + 1u; m <= full; m += 32u)
-            if ((uint32_t)__popc(m) == p) rl_qec_dp_mask<(RL_QEC_WARP_K > 1 ? RL_QEC_WARP_K : 1)>(s, m);
-        __syncwarp();
+    if (kd <= 4) {
+        rl_qec_gather<4>(s, kd, lane);
+        RL_QEC_MARK(3);
+        rl_qec_dp<4>(s, kd, lane, 32u, false);
+    } else if (kd <= 8) {
+        rl_qec_gather<8>(s, kd, lane);
+        RL_QEC_MARK(3);
+        rl_qec_dp<8>(s, kd, lane, 32u, false);
+    } else {
+        rl_qec_gather<RL_QEC_MAX_K>(s, kd, lane);
+        RL_QEC_MARK(3);
+        rl_qec_dp<RL_QEC_MAX_K>(s, kd, lane, 32u, false);
     }
     RL_QEC_MARK(4);
     if (lane == 0) {
@@ -1095,7 +1307,6 @@ __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *
     }
     RL_QEC_MARK(5);
 }
-
 /* ---------------------------------------------------------------------------------------
  * The block's part (all threads; more than RL_QEC_WARP_K defects, or above K): off the fast
  * path, out of line.
@@ -1122,55 +1333,6 @@ __device__ __forceinline__ void rl_qec_nearest(struct rl_qec_smem *s, uint32_t x
     }
     s->u.g.cost[x] = best;
     s->u.g.partner[x] = (uint16_t)partner;
-}
-
-/** The subset DP's layers over the k <= K defects of s->defs by the block (the sub-table and
- * dp[0] gathered). dp[mask] is a function of its sub-masks only, so layer by popcount gives
- * the top-down CPU values, tie-breaking included (exact.rs exact_bottom_up). */
-__device__ __forceinline__ void rl_qec_block_dp(struct rl_qec_smem *s, uint32_t k) {
-    const uint16_t *binom = s->k.binom;
-    const uint32_t tid = threadIdx.x, T = blockDim.x;
-    if (k <= 9) {
-        /* Up to 511 masks: each thread owns tid + 1, tid + 1 + T, ..., and solves those of
-         * the layer's popcount. */
-        const uint32_t full = (1u << k) - 1u;
-        for (uint32_t p = 1; p <= k; p++) {
-            for (uint32_t m = tid + 1u; m <= full; m += T) {
-                if ((uint32_t)__popc(m) != p) continue;
-                if (k <= 8)
-                    rl_qec_dp_mask<8>(s, m);
-                else
-                    rl_qec_dp_mask<RL_QEC_MAX_K>(s, m);
-            }
-            __syncthreads();
-        }
-        return;
-    }
-    /* Layer p: the C(k, p) masks of p defects in colex order (increasing value), each thread
-     * a contiguous run of ranks: its first mask by unranking (the combinatorial number
-     * system), the next ones by Gosper's next-combination step. */
-    for (uint32_t p = 1; p <= k; p++) {
-        const uint32_t count = binom[k * RL_QEC_BINOM_N + p];
-        const uint32_t per = (count + T - 1u) / T, r0 = tid * per, r1 = r0 + per < count ? r0 + per : count;
-        if (r0 < r1) {
-            uint32_t mask = 0, rr = r0, q = p;
-            for (int e = (int)k - 1; e >= 0 && q > 0; e--) {
-                const uint32_t b = binom[(uint32_t)e * RL_QEC_BINOM_N + q];
-                if (rr >= b) {
-                    mask |= 1u << e;
-                    rr -= b;
-                    q--;
-                }
-            }
-            for (uint32_t r = r0;;) {
-                rl_qec_dp_mask<RL_QEC_MAX_K>(s, mask);
-                if (++r >= r1) break;
-                const uint32_t low = mask & (0u - mask), up = mask + low;
-                mask = (((up ^ mask) >> 2) >> ((uint32_t)__ffs(low) - 1u)) | up;
-            }
-        }
-        __syncthreads();
-    }
 }
 
 /** exact.rs greedy() over the k > K defects in s->u.g.def: repeatedly the globally closest
@@ -1247,7 +1409,7 @@ __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k)
 /** All threads, c->mode EXACT or GREEDY: the block's decode, then thread 0's answer. */
 __device__ __noinline__ void rl_qec_block(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t mode) {
     if (mode == RL_QEC_MODE_EXACT)
-        rl_qec_block_dp(s, s->c.k);
+        rl_qec_dp<RL_QEC_MAX_K>(s, s->c.k, threadIdx.x, blockDim.x, true);
     else
         rl_qec_greedy(s, s->c.k);
     RL_QEC_MARK(4);

@@ -29,7 +29,11 @@ fn transceiver_kernel_compiles_to_sm90_cubin() {
     if !nvrtc_or_skip() {
         return;
     }
-    for chain in [vec![StageSpec::Echo], vec![StageSpec::Echo, StageSpec::Echo]] {
+    // The QEC chain too: its stage's static shared memory (the DP, the schedule, the cache)
+    // must fit beside the transceiver's in the 48 KB a static allocation may take, which
+    // ptxas enforces at compile time.
+    let qec = StageSpec::QecDecoder { dem: "unused.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1 };
+    for chain in [vec![StageSpec::Echo], vec![StageSpec::Echo, StageSpec::Echo], vec![qec.clone()], vec![StageSpec::Echo, qec]] {
         let c = compile(kernels::transceiver_program(&chain), "sm_90");
         // An ELF image (cubin), not PTX text.
         assert_eq!(&c.cubin[..4], b"\x7fELF", "chain {chain:?}");

@@ -27,6 +27,8 @@
 //! `ROCELINK_QEC_GPU_MAX_REQUESTS=N` keeps the first N requests of each workload, e.g. under
 //! `compute-sanitizer --tool memcheck` (or racecheck), which run the kernel far slower;
 //! `ROCELINK_QEC_GPU_NVRTC_OPTIONS=-lineinfo` gives their reports source lines.
+//! `ROCELINK_QEC_DUMP_CUBIN=DIR` makes the compile test (no GPU needed) write the replay
+//! kernel's cubins there (with -lineinfo), for `nvdisasm -g` / `cuobjdump -res-usage`.
 //!
 //! Stage time: the replay kernel precedes every request with the transceiver's acquire fence
 //! (`fence.acq_rel.sys`, as after its CQE poll) and times `rl_stage_qec` with clock64 in
@@ -619,7 +621,7 @@ struct GpuRun {
     mhz: f64,
 }
 
-fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecState) -> GpuRun {
+fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecState, shared_table: bool) -> GpuRun {
     let mut blob = Vec::new();
     let mut offs = Vec::new();
     for r in &wl.reqs {
@@ -671,7 +673,11 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
     // SAFETY: rl_qec_replay's parameters are four device pointers, a u32 and six device
     // pointers in this order;
     // every buffer lives until after the stream is idle below.
-    unsafe { stream.launch(module.function(0), kernels::TRANSCEIVER_THREADS, &mut params) }.unwrap();
+    // With the table in dynamic shared memory (as the transceiver launches the stage) or
+    // without (as the batch kernel does): the stage must answer alike.
+    let shared = if shared_table { state.dynamic_shared(gpu, module, 0).unwrap() } else { 0 };
+    assert!(!shared_table || shared > 0, "{}: the table does not fit in shared memory", wl.name);
+    unsafe { stream.launch_shared(module.function(0), kernels::TRANSCEIVER_THREADS, shared, &mut params) }.unwrap();
     loop {
         match stream.query() {
             StreamState::Idle => break,
@@ -724,11 +730,11 @@ enum Class {
 }
 
 /// Stage times of one run: per class, the requests' [`TIMING`] rows; for decodes also the
-/// defects and the in-kernel decode_ns.
+/// defects, the in-kernel decode_ns and the request's index in `rows`.
 struct Timing {
     mhz: f64,
     rows: Vec<(Class, [u32; TIMING])>,
-    decodes: Vec<(u32, u32, u32)>,
+    decodes: Vec<(u32, u32, u32, usize)>,
 }
 
 impl Timing {
@@ -770,8 +776,17 @@ impl Timing {
             }
             st.sort_unstable();
             dn.sort_unstable();
+            // Median cycles to each phase mark (with -DRL_QEC_PROFILE).
+            let marks: Vec<String> = (1..TIMING)
+                .map(|c| {
+                    let mut v: Vec<u32> = self.decodes.iter().filter(|d| d.0 >= lo && d.0 <= hi).map(|d| self.rows[d.3].1[c]).filter(|&x| x != 0).collect();
+                    v.sort_unstable();
+                    if v.is_empty() { "-".to_string() } else { percentile(&v, 0.5).to_string() }
+                })
+                .collect();
+            let marks = if marks.iter().all(|m| m == "-") { String::new() } else { format!(" marks {}", marks.join(" ")) };
             out.push(format!(
-                "k {lo}..{}: {} x stage {:.0}/{:.0} decode_ns {}/{}",
+                "k {lo}..{}: {} x stage {:.0}/{:.0} decode_ns {}/{}{marks}",
                 if hi == u32::MAX { "".to_string() } else { hi.to_string() },
                 st.len(),
                 self.ns(percentile(&st, 0.5)),
@@ -796,15 +811,15 @@ impl Timing {
 }
 
 /// Compares one workload; returns a summary line.
-fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> String {
-    compare_timed(gpu, module, wl).0
+fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_table: bool) -> String {
+    compare_timed(gpu, module, wl, shared_table).0
 }
 
 /// [`compare`], and the stage times.
-fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> (String, Timing) {
+fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_table: bool) -> (String, Timing) {
     let state = QecState::build(&wl.table, &wl.config).unwrap_or_else(|e| panic!("{}: {e}", wl.name));
     let (cpu, session) = cpu_answers(wl);
-    let run = run_on_gpu(gpu, module, wl, &state);
+    let run = run_on_gpu(gpu, module, wl, &state, shared_table);
     let mut timing = Timing { mhz: run.mhz, rows: Vec::with_capacity(wl.reqs.len()), decodes: Vec::new() };
     assert_eq!(run.violations, [0, 0, 0], "{}: [writes past cap, request bytes changed, threads disagreeing]", wl.name);
     let nobs = wl.table.num_observables;
@@ -829,7 +844,7 @@ fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload) -> (String, 
             assert_eq!(&want[at..at + 4], &[0; 4], "the CPU session here does not time");
             let dns = u32::from_le_bytes(got[at..at + 4].try_into().unwrap());
             ns.push(dns);
-            timing.decodes.push((u32::from(u16::from_le_bytes(want[at - 6..at - 4].try_into().unwrap())), run.timing[i * TIMING], dns));
+            timing.decodes.push((u32::from(u16::from_le_bytes(want[at - 6..at - 4].try_into().unwrap())), run.timing[i * TIMING], dns, timing.rows.len() - 1));
             got[at..at + 4].fill(0);
         }
         assert_eq!(&got, want, "{}: request {i} ({:02x?}, cap {}): answers differ (GPU first)", wl.name, req.bytes, req.cap);
@@ -873,7 +888,13 @@ fn qec_gpu_matches_cpu() {
     let max = std::env::var("ROCELINK_QEC_GPU_MAX_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
     for mut wl in workloads() {
         wl.reqs.truncate(max);
-        println!("{}", compare(&gpu, &module, &wl));
+        // The table in shared memory where it fits (the transceiver's way), and in global
+        // memory (the batch kernel's).
+        let fits = QecState::build(&wl.table, &wl.config).is_ok_and(|s| s.shared_table_bytes() <= module.dynamic_shared_room(&gpu, 0));
+        if fits {
+            println!("[table in shared memory] {}", compare(&gpu, &module, &wl, true));
+        }
+        println!("[table in global memory] {}", compare(&gpu, &module, &wl, false));
     }
     module.unload();
 }
@@ -943,7 +964,7 @@ fn qec_gpu_stage_timing() {
         let c = nvrtc::compile(&replay_source(), hs, &gpu.info.arch(), opts, true).unwrap_or_else(|e| panic!("{name}: {e}"));
         let module = gpu.load(&c.cubin, &["rl_qec_replay"]).unwrap();
         for wl in &wls {
-            let (line, t) = compare_timed(&gpu, &module, wl);
+            let (line, t) = compare_timed(&gpu, &module, wl, true);
             println!("[{name}] {line}");
             if opts.iter().any(|o| o == "-DRL_QEC_PROFILE") {
                 println!("[{name}] {}: phase marks (median cycles from entry to marks 1..8): ack {} | decode {} | other {}", wl.name, t.marks(Class::Ack), t.marks(Class::Decode), t.marks(Class::Other));
@@ -987,6 +1008,14 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
     for opts in [&[][..], &["-DRL_QEC_PROFILE".to_string()][..]] {
         let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", opts, false).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&c.cubin[..4], b"\x7fELF");
+        // For reading the stage's SASS without a GPU.
+        if let Some(dir) = std::env::var_os("ROCELINK_QEC_DUMP_CUBIN") {
+            let mut with_lines = opts.to_vec();
+            with_lines.push("-lineinfo".into());
+            let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", &with_lines, false).unwrap_or_else(|e| panic!("{e}"));
+            let path = PathBuf::from(dir).join(if opts.is_empty() { "qec_replay.cubin" } else { "qec_replay_profile.cubin" });
+            std::fs::write(&path, &c.cubin).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
     }
     let c = nvrtc::compile(&nvrtc::Source { name: "probe.cu".into(), text: PROBE_KERNEL.into() }, &[], "sm_90", &[], false).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&c.cubin[..4], b"\x7fELF");

@@ -189,7 +189,18 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     // definition bindgen made `desc` from); every address in it points into the registered
     // memory or the state buffer, which outlive the kernel (unregistered and freed only after
     // the stream is idle).
-    if let Err(e) = unsafe { stream.launch(module.function(0), kernels::transceiver_threads(), &mut params) } {
+    // The QEC stage keeps its table in shared memory when it fits (dynamic shared memory).
+    let shared = match state.as_ref().map(|s| s.dynamic_shared(&gpu, &module, 0)).transpose() {
+        Ok(v) => v.unwrap_or(0),
+        Err(e) => {
+            free_state(state_buf);
+            return Err(e.to_string());
+        }
+    };
+    if state.is_some() {
+        tracing::info!(bytes = shared, "QEC table in shared memory: {}", if shared > 0 { "yes" } else { "no (too large: read from global memory)" });
+    }
+    if let Err(e) = unsafe { stream.launch_shared(module.function(0), kernels::transceiver_threads(), shared, &mut params) } {
         free_state(state_buf);
         return Err(e.to_string());
     }

@@ -43,6 +43,9 @@ pub struct GpuInfo {
     pub multiprocessors: i32,
     /// cuDriverGetVersion, e.g. 13000.
     pub driver_version: i32,
+    /// Shared memory one block may have with an opt-in (static and dynamic together; 227 KiB
+    /// on Hopper).
+    pub max_shared_per_block_optin: i32,
 }
 
 impl GpuInfo {
@@ -123,6 +126,7 @@ impl Gpu {
                 ),
                 multiprocessors: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
                 driver_version,
+                max_shared_per_block_optin: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
             };
             Ok(Gpu { dev, ctx, info })
         }
@@ -283,6 +287,28 @@ impl Module {
         self.functions[i]
     }
 
+    /// The dynamic shared memory function `i` can be launched with on `gpu`: the opt-in
+    /// per-block maximum less its static shared memory.
+    pub fn dynamic_shared_room(&self, gpu: &Gpu, i: usize) -> usize {
+        let mut fixed = 0;
+        // SAFETY: a loaded function; the out-pointer is a valid local.
+        let r = unsafe { sys::cuFuncGetAttribute(&mut fixed, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.functions[i]) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return 0;
+        }
+        (gpu.info.max_shared_per_block_optin.max(0) as usize).saturating_sub(fixed.max(0) as usize)
+    }
+
+    /// Lets function `i` be launched with `bytes` of dynamic shared memory (above the default
+    /// 48 KiB a launch may ask for without it).
+    pub fn allow_dynamic_shared(&self, i: usize, bytes: usize) -> Result<(), GpuError> {
+        let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        // SAFETY: a loaded function.
+        check("cuFuncSetAttribute", unsafe {
+            sys::cuFuncSetAttribute(self.functions[i], sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+        })
+    }
+
     /// Unloads the module. Only when no kernel of it runs (unloading waits for them).
     pub fn unload(self) {
         // SAFETY: the caller guarantees no kernel of the module still runs.
@@ -330,9 +356,18 @@ impl Stream {
     /// `params` must point to values whose types and order match the kernel's parameters,
     /// living until the launch returns; memory the kernel touches must outlive the kernel.
     pub unsafe fn launch(&self, f: sys::CUfunction, threads: u32, params: &mut [*mut c_void]) -> Result<(), GpuError> {
+        self.launch_shared(f, threads, 0, params)
+    }
+
+    /// [`Stream::launch`] with `shared` bytes of dynamic shared memory (more than 48 KiB only
+    /// after [`Module::allow_dynamic_shared`]).
+    ///
+    /// # Safety
+    /// As [`Stream::launch`].
+    pub unsafe fn launch_shared(&self, f: sys::CUfunction, threads: u32, shared: u32, params: &mut [*mut c_void]) -> Result<(), GpuError> {
         check(
             "cuLaunchKernel",
-            sys::cuLaunchKernel(f, 1, 1, 1, threads, 1, 1, 0, self.0, params.as_mut_ptr(), std::ptr::null_mut()),
+            sys::cuLaunchKernel(f, 1, 1, 1, threads, 1, 1, shared, self.0, params.as_mut_ptr(), std::ptr::null_mut()),
         )
     }
 }

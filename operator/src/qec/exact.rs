@@ -19,8 +19,9 @@
 //!   (equal weight, another matching), which callers count.
 //! - **Deterministic tie-breaking, the contract the GPU kernel follows to be bit-identical**:
 //!   `dp[mask]` depends only on its sub-masks, so any evaluation order gives the same values
-//!   (memoised top-down from the full set here, which solves only reachable sub-masks; by
-//!   popcount layer over all masks on the GPU); inside one mask the boundary option
+//!   (memoised top-down from the full set here, which solves only reachable sub-masks; on
+//!   the GPU bottom-up over the same reachable masks, by layer of lowest defect, with the
+//!   masks of one or two defects solved straight from the table); inside one mask the boundary option
 //!   first, then partners by increasing defect index, replacing the best only when strictly
 //!   smaller. Observables are the XOR of the chosen option's parity and the sub-mask's.
 //!   Entries equal to `UNREACHABLE` are never chosen, nor are infinite sub-problems.
@@ -322,8 +323,9 @@ impl<W: TableWeight> ExactDecoder<W> {
         best
     }
 
-    /// The same DP bottom-up over every mask, as the GPU kernel runs it (by popcount
-    /// layer there; numeric order here): the reference the top-down version is tested against.
+    /// The same DP bottom-up over every mask (numeric order; the GPU kernel goes by layer of
+    /// lowest defect over the reachable masks only): the reference the top-down version is
+    /// tested against.
     #[cfg(test)]
     fn exact_bottom_up(&mut self, defects: &[u32]) -> (W::Acc, u64) {
         self.gather(defects);
