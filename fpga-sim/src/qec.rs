@@ -653,6 +653,7 @@ impl QecPlan {
         let correction = wq::parse_corrections(correction, self.replay.num_observables);
         // 16 bytes are there (checked above), so the report parses.
         let report = DecodeReportRepr::parse(report).unwrap_or_default();
+        stats.decode.record(report.decode_ns);
         flags |= capture_flags::PAYLOAD_OK;
         Stats::bump(&stats.shots_decoded);
         stats.last_correction_ns.store(now, Ordering::Relaxed);

@@ -107,6 +107,69 @@ pub struct QecStats {
     pub last_correction_ns: AtomicU64,
     /// Word 0 every non-OK answer, word `s` status `s` (1..=6), word 7 any other status.
     pub status: [AtomicU32; ext::QEC_STATUS_WORDS as usize],
+    /// The decode reports' decode_ns (`ext::QEC_DECODE_COUNT ..`).
+    pub decode: DecodeTimes,
+}
+
+/// A histogram of the decoder's own decode times (`ext::QEC_DECODE_BINS` bins of
+/// `ext::QEC_DECODE_BIN_NS`) and their maximum. Written by the data-plane thread only.
+#[derive(Debug)]
+pub struct DecodeTimes {
+    bins: Box<[AtomicU32]>,
+    max: AtomicU32,
+}
+
+impl Default for DecodeTimes {
+    fn default() -> Self {
+        DecodeTimes { bins: (0..ext::QEC_DECODE_BINS).map(|_| AtomicU32::new(0)).collect(), max: AtomicU32::new(0) }
+    }
+}
+
+impl DecodeTimes {
+    /// Counts one decode of `ns`.
+    #[inline]
+    pub fn record(&self, ns: u32) {
+        let bin = (ns / ext::QEC_DECODE_BIN_NS).min(ext::QEC_DECODE_BINS - 1) as usize;
+        Stats::bump(&self.bins[bin]);
+        if ns > self.max.load(Ordering::Relaxed) {
+            self.max.store(ns, Ordering::Relaxed);
+        }
+    }
+
+    fn reset(&self) {
+        for b in self.bins.iter().chain(std::iter::once(&self.max)) {
+            b.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Decodes counted.
+    pub fn count(&self) -> u32 {
+        self.bins.iter().fold(0u32, |a, b| a.wrapping_add(b.load(Ordering::Relaxed)))
+    }
+
+    /// The maximum, ns.
+    pub fn max(&self) -> u32 {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// The `q` quantile (0 < q <= 1), ns: the upper edge of the bin that holds it (the
+    /// maximum when that is the last bin, or below the edge); 0 before any decode.
+    pub fn quantile(&self, q: f64) -> u32 {
+        let total = self.count();
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q * f64::from(total)).ceil() as u32).clamp(1, total);
+        let mut seen = 0u32;
+        for (i, b) in self.bins.iter().enumerate() {
+            seen = seen.saturating_add(b.load(Ordering::Relaxed));
+            if seen >= rank {
+                let edge = (i as u32 + 1).saturating_mul(ext::QEC_DECODE_BIN_NS);
+                return if i as u32 == ext::QEC_DECODE_BINS - 1 { self.max() } else { edge.min(self.max()) };
+            }
+        }
+        self.max()
+    }
 }
 
 /// A copy of the QEC counters at one moment (each read on its own).
@@ -124,6 +187,11 @@ pub struct QecStatsSnapshot {
     pub last_send_ns: u64,
     pub last_correction_ns: u64,
     pub status: [u32; ext::QEC_STATUS_WORDS as usize],
+    /// Decode reports counted, and their decode_ns median, 99th percentile and maximum.
+    pub decode_count: u32,
+    pub decode_p50_ns: u32,
+    pub decode_p99_ns: u32,
+    pub decode_max_ns: u32,
 }
 
 impl QecStatsSnapshot {
@@ -166,6 +234,7 @@ impl QecStats {
         for t in self.times() {
             t.store(0, Ordering::Relaxed);
         }
+        self.decode.reset();
     }
 
     /// Counts an answer with non-OK `status`.
@@ -203,7 +272,13 @@ impl QecStats {
                 &self.status[((addr - ext::QEC_STATUS_COUNTS) / 4) as usize]
             ))
         } else {
-            None
+            match addr {
+                ext::QEC_DECODE_COUNT => Some(self.decode.count()),
+                ext::QEC_DECODE_P50_NS => Some(self.decode.quantile(0.5)),
+                ext::QEC_DECODE_P99_NS => Some(self.decode.quantile(0.99)),
+                ext::QEC_DECODE_MAX_NS => Some(self.decode.max()),
+                _ => None,
+            }
         }
     }
 
@@ -223,6 +298,10 @@ impl QecStats {
             last_send_ns: t(&self.last_send_ns),
             last_correction_ns: t(&self.last_correction_ns),
             status: std::array::from_fn(|i| r(&self.status[i])),
+            decode_count: self.decode.count(),
+            decode_p50_ns: self.decode.quantile(0.5),
+            decode_p99_ns: self.decode.quantile(0.99),
+            decode_max_ns: self.decode.max(),
         }
     }
 }
@@ -230,6 +309,34 @@ impl QecStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decode_times_give_bin_edge_percentiles_and_the_exact_maximum() {
+        let q = QecStats::default();
+        assert_eq!(q.read_register(ext::QEC_DECODE_COUNT), Some(0));
+        assert_eq!(q.read_register(ext::QEC_DECODE_P99_NS), Some(0));
+        // 98 decodes of 100 ns (bin 3: up to 128), one of 1000 (bin 31: up to 1024), one far
+        // past the last bin
+        for _ in 0..98 {
+            q.decode.record(100);
+        }
+        q.decode.record(1000);
+        q.decode.record(40_000);
+        assert_eq!(q.read_register(ext::QEC_DECODE_COUNT), Some(100));
+        assert_eq!(q.read_register(ext::QEC_DECODE_P50_NS), Some(128));
+        assert_eq!(q.read_register(ext::QEC_DECODE_P99_NS), Some(1024));
+        assert_eq!(q.read_register(ext::QEC_DECODE_MAX_NS), Some(40_000));
+        assert_eq!(q.decode.quantile(1.0), 40_000, "the last bin reads as the maximum");
+        // a percentile is never above the maximum
+        let r = QecStats::default();
+        r.decode.record(5);
+        assert_eq!(r.decode.quantile(0.5), 5);
+        let s = q.snapshot();
+        assert_eq!((s.decode_count, s.decode_p50_ns, s.decode_p99_ns, s.decode_max_ns), (100, 128, 1024, 40_000));
+        q.reset();
+        assert_eq!(q.read_register(ext::QEC_DECODE_COUNT), Some(0));
+        assert_eq!(q.read_register(ext::QEC_DECODE_MAX_NS), Some(0));
+    }
 
     #[test]
     fn qec_registers_follow_the_map() {
@@ -253,7 +360,8 @@ mod tests {
         assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS), Some(2));
         assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 24), Some(1));
         assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 28), Some(1));
-        assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 32), None);
+        assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 32), Some(0), "the decode count follows the status words");
+        assert_eq!(q.read_register(ext::QEC_DECODE_MAX_NS + 4), None);
         assert_eq!(q.read_register(ext::QEC_LAST_CORRECTION_HI + 4), None);
         assert_eq!(
             q.read_register(ext::QEC_BAD_ANSWERS + 4),
@@ -276,6 +384,10 @@ mod tests {
             ext::QEC_LAST_SEND_HI,
             ext::QEC_LAST_CORRECTION_LO,
             ext::QEC_LAST_CORRECTION_HI,
+            ext::QEC_DECODE_COUNT,
+            ext::QEC_DECODE_P50_NS,
+            ext::QEC_DECODE_P99_NS,
+            ext::QEC_DECODE_MAX_NS,
         ] {
             assert!(q.read_register(a).is_some(), "{a:#x}");
         }

@@ -219,6 +219,23 @@ pub mod ext {
     pub const QEC_STATUS_COUNTS: u32 = 0x4000_0280;
     /// Words of [`QEC_STATUS_COUNTS`].
     pub const QEC_STATUS_WORDS: u32 = 8;
+    /// The decoder's own decode time, from the `decode_ns` of every decode report the peer
+    /// received (read-only): how many ([`QEC_DECODE_COUNT`]), the median and the 99th
+    /// percentile (the upper edge of the [`QEC_DECODE_BIN_NS`]-wide bin that holds them; a
+    /// percentile beyond the last bin reads as the maximum) and the maximum, in ns. The
+    /// decoder times itself (the GPU stage with %globaltimer, the CPU stage with its clock),
+    /// so this is the decode alone, apart from the transport.
+    pub const QEC_DECODE_COUNT: u32 = 0x4000_02A0;
+    /// See [`QEC_DECODE_COUNT`].
+    pub const QEC_DECODE_P50_NS: u32 = 0x4000_02A4;
+    /// See [`QEC_DECODE_COUNT`].
+    pub const QEC_DECODE_P99_NS: u32 = 0x4000_02A8;
+    /// See [`QEC_DECODE_COUNT`].
+    pub const QEC_DECODE_MAX_NS: u32 = 0x4000_02AC;
+    /// Bin width of the decode-time histogram behind [`QEC_DECODE_P50_NS`].
+    pub const QEC_DECODE_BIN_NS: u32 = 32;
+    /// Bins of that histogram (the last also holds everything above it: 16.4 us).
+    pub const QEC_DECODE_BINS: u32 = 512;
 }
 
 /// Clock of the player, the unit of [`reg::PLAYER_INTERVAL`].

@@ -149,6 +149,8 @@ pub struct QecFigures {
     /// The transceiver loop's time for each shot's final message (the in-loop decode).
     pub final_round_loop_ns: Summary,
     pub other_rounds_loop_ns: Summary,
+    /// The decoder's own decode time (its reports' decode_ns; %globaltimer in the GPU stage).
+    pub decoder_time: Option<crate::graph::qec::DecoderTime>,
     pub rounds_per_shot: u32,
     pub messages_per_shot: u32,
 }
@@ -397,6 +399,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                             throughput_rounds_per_us: q.throughput_rounds_per_us,
                             final_round_loop_ns: q.final_round_loop_ns,
                             other_rounds_loop_ns: q.other_rounds_loop_ns,
+                            decoder_time: q.decoder_time,
                             rounds_per_shot: q.rounds_per_shot,
                             messages_per_shot: q.messages_per_shot,
                         }),
@@ -449,12 +452,13 @@ fn targets(rows: &[QecRow]) -> Vec<Target> {
             ratio: value,
             met: value.is_some_and(|v| v.is_finite() && v <= max),
         };
-        out.push(t("in-loop decode (final message) p99 <= 2 us (value in us)", 2.0, Some(q.final_round_loop_ns.p99 as f64 / 1000.0)));
+        out.push(t("decode p99 <= 2 us, the decoder's own time (its reports' decode_ns; value in us)", 2.0, q.decoder_time.map(|d| d.p99_ns as f64 / 1000.0)));
+        out.push(t("the same with the transceiver loop's own work: final message's loop time p99 <= 2 us (value in us)", 2.0, Some(q.final_round_loop_ns.p99 as f64 / 1000.0)));
         if r.wire == "inproc" {
             out.push(t("reaction p50 <= echo p50 + 1 us (value: difference in us)", 1.0, r.p50_over_echo_ns.map(|d| d as f64 / 1000.0)));
         }
         // keeps one round per us: 1 / throughput <= 1 us per round
-        out.push(t("throughput >= 1 round/us (value: us per round)", 1.0, q.throughput_rounds_per_us.filter(|&x| x > 0.0).map(|x| 1.0 / x)));
+        out.push(t("closed-loop throughput >= 1 round/us (value: us per round; one message in flight, so bounded by the round trip: the fixed-cycle runs are the keep-up test)", 1.0, q.throughput_rounds_per_us.filter(|&x| x > 0.0).map(|x| 1.0 / x)));
         out.push(t("disagreements beyond overflows = 0 (value: ties, exact-matcher disagreements)", 0.0, q.disagreements_ties.map(|x| x as f64)));
     }
     out
@@ -587,13 +591,14 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
     }
 
     let _ = writeln!(s, "\n## Decoding\n");
-    let _ = writeln!(s, "| d | p | wire | backend | shots | logical errors | PyMatching's | disagreements | on overflow | ties | overflows | throughput (rounds/us) | in-loop final msg p50 / p99 (us) | other msgs p50 (us) |");
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "Decode time: the decoder's own (its decode reports' decode_ns: %globaltimer inside the GPU stage, the clock in the CPU stage; every decoded shot). In-loop: the transceiver loop's time for the message (CQE seen to doorbell), the decode plus the loop's own work.\n");
+    let _ = writeln!(s, "| d | p | wire | backend | shots | logical errors | PyMatching's | disagreements | on overflow | ties | overflows | throughput (rounds/us) | decode time p50 / p99 / max (us) | in-loop final msg p50 / p99 (us) | other msgs p50 (us) |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in &r.rows {
         let Some(q) = &row.qec else { continue };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
             row.distance,
             row.p,
             row.wire,
@@ -606,6 +611,7 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
             opt(&q.disagreements_ties),
             q.overflows,
             q.throughput_rounds_per_us.map_or("-".into(), |t| format!("{t:.3}")),
+            q.decoder_time.map_or("-".into(), |d| format!("{} / {} / {}", us(d.p50_ns), us(d.p99_ns), us(d.max_ns))),
             us(q.final_round_loop_ns.p50),
             us(q.final_round_loop_ns.p99),
             us(q.other_rounds_loop_ns.p50)

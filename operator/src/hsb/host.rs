@@ -117,6 +117,13 @@ pub struct QecCounters {
     pub status: [u32; 8],
     /// Messages never answered within the response timeout.
     pub timeouts: u32,
+    /// The decoder's own decode time from its decode reports (ext::QEC_DECODE_COUNT ..):
+    /// reports counted, median, 99th percentile and maximum in ns; all 0 from a peer without
+    /// these registers.
+    pub decode_count: u32,
+    pub decode_p50_ns: u32,
+    pub decode_p99_ns: u32,
+    pub decode_max_ns: u32,
 }
 
 /// How a QEC run plays its shots.
@@ -379,6 +386,13 @@ impl HsbHost {
             Err(e) if e.is_invalid_address() => 0,
             Err(e) => return Err(e),
         };
+        let mut decode = Vec::new();
+        match self.ecb.read_block(&[ext::QEC_DECODE_COUNT, ext::QEC_DECODE_P50_NS, ext::QEC_DECODE_P99_NS, ext::QEC_DECODE_MAX_NS], &mut decode) {
+            Ok(()) => {}
+            Err(e) if e.is_invalid_address() => decode.clear(),
+            Err(e) => return Err(e),
+        }
+        let dw = |i: usize| decode.get(i).copied().unwrap_or(0);
         Ok(Some(QecCounters {
             shots_sent: word(ext::QEC_SHOTS_SENT),
             shots_decoded: word(ext::QEC_SHOTS_DECODED),
@@ -393,6 +407,10 @@ impl HsbHost {
             last_correction_ns: time(ext::QEC_LAST_CORRECTION_LO),
             status,
             timeouts,
+            decode_count: dw(0),
+            decode_p50_ns: dw(1),
+            decode_p99_ns: dw(2),
+            decode_max_ns: dw(3),
         }))
     }
 
