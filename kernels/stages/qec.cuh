@@ -389,7 +389,8 @@ struct rl_qec_smem {
  * clock is read when the mark issues: a load still in flight is charged to the phase that
  * first uses it.
  *   0 entry, 1 protocol and append done (lane 0), 2 defects listed, 3 table gathered,
- *   4 DP / greedy done, 5 answer written (before the last barrier).
+ *   4 DP / greedy done, 5 answer written (before the last barrier); 6 the fast path's
+ *   checks passed, 7 the decoded shot's record updated in shared memory (in the answer).
  * ------------------------------------------------------------------------------------- */
 #define RL_QEC_PROF_N 8
 #ifdef RL_QEC_PROFILE
@@ -857,6 +858,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
           (zero ? in_shot == 0 : (in_shot != 0 && counter == next)) && counter <= 0x7fffffffffffffffLL - rounds))
         return RL_QEC_PHASE_SLOW;
     if (b.f.has_mapping && mapping != k->mapping_id) return RL_QEC_PHASE_SLOW;
+    RL_QEC_MARK(6);
     uint32_t *const gshot = k->hot_shot;
     uint4 *const grec = (uint4 *)k->hot_rec;
     const uint32_t nb = (uint32_t)nsyn, end = at + nb;
@@ -1209,6 +1211,7 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
     m[1] = r1;
     m[2] = r2;
     m[3] = r3;
+    RL_QEC_MARK(7);
     uint4 *const g = (uint4 *)k->hot_rec;
     g[0] = r0;
     g[1] = r1;
