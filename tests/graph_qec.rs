@@ -106,6 +106,10 @@ fn assert_clean_qec(r: &Value, shots: u64, messages_per_shot: u64, warmup: u64) 
         assert!(n(&q["reaction_ns"], k) > 0, "reaction_ns.{k}: {q}");
     }
     assert!(q["throughput_rounds_per_us"].as_f64().unwrap() > 0.0, "{q}");
+    // The decoder's own decode time, from every decode report the peer received.
+    let d = &q["decoder_time"];
+    assert_eq!(n(d, "count"), shots, "{q}");
+    assert!(n(d, "p50_ns") > 0 && n(d, "p50_ns") <= n(d, "p99_ns") && n(d, "p99_ns") <= n(d, "max_ns"), "{q}");
     // The echo fields are there too, in messages.
     assert_eq!(n(r, "sent"), shots * messages_per_shot, "{r}");
     assert_eq!(n(r, "received"), shots * messages_per_shot, "{r}");

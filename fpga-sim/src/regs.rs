@@ -254,7 +254,8 @@ fn decode_block(addr: u32) -> Option<Reg> {
     }
     let counters = ext::QEC_SHOTS_SENT..=ext::QEC_LAST_CORRECTION_HI;
     let status = ext::QEC_STATUS_COUNTS..ext::QEC_STATUS_COUNTS + 4 * ext::QEC_STATUS_WORDS;
-    if counters.contains(&addr) || status.contains(&addr) {
+    let decode = ext::QEC_DECODE_COUNT..=ext::QEC_DECODE_MAX_NS;
+    if counters.contains(&addr) || status.contains(&addr) || decode.contains(&addr) {
         return Some(Reg::QecCounter(addr));
     }
     None
@@ -761,6 +762,9 @@ mod tests {
         assert_eq!(rd(&r, ext::QEC_MESSAGES_PER_SHOT), 2);
         assert_eq!(rd(&r, ext::QEC_MAX_MESSAGE_BYTES), 24 + 32 + 1);
         assert_eq!(rd(&r, ext::QEC_STATUS_COUNTS + 28), 0);
+        assert_eq!(rd(&r, ext::QEC_DECODE_COUNT), 0);
+        assert_eq!(rd(&r, ext::QEC_DECODE_MAX_NS), 0);
+        assert_eq!(r.read(ext::QEC_DECODE_MAX_NS + 4), Err(InvalidAddress));
         assert_eq!(rd(&r, ext::STATS_BASE + ext::STAT_TIMEOUTS), 0);
         assert_eq!(
             r.read(0x4000_0220),
