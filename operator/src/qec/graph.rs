@@ -453,6 +453,10 @@ pub trait TableWeight: Copy + PartialEq + Debug + Send + Sync + 'static {
     fn to_acc(self) -> Self::Acc;
     /// The sum as a float, in table units.
     fn acc_to_f64(a: Self::Acc) -> f64;
+    /// `self + r`, or [`Self::ACC_INF`] when the entry is [`Self::UNREACHABLE`] or `r` is
+    /// infinite: a DP option's cost, without a branch (the exact matcher's options are
+    /// unpredictable, and a mispredicted branch per option was most of its time).
+    fn option_cost(self, r: Self::Acc) -> Self::Acc;
 }
 
 impl TableWeight for f64 {
@@ -465,6 +469,9 @@ impl TableWeight for f64 {
     }
     fn acc_to_f64(a: f64) -> f64 {
         a
+    }
+    fn option_cost(self, r: f64) -> f64 {
+        self + r // infinities stay infinite; no entry is negative
     }
 }
 
@@ -481,6 +488,10 @@ macro_rules! integer_table_weight {
             }
             fn acc_to_f64(a: u64) -> f64 {
                 a as f64
+            }
+            fn option_cost(self, r: u64) -> u64 {
+                let e = if self == <$t>::MAX { u64::MAX } else { u64::from(self) };
+                e.saturating_add(r)
             }
         }
     )*};
