@@ -1273,6 +1273,7 @@ __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *
         __syncwarp();
     }
     RL_QEC_MARK(2);
+    if (s->k.tab == RL_QEC_TAB_WANTED) rl_qec_tab_load(s, lane);
     if (kd > s->k.K) {
         if (lane == 0) {
             s->c.k = kd;
@@ -1280,7 +1281,6 @@ __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *
         }
         return;
     }
-    if (s->k.tab == RL_QEC_TAB_WANTED) rl_qec_tab_load(s, lane);
     if (kd > RL_QEC_WARP_K) {
         rl_qec_gather<RL_QEC_MAX_K>(s, kd, lane);
         if (lane == 0) {
@@ -1315,20 +1315,27 @@ __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *
  * path, out of line.
  * ------------------------------------------------------------------------------------- */
 
+/** Table entry `at` (row * (n + 1) + column): distance and parity, from the shared copy
+ * when `sh` (k->tab SHARED), else from the blob. The greedy's scans are dependent loads one
+ * after another, so where they come from is most of its time. */
+__device__ __forceinline__ uint32_t rl_qec_dist(bool sh, const uint32_t *D, uint64_t at) { return sh ? rl_qec_tab_s[at].x : __ldg(D + at); }
+__device__ __forceinline__ uint32_t rl_qec_par(bool sh, const uint32_t *P, uint64_t at) { return sh ? rl_qec_tab_s[at].y : __ldg(P + at); }
+
 /** exact.rs nearest(): the closest live option of defect x, boundary first, then partners
  * by increasing index, replaced only when strictly smaller. */
 __device__ __forceinline__ void rl_qec_nearest(struct rl_qec_smem *s, uint32_t x, uint32_t k, uint32_t stride, uint32_t n,
                                                const uint32_t *D) {
-    const uint32_t *row = D + (uint64_t)s->u.g.def[x] * stride;
+    const uint64_t at = (uint64_t)s->u.g.def[x] * stride;
+    const bool sh = s->k.tab == RL_QEC_TAB_SHARED;
     uint32_t best = RL_QEC_INF, partner = RL_QEC_NO_PARTNER;
-    const uint32_t tb = __ldg(row + n);
+    const uint32_t tb = rl_qec_dist(sh, D, at + n);
     if (tb != RL_QEC_INF) {
         best = tb;
         partner = RL_QEC_TO_BOUNDARY;
     }
     for (uint32_t y = 0; y < k; y++) {
         if (y == x || !s->u.g.alive[y]) continue;
-        const uint32_t e = __ldg(row + s->u.g.def[y]);
+        const uint32_t e = rl_qec_dist(sh, D, at + s->u.g.def[y]);
         if (e != RL_QEC_INF && e < best) {
             best = e;
             partner = y;
@@ -1387,9 +1394,9 @@ __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k)
                 s->u.g.alive[pick] = 0;
                 res->left--;
                 if (partner == RL_QEC_TO_BOUNDARY) {
-                    res->obs ^= __ldg(P + dp * stride + n);
+                    res->obs ^= rl_qec_par(kc->tab == RL_QEC_TAB_SHARED, P, dp * stride + n);
                 } else {
-                    res->obs ^= __ldg(P + dp * stride + s->u.g.def[partner]);
+                    res->obs ^= rl_qec_par(kc->tab == RL_QEC_TAB_SHARED, P, dp * stride + s->u.g.def[partner]);
                     s->u.g.alive[partner] = 0;
                     res->left--;
                 }
