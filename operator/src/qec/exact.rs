@@ -247,9 +247,10 @@ impl<W: TableWeight> ExactDecoder<W> {
     /// reads has a higher lowest defect, so it is done. The masks of one or two defects come
     /// straight from the sub-table. The values are the all-masks DP's, tie-breaking included,
     /// since dp[mask] is a function of its sub-masks alone; the GPU stage runs the same
-    /// schedule. With the branch-free options of `solve` this took the d=5 shots of 8 defects
-    /// from 1.96 to 1.33 us (p50) and of 12 from 14.6 to 10.6 us on the Rust machine, against
-    /// the memoised recursion it replaced.
+    /// schedule. Speed: the same as the memoised recursion it replaced, within the run-to-run
+    /// spread of `examples/decode_times.rs` (8 defects of the d=5 fixture: 1.3-1.8 us at p50
+    /// either way on the Rust machine); the time goes to ~30 instructions per option (index
+    /// checks, loads, selects), not to the order of evaluation.
     fn exact(&mut self, defects: &[u32]) -> (W::Acc, u64, DecodeStatus) {
         self.gather(defects);
         let k = defects.len();
@@ -317,13 +318,14 @@ impl<W: TableWeight> ExactDecoder<W> {
         let rest = mask & !(1 << a);
         let mut best = self.to_boundary[a].option_cost(self.dp_cost[rest]);
         let mut obs = self.dp_obs[rest] ^ self.boundary_parity[a];
-        let mut m = rest;
-        while m != 0 {
-            let j = m.trailing_zeros() as usize;
-            m &= m - 1;
-            let sub = rest & !(1 << j);
-            let c = self.pair[a * k + j].option_cost(self.dp_cost[sub]);
-            let o = self.dp_obs[sub] ^ self.pair_parity[a * k + j];
+        // Every j above a, the partners not in the mask made infinite: the trip count is the
+        // same for a whole layer, and no branch depends on the data.
+        let row = a * k;
+        for j in a + 1..k {
+            let sub = rest ^ (1 << j);
+            let c = self.pair[row + j].option_cost(self.dp_cost[sub]);
+            let c = if rest & (1 << j) != 0 { c } else { W::ACC_INF };
+            let o = self.dp_obs[sub] ^ self.pair_parity[row + j];
             let take = c < best;
             best = if take { c } else { best };
             obs = if take { o } else { obs };

@@ -454,8 +454,8 @@ pub trait TableWeight: Copy + PartialEq + Debug + Send + Sync + 'static {
     /// The sum as a float, in table units.
     fn acc_to_f64(a: Self::Acc) -> f64;
     /// `self + r`, or [`Self::ACC_INF`] when the entry is [`Self::UNREACHABLE`] or `r` is
-    /// infinite: a DP option's cost, without a branch (the exact matcher's options are
-    /// unpredictable, and a mispredicted branch per option was most of its time).
+    /// infinite: a DP option's cost, without a branch on the data (the exact matcher's
+    /// options), as the GPU stage computes it.
     fn option_cost(self, r: Self::Acc) -> Self::Acc;
 }
 
