@@ -185,10 +185,6 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     m.atomic_u32(l.state()).store(abi::RL_STATE_LAUNCHED, Ordering::Release);
     m.atomic_u32(l.exit_flag()).store(0, Ordering::Release);
     let mut params = [&mut desc as *mut abi::rl_transceiver_desc as *mut c_void];
-    // SAFETY: rl_transceiver takes one `struct rl_transceiver_desc` by value (abi.h, the same
-    // definition bindgen made `desc` from); every address in it points into the registered
-    // memory or the state buffer, which outlive the kernel (unregistered and freed only after
-    // the stream is idle).
     // The QEC stage keeps its table in shared memory when it fits (dynamic shared memory).
     let shared = match state.as_ref().map(|s| s.dynamic_shared(&gpu, &module, 0)).transpose() {
         Ok(v) => v.unwrap_or(0),
@@ -200,6 +196,10 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     if state.is_some() {
         tracing::info!(bytes = shared, "QEC table in shared memory: {}", if shared > 0 { "yes" } else { "no (too large: read from global memory)" });
     }
+    // SAFETY: rl_transceiver takes one `struct rl_transceiver_desc` by value (abi.h, the same
+    // definition bindgen made `desc` from); every address in it points into the registered
+    // memory or the state buffer, which outlive the kernel (unregistered and freed only after
+    // the stream is idle); `shared` bytes were allowed for the function (dynamic_shared).
     if let Err(e) = unsafe { stream.launch_shared(module.function(0), kernels::transceiver_threads(), shared, &mut params) } {
         free_state(state_buf);
         return Err(e.to_string());
