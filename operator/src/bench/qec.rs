@@ -150,7 +150,7 @@ pub struct QecFigures {
     pub final_round_loop_ns: Summary,
     pub other_rounds_loop_ns: Summary,
     /// The decoder's own decode time (its reports' decode_ns; %globaltimer in the GPU stage).
-    pub decoder_time: Option<crate::graph::qec::DecoderTime>,
+    pub decoder_time: Option<crate::hsb::DecoderTime>,
     pub rounds_per_shot: u32,
     pub messages_per_shot: u32,
 }
@@ -611,7 +611,7 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
             opt(&q.disagreements_ties),
             q.overflows,
             q.throughput_rounds_per_us.map_or("-".into(), |t| format!("{t:.3}")),
-            q.decoder_time.map_or("-".into(), |d| format!("{} / {} / {}", us(d.p50_ns), us(d.p99_ns), us(d.max_ns))),
+            q.decoder_time.map_or("-".into(), |d| format!("{} / {} / {}", us(d.p50_ns.into()), us(d.p99_ns.into()), us(d.max_ns.into()))),
             us(q.final_round_loop_ns.p50),
             us(q.final_round_loop_ns.p99),
             us(q.other_rounds_loop_ns.p50)

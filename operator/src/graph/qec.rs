@@ -32,7 +32,7 @@ use rocelink_wire::{roce, rpc};
 use super::compile::RunPlan;
 use super::error::{At, GraphError, GraphErrors};
 use super::model::{Graph, PeerSpec, Stop};
-use crate::hsb::{QecCounters, QecInfo};
+use crate::hsb::{DecoderTime, QecCounters, QecInfo};
 use crate::latency::{new_histogram, Summary};
 use crate::stage::StageSpec;
 
@@ -307,15 +307,6 @@ pub struct QecReport {
     pub decoder_time: Option<DecoderTime>,
 }
 
-/// The decoder's own decode times (percentiles to the peer's 32 ns bins).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct DecoderTime {
-    pub count: u64,
-    pub p50_ns: u64,
-    pub p99_ns: u64,
-    pub max_ns: u64,
-}
-
 /// The QEC side of a driven run (`graph::drive`).
 #[derive(Debug, Clone)]
 pub struct QecDriven {
@@ -416,12 +407,7 @@ pub fn report(q: &QecRun, d: &QecDriven, records: &[CaptureRecord], first_reques
         keeps_up,
         final_round_loop_ns: Summary::of(&final_loop),
         other_rounds_loop_ns: Summary::of(&other_loop),
-        decoder_time: (c.decode_count > 0).then(|| DecoderTime {
-            count: u64::from(c.decode_count),
-            p50_ns: u64::from(c.decode_p50_ns),
-            p99_ns: u64::from(c.decode_p99_ns),
-            max_ns: u64::from(c.decode_max_ns),
-        }),
+        decoder_time: (c.decode.count > 0).then_some(c.decode),
     }
 }
 
@@ -466,7 +452,7 @@ pub fn summary_text(q: &QecReport) -> String {
     let l = &q.final_round_loop_ns;
     let _ = writeln!(s, "  throughput {thr} rounds/us{keep}; loop time per final message (decode) p50 {} p99 {} us, other messages p50 {} us", us(l.p50), us(l.p99), us(q.other_rounds_loop_ns.p50));
     if let Some(d) = &q.decoder_time {
-        let _ = writeln!(s, "  decode time, the decoder's own (its reports, {} shots): p50 {} p99 {} max {} us", d.count, us(d.p50_ns), us(d.p99_ns), us(d.max_ns));
+        let _ = writeln!(s, "  decode time, the decoder's own (its reports, {} shots): p50 {} p99 {} max {} us", d.count, us(d.p50_ns.into()), us(d.p99_ns.into()), us(d.max_ns.into()));
     }
     s
 }
@@ -526,9 +512,9 @@ pub fn markdown(q: &QecReport) -> String {
             s,
             "\nDecode time, the decoder's own (the decode reports' decode_ns: %globaltimer inside the GPU stage, the clock in the CPU stage; every decoded shot, {} of them, warm-up included; percentiles to 32 ns bins): p50 {} us, p99 {} us, max {} us.",
             d.count,
-            us(d.p50_ns),
-            us(d.p99_ns),
-            us(d.max_ns)
+            us(d.p50_ns.into()),
+            us(d.p99_ns.into()),
+            us(d.max_ns.into())
         );
     }
     s

@@ -117,13 +117,19 @@ pub struct QecCounters {
     pub status: [u32; 8],
     /// Messages never answered within the response timeout.
     pub timeouts: u32,
-    /// The decoder's own decode time from its decode reports (ext::QEC_DECODE_COUNT ..):
-    /// reports counted, median, 99th percentile and maximum in ns; all 0 from a peer without
-    /// these registers.
-    pub decode_count: u32,
-    pub decode_p50_ns: u32,
-    pub decode_p99_ns: u32,
-    pub decode_max_ns: u32,
+    /// The decoder's own decode time from its decode reports (ext::QEC_DECODE_COUNT ..); all
+    /// 0 from a peer without these registers.
+    pub decode: DecoderTime,
+}
+
+/// The decoder's own decode times as the peer counts them: reports counted, median, 99th
+/// percentile and maximum in ns (percentiles to the peer's 32 ns bins).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DecoderTime {
+    pub count: u32,
+    pub p50_ns: u32,
+    pub p99_ns: u32,
+    pub max_ns: u32,
 }
 
 /// How a QEC run plays its shots.
@@ -407,10 +413,7 @@ impl HsbHost {
             last_correction_ns: time(ext::QEC_LAST_CORRECTION_LO),
             status,
             timeouts,
-            decode_count: dw(0),
-            decode_p50_ns: dw(1),
-            decode_p99_ns: dw(2),
-            decode_max_ns: dw(3),
+            decode: DecoderTime { count: dw(0), p50_ns: dw(1), p99_ns: dw(2), max_ns: dw(3) },
         }))
     }
 

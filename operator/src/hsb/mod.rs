@@ -10,4 +10,4 @@ pub mod ecb_client;
 pub mod host;
 
 pub use ecb_client::{EcbClient, EcbError};
-pub use host::{DataPlaneConfig, HsbHost, PeerStats, PlayerConfig, QecCounters, QecInfo, QecPlayerConfig};
+pub use host::{DataPlaneConfig, DecoderTime, HsbHost, PeerStats, PlayerConfig, QecCounters, QecInfo, QecPlayerConfig};
