@@ -370,18 +370,25 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 uint32_t end = (uint32_t)first + nbb;
                 m.fm_ce_se = (end / S != (uint32_t)first / S) ? RL_WQE_CTRL_CQ_UPDATE : 0;
             }
-            __syncthreads();
             if (n <= RL_MAX_INLINE) {
-                if (tid < 32) rl_dev_verbs_wqe_prepare_send_inline_warp(&sq, m.sq_index, m.fm_ce_se, answer, (uint32_t)n);
+                /* Warp 0 alone writes an inline answer: warp barriers, not block barriers (the
+                 * stage's closing barrier already ordered the other warps' poison stores before
+                 * this, and so before the doorbell's release fence). */
+                if (tid < 32) {
+                    __syncwarp(); /* thread 0's m.sq_index and m.fm_ce_se */
+                    rl_dev_verbs_wqe_prepare_send_inline_warp(&sq, m.sq_index, m.fm_ce_se, answer, (uint32_t)n);
+                    __syncwarp(); /* every lane's WQE stores precede the doorbell */
+                }
             } else {
+                __syncthreads();
                 uint8_t *txs = (uint8_t *)d.tx_buffer + (size_t)(m.sq_index & (d.sq.entries - 1)) * d.tx_slot_stride;
                 for (uint32_t off = tid * 16; off < (uint32_t)n; off += RL_THREADS * 16) rl_st16_sys(txs + off, *(const uint4 *)(answer + off));
                 if (tid == 0) {
                     uint64_t iova = d.tx_buffer_iova + (uint64_t)(m.sq_index & (d.sq.entries - 1)) * d.tx_slot_stride;
                     rl_dev_verbs_wqe_prepare_send(&sq, m.sq_index, m.fm_ce_se, iova, d.tx_lkey, (uint32_t)n);
                 }
+                __syncthreads(); /* every thread's WQE and payload stores precede the doorbell */
             }
-            __syncthreads(); /* every lane's WQE and payload stores precede the doorbell */
 #ifdef RL_PROFILE
             t_written = rl_globaltimer();
 #endif

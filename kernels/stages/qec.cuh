@@ -288,11 +288,8 @@ static_assert(rl_qec_make_sched().off[12][12] - rl_qec_make_sched().off[12][0] =
  * the DP reads it. */
 __device__ const struct rl_qec_sched rl_qec_sched_g = rl_qec_make_sched();
 
-/** The per-block copy of the blob's header and the mirror of one decoder (module docs):
- * kept across requests, written by lane 0 of warp 0 only; trusted only once its `token` is
- * compared with the blob's in this request (rl_qec_refill). */
-struct rl_qec_cache {
-    /* bytes 0..63, what rl_qec_fast reads (four 16-byte loads: union rl_qec_fastblk) */
+/** The cache's first 128 bytes: what rl_qec_fast loads in one round (union rl_qec_fastblk). */
+struct rl_qec_head {
     unsigned long long state; /* the blob's device address */
     unsigned long long grid;  /* %gridid of the launch that filled it */
     unsigned long long token; /* the header's token */
@@ -303,10 +300,19 @@ struct rl_qec_cache {
     uint32_t ndef;            /* the hot shot's defects so far, listed in s->defs; > K: unknown */
     uint32_t num_obs;
     uint32_t tab;             /* the table: RL_QEC_TAB_GLOBAL, _WANTED or _SHARED */
+    uint32_t rsvd;
     uint32_t *hot_shot;       /* the blob's shot and record of `hot` */
     struct rl_qec_decoder *hot_rec;
     double scale;
     const uint32_t *dist, *par;
+};
+static_assert(sizeof(struct rl_qec_head) == 128, "rl_qec_head: eight 16-byte words");
+
+/** The per-block copy of the blob's header and the mirror of one decoder (module docs):
+ * kept across requests, written by lane 0 of warp 0 only; trusted only once its `token` is
+ * compared with the blob's in this request (rl_qec_refill). The head first (a base at
+ * offset 0). */
+struct rl_qec_cache : rl_qec_head {
     struct rl_qec_decoder *records;
     uint32_t *shots;
     __align__(16) struct rl_qec_sched sched;        /* the DP's schedule (rl_qec_sched_g) */
@@ -314,14 +320,10 @@ struct rl_qec_cache {
     uint32_t shot[RL_QEC_MAX_WORDS];                 /* its shot (shot_words used) */
 };
 
-/** The cache's first 64 bytes as rl_qec_fast loads them. */
+/** The cache's head as rl_qec_fast loads it: eight 16-byte loads, one round. */
 union rl_qec_fastblk {
-    uint4 v[4];
-    struct {
-        unsigned long long state, grid, token;
-        long long hot;
-        uint32_t n, words, need, rounds, decoders, has_mapping, ok, K;
-    } f;
+    uint4 v[8];
+    struct rl_qec_head f;
 };
 
 /* The table in shared memory. Every table load of the gather is a scattered read (one
@@ -462,6 +464,43 @@ __device__ __forceinline__ void rl_qec_header_out(uint8_t *resp, const uint8_t *
     const unsigned long long ts = ((const unsigned long long *)req)[2];
     ((uint4 *)resp)[0] = make_uint4(RL_RPC_RESPONSE_MAGIC, (uint32_t)status, result_len, q.w);
     ((unsigned long long *)resp)[2] = ts;
+}
+
+/** A decoded shot's answer after the CUQS header: the corrections (`clen` bytes), then the
+ * 16-byte DecodeReportRepr (8-byte aligned): status, reserved, defects (u16, saturating),
+ * weight (f32: the f64 weight sum / scale rounded to nearest, as the CPU's `as f32`),
+ * decode_ns (saturating), shot index (wrapping). Returns the result's length. */
+__device__ __forceinline__ uint32_t rl_qec_decoded_body(uint8_t *body, uint32_t num_obs, double scale, uint32_t status, uint32_t obs, bool infinite,
+                                                        unsigned long long cost, uint32_t kd, unsigned long long ns, uint32_t shot_index) {
+    const uint32_t clen = rl_qec_correction_len(num_obs);
+    rl_qec_emit_corrections(body, obs, num_obs, clen);
+    /* 0 / scale is +0 (scale > 0, the builder's): a zero dividend takes the division's slow
+     * path, ~300 cycles, on every shot without defects */
+    const float weight = infinite                   ? __int_as_float(0x7f800000)
+                         : cost == 0 && scale > 0.0 ? 0.0f
+                                                    : __double2float_rn((double)cost / scale);
+    uint2 *rep = (uint2 *)(body + clen);
+    rep[0] = make_uint2(status | ((kd < 0xFFFFu ? kd : 0xFFFFu) << 16), (uint32_t)__float_as_int(weight));
+    rep[1] = make_uint2(ns < 0xFFFFFFFFull ? (uint32_t)ns : 0xFFFFFFFFu, shot_index);
+    return clen + RL_QEC_REPORT_LEN;
+}
+
+/** The record's first 64 bytes (bits, in_shot, next_counter | corrections, messages | shots,
+ * overflows | unmatchable, dropped_messages) after a decode (session.rs enqueue() from the
+ * decode on): not in a shot, corrections ^= obs, shots + 1, overflows or unmatchable + 1. */
+__device__ __forceinline__ void rl_qec_record_decoded(uint4 &r0, uint4 &r1, uint4 &r2, uint4 &r3, uint32_t obs, uint32_t status) {
+    r0.x = 0;
+    r0.y = 0;
+    r1.x ^= obs;
+    unsigned long long v = (((unsigned long long)r2.y << 32) | r2.x) + 1ull;
+    r2.x = (uint32_t)v;
+    r2.y = (uint32_t)(v >> 32);
+    v = (((unsigned long long)r2.w << 32) | r2.z) + (status == RL_QEC_REPORT_OVERFLOW);
+    r2.z = (uint32_t)v;
+    r2.w = (uint32_t)(v >> 32);
+    v = (((unsigned long long)r3.y << 32) | r3.x) + (status == RL_QEC_REPORT_UNMATCHABLE);
+    r3.x = (uint32_t)v;
+    r3.y = (uint32_t)(v >> 32);
 }
 
 /** Detection word `w` of the shot with the bits at or above n cleared (exact.rs decode_b8
@@ -829,6 +868,84 @@ __device__ __noinline__ uint32_t rl_qec_slow(const uint8_t *req, int len, uint8_
     return c->phase;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The decode of a few defects, in registers (exact.rs solve() written out for k <= 4)
+ * ------------------------------------------------------------------------------------- */
+
+/** dp[{x, y}] (x < y) from x's boundary entry `bx`, y's `by` and the pair's `e`, each (distance,
+ * parity): both to the boundary first, the pair only when strictly cheaper (rl_qec_solve's
+ * rule); infinite: observables 0. */
+__device__ __forceinline__ uint2 rl_qec_pair_dp(uint2 bx, uint2 by, uint2 e) {
+    const uint32_t sum = bx.x + by.x;
+    const uint32_t c0 = sum >= bx.x ? sum : RL_QEC_INF; /* wraps when either is infinite */
+    const bool pair = e.x < c0;
+    const uint32_t c = pair ? e.x : c0;
+    return make_uint2(c, c == RL_QEC_INF ? 0u : (pair ? e.y : bx.y ^ by.y));
+}
+
+/** dp[{x}] from x's boundary entry: infinite: observables 0. */
+__device__ __forceinline__ uint2 rl_qec_dp1(uint2 b) { return make_uint2(b.x, b.x == RL_QEC_INF ? 0u : b.y); }
+
+/** One option of rl_qec_solve: entry `e` plus the solved sub-mask `v` (a wrapping sum is an
+ * infinite option, as there). */
+__device__ __forceinline__ uint2 rl_qec_opt(uint2 e, uint2 v) {
+    const uint32_t sum = e.x + v.x;
+    return make_uint2(sum >= e.x ? sum : RL_QEC_INF, e.y ^ v.y);
+}
+
+/** The earlier option `a` unless `b` is strictly cheaper (rl_qec_solve's tie rule). */
+__device__ __forceinline__ uint2 rl_qec_first_min(uint2 a, uint2 b) { return b.x < a.x ? b : a; }
+
+/** Up to this many defects lane 0 decodes a shot itself, in registers, inside the fast path:
+ * no hand-over to the warp, no sub-table, no DP layers (most shots at p = 0.1%). */
+#define RL_QEC_LANE_K 4
+
+/** Lane 0: dp[full] (cost, observables) of the nd <= RL_QEC_LANE_K defects listed in
+ * sm->defs, from the shared copy of the table: the same options in the same order as
+ * rl_qec_gather + rl_qec_dp (ties to the earlier option), so the same matching. Every table
+ * load is issued before the first is used; a defect index is clamped to the table's rows. */
+__device__ __forceinline__ uint2 rl_qec_lane_dp(const uint16_t *defs, uint32_t nd, uint32_t n) {
+    const uint2 dl = *(const uint2 *)defs;
+    const uint32_t stride = n + 1u;
+    uint32_t d[4] = {dl.x & 0xFFFFu, dl.x >> 16, dl.y & 0xFFFFu, dl.y >> 16};
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++) d[i] = d[i] < n ? d[i] : n;
+    const uint2 inf = make_uint2(RL_QEC_INF, 0u);
+    uint2 b[4];
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++) b[i] = i < nd ? rl_qec_tab_s[d[i] * stride + n] : inf;
+    /* the pairs x < y: 01 02 03 12 13 23 */
+    const uint2 e01 = 1u < nd ? rl_qec_tab_s[d[0] * stride + d[1]] : inf, e02 = 2u < nd ? rl_qec_tab_s[d[0] * stride + d[2]] : inf,
+                e03 = 3u < nd ? rl_qec_tab_s[d[0] * stride + d[3]] : inf, e12 = 2u < nd ? rl_qec_tab_s[d[1] * stride + d[2]] : inf,
+                e13 = 3u < nd ? rl_qec_tab_s[d[1] * stride + d[3]] : inf, e23 = 3u < nd ? rl_qec_tab_s[d[2] * stride + d[3]] : inf;
+    switch (nd) {
+    case 0: return make_uint2(0u, 0u);
+    case 1: return rl_qec_dp1(b[0]);
+    case 2: return rl_qec_pair_dp(b[0], b[1], e01);
+    case 3: {
+        /* {0,1,2}: 0 to the boundary + {1,2}; 0 with 1 + {2}; 0 with 2 + {1} */
+        uint2 r = rl_qec_opt(b[0], rl_qec_pair_dp(b[1], b[2], e12));
+        r = rl_qec_first_min(r, rl_qec_opt(e01, rl_qec_dp1(b[2])));
+        r = rl_qec_first_min(r, rl_qec_opt(e02, rl_qec_dp1(b[1])));
+        return rl_qec_dp1(r);
+    }
+    default: {
+        const uint2 p23 = rl_qec_pair_dp(b[2], b[3], e23), p13 = rl_qec_pair_dp(b[1], b[3], e13), p12 = rl_qec_pair_dp(b[1], b[2], e12);
+        /* {1,2,3} (lowest defect 1): 1 to the boundary + {2,3}; 1 with 2 + {3}; 1 with 3 + {2} */
+        uint2 t = rl_qec_opt(b[1], p23);
+        t = rl_qec_first_min(t, rl_qec_opt(e12, rl_qec_dp1(b[3])));
+        t = rl_qec_first_min(t, rl_qec_opt(e13, rl_qec_dp1(b[2])));
+        t = rl_qec_dp1(t);
+        /* {0,1,2,3}: 0 to the boundary + {1,2,3}; 0 with 1 + {2,3}; with 2 + {1,3}; with 3 + {1,2} */
+        uint2 r = rl_qec_opt(b[0], t);
+        r = rl_qec_first_min(r, rl_qec_opt(e01, p23));
+        r = rl_qec_first_min(r, rl_qec_opt(e02, p13));
+        r = rl_qec_first_min(r, rl_qec_opt(e03, p12));
+        return rl_qec_dp1(r);
+    }
+    }
+}
+
 /** Lane 0, the fast path of the common request: an enqueue_syndromes in sequence (counter 0
  * of a new shot, or the next counter of the shot being assembled) for the mirrored decoder,
  * on a cache whose key matches, which passes every check of the general path
@@ -847,10 +964,13 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     if (len < RL_RPC_HEADER_LEN + RL_QEC_ENQUEUE_FIXED) return RL_QEC_PHASE_SLOW;
     union rl_qec_fastblk b;
 #pragma unroll
-    for (int i = 0; i < 4; i++) b.v[i] = ((const uint4 *)k)[i];
+    for (int i = 0; i < 8; i++) b.v[i] = ((const uint4 *)k)[i];
     const uint4 r0 = ((const uint4 *)&k->rec)[0]; /* bits, in_shot, next_counter */
     const uint4 r1 = ((const uint4 *)&k->rec)[1]; /* corrections, messages */
+    const uint4 r2 = ((const uint4 *)&k->rec)[2]; /* shots, overflows (a decode in the fast path) */
+    const uint4 r3 = ((const uint4 *)&k->rec)[3]; /* unmatchable, dropped_messages */
     const uint4 q = ((const uint4 *)req)[0];       /* magic, function, arg_len, request_id */
+    const unsigned long long ts = ((const unsigned long long *)req)[2];
     const long long id = rl_qec_i64(req + 24), counter = rl_qec_i64(req + 32), mapping = rl_qec_i64(req + 40),
                     nsyn = rl_qec_i64(req + 48);
     const uint32_t arg_len = q.z, in_shot = r0.y;
@@ -858,13 +978,14 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     const bool zero = counter == 0;
     const uint32_t at = zero ? 0u : r0.x; /* a new shot starts at bit 0 */
     const long long rounds = (long long)b.f.rounds;
-    if (!(q.y == RL_QEC_FN_ENQUEUE && b.f.state == (unsigned long long)base && b.f.grid == grid && b.f.token != 0 && b.f.ok != 0 &&
-          arg_len >= RL_QEC_ENQUEUE_FIXED && (uint64_t)arg_len + RL_RPC_HEADER_LEN <= (uint64_t)len && id == b.f.hot && id >= 0 &&
-          id < (long long)b.f.decoders && (long long)cap >= (long long)b.f.need && nsyn >= 0 &&
-          (uint64_t)nsyn <= (uint64_t)(b.f.n - at) && ((uint64_t)nsyn + 7u) / 8u <= (uint64_t)(arg_len - RL_QEC_ENQUEUE_FIXED) &&
-          (zero ? in_shot == 0 : (in_shot != 0 && counter == next)) && counter <= 0x7fffffffffffffffLL - rounds))
-        return RL_QEC_PHASE_SLOW;
-    if (b.f.has_mapping && mapping != k->mapping_id) return RL_QEC_PHASE_SLOW;
+    /* Every check evaluated (`&`, not `&&`: no branch per check, the compares overlap);
+     * a wrapping difference only where the check beside it already fails. */
+    const bool key = (q.y == RL_QEC_FN_ENQUEUE) & (b.f.state == (unsigned long long)base) & (b.f.grid == grid) & (b.f.token != 0) & (b.f.ok != 0);
+    const bool sizes = (arg_len >= RL_QEC_ENQUEUE_FIXED) & ((uint64_t)arg_len + RL_RPC_HEADER_LEN <= (uint64_t)len) & ((long long)cap >= (long long)b.f.need);
+    const bool decoder = (id == b.f.hot) & (id >= 0) & (id < (long long)b.f.decoders) & (!b.f.has_mapping | (mapping == b.f.mapping_id));
+    const bool bits = (nsyn >= 0) & ((uint64_t)nsyn <= (uint64_t)(b.f.n - at)) & (((uint64_t)nsyn + 7u) / 8u <= (uint64_t)(arg_len - RL_QEC_ENQUEUE_FIXED));
+    const bool order = (zero ? in_shot == 0 : ((in_shot != 0) & (counter == next))) & (counter <= 0x7fffffffffffffffLL - rounds);
+    if (!(key & sizes & decoder & bits & order)) return RL_QEC_PHASE_SLOW;
     RL_QEC_MARK(6);
     uint32_t *const gshot = k->hot_shot;
     uint4 *const grec = (uint4 *)k->hot_rec;
@@ -872,10 +993,11 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     /* bounded by the mirror's size and the list's whatever the cache holds */
     const uint32_t W = b.f.words < RL_QEC_MAX_WORDS ? b.f.words : RL_QEC_MAX_WORDS;
     const uint32_t K = b.f.K < RL_QEC_MAX_K ? b.f.K : RL_QEC_MAX_K;
-    uint32_t nd = zero ? 0u : k->ndef;
+    uint32_t nd = zero ? 0u : b.f.ndef;
     if (nd > K) nd = RL_QEC_NDEF_BAD;
     const uint8_t *src = req + RL_RPC_HEADER_LEN + RL_QEC_ENQUEUE_FIXED;
-    uint32_t w0, w1;
+    uint32_t w0, w1, nv0 = 0, nv1 = 0;
+    bool from_regs = false;
     if (nb <= 32u) {
         /* The message as one word: its ceil(nb / 8) bytes, bits past nb cleared. */
         uint32_t msg = 0;
@@ -892,10 +1014,12 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
             w0 = 0;
             w1 = W;
         } else {
+            /* the (at most two) words changed, kept for the write-through */
             w0 = w < W ? w : W;
             w1 = w + 2u < W ? w + 2u : W;
-            if (w0 < w1) k->shot[w0] |= (uint32_t)v;
-            if (w0 + 1u < w1) k->shot[w0 + 1u] |= (uint32_t)(v >> 32);
+            if (w0 < w1) k->shot[w0] = nv0 = k->shot[w0] | (uint32_t)v;
+            if (w0 + 1u < w1) k->shot[w0 + 1u] = nv1 = k->shot[w0 + 1u] | (uint32_t)(v >> 32);
+            from_regs = true;
         }
         if (nd <= K) {
             if (nd + (uint32_t)__popc(msg) > K) {
@@ -931,21 +1055,53 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     const uint4 n1 = make_uint4(r1.x, r1.y, (uint32_t)msgs, (uint32_t)(msgs >> 32));
     ((uint4 *)&k->rec)[0] = n0;
     ((uint4 *)&k->rec)[1] = n1;
-    const uint32_t phase = end < b.f.n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
-    c->phase = phase;
+    uint32_t phase = end < b.f.n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
+    uint4 f0 = n0, f1 = n1, f2 = r2, f3 = r3;
+    bool decoded = false;
     if (phase == RL_QEC_PHASE_ACK) {
-        rl_qec_header_out(resp, req, RL_QEC_OK, 0);
+        ((uint4 *)resp)[0] = make_uint4(RL_RPC_RESPONSE_MAGIC, RL_QEC_OK, 0u, q.w); /* rl_qec_header_out */
+        ((unsigned long long *)resp)[2] = ts;
         c->ret = RL_RPC_HEADER_LEN;
+    } else if (nd <= RL_QEC_LANE_K && b.f.tab == RL_QEC_TAB_SHARED) {
+        /* A few defects: decoded here (rl_qec_lane_dp), answered as rl_qec_finish would,
+         * the record changed once (append and decode together) and written through once. */
+        const unsigned long long t0 = rl_qec_clock();
+        const uint2 dp = rl_qec_lane_dp(sm->defs, nd, b.f.n);
+        const unsigned long long t1 = rl_qec_clock();
+        const bool infinite = dp.x == RL_QEC_INF;
+        const uint32_t status = infinite ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
+        rl_qec_record_decoded(f0, f1, f2, f3, dp.y, status);
+        ((uint4 *)&k->rec)[0] = f0;
+        ((uint4 *)&k->rec)[1] = f1;
+        ((uint4 *)&k->rec)[2] = f2;
+        ((uint4 *)&k->rec)[3] = f3;
+        const uint32_t rlen = rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, b.f.num_obs, b.f.scale, status, dp.y, infinite,
+                                                  infinite ? 0ull : dp.x, nd, t1 - t0, r2.x);
+        ((uint4 *)resp)[0] = make_uint4(RL_RPC_RESPONSE_MAGIC, RL_QEC_OK, rlen, q.w); /* rl_qec_header_out */
+        ((unsigned long long *)resp)[2] = ts;
+        c->ret = RL_RPC_HEADER_LEN + (int)rlen;
+        phase = RL_QEC_PHASE_DONE;
+        decoded = true;
     }
+    c->phase = phase;
 #if RL_QEC_TOKEN_LOAD != 0
     if (token != b.f.token) return RL_QEC_PHASE_SLOW; /* a stale copy: the general path refills it */
 #else
     (void)token;
 #endif
-    /* Write-through (the decoded shot's record again in rl_qec_finish). */
-    grec[0] = n0;
-    grec[1] = n1;
-    for (uint32_t w = w0; w < w1; w++) gshot[w] = k->shot[w];
+    /* Write-through (a shot decoded by the warp: its record again in rl_qec_finish). */
+    grec[0] = f0;
+    grec[1] = f1;
+    if (decoded) {
+        grec[2] = f2;
+        grec[3] = f3;
+    }
+    if (from_regs) {
+        if (w0 < w1) gshot[w0] = nv0;
+        if (w0 + 1u < w1) gshot[w0 + 1u] = nv1;
+    } else {
+        for (uint32_t w = w0; w < w1; w++) gshot[w] = k->shot[w];
+    }
     return phase;
 }
 
@@ -1074,17 +1230,6 @@ __device__ __forceinline__ uint32_t rl_qec_defects(struct rl_qec_smem *s, uint32
         }
     }
     return total;
-}
-
-/** dp[{x, y}] (x < y) from x's boundary entry `bx`, y's `by` and the pair's `e`, each (distance,
- * parity): both to the boundary first, the pair only when strictly cheaper (rl_qec_solve's
- * rule); infinite: observables 0. */
-__device__ __forceinline__ uint2 rl_qec_pair_dp(uint2 bx, uint2 by, uint2 e) {
-    const uint32_t sum = bx.x + by.x;
-    const uint32_t c0 = sum >= bx.x ? sum : RL_QEC_INF; /* wraps when either is infinite */
-    const bool pair = e.x < c0;
-    const uint32_t c = pair ? e.x : c0;
-    return make_uint2(c, c == RL_QEC_INF ? 0u : (pair ? e.y : bx.y ^ by.y));
 }
 
 /** Warp 0, kd <= J defects listed in s->defs (visible to the warp): exact.rs gather(), and the
@@ -1219,24 +1364,11 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
         infinite = sm->r.infinite;
         cost = sm->r.cost;
     }
-    /* The record's first 64 bytes (bits, in_shot, next_counter | corrections, messages |
-     * shots, overflows | unmatchable, dropped_messages): not in a shot, corrections ^= obs,
-     * shots + 1, overflows or unmatchable + 1; written through. */
+    /* the record, written through */
     uint4 *const m = (uint4 *)&k->rec;
     uint4 r0 = m[0], r1 = m[1], r2 = m[2], r3 = m[3];
     const uint32_t shot_index = r2.x;
-    r0.x = 0;
-    r0.y = 0;
-    r1.x ^= obs;
-    unsigned long long v = (((unsigned long long)r2.y << 32) | r2.x) + 1ull;
-    r2.x = (uint32_t)v;
-    r2.y = (uint32_t)(v >> 32);
-    v = (((unsigned long long)r2.w << 32) | r2.z) + (status == RL_QEC_REPORT_OVERFLOW);
-    r2.z = (uint32_t)v;
-    r2.w = (uint32_t)(v >> 32);
-    v = (((unsigned long long)r3.y << 32) | r3.x) + (status == RL_QEC_REPORT_UNMATCHABLE);
-    r3.x = (uint32_t)v;
-    r3.y = (uint32_t)(v >> 32);
+    rl_qec_record_decoded(r0, r1, r2, r3, obs, status);
     m[0] = r0;
     m[1] = r1;
     m[2] = r2;
@@ -1247,23 +1379,9 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
     g[1] = r1;
     g[2] = r2;
     g[3] = r3;
-    uint8_t *body = resp + RL_RPC_HEADER_LEN;
-    const uint32_t clen = rl_qec_correction_len(k->num_obs);
-    rl_qec_emit_corrections(body, obs, k->num_obs, clen);
-    /* DecodeReportRepr at body + clen (8-byte aligned): status, reserved, defects (u16,
-     * saturating), weight (f32: the f64 weight sum / scale rounded to nearest, as the CPU's
-     * `as f32`), decode_ns (saturating), shot index (wrapping) */
-    /* 0 / scale is +0 (scale > 0, the builder's): a zero dividend takes the division's slow
-     * path, ~300 cycles, on every shot without defects */
-    const float weight = infinite                     ? __int_as_float(0x7f800000)
-                         : cost == 0 && k->scale > 0.0 ? 0.0f
-                                                       : __double2float_rn((double)cost / k->scale);
-    const unsigned long long ns = t1 - c->t0;
-    uint2 *rep = (uint2 *)(body + clen);
-    rep[0] = make_uint2(status | ((kd < 0xFFFFu ? kd : 0xFFFFu) << 16), (uint32_t)__float_as_int(weight));
-    rep[1] = make_uint2(ns < 0xFFFFFFFFull ? (uint32_t)ns : 0xFFFFFFFFu, shot_index);
-    rl_qec_header_out(resp, req, RL_QEC_OK, clen + RL_QEC_REPORT_LEN);
-    c->ret = RL_RPC_HEADER_LEN + (int)(clen + RL_QEC_REPORT_LEN);
+    const uint32_t rlen = rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, k->num_obs, k->scale, status, obs, infinite, cost, kd, t1 - c->t0, shot_index);
+    rl_qec_header_out(resp, req, RL_QEC_OK, rlen);
+    c->ret = RL_RPC_HEADER_LEN + (int)rlen;
 }
 
 /** Warp 0, once per fill (k->tab WANTED): the blob's distance and parity tables into
