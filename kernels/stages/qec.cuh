@@ -1289,21 +1289,28 @@ __device__ __forceinline__ void rl_qec_gather(struct rl_qec_smem *s, uint32_t kd
         return;
     }
     if (kc->tab == RL_QEC_TAB_SHARED) {
-        /* More defects: one item (x <= y) per lane (the schedule's pair list: 36 at 8 over
-         * two rounds), its three entries loaded together: {x} to the boundary, or the pair
-         * {x, y} solved at once. Spread over the warp, the gather's serial path is one
-         * item's, not a row's (a row per lane: 1,116 against 867 cycles at 7-8 defects). */
+        /* More defects: one item (x <= y) per lane (the schedule's pair list: 36 at 8), two
+         * rounds' items in flight together, each item's loads in three dependent steps (its
+         * pair, both defects, its three entries) and no branch: {x} to the boundary (x == y:
+         * the sub-table's [x][x] and dp[{x}]), or the pair {x, y} solved at once. Spread over
+         * the warp, the gather's serial path is one item's, not a row's (a row per lane:
+         * 1,116 against 867 cycles at 7-8 defects, before the two rounds overlapped). */
         const uint32_t items = kd * (kd + 1u) / 2u;
-        for (uint32_t e = lane; e < items; e += 32u) {
-            const uint32_t xy = kc->sched.pair[e], ix = xy & 0xFFu, iy = xy >> 8;
-            const uint64_t ax = (uint64_t)s->defs[ix] * stride, ay = (uint64_t)s->defs[iy] * stride;
-            const uint2 bx = rl_qec_tab_s[ax + n], by = rl_qec_tab_s[ay + n], exy = rl_qec_tab_s[ax + s->defs[iy]];
-            if (ix == iy) {
-                s->sub[ix * (RL_QEC_MAX_K + 1u)] = bx;
-                wo[rl_qec_sw(1u << ix)] = make_uint2(bx.x, bx.x == RL_QEC_INF ? 0u : bx.y);
-            } else {
-                s->sub[ix * RL_QEC_MAX_K + iy] = exy;
-                wo[rl_qec_sw((1u << ix) | (1u << iy))] = rl_qec_pair_dp(bx, by, exy);
+        for (uint32_t e0 = lane; e0 < items; e0 += 64u) {
+            const uint32_t e1 = e0 + 32u;
+            const bool two = e1 < items;
+            const uint32_t xy0 = kc->sched.pair[e0], xy1 = kc->sched.pair[two ? e1 : e0];
+            const uint32_t ix0 = xy0 & 0xFFu, iy0 = xy0 >> 8, ix1 = xy1 & 0xFFu, iy1 = xy1 >> 8;
+            const uint32_t dx0 = s->defs[ix0], dy0 = s->defs[iy0], dx1 = s->defs[ix1], dy1 = s->defs[iy1];
+            const uint2 bx0 = rl_qec_tab_s[(uint64_t)dx0 * stride + n], by0 = rl_qec_tab_s[(uint64_t)dy0 * stride + n],
+                        ex0 = rl_qec_tab_s[(uint64_t)dx0 * stride + dy0];
+            const uint2 bx1 = rl_qec_tab_s[(uint64_t)dx1 * stride + n], by1 = rl_qec_tab_s[(uint64_t)dy1 * stride + n],
+                        ex1 = rl_qec_tab_s[(uint64_t)dx1 * stride + dy1];
+            s->sub[ix0 * RL_QEC_MAX_K + iy0] = ix0 == iy0 ? bx0 : ex0;
+            wo[rl_qec_sw((1u << ix0) | (1u << iy0))] = ix0 == iy0 ? rl_qec_dp1(bx0) : rl_qec_pair_dp(bx0, by0, ex0);
+            if (two) {
+                s->sub[ix1 * RL_QEC_MAX_K + iy1] = ix1 == iy1 ? bx1 : ex1;
+                wo[rl_qec_sw((1u << ix1) | (1u << iy1))] = ix1 == iy1 ? rl_qec_dp1(bx1) : rl_qec_pair_dp(bx1, by1, ex1);
             }
         }
         __syncwarp();
@@ -1415,14 +1422,15 @@ __device__ __noinline__ void rl_qec_tab_load(struct rl_qec_smem *s, uint32_t lan
  * mask evaluates and the layers unrolled). */
 __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t lane, uint32_t nd) {
     if (lane == 0) s->c.t0 = rl_qec_clock(); /* lane 0's is the one reported */
+    const uint32_t K = s->k.K, tab = s->k.tab; /* loaded together, not one after the other */
     uint32_t kd = nd;
-    if (nd > s->k.K) {
+    if (nd > RL_QEC_MAX_K) { /* RL_QEC_NDEF_BAD: not listed (a listed count is at most K) */
         kd = rl_qec_defects(s, lane);
         __syncwarp();
     }
     RL_QEC_MARK(2);
-    if (s->k.tab == RL_QEC_TAB_WANTED) rl_qec_tab_load(s, lane);
-    if (kd > s->k.K) {
+    if (tab == RL_QEC_TAB_WANTED) rl_qec_tab_load(s, lane);
+    if (kd > K) {
         if (lane == 0) {
             s->c.k = kd;
             s->c.mode = RL_QEC_MODE_GREEDY;
