@@ -17,8 +17,8 @@
  *   3. the fused stage chain (generated from the graph into rl_chain.cuh) turns the request
  *      into the answer in shared memory;
  *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND written by warp 0 (one store
- *      per lane), larger ones are copied to the TX slot and gathered; release fence, doorbell
- *      record, CPU-proxy doorbell;
+ *      per lane, warp barriers only), larger ones are copied to the TX slot and gathered;
+ *      release fence, doorbell record, CPU-proxy doorbell;
  *   5. re-post the receive (doorbell record), consume the CQE, stamp the message.
  * Every write to host memory after the poll is a posted write: no second read on the way out.
  * Measured variants and their figures: latency-reports/README.md.

@@ -47,11 +47,15 @@
  *   changed and written through in 16-byte pieces, the bits ORed in as one word); every other
  *   request takes the general path (rl_qec_slow, out of line). The fast path also keeps the
  *   shot's defect list as its bits arrive, so a decode starts from the list.
- * - Warp 0 alone runs the request and, for up to RL_QEC_WARP_K defects, the whole decode (one
- *   round of table loads through the read-only path; the DP over the masks reachable from the
- *   full set only, by layer of lowest defect, each mask's options loaded together and reduced
- *   by a tree, __syncwarp between layers): one block barrier per request. Larger shots hand
- *   the DP layers (or the greedy fallback) to the whole block.
+ * - A final message whose shot has at most RL_QEC_LANE_K (4) defects, most shots at low p, is
+ *   decoded by lane 0 inside the fast path (rl_qec_lane_dp: the DP written out in registers,
+ *   every table load in flight together) and answered there: no hand-over to the warp.
+ * - Otherwise warp 0 runs the decode, for up to RL_QEC_WARP_K defects all of it (one round of
+ *   table loads; the DP over the masks reachable from the full set only, by layer of lowest
+ *   defect, each mask's options loaded together and reduced by a tree, __syncwarp between
+ *   layers): one block barrier per request. Larger shots hand the DP layers (or the greedy
+ *   fallback) to the whole block. Every path picks the same matching (same options, same
+ *   order, ties to the earlier option) as the CPU's exact.rs.
  * `-DRL_QEC_PROFILE` records clock64 at phase marks in `rl_qec_prof` (thread 0) for the
  * replay test (operator/tests/qec_gpu_match.rs prints them).
  */
