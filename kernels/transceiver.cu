@@ -27,6 +27,29 @@
 #include "verbs.cuh"
 #include "rl_chain.cuh" /* generated: includes the stages, defines rl_run_chain */
 
+/* RL_PROFILE: the timestamp record's two profile words are the data path's clock at marks
+ * RL_PROFILE_A and RL_PROFILE_B (default 3 and 6: request loaded, answer written) less the
+ * CQE-seen time. Marks, in thread 0: 1 the block past the poll's barrier, 2 warp 0 done
+ * taking the message apart, 3 request loaded, 4 the stage chain returned, 5 send slots
+ * reserved, 6 answer written (before the doorbell's fence). Measurement only. */
+#ifndef RL_PROFILE_A
+#define RL_PROFILE_A 3
+#endif
+#ifndef RL_PROFILE_B
+#define RL_PROFILE_B 6
+#endif
+#ifdef RL_PROFILE
+#define RL_PMARK(i)                                                    \
+    do {                                                               \
+        if ((i) == RL_PROFILE_A) t_loaded = rl_globaltimer();          \
+        if ((i) == RL_PROFILE_B) t_written = rl_globaltimer();         \
+    } while (0)
+#else
+#define RL_PMARK(i) \
+    do {            \
+    } while (0)
+#endif
+
 #ifndef RL_THREADS
 #define RL_THREADS 128
 #endif
@@ -119,7 +142,9 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     struct rl_dev_rq rq = {(uint8_t *)d.rq.ring, (uint32_t *)d.rq.dbrec, d.rq.entries, 0};
     uint64_t idle = 0, heartbeat = 0, processed = 0;
     uint32_t dropped = 0, send_errors = 0, next_slot = 0, last_len = 64;
-    const uint32_t S = d.signal_every;
+    /* signal_every is a power of two (rings.rs checks it): shifts, not the ~40-instruction
+     * integer divisions in front of every doorbell (measured: send-slot reservation 0.16 us) */
+    const uint32_t SH = 31u - (uint32_t)__clz(d.signal_every | 1u);
     uint4 tail = make_uint4(0, 0, 0, 0);
     uint4 pre = make_uint4(0, 0, 0, 0); /* RL_PREPOLL: the poller lane's read of the next message */
     uint32_t have_pre = 0;
@@ -137,6 +162,9 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     }
     __syncthreads();
     for (;;) {
+#ifdef RL_PROFILE
+        uint64_t t_loaded = 0, t_written = 0;
+#endif
 #if RL_POLL_MODE == 3
         /* 1+2 in one PCIe round (abi.h RL_SPEC_BYTES): warp 0 polls with one instruction the
          * whole CQE line (lanes 0..3) and the first RL_SPEC_BYTES of the slot the peer should
@@ -181,6 +209,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         }
         __syncthreads();
         if (m.exit) break;
+        RL_PMARK(1);
         const uint8_t *cqe = rcq.ring + (size_t)(m.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
         if (tid < 32) {
             /* Warp 0 takes the message apart (warp-synchronous: no block barrier), each lane
@@ -238,11 +267,9 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 m.predicted = next_slot;
                 m.spec_chunks = rl_spec_chunks(m.spec, last_len);
             }
+            RL_PMARK(2);
         }
         __syncthreads();
-#ifdef RL_PROFILE
-        uint64_t t_loaded = 0;
-#endif
         if (m.reload) {
             rl_load_round(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.slot * d.rx_slot_stride, m.len, 0, 0);
             __syncthreads();
@@ -263,12 +290,11 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             have_pre = 1;
         }
 #endif
-#ifdef RL_PROFILE
-        t_loaded = rl_globaltimer();
-#endif
+        RL_PMARK(3);
         /* Everything read from the CQE and the slot is in shared memory now: poison what the
          * next speculative read of them may see (posted writes, ordered before the answer's
          * doorbell by its release fence, or before the re-post by the fence in step 5). */
+#ifndef RL_EXPERIMENT_NO_POISON /* measurement only (unsafe): what the poison stores cost the doorbell's fence */
         {
             /* the block's last threads: lanes of warp 0 may be writing the answer soon */
             const uint4 poison = make_uint4(RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON);
@@ -278,6 +304,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             else if (m.spec && m.valid && k < RL_SPEC_CQE_BYTES / 16 + RL_SPEC_BYTES / 16) /* every slot: any may be speculated on later */
                 rl_st16_sys((uint8_t *)d.rx_buffer + (size_t)m.slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
         }
+#endif
 #else
         /* 1. poll */
         if (tid == 0) {
@@ -306,9 +333,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         const uint8_t *cqe = rcq.ring + (size_t)(m.ci & (rcq.entries - 1)) * RL_CQE_SIZE;
         rl_load_round(buf_a, (const uint8_t *)d.rx_buffer + (size_t)m.predicted * d.rx_slot_stride, m.loaded, m.cqe, cqe);
         __syncthreads();
-#ifdef RL_PROFILE
-        uint64_t t_loaded = rl_globaltimer();
-#endif
+        RL_PMARK(3);
         if (tid == 0) {
             tail = *(uint4 *)(m.cqe + 48);
             uint4 mid = *(uint4 *)(m.cqe + 32);
@@ -351,10 +376,8 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         const uint8_t *answer = 0;
         int n = m.valid ? rl_run_chain(buf_a, (int)m.len, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state) : -1;
 
+        RL_PMARK(4);
         /* 4. answer */
-#ifdef RL_PROFILE
-        uint64_t t_written = 0;
-#endif
         if (n >= 0) {
             uint32_t nbb = n <= RL_MAX_INLINE ? rl_dev_verbs_inline_wqebbs((uint32_t)n) : 1;
             if (tid == 0) {
@@ -363,13 +386,14 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     rl_dev_verbs_poll_send_cq(&sq, &scq, &send_errors);
                     /* a send CQE reports its WQE's first WQEBB; the WQE crossed a multiple of S,
                      * so everything below that multiple is done */
-                    sq.done = sq.done == 0 ? 0 : ((sq.done - 1) / S + 1) * S;
+                    sq.done = sq.done == 0 ? 0 : (((sq.done - 1) >> SH) + 1) << SH;
                     if (sq.done > sq.pi) sq.done = sq.pi;
                 }
                 m.sq_index = (uint32_t)first;
                 uint32_t end = (uint32_t)first + nbb;
-                m.fm_ce_se = (end / S != (uint32_t)first / S) ? RL_WQE_CTRL_CQ_UPDATE : 0;
+                m.fm_ce_se = (end >> SH != (uint32_t)first >> SH) ? RL_WQE_CTRL_CQ_UPDATE : 0;
             }
+            RL_PMARK(5);
             if (n <= RL_MAX_INLINE) {
                 /* Warp 0 alone writes an inline answer: warp barriers, not block barriers (the
                  * stage's closing barrier already ordered the other warps' poison stores before
@@ -389,9 +413,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 }
                 __syncthreads(); /* every thread's WQE and payload stores precede the doorbell */
             }
-#ifdef RL_PROFILE
-            t_written = rl_globaltimer();
-#endif
+            RL_PMARK(6);
             if (tid == 0) rl_dev_verbs_submit_proxy(&sq);
         }
 
@@ -444,7 +466,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             /* reclaim send-queue space between messages, not while one waits */
             if (sq.pi - sq.done > sq.entries / 2) {
                 rl_dev_verbs_poll_send_cq(&sq, &scq, &send_errors);
-                sq.done = sq.done == 0 ? 0 : ((sq.done - 1) / S + 1) * S;
+                sq.done = sq.done == 0 ? 0 : (((sq.done - 1) >> SH) + 1) << SH;
                 if (sq.done > sq.pi) sq.done = sq.pi;
             }
         }

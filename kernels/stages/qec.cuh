@@ -1236,6 +1236,25 @@ __device__ __forceinline__ uint32_t rl_qec_defects(struct rl_qec_smem *s, uint32
     return total;
 }
 
+/** An 8-byte shared-memory load the compiler keeps where it is, unconditional. */
+__device__ __forceinline__ uint2 rl_qec_lds2(const uint2 *p) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"((uint32_t)__cvta_generic_to_shared(p)));
+    return v;
+}
+
+/** One gather item of the shared-table path: x == y, {x} to the boundary (sub[x][x] = bx,
+ * dp[{x}]); else the pair {x, y} (sub[x][y] = e, dp[{x, y}]). The diagonal is the pair rule
+ * with `by` infinite and `e` = bx (pair_dp then gives dp1(bx)), so both are one computation
+ * with selects, no branch. */
+__device__ __forceinline__ void rl_qec_gather_item(struct rl_qec_smem *s, uint32_t ix, uint32_t iy, uint2 bx, uint2 by, uint2 e) {
+    const bool diag = ix == iy;
+    const uint2 ee = diag ? bx : e;
+    const uint2 yy = diag ? make_uint2(RL_QEC_INF, 0u) : by;
+    s->sub[ix * RL_QEC_MAX_K + iy] = ee;
+    s->u.dp.wo[rl_qec_sw((1u << ix) | (1u << iy))] = rl_qec_pair_dp(bx, yy, ee);
+}
+
 /** Warp 0, kd <= J defects listed in s->defs (visible to the warp): exact.rs gather(), and the
  * DP of every mask of one or two defects, which needs nothing but table entries. From the
  * shared copy of the table: a row or one item (x <= y) per lane, below. From global memory: lane x
@@ -1306,16 +1325,15 @@ __device__ __forceinline__ void rl_qec_gather(struct rl_qec_smem *s, uint32_t kd
             const uint32_t xy0 = kc->sched.pair[e0], xy1 = kc->sched.pair[two ? e1 : e0];
             const uint32_t ix0 = xy0 & 0xFFu, iy0 = xy0 >> 8, ix1 = xy1 & 0xFFu, iy1 = xy1 >> 8;
             const uint32_t dx0 = s->defs[ix0], dy0 = s->defs[iy0], dx1 = s->defs[ix1], dy1 = s->defs[iy1];
-            const uint2 bx0 = rl_qec_tab_s[(uint64_t)dx0 * stride + n], by0 = rl_qec_tab_s[(uint64_t)dy0 * stride + n],
-                        ex0 = rl_qec_tab_s[(uint64_t)dx0 * stride + dy0];
-            const uint2 bx1 = rl_qec_tab_s[(uint64_t)dx1 * stride + n], by1 = rl_qec_tab_s[(uint64_t)dy1 * stride + n],
-                        ex1 = rl_qec_tab_s[(uint64_t)dx1 * stride + dy1];
-            s->sub[ix0 * RL_QEC_MAX_K + iy0] = ix0 == iy0 ? bx0 : ex0;
-            wo[rl_qec_sw((1u << ix0) | (1u << iy0))] = ix0 == iy0 ? rl_qec_dp1(bx0) : rl_qec_pair_dp(bx0, by0, ex0);
-            if (two) {
-                s->sub[ix1 * RL_QEC_MAX_K + iy1] = ix1 == iy1 ? bx1 : ex1;
-                wo[rl_qec_sw((1u << ix1) | (1u << iy1))] = ix1 == iy1 ? rl_qec_dp1(bx1) : rl_qec_pair_dp(bx1, by1, ex1);
-            }
+            /* asm volatile: all six loads issued here, unconditionally (the compiler otherwise
+             * turns the selects of rl_qec_gather_item into a divergent branch that loads `by`
+             * and `e` only off the diagonal, one dependent step later) */
+            const uint2 bx0 = rl_qec_lds2(rl_qec_tab_s + dx0 * stride + n), by0 = rl_qec_lds2(rl_qec_tab_s + dy0 * stride + n),
+                        ex0 = rl_qec_lds2(rl_qec_tab_s + dx0 * stride + dy0);
+            const uint2 bx1 = rl_qec_lds2(rl_qec_tab_s + dx1 * stride + n), by1 = rl_qec_lds2(rl_qec_tab_s + dy1 * stride + n),
+                        ex1 = rl_qec_lds2(rl_qec_tab_s + dx1 * stride + dy1);
+            rl_qec_gather_item(s, ix0, iy0, bx0, by0, ex0);
+            if (two) rl_qec_gather_item(s, ix1, iy1, bx1, by1, ex1);
         }
         __syncwarp();
         return;
