@@ -57,6 +57,9 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_FENCE_MODE=0"],
         &["-DRL_DATA_LOAD=1"],
         &["-DRL_TEST_STALL"],
+        &["-DRL_PROFILE", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=2"],
+        &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"],
+        &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
     ] {
         let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
         options.extend(defs.iter().map(|d| d.to_string()));
