@@ -227,7 +227,7 @@ enum Cmd {
         /// `01` or `b8`.
         #[arg(long, default_value = "01")]
         out_format: rocelink_operator::qec::ShotFormat,
-        /// Defects above this are decoded by the greedy fallback (and counted).
+        /// Defects above this go to the fallback (exact per independent cluster when each fits, else greedy), counted.
         #[arg(long, default_value_t = 12)]
         max_defects: usize,
         /// Where to decode: `cpu` (the reference), or `gpu` / `gpu:N` (GPU N): the device
@@ -417,7 +417,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 }
             };
             eprintln!(
-                "decoded {} shots: {} above the {}-defect cap (greedy fallback), {} unmatchable; {timed} p50 {} ns, p99 {} ns, max {} ns",
+                "decoded {} shots: {} above the {}-defect cap (fallback: exact per cluster, else greedy), {} unmatchable; {timed} p50 {} ns, p99 {} ns, max {} ns",
                 st.shots, st.overflows, max_defects, st.unmatchable, st.decode_ns_p50, st.decode_ns_p99, st.decode_ns_max
             );
             Ok(ExitCode::SUCCESS)

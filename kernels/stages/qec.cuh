@@ -2,7 +2,8 @@
  * kernels/stages/qec.cuh — the QEC decoder as a device stage (QEC.md "Decoder v1"; issue 5;
  * PROTOCOLS.md 3): CUQR `enqueue_syndromes` / `get_corrections` / `reset_decoder` in, CUQS
  * answers out, with exact minimum-weight matching by subset DP for up to K defects and the
- * greedy fallback above K.
+ * fallback above K (exact.rs: the shot's clusters matched exactly when each has at most K
+ * defects, rl_qec_clusters; else greedy).
  *
  * It is the device twin of the CPU reference, operator/src/qec/session.rs (protocol) and
  * operator/src/qec/exact.rs (decoder), and must give the same answer byte for byte except the
@@ -210,7 +211,7 @@ RL_OFFSET_ASSERT(struct rl_qec_decoder, bad_requests, 80, "qec decoder: bad_requ
 
 #define RL_QEC_MODE_DONE 0u   /* after warp 0: the answer is complete */
 #define RL_QEC_MODE_EXACT 1u  /* the block runs the DP layers of s->defs, then thread 0 finishes */
-#define RL_QEC_MODE_GREEDY 2u /* the block runs the greedy fallback on s->u.g.def, then thread 0 finishes */
+#define RL_QEC_MODE_GREEDY 2u /* the block runs the fallback (clusters, else greedy) on s->u.g.def, then thread 0 finishes */
 
 /** How a request checks the cache's token (1 is the stage's; the others for timing
  * comparisons only): 1 a load through the read-only path (ld.global.nc: the token is never
@@ -362,7 +363,7 @@ struct rl_qec_ctl {
     unsigned long long t0;        /* decode start (%globaltimer) */
 };
 
-/** The greedy fallback's outcome, written by thread 0 only between barriers. */
+/** The fallback's outcome (clusters or greedy), written by thread 0 only between barriers. */
 struct rl_qec_result {
     uint32_t status;          /* report status */
     uint32_t obs;             /* observables of the matching */
@@ -391,7 +392,7 @@ struct rl_qec_smem {
      * holds the boundary option at [x][x] and the partners y > x at [x][y] */
     __align__(16) uint2 sub[RL_QEC_MAX_K * RL_QEC_MAX_K];
     __align__(16) uint16_t defs[16]; /* the first K defects, increasing (16: two 16-byte loads) */
-    unsigned long long wk[32]; /* greedy: per-warp minimum keys */
+    unsigned long long wk[32]; /* greedy: per-warp minimum keys; clusters: their defect lists and sizes */
     __align__(16) struct rl_qec_ctl c;
     __align__(16) struct rl_qec_result r;
     __align__(16) struct rl_qec_cache k; /* kept across requests */
@@ -476,8 +477,10 @@ __device__ __forceinline__ void rl_qec_header_out(uint8_t *resp, const uint8_t *
  * decode_ns (saturating), shot index (wrapping). Returns the result's length. */
 __device__ __forceinline__ uint32_t rl_qec_decoded_body(uint8_t *body, uint32_t num_obs, double scale, uint32_t status, uint32_t obs, bool infinite,
                                                         unsigned long long cost, uint32_t kd, unsigned long long ns, uint32_t shot_index) {
-    const uint32_t clen = rl_qec_correction_len(num_obs);
-    rl_qec_emit_corrections(body, obs, num_obs, clen);
+    /* rl_qec_emit_corrections for at most 32 observables (RL_QEC_MAX_OBSERVABLES, the fill
+     * checks it): one 8-byte word or none, no loop */
+    const uint32_t clen = num_obs == 0 ? 0u : 8u;
+    if (clen != 0) *(unsigned long long *)body = (unsigned long long)(obs & (num_obs >= 32 ? ~0u : (1u << num_obs) - 1u));
     /* 0 / scale is +0 (scale > 0, the builder's): a zero dividend takes the division's slow
      * path, ~300 cycles, on every shot without defects */
     const float weight = infinite                   ? __int_as_float(0x7f800000)
@@ -1594,11 +1597,112 @@ __device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k)
     }
 }
 
+/** The fallback's clusters: shots of up to this many defects are split (one 64-bit
+ * adjacency word per defect); exact.rs CLUSTER_MAX_DEFECTS. */
+#define RL_QEC_CLUSTER_MAX 64
+
+/** All threads, k > K defects in s->u.g.def: exact.rs clusters(), the fallback's first try.
+ * Defects x < y are linked when D[x][y] is finite and below the sum of their boundary
+ * distances (or either has none); when every connected cluster has at most K defects, each is
+ * decoded exactly by the DP (its defects, increasing, in s->defs; the gather and the block's
+ * layers, as a shot of that many defects), the costs summed and the observables XORed, and
+ * the result left in s->r as the greedy leaves it (status OVERFLOW, or UNMATCHABLE with an
+ * infinite weight when a cluster has no perfect matching). Returns false (block-uniform,
+ * nothing decoded) for more than RL_QEC_CLUSTER_MAX defects or a cluster above K: then the
+ * greedy runs. Shared memory: the adjacency words in u.g.alive, the clusters' defect lists
+ * and sizes in wk (neither is touched by the gather or the DP, which reuse the union). */
+__device__ __noinline__ bool rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) {
+    if (k > RL_QEC_CLUSTER_MAX) return false;
+    const struct rl_qec_cache *kc = &s->k;
+    const uint32_t tid = threadIdx.x, T = blockDim.x;
+    const uint32_t n = kc->n, K = kc->K < RL_QEC_MAX_K ? kc->K : RL_QEC_MAX_K;
+    const uint64_t stride = (uint64_t)n + 1u;
+    const bool sh = kc->tab == RL_QEC_TAB_SHARED;
+    const uint32_t *const D = kc->dist;
+    unsigned long long *const adj = (unsigned long long *)s->u.g.alive; /* 64 words: 512 of its 3,584 bytes */
+    const uint16_t *const def = s->u.g.def;
+    uint16_t *const list = (uint16_t *)s->wk;      /* the clusters' defects, cluster after cluster: 128 bytes */
+    uint8_t *const sizes = (uint8_t *)s->wk + 128; /* their sizes: 64 bytes */
+    /* thread x: its adjacency word (exact.rs linked(), on D[lower][higher] as there) */
+    for (uint32_t x = tid; x < k; x += T) {
+        const uint64_t ax = (uint64_t)def[x] * stride;
+        const uint32_t bx = rl_qec_dist(sh, D, ax + n);
+        unsigned long long m = 0;
+        for (uint32_t y = 0; y < k; y++) {
+            if (y == x) continue;
+            const uint64_t ay = (uint64_t)def[y] * stride;
+            const uint32_t e = rl_qec_dist(sh, D, x < y ? ax + def[y] : ay + def[x]);
+            const uint32_t by = rl_qec_dist(sh, D, ay + n);
+            const bool linked = e != RL_QEC_INF && (bx == RL_QEC_INF || by == RL_QEC_INF || (unsigned long long)e < (unsigned long long)bx + by);
+            if (linked) m |= 1ull << y;
+        }
+        adj[x] = m;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        /* the clusters in order of their lowest defect (exact.rs: a flood fill from it) */
+        unsigned long long left = k == 64 ? ~0ull : (1ull << k) - 1ull;
+        uint32_t ncomp = 0, pos = 0, ok = 1;
+        while (left != 0) {
+            unsigned long long comp = left & (~left + 1ull), frontier = comp;
+            while (frontier != 0) {
+                const uint32_t y = (uint32_t)__ffsll((long long)frontier) - 1u;
+                frontier &= frontier - 1ull;
+                const unsigned long long fresh = adj[y] & ~comp;
+                comp |= fresh;
+                frontier |= fresh;
+            }
+            const uint32_t size = (uint32_t)__popcll(comp);
+            if (size > K) {
+                ok = 0;
+                break;
+            }
+            left &= ~comp;
+            sizes[ncomp++] = (uint8_t)size;
+            for (unsigned long long m = comp; m != 0; m &= m - 1ull) list[pos++] = def[__ffsll((long long)m) - 1];
+        }
+        s->r.done = ok;
+        s->r.left = ncomp;
+    }
+    __syncthreads();
+    if (!s->r.done) return false;
+    const uint32_t ncomp = s->r.left;
+    unsigned long long cost = 0;
+    uint32_t obs = 0, infinite = 0, pos = 0;
+    for (uint32_t c = 0; c < ncomp; c++) {
+        const uint32_t size = sizes[c];
+        if (tid < size) s->defs[tid] = list[pos + tid];
+        pos += size;
+        __syncthreads();
+        if (tid < 32) rl_qec_gather<RL_QEC_MAX_K>(s, size, tid);
+        __syncthreads();
+        rl_qec_dp<RL_QEC_MAX_K>(s, size, tid, T, true);
+        __syncthreads();
+        if (tid == 0) {
+            const uint2 w = s->u.dp.wo[rl_qec_sw((1u << size) - 1u)];
+            if (w.x == RL_QEC_INF) {
+                infinite = 1;
+            } else {
+                cost += w.x;
+                obs ^= w.y;
+            }
+        }
+        __syncthreads(); /* the next cluster's gather overwrites the DP's entries */
+    }
+    if (tid == 0) {
+        s->r.status = infinite ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OVERFLOW;
+        s->r.infinite = infinite;
+        s->r.obs = infinite ? 0u : obs;
+        s->r.cost = infinite ? 0ull : cost;
+    }
+    return true;
+}
+
 /** All threads, c->mode EXACT or GREEDY: the block's decode, then thread 0's answer. */
 __device__ __noinline__ void rl_qec_block(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t mode) {
     if (mode == RL_QEC_MODE_EXACT)
         rl_qec_dp<RL_QEC_MAX_K>(s, s->c.k, threadIdx.x, blockDim.x, true);
-    else
+    else if (!rl_qec_clusters(s, s->c.k))
         rl_qec_greedy(s, s->c.k);
     RL_QEC_MARK(4);
     if (threadIdx.x == 0) rl_qec_finish(req, resp, s, mode);

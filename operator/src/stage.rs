@@ -32,7 +32,7 @@ pub enum StageSpec {
         dem: std::path::PathBuf,
         /// Rounds each `enqueue_syndromes` carries.
         rounds_per_message: u32,
-        /// K: defects decoded exactly; above it the greedy fallback answers (and counts).
+        /// K: defects decoded exactly; above it the fallback answers (exact per independent cluster when each fits, else greedy) and counts.
         max_defects: u32,
         /// Decoder ids 0..decoders.
         decoders: u32,

@@ -137,7 +137,7 @@ pub struct QecFigures {
     pub logical_errors: u64,
     pub pymatching_logical_errors: Option<u64>,
     pub disagreements: Option<u64>,
-    /// Disagreements on shots above the defect cap (greedy fallback).
+    /// Disagreements on shots above the defect cap (the fallback).
     pub disagreements_on_overflow: Option<u64>,
     /// Disagreements of the exact matcher (equal-weight ties), counted not failed.
     pub disagreements_ties: Option<u64>,

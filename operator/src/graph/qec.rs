@@ -268,10 +268,11 @@ pub struct QecReport {
     pub reference_logical_errors: Option<u64>,
     /// Decoded shots whose correction differs from the reference (`None` without one).
     pub disagreements: Option<u64>,
-    /// Of those, the shots above the defect cap (answered by the greedy fallback, so not
-    /// expected to agree); the rest are disagreements of the exact matcher (ties).
+    /// Of those, the shots above the defect cap (answered by the fallback, exact only when the
+    /// shot's clusters all fit under the cap, so not expected to agree); the rest are
+    /// disagreements of the exact matcher (ties).
     pub disagreements_on_overflow: Option<u64>,
-    /// Shots above the decoder's defect cap, answered by its greedy fallback.
+    /// Shots above the decoder's defect cap, answered by its fallback.
     pub overflows: u64,
     /// Shots without a perfect matching.
     pub unmatchable: u64,

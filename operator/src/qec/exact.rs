@@ -1,6 +1,6 @@
 //! Decoder v1: exact minimum-weight perfect matching with boundary by subset DP (QEC.md,
-//! "Decoder v1"), for up to K defects; above K a greedy matching, an `Overflow` status and a
-//! counter.
+//! "Decoder v1"), for up to K defects; above K a fallback (exact per independent cluster when
+//! each fits under K, else greedy), an `Overflow` status and a counter.
 //!
 //! For defects `b_0 < b_1 < ... < b_{k-1}` (detector order) and a subset `mask` of them, with
 //! `a` the lowest defect in `mask`:
@@ -25,9 +25,17 @@
 //!   first, then partners by increasing defect index, replacing the best only when strictly
 //!   smaller. Observables are the XOR of the chosen option's parity and the sub-mask's.
 //!   Entries equal to `UNREACHABLE` are never chosen, nor are infinite sub-problems.
-//! - **Fallback above K**: repeatedly match the globally closest pair or defect-boundary
-//!   (ties: lowest defect index, boundary before partners, then lowest partner index);
-//!   status [`DecodeStatus::Overflow`], counted.
+//! - **Fallback above K** (status [`DecodeStatus::Overflow`], counted): first the shot split
+//!   into clusters (at most [`CLUSTER_MAX_DEFECTS`] defects): defects x and y are linked when
+//!   some optimal matching may pair them, that is when their distance is finite and below
+//!   the sum of their boundary distances (or either has no boundary path). A pair across
+//!   clusters can always be replaced by both defects to the boundary at no extra weight, so
+//!   when every cluster has at most K defects the sum of the clusters' exact matchings
+//!   (each by the DP above, on its defects in increasing order) is a minimum-weight matching
+//!   of the whole shot: exact, weights equal to PyMatching's, observables differing only on
+//!   ties. Otherwise (a cluster above K, or more defects than that) the greedy matching:
+//!   repeatedly the globally closest pair or defect-boundary (ties: lowest defect index,
+//!   boundary before partners, then lowest partner index). The GPU stage does the same.
 //! - **No allocation per shot** after [`ExactDecoder::new`]: every buffer is sized for K (the
 //!   DP) or for all detectors (defect list and fallback) at construction.
 //! - **No panic on any input**: bits beyond the DEM's detectors are ignored; out-of-range or
@@ -45,13 +53,17 @@ pub const DEFAULT_MAX_DEFECTS: usize = 12;
 /// The DP holds 2^K entries; 20 keeps that at 16 MiB and sums of 20 16-bit entries in a u32.
 pub const MAX_MAX_DEFECTS: usize = 20;
 
+/// The fallback splits shots of up to this many defects into clusters (one 64-bit adjacency
+/// word per defect; kernels/stages/qec.cuh RL_QEC_CLUSTER_MAX); larger ones go greedy.
+pub const CLUSTER_MAX_DEFECTS: usize = 64;
+
 /// How a shot was decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum DecodeStatus {
     /// Exact minimum-weight matching.
     #[default]
     Ok,
-    /// More than K defects: greedy fallback.
+    /// More than K defects: the fallback (exact per cluster, or greedy; module docs).
     Overflow,
     /// No perfect matching: a defect with no path to any partner or the boundary (odd
     /// defects in a component without boundary). Observables and weight are those of the
@@ -90,7 +102,7 @@ pub struct Decoded {
 pub struct DecoderCounters {
     /// Shots decoded.
     pub shots: u64,
-    /// Shots above K (greedy fallback).
+    /// Shots above K (the fallback).
     pub overflows: u64,
     /// Shots without a perfect matching.
     pub unmatchable: u64,
@@ -128,6 +140,8 @@ pub struct ExactDecoder<W: TableWeight = u32> {
     /// The reachable masks of three defects or more, by layer (module docs of `schedule`).
     schedule: Schedule,
     k: usize,
+    /// The fallback's cluster being decoded (at most K defects).
+    cluster: Vec<u32>,
     // Greedy fallback, sized for every detector.
     best_cost: Vec<W::Acc>,
     best_partner: Vec<u32>,
@@ -161,6 +175,7 @@ impl<W: TableWeight> ExactDecoder<W> {
             dp_obs: vec![0; 1 << k],
             schedule: Schedule::new(k),
             k: 0,
+            cluster: Vec::with_capacity(k),
             best_cost: Vec::with_capacity(n),
             best_partner: Vec::with_capacity(n),
             alive: Vec::with_capacity(n),
@@ -230,7 +245,10 @@ impl<W: TableWeight> ExactDecoder<W> {
             self.exact(defects)
         } else {
             self.counters.overflows += 1;
-            self.greedy(defects)
+            match self.clusters(defects) {
+                Some(r) => r,
+                None => self.greedy(defects),
+            }
         };
         if status == DecodeStatus::Unmatchable {
             self.counters.unmatchable += 1;
@@ -394,6 +412,79 @@ impl<W: TableWeight> ExactDecoder<W> {
             }
         }
         (best, partner)
+    }
+
+    /// Whether an optimal matching may pair defects `dx` and `dy` (module docs: the fallback's
+    /// clusters): a finite distance below the sum of their boundary distances, or either
+    /// without a boundary path.
+    fn linked(t: &DistanceTable<W>, dx: usize, dy: usize) -> bool {
+        let e = t.distance(dx, dy);
+        if e == W::UNREACHABLE {
+            return false;
+        }
+        let (bx, by) = (t.distance(dx, t.boundary()), t.distance(dy, t.boundary()));
+        bx == W::UNREACHABLE || by == W::UNREACHABLE || e.to_acc() < bx.to_acc() + by.to_acc()
+    }
+
+    /// The fallback's first try (module docs): the shot's clusters, each decoded exactly, when
+    /// it has at most [`CLUSTER_MAX_DEFECTS`] defects and every cluster at most K; else None.
+    /// Clusters in order of their lowest defect; any cluster without a perfect matching makes
+    /// the shot [`DecodeStatus::Unmatchable`] (infinite weight, no observables).
+    fn clusters(&mut self, defects: &[u32]) -> Option<(W::Acc, u64, DecodeStatus)> {
+        let k = defects.len();
+        if k > CLUSTER_MAX_DEFECTS {
+            return None;
+        }
+        let t = Arc::clone(&self.table);
+        let mut adj = [0u64; CLUSTER_MAX_DEFECTS];
+        for x in 0..k {
+            for y in x + 1..k {
+                if Self::linked(&t, defects[x] as usize, defects[y] as usize) {
+                    adj[x] |= 1 << y;
+                    adj[y] |= 1 << x;
+                }
+            }
+        }
+        let mut comps = [0u64; CLUSTER_MAX_DEFECTS];
+        let mut ncomp = 0;
+        let mut left = if k == 64 { u64::MAX } else { (1u64 << k) - 1 };
+        while left != 0 {
+            let mut comp = left & left.wrapping_neg();
+            let mut frontier = comp;
+            while frontier != 0 {
+                let y = frontier.trailing_zeros() as usize;
+                frontier &= frontier - 1;
+                let new = adj[y] & !comp;
+                comp |= new;
+                frontier |= new;
+            }
+            if comp.count_ones() as usize > self.max_defects {
+                return None;
+            }
+            left &= !comp;
+            comps[ncomp] = comp;
+            ncomp += 1;
+        }
+        let (mut total, mut obs) = (W::ACC_ZERO, 0u64);
+        let mut cluster = std::mem::take(&mut self.cluster);
+        let mut unmatchable = false;
+        for &comp in &comps[..ncomp] {
+            cluster.clear();
+            let mut m = comp;
+            while m != 0 {
+                cluster.push(defects[m.trailing_zeros() as usize]);
+                m &= m - 1;
+            }
+            let (c, o, st) = self.exact(&cluster);
+            if st == DecodeStatus::Unmatchable {
+                unmatchable = true;
+                break;
+            }
+            total = total + c;
+            obs ^= o;
+        }
+        self.cluster = cluster;
+        Some(if unmatchable { (W::ACC_INF, 0, DecodeStatus::Unmatchable) } else { (total, obs, DecodeStatus::Overflow) })
     }
 
     /// Greedy fallback (module docs).
@@ -669,6 +760,102 @@ mod tests {
         assert_eq!(x.status, DecodeStatus::Ok);
         assert_eq!((r.observables, x.observables), (1, 1));
         assert!((r.weight - x.weight).abs() < 1e-5);
+    }
+
+    /// An r x c grid of detectors, each with its own boundary edge (p = 0.02; the left
+    /// column's flip L0), the grid edges p = 0.05..0.09: boundary paths stay short, so
+    /// defects more than a few edges apart are never worth pairing.
+    fn grid(rows: usize, cols: usize) -> MatchingGraph {
+        let mut s = String::new();
+        let id = |r: usize, c: usize| r * cols + c;
+        for r in 0..rows {
+            for c in 0..cols {
+                s += &format!("error(0.02) D{}{}\n", id(r, c), if c == 0 { " L0" } else { "" });
+                if c + 1 < cols {
+                    s += &format!("error(0.0{}) D{} D{}\n", (r + c) % 5 + 5, id(r, c), id(r, c + 1));
+                }
+                if r + 1 < rows {
+                    s += &format!("error(0.0{}) D{} D{}\n", (2 * r + c) % 5 + 5, id(r, c), id(r + 1, c));
+                }
+            }
+        }
+        MatchingGraph::from_dem_text(&s).unwrap()
+    }
+
+    #[test]
+    fn clusters_that_fit_under_k_give_the_exact_matching() {
+        // 13-20 defects on an 8 x 12 grid with K = 6: whenever the fallback's clusters all fit,
+        // the weight is the exact one (K = 20 on the same table); the clusters must apply often.
+        let g = grid(8, 12);
+        let t = g.fine_table().unwrap();
+        let mut fallback = decoder(t.clone(), 6);
+        let mut exact = decoder(t, 20);
+        let mut state = 777u64;
+        let (mut clustered, mut greedy) = (0, 0);
+        for _ in 0..400 {
+            let mut defects = Vec::new();
+            for i in 0..96u32 {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                if (state >> 33) % 100 < 17 {
+                    defects.push(i);
+                }
+            }
+            if !(13..=20).contains(&defects.len()) {
+                continue;
+            }
+            let want = exact.decode_defects(&defects);
+            assert_eq!(want.status, DecodeStatus::Ok);
+            let got = fallback.decode_defects(&defects);
+            assert_eq!(got.status, DecodeStatus::Overflow);
+            match fallback.clusters(&defects) {
+                Some((c, o, st)) => {
+                    clustered += 1;
+                    assert_eq!(st, DecodeStatus::Overflow);
+                    assert!((want.weight - got.weight).abs() < 1e-9, "{defects:?}: clusters {} exact {}", got.weight, want.weight);
+                    assert_eq!((c as f64 / fallback.table().scale, o), (got.weight, got.observables));
+                }
+                None => {
+                    greedy += 1;
+                    assert!(got.weight >= want.weight - 1e-9);
+                }
+            }
+        }
+        assert!(clustered > 30 && greedy > 0, "clustered {clustered}, greedy {greedy}");
+    }
+
+    #[test]
+    fn clusters_never_link_across_a_cheaper_boundary() {
+        // A chain of 30 whose every detector has a boundary edge (all p = 0.1): pairs D0-D1,
+        // D14-D15, D28-D29 each cost w against 2w to the boundary, but no two of them are
+        // worth joining: three clusters of two under K = 2, exact (3 w, no L0).
+        let mut dem = String::new();
+        for i in 0..30 {
+            dem += &format!("error(0.1) D{i}{}\n", if i == 0 { " L0" } else { "" });
+            if i + 1 < 30 {
+                dem += &format!("error(0.1) D{i} D{}\n", i + 1);
+            }
+        }
+        let g = MatchingGraph::from_dem_text(&dem).unwrap();
+        let mut d = decoder(g.fine_table().unwrap(), 2);
+        let r = d.decode_defects(&[0, 1, 14, 15, 28, 29]);
+        assert_eq!(r.status, DecodeStatus::Overflow);
+        let w = (0.9f64 / 0.1).ln();
+        assert!((r.weight - 3.0 * w).abs() < 1e-4, "{}", r.weight);
+        assert_eq!(r.observables, 0);
+        assert_eq!(d.counters().overflows, 1);
+        // Three in a row are one cluster of three: above K = 2, greedy (D0 boundary first on
+        // the tie, then D1-D2: 2 w and L0, which is also the exact answer here).
+        let r = d.decode_defects(&[0, 1, 2]);
+        assert_eq!((r.status, r.observables), (DecodeStatus::Overflow, 1));
+        assert!(d.clusters(&[0, 1, 2]).is_none());
+        // Clusters {D0, D1}, {D2}, {D3} under K = 2, but D3 has no path anywhere: the whole
+        // shot is unmatchable.
+        let g = MatchingGraph::from_dem_text("error(0.1) D0 D1\nerror(0.1) D2\nerror(0.1) D3 D4\n").unwrap();
+        let mut d = decoder(g.fine_table().unwrap(), 2);
+        let r = d.decode_defects(&[0, 1, 2, 3]);
+        assert_eq!(r.status, DecodeStatus::Unmatchable);
+        assert!(r.weight.is_infinite());
+        assert_eq!(r.observables, 0);
     }
 
     #[test]

@@ -61,10 +61,10 @@ impl fmt::Display for ShotFormat {
 pub struct PredictStats {
     /// Shots decoded.
     pub shots: u64,
-    /// Shots above the defect cap (greedy fallback).
+    /// Shots above the defect cap (the fallback: exact per cluster, else greedy).
     pub overflows: u64,
     /// Shots without a perfect matching (their prediction is zero, or the greedy fallback's
-    /// for the defects it could match above the cap).
+    /// for the defects it could match above the cap when the clusters do not all fit).
     pub unmatchable: u64,
     /// `defect_histogram[k]`: shots with k defects.
     pub defect_histogram: Vec<u64>,

@@ -84,7 +84,7 @@ pub struct SessionCounters {
     pub messages: u64,
     /// Shots decoded.
     pub shots: u64,
-    /// Shots above K (greedy fallback).
+    /// Shots above K (the fallback).
     pub overflows: u64,
     /// Shots without a perfect matching.
     pub unmatchable: u64,
