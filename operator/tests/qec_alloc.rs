@@ -1,6 +1,7 @@
 //! "Zero allocation per shot after construction" (issue 5, decoder v1), checked with a
-//! counting global allocator: decoding every d=5 p=0.3% fixture shot (exact and greedy
-//! paths) and answering them as RPC requests allocates nothing. One test in this binary, so
+//! counting global allocator: decoding every d=5 p=0.3% fixture shot (the exact DP, and above
+//! the cap the fallback's clusters and its greedy matching, with K = 12 and K = 4) and
+//! answering them as RPC requests allocates nothing. One test in this binary, so
 //! no other test allocates meanwhile.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -48,6 +49,8 @@ fn decoding_allocates_nothing_per_shot() {
     let per_shot = dem.num_detectors.div_ceil(8);
 
     let mut decoder = ExactDecoder::new(Arc::clone(&table), DEFAULT_MAX_DEFECTS).unwrap();
+    // K = 4: many shots above the cap, some with a cluster above it too (the greedy)
+    let mut small = ExactDecoder::new(Arc::clone(&table), 4).unwrap();
     // Every request prepared up front: one enqueue carrying a whole shot.
     let requests: Vec<Vec<u8>> = dets
         .chunks(per_shot)
@@ -82,11 +85,13 @@ fn decoding_allocates_nothing_per_shot() {
         if decoder.decode_b8(shot).status == DecodeStatus::Overflow {
             overflows += 1;
         }
+        let _ = small.decode_b8(shot);
     }
     for r in &requests {
         assert!(session.handle(r, &mut out).is_some());
     }
     let after = ALLOCATIONS.load(Ordering::Relaxed);
-    assert!(overflows > 0, "the greedy path was not exercised");
+    assert!(overflows > 0, "the fallback was not exercised");
+    assert!(small.counters().overflows > overflows, "K = 4 overflows more often");
     assert_eq!(after - before, 0, "allocations while decoding {} shots", requests.len());
 }
