@@ -123,6 +123,10 @@ mod tests {
         assert!(two.contains("n = rl_stage_echo(b, n, a, cap);"));
         assert!(two.contains("*answer = a;"));
         assert_eq!(two.matches("#include").count(), 1);
+        // no stage: the answer is the request, and the chain keeps the stages' closing barrier
+        let none = chain_header(&[]);
+        assert!(none.contains("__syncthreads();") && none.contains("*answer = a;"));
+        assert!(!one.contains("__syncthreads"));
     }
 
     #[test]
