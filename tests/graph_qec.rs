@@ -212,7 +212,7 @@ fn a_peer_process_gets_the_replay_as_flags() {
     assert_eq!(n(&r["qec"], "disagreements"), 0);
 }
 
-/// d=5 at p = 0.3%: some shots have more than K = 12 defects. Each is answered (by the greedy
+/// d=5 at p = 0.3%: some shots have more than K = 12 defects. Each is answered (by the
 /// fallback) and counted as an overflow; the exact matcher agrees with PyMatching elsewhere.
 #[test]
 fn shots_over_the_defect_cap_are_answered_and_counted_as_overflows() {
