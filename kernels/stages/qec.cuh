@@ -463,12 +463,17 @@ __device__ __forceinline__ void rl_qec_emit_corrections(uint8_t *out, uint64_t m
 }
 
 /** The CUQS header (session.rs handle(): status, result_len, request_id and ptp_timestamp
- * echoed). `resp` and `req` are 16-byte aligned and distinct. */
-__device__ __forceinline__ void rl_qec_header_out(uint8_t *resp, const uint8_t *req, int status, uint32_t result_len) {
-    const uint4 q = ((const uint4 *)req)[0];
-    const unsigned long long ts = ((const unsigned long long *)req)[2];
+ * echoed) from the request's first 16 bytes `q` and its ptp_timestamp `ts`. `resp` is
+ * 16-byte aligned. */
+__device__ __forceinline__ void rl_qec_header_from(uint8_t *resp, uint4 q, unsigned long long ts, int status, uint32_t result_len) {
     ((uint4 *)resp)[0] = make_uint4(RL_RPC_RESPONSE_MAGIC, (uint32_t)status, result_len, q.w);
     ((unsigned long long *)resp)[2] = ts;
+}
+
+/** rl_qec_header_from with the request's first 16 bytes (q) and ptp_timestamp (ts) loaded
+ * here; the fast path, which has them in registers, calls rl_qec_header_from. */
+__device__ __forceinline__ void rl_qec_header_out(uint8_t *resp, const uint8_t *req, int status, uint32_t result_len) {
+    rl_qec_header_from(resp, ((const uint4 *)req)[0], ((const unsigned long long *)req)[2], status, result_len);
 }
 
 /** A decoded shot's answer after the CUQS header: the corrections (`clen` bytes), then the
@@ -1066,8 +1071,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     uint4 f0 = n0, f1 = n1, f2 = r2, f3 = r3;
     bool decoded = false;
     if (phase == RL_QEC_PHASE_ACK) {
-        ((uint4 *)resp)[0] = make_uint4(RL_RPC_RESPONSE_MAGIC, RL_QEC_OK, 0u, q.w); /* rl_qec_header_out */
-        ((unsigned long long *)resp)[2] = ts;
+        rl_qec_header_from(resp, q, ts, RL_QEC_OK, 0u);
         c->ret = RL_RPC_HEADER_LEN;
     } else if (nd <= RL_QEC_LANE_K && b.f.tab == RL_QEC_TAB_SHARED) {
         /* A few defects: decoded here (rl_qec_lane_dp), answered as rl_qec_finish would,
@@ -1084,8 +1088,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         ((uint4 *)&k->rec)[3] = f3;
         const uint32_t rlen = rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, b.f.num_obs, b.f.scale, status, dp.y, infinite,
                                                   infinite ? 0ull : dp.x, nd, t1 - t0, r2.x);
-        ((uint4 *)resp)[0] = make_uint4(RL_RPC_RESPONSE_MAGIC, RL_QEC_OK, rlen, q.w); /* rl_qec_header_out */
-        ((unsigned long long *)resp)[2] = ts;
+        rl_qec_header_from(resp, q, ts, RL_QEC_OK, rlen);
         c->ret = RL_RPC_HEADER_LEN + (int)rlen;
         phase = RL_QEC_PHASE_DONE;
         decoded = true;
