@@ -2,7 +2,7 @@
 //! [`DropReason`]; nothing on the receive path allocates or panics.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 /// Why a received frame was dropped. Small and `Copy`: the data path returns it by value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -100,6 +100,13 @@ impl From<rocelink_wire::Error> for DropReason {
 
 /// Counters written by the NIC engine thread and read by anyone (Relaxed: they are
 /// statistics, not synchronisation).
+///
+/// Single writer: one [`SoftNic`](super::SoftNic) claims a `NicCounters` when it is made
+/// (a second claim panics) and gives it back when dropped. While it holds the claim it is
+/// the only writer of `rx_packets`, `rx_bytes`, `rx_cqes`, `tx_packets`, `tx_bytes` and
+/// `tx_cqes`, and it adds to them with a plain load and store ([`add_single_writer`]): no
+/// locked instruction per packet. Nobody else may write those six; readers still see each
+/// one grow monotonically. The other counters are added to with `fetch_add`.
 #[derive(Debug, Default)]
 pub struct NicCounters {
     drops: [AtomicU64; DropReason::ALL.len()],
@@ -117,6 +124,16 @@ pub struct NicCounters {
     pub tx_errors: AtomicU64,
     /// Errors of the link itself (socket errors on receive).
     pub link_errors: AtomicU64,
+    /// Set while a SoftNic holds the single-writer claim.
+    claimed: AtomicBool,
+}
+
+/// Adds `n` to `counter`, which has one writer: the caller (see [`NicCounters`]). A load and
+/// a store, both Relaxed, instead of a locked read-modify-write: with no other writer no
+/// update can be lost, and a reader sees the old or the new value, never anything else.
+#[inline]
+pub(crate) fn add_single_writer(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
 /// A snapshot of [`NicCounters`] for reports.
@@ -136,6 +153,20 @@ pub struct NicStats {
 }
 
 impl NicCounters {
+    /// Makes the caller the single writer of the per-packet counters (see [`NicCounters`]).
+    /// Panics if another SoftNic holds the claim: two writers would lose counts.
+    pub(crate) fn claim_single_writer(&self) {
+        // Acquire pairs with the Release of a previous holder's release_single_writer: its
+        // last stores happen before our first load.
+        let taken = self.claimed.swap(true, std::sync::atomic::Ordering::Acquire);
+        assert!(!taken, "a NicCounters is written by one SoftNic only; this one already has a writer");
+    }
+
+    /// Gives the claim back (the writer is going away).
+    pub(crate) fn release_single_writer(&self) {
+        self.claimed.store(false, std::sync::atomic::Ordering::Release);
+    }
+
     pub fn count_drop(&self, r: DropReason) {
         self.drops[r.index()].fetch_add(1, Relaxed);
     }

@@ -17,7 +17,7 @@ use rocelink_wire::bth::Opcode;
 use rocelink_wire::reth::RethRepr;
 use rocelink_wire::roce::{self, Endpoints, RoceRepr};
 
-use super::counters::{DropReason, NicCounters};
+use super::counters::{add_single_writer, DropReason, NicCounters};
 use super::mr::{Access, MrTable};
 use crate::abi::{self, CqeFields, SendWqe, WqeData, CQE, RECV_WQE, WQEBB};
 use crate::rings::QpMemory;
@@ -102,7 +102,10 @@ pub struct SoftNic {
 const PSN_MASK: u32 = 0xff_ffff;
 
 impl SoftNic {
+    /// Panics if `counters` already belongs to another live SoftNic: its per-packet counters
+    /// have a single writer ([`NicCounters`]).
     pub fn new(attrs: QpAttrs, opts: NicOptions, mrs: MrTable, q: QpMemory, counters: Arc<NicCounters>) -> SoftNic {
+        counters.claim_single_writer();
         SoftNic {
             attrs,
             opts,
@@ -288,8 +291,8 @@ impl SoftNic {
             _ => return Err(DropReason::UnsupportedOpcode),
         };
         self.expected_psn = Some((psn + 1) & PSN_MASK);
-        self.counters.rx_packets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.counters.rx_bytes.fetch_add(payload.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        add_single_writer(&self.counters.rx_packets, 1);
+        add_single_writer(&self.counters.rx_bytes, payload.len() as u64);
         Ok(delivery)
     }
 
@@ -332,7 +335,7 @@ impl SoftNic {
         publish_cqe(&self.q, at, &fields.encode(self.rcq_pi / entries));
         self.rcq_pi = self.rcq_pi.wrapping_add(1);
         self.rq_ci = self.rq_ci.wrapping_add(1);
-        self.counters.rx_cqes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        add_single_writer(&self.counters.rx_cqes, 1);
     }
 
     fn complete_send(&mut self, wqe: Option<&SendWqe>, wqe_index: u16, byte_cnt: u32, error: Option<u8>) {
@@ -354,7 +357,7 @@ impl SoftNic {
         let at = self.q.layout.scq + (self.scq_pi & (entries - 1)) as usize * CQE;
         publish_cqe(&self.q, at, &fields.encode(self.scq_pi / entries));
         self.scq_pi = self.scq_pi.wrapping_add(1);
-        self.counters.tx_cqes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        add_single_writer(&self.counters.tx_cqes, 1);
     }
 
     /// Executes every send WQE below the CPU-proxy doorbell's producer index. Returns how
@@ -455,9 +458,15 @@ impl SoftNic {
         };
         link.send(&self.frame_buf[..frame_len]).map_err(|_| syndrome::REMOTE_ACCESS_ERR)?;
         self.send_psn = (psn + 1) & PSN_MASK;
-        self.counters.tx_packets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.counters.tx_bytes.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+        add_single_writer(&self.counters.tx_packets, 1);
+        add_single_writer(&self.counters.tx_bytes, len as u64);
         Ok(len as u32)
+    }
+}
+
+impl Drop for SoftNic {
+    fn drop(&mut self) {
+        self.counters.release_single_writer();
     }
 }
 
