@@ -10,14 +10,14 @@
  * report's decode_ns (each side times with its own clock). Every status, counter, ack and
  * error path below names the line of session.rs it mirrors; read them side by side.
  *
- * Stage contract (kernels/stages/echo.cuh): called by every thread of the block (blockDim.x a
- * multiple of 32, up to 1024) with the request in shared memory (`req`, `len` bytes, 16-byte
- * aligned) and the output buffer (`resp`, `cap` bytes, 16-byte aligned, shared); returns the
- * answer length or -1 (not answered), the same value in every thread, with the answer
- * complete and visible to the block. `state` is the device address of the state blob that
- * operator/src/gpu/qec_state.rs builds and uploads before the launch (layout below). Each
- * decoder id is used by one block only (the transceiver has one; kernels/qec_batch.cu gives
- * each block its own ids): a block keeps its decoder's state mirrored in shared memory.
+ * Stage contract (kernels/stages/stage.cuh; blockDim.x a multiple of 32, up to 1024): the
+ * full form rl_stage_qec (every thread), the warp form rl_stage_qec_warp (warp 0: every
+ * request but a decode of more than RL_QEC_WARP_K defects) and the block continuation
+ * rl_stage_qec_block (the DP layers or the fallback of a larger decode). `state` is the
+ * device address of the state blob that operator/src/gpu/qec_state.rs builds and uploads
+ * before the launch (layout below). Each decoder id is used by one block only (the
+ * transceiver has one; kernels/qec_batch.cu gives each block its own ids): a block keeps its
+ * decoder's state mirrored in shared memory.
  *
  * Memory safety on any input: every read of the request is bounded by `len` and `arg_len`,
  * every write of the answer by `cap`; decoder ids are checked against `decoders`;
@@ -64,6 +64,7 @@
 #define ROCELINK_STAGE_QEC_CUH
 
 #include "../abi.h"
+#include "stage.cuh"
 
 #ifndef RL_RPC_REQUEST_MAGIC
 #define RL_RPC_REQUEST_MAGIC 0x43555152u /* 'CUQR' */
@@ -1722,33 +1723,53 @@ __device__ __forceinline__ bool rl_qec_ours(const uint8_t *req, int len, int cap
     return h.x == RL_RPC_REQUEST_MAGIC && (h.y == RL_QEC_FN_ENQUEUE || h.y == RL_QEC_FN_GET || h.y == RL_QEC_FN_RESET);
 }
 
-/** The stage (contract at the top of the file). One block barrier when warp 0 answers alone
- * (every request but a decode of more than RL_QEC_WARP_K defects): lane 0 runs the protocol
- * and the append, warp 0 the decode; the barrier publishes the answer, c->ret and c->mode.
- * Otherwise the block runs the DP layers (a barrier each) or the greedy fallback, thread 0
- * writes the answer, and a last barrier publishes it. */
+/** The stage's shared memory (one per block: the cache and the decoder's work space), at
+ * namespace scope so that the stage's three forms share it. */
+__shared__ __align__(16) struct rl_qec_smem rl_qec_s;
+
+/** Warp 0 (stage.cuh): lane 0 runs the protocol and the append, warp 0 the decode of up to
+ * RL_QEC_WARP_K defects, and the answer; a larger decode hands the DP layers (or the fallback)
+ * to the block: RL_STAGE_TO_BLOCK. */
+__device__ __forceinline__ int rl_stage_qec_warp(const uint8_t *req, int len, uint8_t *resp, int cap, void *state) {
+    struct rl_qec_smem *s = &rl_qec_s;
+    if (!rl_qec_ours(req, len, cap)) return -1; /* every lane alike, nothing written */
+    RL_QEC_MARK(0);
+    const uint32_t lane = threadIdx.x & 31u;
+    uint32_t phase = 0;
+    if (lane == 0) phase = rl_qec_lane0(req, len, resp, cap, (uint8_t *)state, s);
+    RL_QEC_MARK(1);
+    /* volatile: a plain load was hoisted out of the condition and run by every lane of
+     * warp 0 (its value then dropped), a read racecheck rightly flags against lane 0's
+     * writes of the cache */
+    if (lane == 0 && phase == RL_QEC_PHASE_DECODE) phase |= *(volatile const uint32_t *)&s->k.ndef << 2;
+    phase = __shfl_sync(0xffffffffu, phase, 0);
+    if ((phase & 3u) == RL_QEC_PHASE_DECODE) {
+        __syncwarp(); /* lane 0's shared writes (the shot, the defect list, the control block) */
+        rl_qec_warp_decode(req, resp, s, lane, phase >> 2);
+    }
+    __syncwarp(); /* the answer, c->ret and c->mode */
+    return s->c.mode == RL_QEC_MODE_DONE ? s->c.ret : RL_STAGE_TO_BLOCK;
+}
+
+/** The block's continuation (stage.cuh), after rl_stage_qec_warp's RL_STAGE_TO_BLOCK: the DP
+ * layers (a barrier each) or the fallback, thread 0's answer, a last barrier. */
+__device__ __forceinline__ int rl_stage_qec_block(const uint8_t *req, int len, uint8_t *resp, int cap, void *state) {
+    (void)len;
+    (void)cap;
+    (void)state;
+    struct rl_qec_smem *s = &rl_qec_s;
+    rl_qec_block(req, resp, s, s->c.mode);
+    return s->c.ret;
+}
+
+/** The stage, every thread (stage.cuh): the warp form, one block barrier (which publishes the
+ * answer, c->ret and c->mode), and the block continuation when the warp handed over. */
 __device__ __forceinline__ int rl_stage_qec(const uint8_t *req, int len, uint8_t *resp, int cap, void *state) {
-    __shared__ __align__(16) struct rl_qec_smem rl_qec_s;
     struct rl_qec_smem *s = &rl_qec_s;
     if (!rl_qec_ours(req, len, cap)) return -1; /* every thread alike, nothing written */
-    RL_QEC_MARK(0);
-    if (threadIdx.x < 32) {
-        uint32_t phase = 0;
-        if (threadIdx.x == 0) phase = rl_qec_lane0(req, len, resp, cap, (uint8_t *)state, s);
-        RL_QEC_MARK(1);
-        /* volatile: a plain load was hoisted out of the condition and run by every lane of
-         * warp 0 (its value then dropped), a read racecheck rightly flags against lane 0's
-         * writes of the cache */
-        if (threadIdx.x == 0 && phase == RL_QEC_PHASE_DECODE) phase |= *(volatile const uint32_t *)&s->k.ndef << 2;
-        phase = __shfl_sync(0xffffffffu, phase, 0);
-        if ((phase & 3u) == RL_QEC_PHASE_DECODE) {
-            __syncwarp(); /* lane 0's shared writes (the shot, the defect list, the control block) */
-            rl_qec_warp_decode(req, resp, s, threadIdx.x, phase >> 2);
-        }
-    }
+    if (threadIdx.x < 32) (void)rl_stage_qec_warp(req, len, resp, cap, state);
     __syncthreads();
-    const uint32_t mode = s->c.mode;
-    if (mode != RL_QEC_MODE_DONE) rl_qec_block(req, resp, s, mode);
+    if (s->c.mode != RL_QEC_MODE_DONE) rl_qec_block(req, resp, s, s->c.mode);
     return s->c.ret;
 }
 

@@ -47,11 +47,9 @@ fn every_measured_kernel_variant_compiles() {
     }
     // The variants latency-reports/ compares (ROCELINK_KERNEL_DEFINES).
     for defs in [
-        &["-DRL_POLL_MODE=1"][..],
-        &["-DRL_POLL_MODE=0"],
-        &["-DRL_POLL_MODE=3"],
-        &["-DRL_POLL_MODE=3", "-DRL_PROFILE"],
-        &["-DRL_POLL_MODE=3", "-DRL_THREADS=32"],
+        &["-DRL_POLL_MODE=3"][..],
+        &["-DRL_THREADS=32"],
+        &["-DRL_THREADS=256", "-DRL_PROFILE"],
         &["-DRL_PREPOLL=0"],
         &["-DRL_PROFILE"],
         &["-DRL_FENCE_MODE=0"],
@@ -60,6 +58,7 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PROFILE", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=2"],
         &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"],
         &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
+        &["-DRL_MAX_INLINE=44"],
     ] {
         let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
         options.extend(defs.iter().map(|d| d.to_string()));
@@ -67,6 +66,12 @@ fn every_measured_kernel_variant_compiles() {
             panic!("variant {defs:?} does not compile:\n{e}");
         }
     }
+    // The transceiver polls the CQE line and the predicted slot in one read (RL_POLL_MODE 3);
+    // the other modes are the verbs layer's single-word poll, not a transceiver loop.
+    let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
+    options.push("-DRL_POLL_MODE=0".into());
+    let e = nvrtc::compile(&main, &headers, "sm_90", &options, false).expect_err("RL_POLL_MODE=0 is refused");
+    assert!(e.to_string().contains("RL_POLL_MODE 3"), "{e}");
 }
 
 #[test]

@@ -319,7 +319,7 @@ fn transceiver_with_qec_chains_compiles_for_sm90() {
     for chain in [vec![q.clone()], vec![StageSpec::Echo, q.clone()], vec![q.clone(), StageSpec::Echo]] {
         let header = kernels::chain_header(&chain);
         assert!(header.contains("rl_stage_qec(") && header.contains(", state);"), "{header}");
-        for defs in [&[][..], &["-DRL_POLL_MODE=0"], &["-DRL_PROFILE"]] {
+        for defs in [&[][..], &["-DRL_THREADS=32"], &["-DRL_PROFILE"]] {
             let (main, headers, mut options) = kernels::transceiver_program(&chain);
             options.extend(defs.iter().map(|d| d.to_string()));
             let c = match nvrtc::compile(&main, &headers, "sm_90", &options, false) {

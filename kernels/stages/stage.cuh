@@ -1,0 +1,32 @@
+/*
+ * kernels/stages/stage.cuh — the contract every device stage keeps (DESIGN.md, "Stages").
+ *
+ * A stage `rl_stage_X` turns a request into an answer. It gets the request in shared memory
+ * (`req`, `len` bytes, 16-byte aligned) and an output buffer (`resp`, `cap` bytes, 16-byte
+ * aligned, shared memory, not overlapping `req`), and returns the answer's length, or -1 to
+ * drop the request (no answer). Its three forms:
+ *
+ *   rl_stage_X(req, len, resp, cap[, state])        every thread of the block calls it; the
+ *       same return value in every thread; it ends with the answer complete and visible to the
+ *       whole block (a block barrier at the end).
+ *   rl_stage_X_warp(req, len, resp, cap[, state])   warp 0 alone calls it (all 32 lanes; the
+ *       other warps may be anywhere, so no block barrier inside); the same return value in
+ *       every lane; the answer complete and visible to the warp (__syncwarp at the end). It
+ *       may instead return RL_STAGE_TO_BLOCK: the request needs the whole block, which then
+ *       calls the block continuation below with the same arguments.
+ *   rl_stage_X_block(req, len, resp, cap[, state])  every thread, after warp 0's
+ *       RL_STAGE_TO_BLOCK for this request and a block barrier: finishes what the warp form
+ *       started; returns as the full form does.
+ *
+ * The persistent transceiver runs the warp forms, so a message the warp can answer costs no
+ * block barrier (kernels/transceiver.cu). `state` is the chain's device state blob for
+ * stages that take one (kernels.rs stage_code). Every read of `req` is bounded by `len`,
+ * every write of `resp` by `cap`.
+ */
+#ifndef ROCELINK_STAGE_CUH
+#define ROCELINK_STAGE_CUH
+
+/** rl_stage_X_warp: the request needs the block (rl_stage_X_block). */
+#define RL_STAGE_TO_BLOCK (-2)
+
+#endif /* ROCELINK_STAGE_CUH */
