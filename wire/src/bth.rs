@@ -399,6 +399,7 @@ impl BthRepr {
     }
 
     /// Writes the BTH; fields wider than their bits are truncated to them.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
         p.set_opcode(self.opcode);
         p.set_solicited(self.solicited);

@@ -123,6 +123,7 @@ impl EthernetRepr {
     }
 
     /// Writes the header (nothing is written where the buffer is too short).
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, f: &mut Frame<T>) {
         f.set_dst_addr(self.dst_addr);
         f.set_src_addr(self.src_addr);

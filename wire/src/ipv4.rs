@@ -338,6 +338,7 @@ impl Ipv4Repr {
 
     /// Writes a 20-byte header with total_len = 20 + payload_len (saturating at 65535)
     /// and a correct checksum.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
         p.set_version(4);
         p.set_header_len(HEADER_LEN as u8);

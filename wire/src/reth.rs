@@ -113,6 +113,7 @@ impl RethRepr {
     }
 
     /// Writes the RETH.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
         p.set_va(self.va);
         p.set_rkey(self.rkey);

@@ -344,41 +344,59 @@ impl RoceRepr {
         }
         let len = self.buffer_len();
         let out = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
-        let mut lengths = *self;
-        lengths.update_lengths();
+        // The lengths update_lengths() would set, without copying the whole Repr.
+        let udp_payload = len - BASE_HEADERS_LEN + bth::HEADER_LEN;
+        let ipv4_repr = Ipv4Repr { payload_len: udp::HEADER_LEN + udp_payload, ..self.ipv4 };
+        let udp_repr = UdpRepr { payload_len: udp_payload, ..self.udp };
 
-        let mut at = 0;
-        self.eth
-            .emit(&mut ethernet::Frame::new_unchecked(&mut out[at..]));
-        at += ethernet::HEADER_LEN;
-        let ip_start = at;
-        lengths
-            .ipv4
-            .emit(&mut ipv4::Packet::new_unchecked(&mut out[at..]));
-        at += ipv4::HEADER_LEN;
-        lengths
-            .udp
-            .emit(&mut udp::Packet::new_unchecked(&mut out[at..]));
-        at += udp::HEADER_LEN;
-        self.bth
-            .emit(&mut bth::Packet::new_unchecked(&mut out[at..]));
-        at += bth::HEADER_LEN;
+        // Fixed-size views of the headers: their lengths are known when the header emitters
+        // are compiled in here, so their field writes need no bounds checks. `len` covers
+        // the base headers, so the splits cannot fail.
+        let ip_start = ethernet::HEADER_LEN;
+        let (eth, rest) = out
+            .split_first_chunk_mut::<{ ethernet::HEADER_LEN }>()
+            .ok_or(Error::BufferTooSmall)?;
+        self.eth.emit(&mut ethernet::Frame::new_unchecked(eth));
+        let (ip, rest) = rest
+            .split_first_chunk_mut::<{ ipv4::HEADER_LEN }>()
+            .ok_or(Error::BufferTooSmall)?;
+        ipv4_repr.emit(&mut ipv4::Packet::new_unchecked(ip));
+        let (udp_h, rest) = rest
+            .split_first_chunk_mut::<{ udp::HEADER_LEN }>()
+            .ok_or(Error::BufferTooSmall)?;
+        udp_repr.emit(&mut udp::Packet::new_unchecked(udp_h));
+        let (bth_h, mut rest) = rest
+            .split_first_chunk_mut::<{ bth::HEADER_LEN }>()
+            .ok_or(Error::BufferTooSmall)?;
+        self.bth.emit(&mut bth::Packet::new_unchecked(bth_h));
         if let Some(r) = &self.reth {
-            r.emit(&mut reth::Packet::new_unchecked(&mut out[at..]));
-            at += reth::HEADER_LEN;
+            let (h, tail) = rest
+                .split_first_chunk_mut::<{ reth::HEADER_LEN }>()
+                .ok_or(Error::BufferTooSmall)?;
+            r.emit(&mut reth::Packet::new_unchecked(h));
+            rest = tail;
         }
         if let Some(a) = &self.aeth {
-            a.emit(&mut aeth::Packet::new_unchecked(&mut out[at..]));
-            at += aeth::HEADER_LEN;
+            let (h, tail) = rest
+                .split_first_chunk_mut::<{ aeth::HEADER_LEN }>()
+                .ok_or(Error::BufferTooSmall)?;
+            a.emit(&mut aeth::Packet::new_unchecked(h));
+            rest = tail;
         }
         if let Some(i) = self.immdt {
-            immdt::emit(i, &mut out[at..])?;
-            at += immdt::HEADER_LEN;
+            let (h, tail) = rest
+                .split_first_chunk_mut::<{ immdt::HEADER_LEN }>()
+                .ok_or(Error::BufferTooSmall)?;
+            *h = i.to_be_bytes();
+            rest = tail;
         }
-        out[at..at + self.payload_len].copy_from_slice(payload);
-        at += self.payload_len;
-        let pad = usize::from(self.bth.pad_count);
-        out[at..at + pad].fill(0);
+        // What is left: payload, pad (0-3 bytes), ICRC (`len` was computed from exactly
+        // these). Four zeros clear the pad; the ICRC bytes among them are written below.
+        let (data, rest) = rest.split_at_mut(self.payload_len);
+        data.copy_from_slice(payload);
+        if let Some(z) = rest.first_chunk_mut::<{ icrc::LEN }>() {
+            *z = [0; icrc::LEN];
+        }
         icrc::fill(&mut out[ip_start..])?;
         Ok(len)
     }

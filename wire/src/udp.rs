@@ -150,6 +150,7 @@ impl UdpRepr {
     }
 
     /// Writes the header; length = 8 + payload_len (saturating at 65535); checksum as given.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
         p.set_src_port(self.src_port);
         p.set_dst_port(self.dst_port);
