@@ -349,13 +349,23 @@ impl CaptureRecord {
 /// restores the input.
 pub fn scramble_args(request_id: u32, args: &mut [u8]) {
     let mut state = u64::from(request_id);
-    for chunk in args.chunks_mut(8) {
+    let mut next = || {
         state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        for (b, k) in chunk.iter_mut().zip(z.to_le_bytes()) {
+        z ^ (z >> 31)
+    };
+    // Whole chunks as one 64-bit XOR each (little-endian, as the keystream is defined).
+    let mut chunks = args.chunks_exact_mut(8);
+    for chunk in &mut chunks {
+        if let Ok(c) = <&mut [u8; 8]>::try_from(chunk) {
+            *c = (u64::from_le_bytes(*c) ^ next()).to_le_bytes();
+        }
+    }
+    let last = chunks.into_remainder();
+    if !last.is_empty() {
+        for (b, k) in last.iter_mut().zip(next().to_le_bytes()) {
             *b ^= k;
         }
     }
@@ -429,6 +439,38 @@ mod tests {
         assert_eq!(CaptureRecord::address(2), 0x4010_0040);
         assert_eq!(reg::vp(u32::MAX, u32::MAX), reg::vp(u32::MAX, u32::MAX));
         assert_eq!(CaptureRecord::WORDS * 4, CaptureRecord::STRIDE as usize);
+    }
+
+    #[test]
+    fn scramble_matches_its_bytewise_definition() {
+        // The keystream as the docs define it, one byte at a time.
+        fn reference(request_id: u32, args: &mut [u8]) {
+            let mut state = u64::from(request_id);
+            for chunk in args.chunks_mut(8) {
+                state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                for (b, k) in chunk.iter_mut().zip(z.to_le_bytes()) {
+                    *b ^= k;
+                }
+            }
+        }
+        for len in 0..=70 {
+            for id in [0, 1, 42, 0xFFFF_FFFF] {
+                let original: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+                let mut a = original.clone();
+                let mut b = original.clone();
+                scramble_args(id, &mut a);
+                reference(id, &mut b);
+                assert_eq!(a, b, "len {len} id {id}");
+            }
+        }
+        // A pinned value: the first keystream word for request id 0 (splitmix64 of seed 0).
+        let mut z = [0u8; 8];
+        scramble_args(0, &mut z);
+        assert_eq!(u64::from_le_bytes(z), 0xE220_A839_7B1D_CDAF);
     }
 
     #[test]
