@@ -14,8 +14,8 @@
  *      NIC's write are trusted only when they no longer hold the poison written there after
  *      the message before was consumed (abi.h RL_SPEC_POISON); otherwise, and for a
  *      mispredicted slot or a longer message, one more round of loads, all in flight.
- *      While messages queue up, the next message's polling read is issued while this one is
- *      processed (RL_PREPOLL), so back to back a poll costs no round trip of its own.
+ *      While messages queue up, warp 1 issues the next message's polling read while warp 0
+ *      processes this one (RL_PREPOLL), so back to back a poll costs no round trip of its own.
  *   3. the warp forms of the stage chain (generated from the graph into rl_chain.cuh) turn the
  *      request into the answer in shared memory;
  *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND (one store per lane), larger
@@ -65,8 +65,13 @@
 #ifndef RL_MAX_INLINE
 #define RL_MAX_INLINE 256
 #endif
+/* RL_PREPOLL: warp 1 reads the next message while warp 0 answers this one, when messages
+ * queue. Another warp's loads, so that they are not in front of warp 0's doorbell fence. */
 #ifndef RL_PREPOLL
-#define RL_PREPOLL 1
+#define RL_PREPOLL (RL_THREADS >= 64)
+#endif
+#if RL_PREPOLL && RL_THREADS < 64
+#error "RL_PREPOLL needs a second warp (RL_THREADS >= 64)"
 #endif
 
 /* 16-byte chunks each lane of warp 0 loads or stores for one message of RL_MAX_MSG bytes */
@@ -77,6 +82,15 @@ struct rl_handover {
     uint32_t exit;
     int resume; /* the chain stage the block continues */
     int rlen;   /* its input length */
+};
+
+/* The pre-poll (RL_PREPOLL): warp 0 asks (req, with the CQE index and slot to read), warp 1
+ * reads and publishes (done == req, then `data` holds each lane's 16 bytes of that read). */
+struct rl_prepoll {
+    volatile uint32_t req, done;
+    volatile uint32_t run; /* 0: warp 1 leaves its loop for the block barrier */
+    uint32_t ci, slot, chunks;
+    __align__(16) uint4 data[4 + RL_SPEC_BYTES / 16];
 };
 
 /* Warp 0's loop state. Every lane keeps the fields above `sq` alike (uniform: computed from
@@ -139,7 +153,7 @@ __device__ __forceinline__ void rl_reap_sends(struct rl_loop &L) {
  * request in `req` (L.valid: a well-formed receive; else it is dropped), or 1 when the host
  * asked the kernel to stop. */
 __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl,
-                                               uint8_t *req, uint8_t *cqe_sh, uint4 &pre, uint32_t &have_pre, uint32_t lane) {
+                                               uint8_t *req, uint8_t *cqe_sh, struct rl_prepoll *pp, uint32_t &have_pre, uint32_t lane) {
     /* 1+2 in one PCIe round (abi.h RL_SPEC_BYTES): lanes 0..3 read the whole CQE line, lanes
      * 4.. the first bytes of the predicted slot, straight into the request buffer. When the
      * owner byte says the CQE is new, its 16-byte chunk (bytes 48..63: owner, timestamp, wqe
@@ -152,7 +166,16 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     const uint32_t loads = lane < 4 + spec_chunks;
     const uint32_t parity = (ci / L.rcq.entries) & 1;
     uint32_t quit = 0, reads = 0;
-    uint4 v = pre;
+    uint4 v = make_uint4(0, 0, 0, 0);
+#if RL_PREPOLL
+    if (have_pre) {
+        /* warp 1's read of this CQE and slot: checked exactly like a poll's read below */
+        while (pp->done != pp->req) {
+        }
+        __threadfence_block();
+        if (loads) v = pp->data[lane];
+    }
+#endif
     for (;;) {
         if (loads && !have_pre) v = rl_ld16_sys(src);
         have_pre = 0;
@@ -248,16 +271,20 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     }
 #endif
 #if RL_PREPOLL
-    /* While messages queue up (this one was there at the first read), the next message's
-     * polling read, left in flight through this one (nothing uses `pre` before the next poll):
-     * back to back, the poll then costs no PCIe round trip of its own. Not in a closed loop,
-     * where it would find nothing and hold the doorbell's fence. Its CQE and slot were
-     * poisoned when last consumed (entries and slots messages ago, fenced since: the slot is
-     * not this message's, rx_slots >= 2), so it is checked exactly like a poll's read. */
+    /* While messages queue up (this one was there at the first read), warp 1 reads the next
+     * message while this one is answered (nothing uses it before the next poll): back to back,
+     * the poll then costs no PCIe round trip of its own. Not in a closed loop, where it would
+     * find nothing. Its CQE and slot were poisoned when last consumed (entries and slots
+     * messages ago, fenced since: the slot is not this message's, rx_slots >= 2), so it is
+     * checked exactly like a poll's read. */
     if (L.busy) {
-        const uint8_t *nsrc = lane < 4 ? L.rcq.ring + (size_t)(L.ci_next & (L.rcq.entries - 1)) * RL_CQE_SIZE + lane * 16
-                                       : slot_base + (size_t)L.predicted * d.rx_slot_stride + (lane - 4) * 16;
-        if (lane < 4 + L.spec_chunks) pre = rl_ld16_sys(nsrc);
+        if (lane == 0) {
+            pp->ci = L.ci_next;
+            pp->slot = L.predicted;
+            pp->chunks = L.spec_chunks;
+            __threadfence_block();
+            pp->req = pp->req + 1;
+        }
         have_pre = 1;
     }
 #endif
@@ -344,11 +371,38 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
     }
 }
 
+#if RL_PREPOLL
+/* Warp 1 (RL_PREPOLL): serves warp 0's pre-poll requests until warp 0 clears `run`. */
+__device__ __forceinline__ void rl_prepoller(struct rl_prepoll *pp, const struct rl_dev_cq &rcq, const struct rl_transceiver_desc &d,
+                                             uint32_t lane) {
+    uint32_t seen = pp->req;
+    for (;;) {
+        uint32_t r;
+        while ((r = pp->req) == seen) {
+            if (!pp->run) return;
+            __nanosleep(32); /* the read it serves takes a PCIe round trip (~1 us) */
+        }
+        __threadfence_block();
+        seen = r;
+        const uint32_t ci = pp->ci, slot = pp->slot, chunks = pp->chunks;
+        const uint8_t *src = lane < 4 ? rcq.ring + (size_t)(ci & (rcq.entries - 1)) * RL_CQE_SIZE + lane * 16
+                                      : (const uint8_t *)d.rx_buffer + (size_t)slot * d.rx_slot_stride + (lane - 4) * 16;
+        if (lane < 4 + chunks) pp->data[lane] = rl_ld16_sys(src);
+        __syncwarp();
+        if (lane == 0) {
+            __threadfence_block();
+            pp->done = r;
+        }
+    }
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struct rl_transceiver_desc d) {
     __shared__ __align__(16) uint8_t buf_a[RL_MAX_MSG];
     __shared__ __align__(16) uint8_t buf_b[RL_MAX_MSG];
     __shared__ __align__(16) uint8_t cqe_sh[64]; /* the receive CQE */
     __shared__ struct rl_handover h;
+    __shared__ struct rl_prepoll pp;
     const uint32_t tid = threadIdx.x, lane = tid & 31;
     struct rl_control *ctl = (struct rl_control *)d.control;
 
@@ -369,19 +423,21 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
 #ifdef RL_PROFILE
     L.t_loaded = L.t_written = 0;
 #endif
-    uint4 pre = make_uint4(0, 0, 0, 0); /* RL_PREPOLL: this lane's read of the next message */
-    uint32_t have_pre = 0;
+    uint32_t have_pre = 0; /* RL_PREPOLL: warp 1 was asked to read the next message */
 
     if (tid == 0) {
         /* the host posted the receive queue before the launch */
         L.rq.pi = rl_bswap32(rl_ld32_sys(L.rq.dbrec)) & 0xffff;
         rl_st32_sys(&ctl->state, RL_STATE_RUNNING);
+        pp.req = pp.done = 0;
+        pp.run = 1;
     }
+    __syncthreads();
     for (;;) {
         if (tid < 32) {
             /* Warp 0 serves messages until one needs the block, or the host says stop. */
             for (;;) {
-                if (rl_receive(L, d, ctl, buf_a, cqe_sh, pre, have_pre, lane)) {
+                if (rl_receive(L, d, ctl, buf_a, cqe_sh, &pp, have_pre, lane)) {
                     if (lane == 0) h.exit = 1;
                     break;
                 }
@@ -405,9 +461,24 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 RL_PMARK(4);
                 rl_answer(L, d, ctl, n, answer, lane);
             }
+#if RL_PREPOLL
+            /* warp 1 to the barrier, its read (if any) done: it stays in pp.data for the next poll */
+            while (pp.done != pp.req) {
+            }
+            if (lane == 0) pp.run = 0;
+#endif
         }
+#if RL_PREPOLL
+        else if (tid < 64) {
+            rl_prepoller(&pp, L.rcq, d, lane);
+        }
+#endif
         __syncthreads(); /* the other warps wait here while warp 0 serves */
         if (h.exit) break;
+#if RL_PREPOLL
+        if (tid == 0) pp.run = 1;
+        __syncthreads(); /* warp 1 sees `run` before it loops again */
+#endif
         /* 3, the block's part: a stage's continuation, then the rest of the chain */
         const uint8_t *answer = 0;
         const int n = rl_run_chain_block(buf_a, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state, h.resume, h.rlen);
