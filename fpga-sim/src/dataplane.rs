@@ -130,7 +130,7 @@ impl DataPlane {
             if let Transmit::Frame(n) = player.poll_transmit(now, stats, tx) {
                 work = true;
                 match self.link.send(&tx[..n]) {
-                    Ok(()) => Stats::bump(&stats.sent),
+                    Ok(()) => Stats::bump_in_run(&stats.sent),
                     Err(e) => {
                         // The frame is lost like one the network dropped; it times out.
                         if send_errors == 0 {

@@ -345,11 +345,15 @@ impl Player {
     }
 
     /// Handles one received frame that arrived at `now`.
+    ///
+    /// `stats.received` is added to as a single-writer counter ([`Stats::bump_in_run`]):
+    /// only the thread that runs this player may write it meanwhile.
     pub fn on_frame(&mut self, frame: &[u8], now: u64, stats: &Stats) {
         let Some(payload) = accept_answer(frame, self.cfg.fpga_qp, stats) else {
             return;
         };
-        Stats::bump(&stats.received);
+        // Single writer: on_frame runs on the data-plane thread during a run only.
+        Stats::bump_in_run(&stats.received);
         let mut record = CaptureRecord {
             request_id: 0,
             echoed_timestamp: 0,

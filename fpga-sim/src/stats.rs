@@ -54,6 +54,19 @@ impl Stats {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Adds one to `sent` or `received`, which have a single writer while a run is active:
+    /// the data-plane thread, the only thread that bumps them (the dataplane after a send,
+    /// [`crate::player::Player::on_frame`]). The ECB thread's [`Stats::reset`] writes them
+    /// only while no run is active (`running` reads false, Acquire, after the data plane's
+    /// last bump and Release store of `running`), and the run's first bump happens after
+    /// that reset (the Start command's channel). So a plain load and store cannot lose a
+    /// count, and readers see each value grow monotonically; no locked instruction per
+    /// packet. Any other counter, or a caller outside a run, uses [`Stats::bump`].
+    #[inline]
+    pub fn bump_in_run(counter: &AtomicU32) {
+        counter.store(counter.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
+
     pub fn reset(&self) {
         for c in self.counters() {
             c.store(0, Ordering::Relaxed);

@@ -142,7 +142,7 @@ impl Rig {
         };
         mark(0);
         self.peer_link.send(&self.peer_tx[..n]).expect("send");
-        Stats::bump(&self.stats.sent);
+        Stats::bump_in_run(&self.stats.sent);
         mark(1);
         // The NIC engine (operator nic/engine.rs).
         let m = self.nic_link.try_recv(&mut self.nic_rx).expect("recv").expect("a frame");
