@@ -374,6 +374,9 @@ pub struct BthRepr {
 
 impl BthRepr {
     /// Reads a BTH; only `Truncated` can fail (every bit pattern is a BTH).
+    // Always inlined: parse_frame's hot path gets the fields in registers instead of a
+    // Result written to the stack and read back (a store-forwarding stall per frame).
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Self> {
         p.check_len()?;
         Ok(BthRepr {

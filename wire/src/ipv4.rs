@@ -311,6 +311,9 @@ impl Ipv4Repr {
     /// Reads a checked header: `Truncated`/`Malformed` from [`Packet::check_len`],
     /// `BadChecksum`, then `Malformed` for a version other than 4 or a fragment (MF set or
     /// a non-zero offset). The reserved flag bit is ignored (be liberal, PROTOCOLS.md 1.2).
+    // Always inlined: parse_frame's hot path gets the fields in registers instead of a
+    // Result written to the stack and read back (a store-forwarding stall per frame).
+    #[inline(always)]
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Self> {
         p.check_len()?;
         if !p.verify_checksum() {
