@@ -103,7 +103,8 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
     let _ = writeln!(s, "| | |\n|---|---|");
     let spin_note = match m.spin_mode.as_str() {
         "shared" => "shared: fewer cores than spinners, so every spinner (floors included) spins briefly, then yields its core",
-        "dedicated" => "dedicated: every spinner has a core and never yields (floors too)",
+        "dedicated" if std::env::var_os("ROCELINK_SPIN_PAUSE").is_some_and(|v| v != "0") => "dedicated: every spinner has a core and never yields (floors too); PAUSE between polls (ROCELINK_SPIN_PAUSE)",
+        "dedicated" => "dedicated: every spinner has a core and never yields, polling back to back without PAUSE (floors too)",
         other => other,
     };
     let pinned: Vec<String> = m.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect();
