@@ -126,6 +126,9 @@ pub enum WqeError {
 }
 
 /// Decodes a send WQE from `w` (the WQE's bytes, contiguous, at least `ds * 16` long).
+// Always inlined into the NIC's send loop: called out of line, its Result went through the
+// stack and the caller's wide loads of it stalled on store forwarding.
+#[inline(always)]
 pub fn decode_send_wqe(w: &[u8]) -> Result<SendWqe, WqeError> {
     let ctrl = w.get(..16).ok_or(WqeError::BadDs)?;
     let be32 = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
