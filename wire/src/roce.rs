@@ -297,15 +297,29 @@ impl RoceRepr {
         Self::hsb(ep, Opcode::UcSendOnly, dest_qp, psn, payload_len)
     }
 
+    #[inline]
     fn ext_len(&self) -> usize {
         self.reth.map_or(0, |_| reth::HEADER_LEN)
             + self.aeth.map_or(0, |_| aeth::HEADER_LEN)
             + self.immdt.map_or(0, |_| immdt::HEADER_LEN)
     }
 
+    /// Sets the payload length, the pad count that aligns it to 4 bytes and the IPv4 and
+    /// UDP lengths, as the HSB constructors do: `uc_send_only(ep, qp, psn, n)` equals
+    /// `uc_send_only(ep, qp, psn, 0)` after `set_payload_len(n)`, and likewise
+    /// [`Self::uc_write_imm`]. A sender can so keep a connection's Repr and change only
+    /// what changes per packet, instead of building the whole Repr again.
+    #[inline]
+    pub fn set_payload_len(&mut self, payload_len: usize) {
+        self.payload_len = payload_len;
+        self.bth.pad_count = pad_for(payload_len);
+        self.update_lengths();
+    }
+
     /// Sets `ipv4.payload_len` and `udp.payload_len` to what [`RoceRepr::emit`] will write.
     /// Call it after changing `payload_len`, `bth.pad_count` or the extension headers if
     /// the Repr is compared with a parsed one.
+    #[inline]
     pub fn update_lengths(&mut self) {
         let udp_payload = bth::HEADER_LEN
             + self.ext_len()
@@ -516,6 +530,29 @@ mod tests {
             r.emit(&big[..PMTU], &mut [0u8; MAX_FRAME_LEN]),
             Ok(BASE_HEADERS_LEN + PMTU + 4)
         );
+    }
+
+    #[test]
+    fn set_payload_len_equals_building_again() {
+        let ep = Endpoints {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: [10, 0, 0, 1],
+            dst_ip: [10, 0, 0, 2],
+            src_port: 49152,
+            dst_port: UDP_PORT,
+        };
+        let reth = RethRepr { va: 0x1000, rkey: 7, dma_len: 33 };
+        for n in (0..=70).chain([PMTU - 1, PMTU, PMTU + 1]) {
+            for psn in [0, 1, 0xFF_FFFF, 0x1234_5678] {
+                let mut s = RoceRepr::uc_send_only(&ep, 0x102, psn, 0);
+                s.set_payload_len(n);
+                assert_eq!(s, RoceRepr::uc_send_only(&ep, 0x102, psn, n), "send {n}");
+                let mut w = RoceRepr::uc_write_imm(&ep, 0x102, psn, reth, 9, 0);
+                w.set_payload_len(n);
+                assert_eq!(w, RoceRepr::uc_write_imm(&ep, 0x102, psn, reth, 9, n), "write {n}");
+            }
+        }
     }
 
     #[test]

@@ -97,6 +97,10 @@ pub struct SoftNic {
     wqe_buf: Box<[u8; 16 * WQEBB]>,
     /// The frame being built for the link.
     frame_buf: Box<[u8]>,
+    /// `RoceRepr::uc_send_only` to the peer with PSN 0 and no payload: a SEND's Repr is
+    /// this with its PSN and payload length set (building the whole Repr per packet cost
+    /// store-forwarding stalls).
+    send_only: RoceRepr,
 }
 
 const PSN_MASK: u32 = 0xff_ffff;
@@ -121,6 +125,7 @@ impl SoftNic {
             send_psn: 0,
             wqe_buf: Box::new([0; 16 * WQEBB]),
             frame_buf: vec![0; rocelink_link::MAX_FRAME].into_boxed_slice(),
+            send_only: RoceRepr::uc_send_only(&attrs.endpoints, attrs.peer_qpn, 0, 0),
         }
     }
 
@@ -426,7 +431,12 @@ impl SoftNic {
         let ep = &self.attrs.endpoints;
         let peer = self.attrs.peer_qpn;
         let mut repr = match u32::from(w.opcode) {
-            abi::RL_OPCODE_SEND => RoceRepr::uc_send_only(ep, peer, psn, len),
+            abi::RL_OPCODE_SEND => {
+                // = RoceRepr::uc_send_only(ep, peer, psn, len); the PSN is set below.
+                let mut r = self.send_only;
+                r.set_payload_len(len);
+                r
+            }
             abi::RL_OPCODE_SEND_IMM => {
                 let mut r = RoceRepr::uc_write_imm(ep, peer, psn, RethRepr { va: 0, rkey: 0, dma_len: 0 }, w.imm, len);
                 r.bth.opcode = Opcode::UcSendOnlyImm;
