@@ -180,6 +180,10 @@ pub struct Player {
     payload: Vec<u8>,
     /// Args the answer to one request must echo.
     expected: Vec<u8>,
+    /// `RoceRepr::uc_write_imm` to the host with PSN 0, a zero RETH and immediate and no
+    /// payload: a frame's Repr is this with those set (building the whole Repr per frame
+    /// cost store-forwarding stalls).
+    write_imm: RoceRepr,
 }
 
 impl Player {
@@ -200,7 +204,16 @@ impl Player {
             .as_ref()
             .map_or(0, |q| q.max_message_len())
             .max(cfg.template.len());
+        let write_imm = RoceRepr::uc_write_imm(
+            &cfg.endpoints,
+            cfg.dest_qp,
+            0,
+            RethRepr { va: 0, rkey: 0, dma_len: 0 },
+            0,
+            0,
+        );
         Player {
+            write_imm,
             payload: vec![0; room],
             expected: vec![0; cfg.arg_len],
             answered: vec![0; tracked.div_ceil(64)],
@@ -291,14 +304,12 @@ impl Player {
             dma_len: payload.len() as u32,
         };
         let imm = ((self.psn & 0xF_FFFF) << 12) | (slot & 0xFFF);
-        let repr = RoceRepr::uc_write_imm(
-            &self.cfg.endpoints,
-            self.cfg.dest_qp,
-            self.psn,
-            reth,
-            imm,
-            payload.len(),
-        );
+        // = RoceRepr::uc_write_imm(&endpoints, dest_qp, psn, reth, imm, payload.len()).
+        let mut repr = self.write_imm;
+        repr.bth.psn = self.psn & PSN_MASK;
+        repr.reth = Some(reth);
+        repr.immdt = Some(imm);
+        repr.set_payload_len(payload.len());
 
         // The frame counts as sent even if it cannot be built (a buffer the caller made too
         // small): the run then moves on instead of retrying forever.
