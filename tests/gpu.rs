@@ -189,3 +189,54 @@ fn gpu_decode_equals_cpu_decode_on_every_fixture() {
         }
     }
 }
+
+/// The d=5 QEC graph through the persistent kernel at p = 0.3%: most answers come from warp 0
+/// alone, the shots of more than RL_QEC_WARP_K (9) defects from the block, after warp 0 hands
+/// the request over (RL_STAGE_TO_BLOCK), and those above K = 12 from the block's fallback.
+/// Every count of the run's QEC report equals the CPU backend's on the same shots.
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn gpu_qec_graph_answers_as_the_cpu_does_including_block_decodes() {
+    let d = "operator/tests/fixtures/qec/d5_p0.003";
+    let shots = 2000u64;
+    // shots of this run with more than 9 defects (120 detectors: 15 bytes per shot)
+    let dets = std::fs::read(format!("{d}/dets.b8")).unwrap_or_else(|e| panic!("{d}: {e} (run from the repository root)"));
+    let many = dets.chunks(15).take(shots as usize).filter(|s| s.iter().map(|b| b.count_ones()).sum::<u32>() > 9).count();
+    assert!(many > 10, "the fixture has shots for the block: {many}");
+    let run = |backend: &str| -> serde_json::Value {
+        let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = std::env::temp_dir().join(format!("rocelink-gpu-qec-{backend}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let json = dir.join("report.json");
+        let mut cmd = Command::new(rocelink());
+        cmd.args(["run", "graphs/qec_d5.ron", "--quiet", "--json"]).arg(&json);
+        for s in [
+            format!("backend={backend}"),
+            format!("peer.qec.dem={d}/model.dem"),
+            format!("peer.qec.dets={d}/dets.b8"),
+            format!("peer.qec.obs={d}/obs.01"),
+            format!("peer.qec.pred={d}/pred.01"),
+            format!("operators.decoder.dem={d}/model.dem"),
+            format!("run.stop=Count({shots})"),
+            format!("outputs.dir={}", dir.display()),
+        ] {
+            cmd.arg("--set").arg(s);
+        }
+        let out = cmd.output().expect("run rocelink");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!("qec {backend}:\n{text}");
+        assert!(out.status.success(), "{text}");
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    };
+    let (gpu, cpu) = (run("Gpu(0)"), run("Cpu"));
+    assert!(gpu["env"]["backend"].as_str().unwrap_or("").starts_with("gpu"), "{gpu}");
+    let (g, c) = (&gpu["qec"], &cpu["qec"]);
+    assert_eq!(g["shots_decoded"].as_u64(), Some(shots), "{g}");
+    for k in ["shots_decoded", "logical_errors", "reference_logical_errors", "disagreements", "disagreements_on_overflow", "overflows", "bad_answers", "unanswered", "unmatchable"] {
+        assert_eq!(g[k], c[k], "{k}: gpu {g} cpu {c}");
+    }
+    assert_eq!(g["bad_answers"].as_u64(), Some(0), "{g}");
+    for k in ["lost", "corrupted"] {
+        assert_eq!(gpu[k].as_u64(), Some(0), "{k}: {gpu}");
+    }
+}
