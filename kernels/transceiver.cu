@@ -128,12 +128,6 @@ __device__ __forceinline__ uint32_t rl_spec_chunks(uint32_t spec, uint32_t last_
  * the CQE and the speculated slot bytes). */
 #define RL_EXIT_LANE (4 + RL_SPEC_BYTES / 16)
 
-/* Every lane gets lane `src`'s 16 bytes. */
-__device__ __forceinline__ uint4 rl_shfl16(uint4 v, uint32_t src) {
-    return make_uint4(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src), __shfl_sync(0xffffffffu, v.z, src),
-                      __shfl_sync(0xffffffffu, v.w, src));
-}
-
 /* Warp 0: loads `len` bytes at `src` (host memory) into `dst` (shared), every load issued
  * before the first store that uses one, so they are all in flight together (a lane that stored
  * a loaded value before issuing its next load would wait a PCIe round trip per load). */
@@ -163,7 +157,7 @@ __device__ __forceinline__ void rl_reap_sends(struct rl_loop &L) {
  * request in `req` (L.valid: a well-formed receive; else it is dropped), or 1 when the host
  * asked the kernel to stop. */
 __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl,
-                                               uint8_t *req, struct rl_prepoll *pp, uint32_t &have_pre, uint32_t lane) {
+                                               uint8_t *req, uint8_t *cqe_sh, struct rl_prepoll *pp, uint32_t &have_pre, uint32_t lane) {
     /* 1+2 in one PCIe round (abi.h RL_SPEC_BYTES): lanes 0..3 read the whole CQE line, lanes
      * 4.. the first bytes of the predicted slot, straight into the request buffer. When the
      * owner byte says the CQE is new, its 16-byte chunk (bytes 48..63: owner, timestamp, wqe
@@ -205,40 +199,40 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         if (lane == 0 && (L.idle % RL_HEARTBEAT_EVERY) == 0) rl_st64_sys(&ctl->heartbeat, ++L.heartbeat);
         if (check_exit && quit != 0) return 1;
     }
-    /* the speculated bytes into the request buffer (lanes 0 and 1 may overwrite them below with
-     * the CQE's inline bytes, or every lane with a reload: hence the warp barrier) */
-    if (lane >= 4 && loads) *(uint4 *)(req + (lane - 4) * 16) = v;
-    __syncwarp();
+    if (lane < 4)
+        *(uint4 *)(cqe_sh + lane * 16) = v;
+    else if (loads)
+        *(uint4 *)(req + (lane - 4) * 16) = v;
     /* every lane: the re-reads below (any lane) come after the owner byte was seen */
     rl_fence_acquire_sys();
     if (lane == 0) L.t_seen = rl_globaltimer();
     /* the message was already there at the first read: messages are queueing */
     L.busy = reads == 1;
     L.ci = ci;
+    __syncwarp();
 
-    /* Taken apart in registers (shuffles, no shared-memory round trip): the immediate and the
-     * byte count are this CQE's unless poisoned; then bytes 0..47 are read again (after the
-     * acquire fence). */
-    uint4 mid = rl_shfl16(v, 2);
-    const uint32_t recqe = mid.y == RL_SPEC_POISON || mid.w == RL_SPEC_POISON;
+    /* the immediate and the byte count: this CQE's unless poisoned; then bytes 0..47 are read
+     * again (after the acquire fence) */
+    const uint4 mid0 = *(const uint4 *)(cqe_sh + 32);
+    const uint32_t recqe = mid0.y == RL_SPEC_POISON || mid0.w == RL_SPEC_POISON;
     if (recqe) {
-        if (lane < 3) v = rl_ld16_sys(cqe + lane * 16);
-        mid = rl_shfl16(v, 2);
+        __syncwarp(); /* every lane read mid0 before lane 2 rewrites it */
+        if (lane < 3) *(uint4 *)(cqe_sh + lane * 16) = rl_ld16_sys(cqe + lane * 16);
+        __syncwarp();
     }
-    const uint4 t4 = rl_shfl16(v, 3);
+    const uint4 t4 = *(const uint4 *)(cqe_sh + 48);
+    const uint4 mid = *(const uint4 *)(cqe_sh + 32);
     const uint32_t op_own = t4.w >> 24;
     const uint32_t imm = rl_bswap32(mid.y);
     const uint32_t len = rl_bswap32(mid.w);
     const uint32_t slot = imm & 0xfff;
     const uint32_t inl = (op_own & RL_CQE_INLINE_SCATTER_32) != 0 && len <= RL_CQE_INLINE_MAX;
     const uint32_t valid = (op_own >> 4) == RL_CQE_RESP_WR_IMM && slot < d.rx_slots && len <= d.rx_slot_stride && len <= RL_MAX_MSG;
-    /* one word per lane: the inline bytes (<= 32: lanes 0, 1 of the read) or the speculated
-     * slot bytes (<= RL_SPEC_BYTES = 32 words: lanes 4..11) */
-    const uint4 w4 = rl_shfl16(v, (inl ? 0 : 4) + (lane >> 2));
-    const uint32_t q = lane & 3;
-    const uint32_t w = q == 0 ? w4.x : q == 1 ? w4.y : q == 2 ? w4.z : w4.w;
+    /* one word per lane: the inline bytes (<= 32) or the speculated slot bytes (<= RL_SPEC_BYTES
+     * = 32 words) */
     uint32_t poisoned = 0;
     if (lane * 4 < len && lane < RL_SPEC_BYTES / 4) {
+        const uint32_t w = ((const uint32_t *)(inl ? cqe_sh : req))[lane];
         const uint32_t left = len - lane * 4;
         const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
         poisoned = ((w ^ RL_SPEC_POISON) & keep) == 0;
@@ -249,18 +243,16 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     L.valid = valid;
     L.slot = slot;
     L.len = len;
-    /* the request id (bytes 12..15 of the request: word 3 of the first 16 bytes), for the stamp */
-    L.request_id = __shfl_sync(0xffffffffu, v.w, inl ? 0 : 4);
     if (valid && inl) {
         /* the bytes from the CQE; read again (after the fence) when still poisoned */
-        if (lane < 2) *(uint4 *)(req + lane * 16) = (!recqe && stale) ? rl_ld16_sys(cqe + lane * 16) : v;
-        if (!recqe && stale) L.request_id = __shfl_sync(0xffffffffu, ((const uint4 *)req)[0].w, 0);
+        uint4 c = make_uint4(0, 0, 0, 0);
+        if (lane < 2) c = (!recqe && stale) ? rl_ld16_sys(cqe + lane * 16) : *(const uint4 *)(cqe_sh + lane * 16);
+        if (lane < 2) *(uint4 *)(req + lane * 16) = c;
     } else if (valid && !(slot == pslot && len <= spec_chunks * 16 && len >= 4 && !stale)) {
         /* the speculated bytes are the message's when the slot and the size fit and no word in
          * it still holds the poison; else one more round, every load in flight */
+        __syncwarp(); /* the poison check read `req` */
         rl_warp_load(req, slot_base + (size_t)slot * d.rx_slot_stride, len, lane);
-        __syncwarp();
-        L.request_id = ((const uint32_t *)req)[3];
     }
     if (valid) {
         L.next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
@@ -270,7 +262,8 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     L.ci_next = ci + 1;
     L.predicted = L.next_slot;
     L.spec_chunks = rl_spec_chunks(L.spec, L.last_len);
-    __syncwarp(); /* the request in `req` for the stage */
+    __syncwarp();
+    L.request_id = ((const uint32_t *)req)[3];
     RL_PMARK(2);
 
     /* Everything read from the CQE and the slot is in shared memory now: poison what the next
@@ -417,6 +410,7 @@ __device__ __forceinline__ void rl_prepoller(struct rl_prepoll *pp, const struct
 extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struct rl_transceiver_desc d) {
     __shared__ __align__(16) uint8_t buf_a[RL_MAX_MSG];
     __shared__ __align__(16) uint8_t buf_b[RL_MAX_MSG];
+    __shared__ __align__(16) uint8_t cqe_sh[64]; /* the receive CQE */
     __shared__ struct rl_handover h;
     __shared__ struct rl_prepoll pp;
     const uint32_t tid = threadIdx.x, lane = tid & 31;
@@ -453,7 +447,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         if (tid < 32) {
             /* Warp 0 serves messages until one needs the block, or the host says stop. */
             for (;;) {
-                if (rl_receive(L, d, ctl, buf_a, &pp, have_pre, lane)) {
+                if (rl_receive(L, d, ctl, buf_a, cqe_sh, &pp, have_pre, lane)) {
                     if (lane == 0) h.exit = 1;
                     break;
                 }
