@@ -71,7 +71,7 @@ typedef int int32_t;
  * doorbell and the receive's re-post: a word still holding the poison was read before the
  * NIC wrote it, and the consumer reads it again after its acquire fence.
  */
-#define RL_SPEC_BYTES 128u
+#define RL_SPEC_BYTES 256u
 #define RL_SPEC_POISON 0xD1CE5EA5u
 /** CQE bytes the consumer poisons (everything below the chunk that holds op_own). */
 #define RL_SPEC_CQE_BYTES 48u

@@ -127,6 +127,9 @@ __device__ __forceinline__ uint32_t rl_spec_chunks(uint32_t spec, uint32_t last_
 /* The lane of warp 0 that reads the exit flag with a poll's loads (the lanes before it read
  * the CQE and the speculated slot bytes). */
 #define RL_EXIT_LANE (4 + RL_SPEC_BYTES / 16)
+#if RL_EXIT_LANE >= 32 || RL_SPEC_CQE_BYTES / 16 + RL_SPEC_BYTES / 16 > 32
+#error "RL_SPEC_BYTES: warp 0 reads the CQE, the speculated bytes and the exit flag with one lane each per 16 bytes"
+#endif
 
 /* Warp 0: loads `len` bytes at `src` (host memory) into `dst` (shared), every load issued
  * before the first store that uses one, so they are all in flight together (a lane that stored
@@ -228,14 +231,18 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     const uint32_t slot = imm & 0xfff;
     const uint32_t inl = (op_own & RL_CQE_INLINE_SCATTER_32) != 0 && len <= RL_CQE_INLINE_MAX;
     const uint32_t valid = (op_own >> 4) == RL_CQE_RESP_WR_IMM && slot < d.rx_slots && len <= d.rx_slot_stride && len <= RL_MAX_MSG;
-    /* one word per lane: the inline bytes (<= 32) or the speculated slot bytes (<= RL_SPEC_BYTES
-     * = 32 words) */
+    /* words lane, lane + 32, ..: the inline bytes (<= 32) or the speculated slot bytes
+     * (<= RL_SPEC_BYTES) */
     uint32_t poisoned = 0;
-    if (lane * 4 < len && lane < RL_SPEC_BYTES / 4) {
-        const uint32_t w = ((const uint32_t *)(inl ? cqe_sh : req))[lane];
-        const uint32_t left = len - lane * 4;
-        const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
-        poisoned = ((w ^ RL_SPEC_POISON) & keep) == 0;
+#pragma unroll
+    for (uint32_t k = 0; k < (RL_SPEC_BYTES / 4 + 31) / 32; k++) {
+        const uint32_t wi = lane + 32 * k;
+        if (wi * 4 < len && wi < RL_SPEC_BYTES / 4) {
+            const uint32_t w = ((const uint32_t *)(inl ? cqe_sh : req))[wi];
+            const uint32_t left = len - wi * 4;
+            const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
+            poisoned |= ((w ^ RL_SPEC_POISON) & keep) == 0;
+        }
     }
     const uint32_t stale = __any_sync(0xffffffffu, poisoned);
     RL_PMARK(1);
