@@ -99,7 +99,7 @@ struct rl_loop {
     uint32_t ci_next;     /* the CQE index to poll next */
     uint32_t predicted;   /* the slot the next message should be in */
     uint32_t spec_chunks; /* 16-byte chunks of the predicted slot the next poll reads */
-    uint32_t spec;        /* slots are long enough to speculate on */
+    uint32_t spec;        /* bytes of a slot a poll may read speculatively: min(stride, RL_SPEC_BYTES), 0 for none */
     uint32_t next_slot, last_len;
     /* this message */
     uint32_t ci, slot, len, valid, busy, request_id;
@@ -118,10 +118,10 @@ struct rl_loop {
 
 /* RL_POLL_MODE 3: the chunks of the predicted slot to read with the CQE, from the size of
  * the last message: none when it came in the CQE (polling its slot too would only slow the
- * NIC's write of it, measured) or when it was longer than RL_SPEC_BYTES (it would be read
- * again anyway). */
+ * NIC's write of it, measured) or when it was longer than `spec` bytes (min(slot stride,
+ * RL_SPEC_BYTES): it would be read again anyway). */
 __device__ __forceinline__ uint32_t rl_spec_chunks(uint32_t spec, uint32_t last_len) {
-    return spec && last_len > RL_CQE_INLINE_MAX && last_len <= RL_SPEC_BYTES ? (last_len + 15) / 16 : 0;
+    return last_len > RL_CQE_INLINE_MAX && last_len <= spec ? (last_len + 15) / 16 : 0;
 }
 
 /* The lane of warp 0 that reads the exit flag with a poll's loads (the lanes before it read
@@ -283,7 +283,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         const uint32_t k = lane - (32 - RL_SPEC_CQE_BYTES / 16 - RL_SPEC_BYTES / 16);
         if (k < RL_SPEC_CQE_BYTES / 16)
             rl_st16_sys((uint8_t *)cqe + k * 16, poison);
-        else if (L.spec && valid && k < RL_SPEC_CQE_BYTES / 16 + RL_SPEC_BYTES / 16) /* every slot: any may be speculated on later */
+        else if (valid && k < RL_SPEC_CQE_BYTES / 16 + L.spec / 16) /* every slot: any may be speculated on later */
             rl_st16_sys((uint8_t *)slot_base + (size_t)slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
     }
 #endif
@@ -433,8 +433,9 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     L.sh = 31u - (uint32_t)__clz(d.signal_every | 1u);
     L.ci_next = L.predicted = L.next_slot = 0;
     L.last_len = 64;
-    /* one slot only: the next message's slot is the one being consumed */
-    L.spec = d.rx_slot_stride >= RL_SPEC_BYTES && d.rx_slots >= 2;
+    /* one slot only: the next message's slot is the one being consumed; the host poisoned
+     * min(stride, RL_SPEC_BYTES) bytes of each slot (rings.rs) */
+    L.spec = d.rx_slots >= 2 ? (d.rx_slot_stride < RL_SPEC_BYTES ? d.rx_slot_stride : RL_SPEC_BYTES) & ~15u : 0;
     L.spec_chunks = rl_spec_chunks(L.spec, L.last_len);
     L.valid = 0;
 #ifdef RL_PROFILE
