@@ -54,6 +54,7 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PROFILE"],
         &["-DRL_FENCE_MODE=0"],
         &["-DRL_DATA_LOAD=1"],
+        &["-DRL_DATA_LOAD=0"],
         &["-DRL_TEST_STALL"],
         &["-DRL_PROFILE", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=2"],
         &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"],
