@@ -36,7 +36,8 @@
 /* RL_PROFILE: the timestamp record's two profile words are the data path's clock at marks
  * RL_PROFILE_A and RL_PROFILE_B (default 3 and 6: request loaded, answer written) less the
  * CQE-seen time. Marks, in lane 0 of warp 0: 1 the CQE checked, 2 the request's bytes in
- * shared memory, 3 request loaded and the poison stores issued, 4 the stage chain returned,
+ * shared memory (before the block loads a long one), 3 request loaded and the poison stores
+ * issued, 4 the stage chain returned,
  * 5 send slots reserved, 6 answer written (before the doorbell's fence). Measurement only. */
 #ifndef RL_PROFILE_A
 #define RL_PROFILE_A 3
@@ -75,14 +76,17 @@
 #endif
 
 /* 16-byte chunks each lane of warp 0 loads or stores for one message of RL_MAX_MSG bytes */
-#define RL_WARP_CHUNKS ((RL_MAX_MSG + 32 * 16 - 1) / (32 * 16))
 
 /* What warp 0 tells the block at a hand-over (RL_STAGE_TO_BLOCK) or at exit. */
 struct rl_handover {
     uint32_t exit;
-    int resume; /* the chain stage the block continues */
-    int rlen;   /* its input length */
+    int resume; /* the chain stage the block continues, or RL_BLOCK_LOAD */
+    int rlen;   /* its input length (the message's, for RL_BLOCK_LOAD) */
+    const uint8_t *src; /* RL_BLOCK_LOAD: the message in its slot */
 };
+/* rl_handover.resume: the block loads the message (longer than RL_WARP_LOAD) and runs the
+ * whole chain */
+#define RL_BLOCK_LOAD (-1)
 
 /* The pre-poll (RL_PREPOLL): warp 0 asks (req, with the CQE index and slot to read), warp 1
  * reads and publishes (done == req, then `data` holds each lane's 16 bytes of that read). */
@@ -131,19 +135,25 @@ __device__ __forceinline__ uint32_t rl_spec_chunks(uint32_t spec, uint32_t last_
 #error "RL_SPEC_BYTES: warp 0 reads the CQE, the speculated bytes and the exit flag with one lane each per 16 bytes"
 #endif
 
-/* Warp 0: loads `len` bytes at `src` (host memory) into `dst` (shared), every load issued
- * before the first store that uses one, so they are all in flight together (a lane that stored
- * a loaded value before issuing its next load would wait a PCIe round trip per load). */
-__device__ __forceinline__ void rl_warp_load(uint8_t *dst, const uint8_t *src, uint32_t len, uint32_t lane) {
-    uint4 r[RL_WARP_CHUNKS];
+/* Loads `len` bytes at `src` (host memory) into `dst` (shared), thread `t` of `nt` loading
+ * the 16-byte chunks t, t + nt, ..., every load issued before the first store that uses one.
+ * A thread's loads of host memory are not in flight together, measured: a warp that loaded a
+ * 1 KiB message with two loads per lane took two PCIe round trips (2.7 us), the same with weak
+ * loads. So a message of up to RL_WARP_LOAD bytes is loaded by warp 0 (one load per lane), a
+ * longer one by the block (RL_THREADS * 16 bytes per round). */
+#define RL_WARP_LOAD (32 * 16)
+#define RL_BLOCK_CHUNKS ((RL_MAX_MSG + RL_THREADS * 16 - 1) / (RL_THREADS * 16))
+template <int CHUNKS>
+__device__ __forceinline__ void rl_load(uint8_t *dst, const uint8_t *src, uint32_t len, uint32_t t, uint32_t nt) {
+    uint4 r[CHUNKS];
 #pragma unroll
-    for (int k = 0; k < RL_WARP_CHUNKS; k++) {
-        const uint32_t off = (k * 32 + lane) * 16;
+    for (int k = 0; k < CHUNKS; k++) {
+        const uint32_t off = (k * nt + t) * 16;
         if (off < len) r[k] = rl_ld16_data(src + off);
     }
 #pragma unroll
-    for (int k = 0; k < RL_WARP_CHUNKS; k++) {
-        const uint32_t off = (k * 32 + lane) * 16;
+    for (int k = 0; k < CHUNKS; k++) {
+        const uint32_t off = (k * nt + t) * 16;
         if (off < len) *(uint4 *)(dst + off) = r[k];
     }
 }
@@ -157,8 +167,9 @@ __device__ __forceinline__ void rl_reap_sends(struct rl_loop &L) {
 }
 
 /* Warp 0: polls for the next message and takes it apart (steps 1+2). Returns 0 with the
- * request in `req` (L.valid: a well-formed receive; else it is dropped), or 1 when the host
- * asked the kernel to stop. */
+ * request in `req` (L.valid: a well-formed receive; else it is dropped), 2 when the block is to
+ * load it (longer than RL_WARP_LOAD and not read with the poll; its slot is L.slot), or 1 when
+ * the host asked the kernel to stop. Then rl_consumed, once the request is in `req`. */
 __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl,
                                                uint8_t *req, uint8_t *cqe_sh, struct rl_prepoll *pp, uint32_t &have_pre, uint32_t lane) {
     /* 1+2 in one PCIe round (abi.h RL_SPEC_BYTES): lanes 0..3 read the whole CQE line, lanes
@@ -255,11 +266,13 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         uint4 c = make_uint4(0, 0, 0, 0);
         if (lane < 2) c = (!recqe && stale) ? rl_ld16_sys(cqe + lane * 16) : *(const uint4 *)(cqe_sh + lane * 16);
         if (lane < 2) *(uint4 *)(req + lane * 16) = c;
-    } else if (valid && !(slot == pslot && len <= spec_chunks * 16 && len >= 4 && !stale)) {
+    }
+    const uint32_t reload = valid && !inl && !(slot == pslot && len <= spec_chunks * 16 && len >= 4 && !stale);
+    if (reload && len <= RL_WARP_LOAD) {
         /* the speculated bytes are the message's when the slot and the size fit and no word in
-         * it still holds the poison; else one more round, every load in flight */
+         * it still holds the poison; else one more round, one load per lane */
         __syncwarp(); /* the poison check read `req` */
-        rl_warp_load(req, slot_base + (size_t)slot * d.rx_slot_stride, len, lane);
+        rl_load<1>(req, slot_base + (size_t)slot * d.rx_slot_stride, len, lane, 32);
     }
     if (valid) {
         L.next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
@@ -270,21 +283,27 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     L.predicted = L.next_slot;
     L.spec_chunks = rl_spec_chunks(L.spec, L.last_len);
     __syncwarp();
-    L.request_id = ((const uint32_t *)req)[3];
     RL_PMARK(2);
+    return reload && len > RL_WARP_LOAD ? 2 : 0;
+}
 
+/* Warp 0, the request in `req`: its id for the stamp; the poison and the pre-poll request. */
+__device__ __forceinline__ void rl_consumed(struct rl_loop &L, const struct rl_transceiver_desc &d, const uint8_t *req,
+                                            struct rl_prepoll *pp, uint32_t &have_pre, uint32_t lane) {
+    L.request_id = ((const uint32_t *)req)[3];
     /* Everything read from the CQE and the slot is in shared memory now: poison what the next
      * speculative read of them may see (posted writes, ordered before the answer's doorbell by
      * its release fence, or before the re-post by the fence in rl_answer). */
 #ifndef RL_EXPERIMENT_NO_POISON /* measurement only (unsafe): what the poison stores cost the doorbell's fence */
     {
         const uint4 poison = make_uint4(RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON);
+        const uint8_t *cqe = L.rcq.ring + (size_t)(L.ci & (L.rcq.entries - 1)) * RL_CQE_SIZE;
         /* the last lanes: the first ones write the answer's WQE next */
         const uint32_t k = lane - (32 - RL_SPEC_CQE_BYTES / 16 - RL_SPEC_BYTES / 16);
         if (k < RL_SPEC_CQE_BYTES / 16)
             rl_st16_sys((uint8_t *)cqe + k * 16, poison);
-        else if (valid && k < RL_SPEC_CQE_BYTES / 16 + L.spec / 16) /* every slot: any may be speculated on later */
-            rl_st16_sys((uint8_t *)slot_base + (size_t)slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
+        else if (L.valid && k < RL_SPEC_CQE_BYTES / 16 + L.spec / 16) /* every slot: any may be speculated on later */
+            rl_st16_sys((uint8_t *)d.rx_buffer + (size_t)L.slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
     }
 #endif
 #if RL_PREPOLL
@@ -306,7 +325,6 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     }
 #endif
     RL_PMARK(3);
-    return 0;
 }
 
 /* Warp 0: answers (step 4: `n` bytes at `answer`, or none when n < 0), then re-posts, consumes
@@ -392,7 +410,7 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
 /* Warp 1 (RL_PREPOLL): serves warp 0's pre-poll requests until warp 0 clears `run`. */
 __device__ __forceinline__ void rl_prepoller(struct rl_prepoll *pp, const struct rl_dev_cq &rcq, const struct rl_transceiver_desc &d,
                                              uint32_t lane) {
-    uint32_t seen = pp->req;
+    uint32_t seen = pp->done; /* a request warp 0 made while this warp was at the barrier is served */
     for (;;) {
         uint32_t r;
         while ((r = pp->req) == seen) {
@@ -455,7 +473,8 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         if (tid < 32) {
             /* Warp 0 serves messages until one needs the block, or the host says stop. */
             for (;;) {
-                if (rl_receive(L, d, ctl, buf_a, cqe_sh, &pp, have_pre, lane)) {
+                const uint32_t got = rl_receive(L, d, ctl, buf_a, cqe_sh, &pp, have_pre, lane);
+                if (got == 1) {
                     if (lane == 0) h.exit = 1;
                     break;
                 }
@@ -465,6 +484,17 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     if (rl_globaltimer() == 0) break;
                 }
 #endif
+                if (got == 2) {
+                    /* a long message the poll did not read: the block loads it */
+                    if (lane == 0) {
+                        h.exit = 0;
+                        h.resume = RL_BLOCK_LOAD;
+                        h.rlen = (int)L.len;
+                        h.src = (const uint8_t *)d.rx_buffer + (size_t)L.slot * d.rx_slot_stride;
+                    }
+                    break;
+                }
+                rl_consumed(L, d, buf_a, &pp, have_pre, lane);
                 const uint8_t *answer = 0;
                 int resume = 0, rlen = 0;
                 const int n = L.valid ? rl_run_chain_warp(buf_a, (int)L.len, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state, &resume, &rlen) : -1;
@@ -497,9 +527,19 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         if (tid == 0) pp.run = 1;
         __syncthreads(); /* warp 1 sees `run` before it loops again */
 #endif
-        /* 3, the block's part: a stage's continuation, then the rest of the chain */
         const uint8_t *answer = 0;
-        const int n = rl_run_chain_block(buf_a, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state, h.resume, h.rlen);
+        int n;
+        if (h.resume == RL_BLOCK_LOAD) {
+            /* 2, the block's part: every thread loads its chunks of a long message, all in
+             * flight; then warp 0 takes it as consumed and the block runs the whole chain */
+            rl_load<RL_BLOCK_CHUNKS>(buf_a, h.src, (uint32_t)h.rlen, tid, RL_THREADS);
+            __syncthreads();
+            if (tid < 32) rl_consumed(L, d, buf_a, &pp, have_pre, lane);
+            n = rl_run_chain(buf_a, h.rlen, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state);
+        } else {
+            /* 3, the block's part: a stage's continuation, then the rest of the chain */
+            n = rl_run_chain_block(buf_a, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state, h.resume, h.rlen);
+        }
         RL_PMARK(4);
         /* the chain's stages end with a block barrier: the answer is the block's; warp 0 sends it
          * and goes back to polling, while the other warps return to the barrier above (nothing
