@@ -5,12 +5,13 @@
  * data path: it polls, takes each message apart, runs the warp forms of the fused stage chain
  * (kernels/stages/stage.cuh) and answers, with warp barriers only; the other warps wait at a
  * block barrier and join only when a stage hands a request to the block (RL_STAGE_TO_BLOCK:
- * a QEC decode of many defects) or the kernel stops. Per message:
+ * a QEC decode of many defects), a message longer than RL_WARP_LOAD bytes must be loaded
+ * (RL_BLOCK_LOAD: one load per thread), or the kernel stops. Per message:
  *   1+2. warp 0 polls with one load instruction per iteration the whole receive CQE line
  *      (lanes 0..3) and, when the last message was 33..RL_SPEC_BYTES bytes, the first bytes of
  *      the slot the peer should write next (lanes 4..; peers cycle their slots in order); the
- *      exit flag is read every RL_EXIT_POLL_EVERY idle polls (PERF.md: every extra poller or
- *      dependent read of host memory costs ~1 us). Words of that read which may predate the
+ *      exit flag is read by one more lane every RL_EXIT_POLL_EVERY idle polls, in the same
+ *      round (PERF.md: every extra poller or dependent read of host memory costs ~1 us). Words of that read which may predate the
  *      NIC's write are trusted only when they no longer hold the poison written there after
  *      the message before was consumed (abi.h RL_SPEC_POISON); otherwise, and for a
  *      mispredicted slot or a longer message, one more round of loads, all in flight.
@@ -37,8 +38,8 @@
  * RL_PROFILE_A and RL_PROFILE_B (default 3 and 6: request loaded, answer written) less the
  * CQE-seen time. Marks, in lane 0 of warp 0: 1 the CQE checked, 2 the request's bytes in
  * shared memory (before the block loads a long one), 3 request loaded and the poison stores
- * issued, 4 the stage chain returned,
- * 5 send slots reserved, 6 answer written (before the doorbell's fence). Measurement only. */
+ * issued, 4 the stage chain returned, 5 send slots reserved, 6 answer written (before the
+ * doorbell's fence). Measurement only. */
 #ifndef RL_PROFILE_A
 #define RL_PROFILE_A 3
 #endif
@@ -75,8 +76,6 @@
 #error "RL_PREPOLL needs a second warp (RL_THREADS >= 64)"
 #endif
 
-/* 16-byte chunks each lane of warp 0 loads or stores for one message of RL_MAX_MSG bytes */
-
 /* What warp 0 tells the block at a hand-over (RL_STAGE_TO_BLOCK) or at exit. */
 struct rl_handover {
     uint32_t exit;
@@ -97,8 +96,9 @@ struct rl_prepoll {
     __align__(16) uint4 data[4 + RL_SPEC_BYTES / 16];
 };
 
-/* Warp 0's loop state. Every lane keeps the fields above `sq` alike (uniform: computed from
- * shuffled or shared values); the queues, counters and the message's stamps are lane 0's. */
+/* Warp 0's loop state. Every lane keeps the fields above `rcq` alike (uniform: computed from
+ * shuffled or shared values), `idle` too; the queues, the other counters and the message's
+ * stamps are lane 0's. */
 struct rl_loop {
     uint32_t ci_next;     /* the CQE index to poll next */
     uint32_t predicted;   /* the slot the next message should be in */
