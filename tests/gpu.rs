@@ -74,9 +74,13 @@ fn gpu_echo_every_answer_path() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn gpu_echo_open_loop_with_64_in_flight() {
-    let (ok, r, _) = echo("open", &["--backend", "gpu", "--count", "100000", "--size", "64", "--rate", "200000"], &[]);
-    assert!(ok);
-    assert_clean(&r, 100_000);
+    // Messages queue at 200,000/s: the pre-poll (warp 1) runs; 200 B: the poll reads the slot
+    // too; 1000 B: the block loads each message after warp 0 hands it over.
+    for (size, count) in [("64", 100_000u64), ("200", 50_000), ("1000", 50_000)] {
+        let (ok, r, _) = echo(&format!("open{size}"), &["--backend", "gpu", "--count", &count.to_string(), "--size", size, "--rate", "200000"], &[]);
+        assert!(ok, "size {size}");
+        assert_clean(&r, count);
+    }
 }
 
 #[test]
