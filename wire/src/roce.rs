@@ -534,14 +534,7 @@ mod tests {
 
     #[test]
     fn set_payload_len_equals_building_again() {
-        let ep = Endpoints {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src_ip: [10, 0, 0, 1],
-            dst_ip: [10, 0, 0, 2],
-            src_port: 49152,
-            dst_port: UDP_PORT,
-        };
+        let ep = endpoints();
         let reth = RethRepr { va: 0x1000, rkey: 7, dma_len: 33 };
         for n in (0..=70).chain([PMTU - 1, PMTU, PMTU + 1]) {
             for psn in [0, 1, 0xFF_FFFF, 0x1234_5678] {
