@@ -76,6 +76,36 @@
 #error "RL_PREPOLL needs a second warp (RL_THREADS >= 64)"
 #endif
 
+/* RL_PHASE_LOCK: where the next poll's samples fall. Warp 0 samples the CQ line once per
+ * PCIe read (~1.2 us), back to back from the doorbell on, so in a closed loop (and under any
+ * periodic traffic: a fixed syndrome cycle) the next message lands at a fixed offset into a
+ * read and waits for the next sample: up to a read's time more (the round trip sits in one of
+ * two modes a read apart, latency-reports/README.md). With the lock, warp 0 starts polling
+ * `delta` ns after the doorbell instead, and picks delta: it tries RL_PHASE_STEPS offsets
+ * over one read, RL_PHASE_SAMPLES messages each, keeps the one with the least mean time from
+ * doorbell to CQE seen, and scans again when that mean drifts up by a quarter of a read
+ * (the traffic changed) or every RL_PHASE_RESCAN messages. Measured on the raw mapped
+ * ping-pong (scripts/probes/poll_stagger.cu, ONLY_DELAY): 1.63 to 2.79 us p50 by the wait
+ * alone. Not while messages queue (the next one is there: no wait), and
+ * only samples that follow an answer within RL_PHASE_MAX_NS count (an idle gap says nothing
+ * of the phase); and only after a message that came later than the wait plus a read after
+ * the doorbell before it (so a fixed cycle that leaves less slack is never slowed). 0: poll
+ * from the doorbell on. */
+#ifndef RL_PHASE_LOCK
+#define RL_PHASE_LOCK 1
+#endif
+#define RL_PHASE_STEPS 16u
+#define RL_PHASE_SAMPLES 32u
+#define RL_PHASE_WINDOW 1024u
+#define RL_PHASE_RESCAN (1u << 20)
+#define RL_PHASE_MAX_NS 16000u
+/* lane 0's phase search state (RL_PHASE_LOCK) */
+struct rl_phase {
+    uint32_t period; /* ns per poll read, measured (moving average) */
+    uint32_t locked, step, n, best_step, win_n, since;
+    uint64_t sum, best_sum, win_sum, ref_mean;
+};
+
 /* What warp 0 tells the block at a hand-over (RL_STAGE_TO_BLOCK) or at exit. */
 struct rl_handover {
     uint32_t exit;
@@ -108,6 +138,11 @@ struct rl_loop {
     /* this message */
     uint32_t ci, slot, len, valid, busy, request_id;
     uint64_t t_seen;
+    /* RL_PHASE_LOCK (alike in every lane): the last doorbell, the wait after it, whether this
+     * message's poll waited, and its reads' start and count */
+    uint64_t t_db, t_poll0;
+    uint32_t delta, wait, delayed, reads;
+    struct rl_phase ph; /* lane 0 */
 #ifdef RL_PROFILE
     uint64_t t_loaded, t_written;
 #endif
@@ -185,6 +220,17 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     const uint32_t parity = (ci / L.rcq.entries) & 1;
     uint32_t reads = 0;
     uint4 v = make_uint4(0, 0, 0, 0);
+#if RL_PHASE_LOCK
+    /* the poll's first read `delta` after the last doorbell (uniform: t_db and delta are
+     * shuffled from lane 0), unless messages queue */
+    L.delayed = L.wait && !have_pre && !L.busy;
+    if (L.delayed) {
+        const uint64_t until = L.t_db + L.delta;
+        while (rl_globaltimer() < until) {
+        }
+    }
+    L.t_poll0 = rl_globaltimer();
+#endif
 #if RL_PREPOLL
     if (have_pre) {
         /* warp 1's read of this CQE and slot: checked exactly like a poll's read below */
@@ -217,11 +263,14 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         *(uint4 *)(cqe_sh + lane * 16) = v;
     else if (loads)
         *(uint4 *)(req + (lane - 4) * 16) = v;
-    /* every lane: the re-reads below (any lane) come after the owner byte was seen */
-    rl_fence_acquire_sys();
+    /* No acquire fence yet: the bytes this read brought are checked by value (the owner byte,
+     * the poison), and nothing is read from host memory again unless a check fails; every
+     * such re-read below comes after an acquire fence (warp-uniform), so that it sees what the
+     * NIC wrote before the owner byte. The common message costs no fence (~0.1 us). */
     if (lane == 0) L.t_seen = rl_globaltimer();
     /* the message was already there at the first read: messages are queueing */
     L.busy = reads == 1;
+    L.reads = reads;
     L.ci = ci;
     __syncwarp();
 
@@ -230,6 +279,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     const uint4 mid0 = *(const uint4 *)(cqe_sh + 32);
     const uint32_t recqe = mid0.y == RL_SPEC_POISON || mid0.w == RL_SPEC_POISON;
     if (recqe) {
+        rl_fence_acquire_sys(); /* the re-read after the owner byte */
         __syncwarp(); /* every lane read mid0 before lane 2 rewrites it */
         if (lane < 3) *(uint4 *)(cqe_sh + lane * 16) = rl_ld16_sys(cqe + lane * 16);
         __syncwarp();
@@ -264,10 +314,14 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     if (valid && inl) {
         /* the bytes from the CQE; read again (after the fence) when still poisoned */
         uint4 c = make_uint4(0, 0, 0, 0);
+        if (!recqe && stale) rl_fence_acquire_sys(); /* the re-read after the owner byte */
         if (lane < 2) c = (!recqe && stale) ? rl_ld16_sys(cqe + lane * 16) : *(const uint4 *)(cqe_sh + lane * 16);
         if (lane < 2) *(uint4 *)(req + lane * 16) = c;
     }
     const uint32_t reload = valid && !inl && !(slot == pslot && len <= spec_chunks * 16 && len >= 4 && !stale);
+    /* the slot's bytes are read again (by this warp, or by the block after the barrier that
+     * hands it the message) after the owner byte */
+    if (reload && !recqe) rl_fence_acquire_sys();
     if (reload && len <= RL_WARP_LOAD) {
         /* the speculated bytes are the message's when the slot and the size fit and no word in
          * it still holds the poison; else one more round, one load per lane */
@@ -327,6 +381,63 @@ __device__ __forceinline__ void rl_consumed(struct rl_loop &L, const struct rl_t
     RL_PMARK(3);
 }
 
+#if RL_PHASE_LOCK
+__device__ __forceinline__ void rl_phase_rescan(struct rl_phase &ph) {
+    ph.locked = ph.step = ph.n = ph.win_n = ph.since = 0;
+    ph.sum = ph.win_sum = 0;
+    ph.best_sum = ~0ull;
+    ph.best_step = 0;
+}
+
+/* Lane 0, after the doorbell (before L.t_db moves to it): this message's poll is one sample of the time from
+ * the last doorbell to the CQE seen, at the wait L.delta; sets the wait for the next poll. */
+__device__ __forceinline__ void rl_phase_update(struct rl_loop &L) {
+    struct rl_phase &ph = L.ph;
+    if (L.reads >= 2) {
+        /* a read's time: the poll's reads from its start to the one that saw the CQE */
+        const uint32_t per = (uint32_t)(L.t_seen - L.t_poll0) / L.reads; /* 32-bit: no 64-bit division */
+        if (per > 200 && per < 4000) ph.period = (7 * ph.period + per) / 8;
+    }
+    const uint64_t w = L.t_seen - L.t_db;
+    if (L.delayed && L.valid && w < RL_PHASE_MAX_NS) {
+        if (!ph.locked) {
+            ph.sum += w;
+            if (++ph.n == RL_PHASE_SAMPLES) {
+                if (ph.sum < ph.best_sum) {
+                    ph.best_sum = ph.sum;
+                    ph.best_step = ph.step;
+                }
+                ph.n = 0;
+                ph.sum = 0;
+                if (++ph.step == RL_PHASE_STEPS) {
+                    ph.locked = 1;
+                    ph.ref_mean = 0;
+                }
+            }
+        } else {
+            ph.win_sum += w;
+            if (++ph.win_n == RL_PHASE_WINDOW) {
+                /* the first window after the scan is the reference (the scan's own means are
+                 * of few samples, the least of them biased low) */
+                const uint64_t mean = ph.win_sum / RL_PHASE_WINDOW;
+                ph.win_n = 0;
+                ph.win_sum = 0;
+                if (ph.ref_mean == 0 || mean < ph.ref_mean)
+                    ph.ref_mean = mean;
+                else if (mean > ph.ref_mean + ph.period / 4)
+                    rl_phase_rescan(ph);
+            }
+            if (++ph.since == RL_PHASE_RESCAN) rl_phase_rescan(ph);
+        }
+    }
+    L.delta = (ph.locked ? ph.best_step : ph.step) * ph.period / RL_PHASE_STEPS;
+    /* wait only where the next message should come well after the wait and one more read,
+     * as this one did: not under periodic traffic that leaves less (a 3 us syndrome cycle
+     * with a 2.5 us decode), where waiting would only add to each message */
+    L.wait = L.valid && w < RL_PHASE_MAX_NS && w > L.delta + ph.period;
+}
+#endif
+
 /* Warp 0: answers (step 4: `n` bytes at `answer`, or none when n < 0), then re-posts, consumes
  * and stamps (step 5). */
 __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl, int n,
@@ -361,8 +472,9 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
     } else {
         __syncwarp(); /* every lane's poison stores precede the fence below */
     }
+    uint64_t t_db = 0;
     if (lane == 0) {
-        const uint64_t t_db = rl_globaltimer();
+        t_db = rl_globaltimer();
         /* no answer, so no doorbell fence: order the poison before the re-post here */
         if (n < 0) rl_fence_release_sys();
         rl_dev_verbs_post_recv(&L.rq, 1);
@@ -386,6 +498,11 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
 #ifdef RL_PROFILE
                 c.z = (uint32_t)(L.t_loaded - L.t_seen);
                 c.w = (uint32_t)(L.t_written - L.t_seen);
+#elif defined(RL_PHASE_DEBUG) && RL_PHASE_LOCK
+                /* measurement only: the wait this message's poll began with, and the time from
+                 * the doorbell before to the CQE seen (in the profile words) */
+                c.z = L.delayed ? L.delta + 1 : 1;
+                c.w = (uint32_t)(L.t_seen - L.t_db);
 #else
                 c.z = 0;
                 c.w = 0;
@@ -403,7 +520,15 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
         }
         /* reclaim send-queue space between messages, not while one waits */
         if (L.sq.pi - L.sq.done > L.sq.entries / 2) rl_reap_sends(L);
+#if RL_PHASE_LOCK
+        rl_phase_update(L);
+#endif
     }
+#if RL_PHASE_LOCK
+    L.t_db = __shfl_sync(0xffffffffu, t_db, 0);
+    L.delta = __shfl_sync(0xffffffffu, L.delta, 0);
+    L.wait = __shfl_sync(0xffffffffu, L.wait, 0);
+#endif
 }
 
 #if RL_PREPOLL
@@ -460,6 +585,13 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     L.t_loaded = L.t_written = 0;
 #endif
     uint32_t have_pre = 0; /* RL_PREPOLL: warp 1 was asked to read the next message */
+    L.busy = 0;
+    L.t_db = L.t_poll0 = 0;
+    L.delta = L.wait = L.delayed = L.reads = 0;
+#if RL_PHASE_LOCK
+    L.ph.period = 1150;
+    rl_phase_rescan(L.ph);
+#endif
 
     if (tid == 0) {
         /* the host posted the receive queue before the launch */

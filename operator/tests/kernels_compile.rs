@@ -60,6 +60,9 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"],
         &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
         &["-DRL_MAX_INLINE=44"],
+        &["-DRL_PHASE_LOCK=0"],
+        &["-DRL_PHASE_DEBUG"],
+        &["-DRL_PHASE_LOCK=0", "-DRL_PREPOLL=0", "-DRL_THREADS=32"],
     ] {
         let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
         options.extend(defs.iter().map(|d| d.to_string()));
