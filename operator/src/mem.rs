@@ -138,6 +138,19 @@ impl SharedMem {
         unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), dst.as_mut_ptr(), dst.len()) }
     }
 
+    /// Asks the CPU to start loading the cache line of byte `off` (a hint: no read happens
+    /// where the architecture has no prefetch, and none is needed for correctness). Lets the
+    /// NIC's miss on a WQE's second line overlap the first's instead of following it.
+    pub fn prefetch(&self, off: usize) {
+        self.check(off, 1, 1);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: in bounds (checked); a prefetch reads nothing into the program and cannot fault.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(self.ptr.as_ptr().add(off) as *const i8);
+        }
+    }
+
     /// Reads a `Copy` value (an abi.h struct) at `off`.
     pub fn read_struct<T: Copy>(&self, off: usize) -> T {
         self.check(off, std::mem::size_of::<T>(), std::mem::align_of::<T>());
