@@ -7,11 +7,14 @@
  * block barrier and join only when a stage hands a request to the block (RL_STAGE_TO_BLOCK:
  * a QEC decode of many defects), a message longer than RL_WARP_LOAD bytes must be loaded
  * (RL_BLOCK_LOAD: one load per thread), or the kernel stops. Per message:
- *   1+2. warp 0 polls with one load instruction per iteration the whole receive CQE line
+ *   1+2. warp 0 polls, from a wait after the last doorbell that it tunes itself
+ *      (RL_PHASE_LOCK), with one load instruction per iteration: the whole receive CQE line
  *      (lanes 0..3) and, when the last message was 33..RL_SPEC_BYTES bytes, the first bytes of
  *      the slot the peer should write next (lanes 4..; peers cycle their slots in order); the
  *      exit flag is read by one more lane every RL_EXIT_POLL_EVERY idle polls, in the same
- *      round (PERF.md: every extra poller or dependent read of host memory costs ~1 us). Words of that read which may predate the
+ *      round (PERF.md: every extra poller or dependent read of host memory costs ~1 us; reads
+ *      by other multiprocessors also slow the doorbell's fence, latency-reports/README.md).
+ *      Words of that read which may predate the
  *      NIC's write are trusted only when they no longer hold the poison written there after
  *      the message before was consumed (abi.h RL_SPEC_POISON); otherwise, and for a
  *      mispredicted slot or a longer message, one more round of loads, all in flight.
@@ -80,17 +83,16 @@
  * PCIe read (~1.2 us), back to back from the doorbell on, so in a closed loop (and under any
  * periodic traffic: a fixed syndrome cycle) the next message lands at a fixed offset into a
  * read and waits for the next sample: up to a read's time more (the round trip sits in one of
- * two modes a read apart, latency-reports/README.md). With the lock, warp 0 starts polling
- * `delta` ns after the doorbell instead, and picks delta: it tries RL_PHASE_STEPS offsets
- * over one read, RL_PHASE_SAMPLES messages each, keeps the one with the least mean time from
- * doorbell to CQE seen, and scans again when that mean drifts up by a quarter of a read
- * (the traffic changed) or every RL_PHASE_RESCAN messages. Measured on the raw mapped
- * ping-pong (scripts/probes/poll_stagger.cu, ONLY_DELAY): 1.63 to 2.79 us p50 by the wait
- * alone. Not while messages queue (the next one is there: no wait), and
- * only samples that follow an answer within RL_PHASE_MAX_NS count (an idle gap says nothing
- * of the phase); and only after a message that came later than the wait plus a read after
- * the doorbell before it (so a fixed cycle that leaves less slack is never slowed). 0: poll
- * from the doorbell on. */
+ * two modes a read apart, latency-reports/README.md). The raw mapped ping-pong measured 1.63
+ * to 2.79 us p50 by such a wait alone (scripts/probes/poll_stagger.cu, ONLY_DELAY). With the
+ * lock, warp 0 starts polling `delta` ns after the doorbell, and picks delta itself: it tries
+ * RL_PHASE_STEPS waits over one read, RL_PHASE_SAMPLES messages each, keeps the one with the
+ * least mean time from doorbell to CQE seen, and scans again when that mean drifts up by a
+ * quarter of a read (the traffic changed) or every RL_PHASE_RESCAN messages. It never waits
+ * while messages queue (the next one is there), nor after a message that came sooner than
+ * the wait plus a read after its doorbell (so a fixed cycle that leaves less slack is not
+ * slowed); only samples within RL_PHASE_MAX_NS of the doorbell count (an idle gap says
+ * nothing of the phase). 0: poll from the doorbell on. */
 #ifndef RL_PHASE_LOCK
 #define RL_PHASE_LOCK 1
 #endif
@@ -389,8 +391,9 @@ __device__ __forceinline__ void rl_phase_rescan(struct rl_phase &ph) {
     ph.best_step = 0;
 }
 
-/* Lane 0, after the doorbell (before L.t_db moves to it): this message's poll is one sample of the time from
- * the last doorbell to the CQE seen, at the wait L.delta; sets the wait for the next poll. */
+/* Lane 0, after the doorbell (before L.t_db moves to it): this message's poll is one sample
+ * of the time from the doorbell before to the CQE seen, at the wait L.delta; sets the wait
+ * (L.delta, L.wait) for the next poll. */
 __device__ __forceinline__ void rl_phase_update(struct rl_loop &L) {
     struct rl_phase &ph = L.ph;
     if (L.busy) {

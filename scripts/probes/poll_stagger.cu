@@ -108,64 +108,54 @@ __global__ void k_wide(uint32_t *flags, uint32_t *pong, uint32_t *data, int line
     }
 }
 
+/* Polls *p back to back; answers each newer value (an answer of kind `fence`), then waits
+   until `wait_ns` (globaltimer) after the answer before its next read; returns at 0xffffffff.
+   Read, check, answer, read again: the project's floor order. */
+__device__ void serve(const uint32_t *p, uint32_t *pong, uint32_t *data, int fence, uint64_t wait_ns) {
+    uint32_t last = 0;
+    for (;;) {
+        const uint32_t v = ldv(p);
+        if (v == last || v == 0) continue;
+        if (v == 0xffffffffu) return;
+        if ((int32_t)(v - last) > 0) {
+            answer(pong, data, v, fence);
+            last = v;
+            if (wait_ns) {
+                uint64_t t0, t;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+                do {
+                    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+                } while (t - t0 < wait_ns);
+            }
+        }
+    }
+}
+
 /* W warps, warp w polls line (w % lines) back to back, started w * stag cycles apart */
 __global__ void k_warps(uint32_t *flags, uint32_t *pong, uint32_t *data, int lines, long long stag) {
     if ((threadIdx.x & 31) != 0) return;
-    int w = threadIdx.x >> 5;
-    const uint32_t *p = flags + (w % lines) * LINE_WORDS;
+    const int w = threadIdx.x >> 5;
     delay(stag * w);
-    uint32_t last = 0;
-    for (;;) {
-        uint32_t v = ldv(p);
-        if (v != last && v != 0) {
-            if (v == 0xffffffffu) return;
-            if ((int32_t)(v - last) > 0) {
-                stv(pong, v);
-                last = v;
-            }
-        }
-    }
+    serve(flags + (w % lines) * LINE_WORDS, pong, data, -1, 0);
 }
 
-/* B blocks (one SM each), thread 0 of block b polls line (b % lines) back to back, started
-   b * stag cycles apart; read, check, answer, read again (the project's floor order) */
+/* B blocks (one SM each), thread 0 of block b polls line (b % lines), started b * stag cycles
+   apart */
 __global__ void k_blocks(uint32_t *flags, uint32_t *pong, uint32_t *data, int lines, long long stag, int fence) {
     if (threadIdx.x != 0) return;
-    int b = blockIdx.x;
-    const uint32_t *p = flags + (b % lines) * LINE_WORDS;
+    const int b = blockIdx.x;
     delay(stag * b);
-    uint32_t last = 0;
-    for (;;) {
-        uint32_t v = ldv(p);
-        if (v != last && v != 0) {
-            if (v == 0xffffffffu) return;
-            if ((int32_t)(v - last) > 0) {
-                answer(pong, data, v, fence);
-                last = v;
-            }
-        }
-    }
+    serve(flags + (b % lines) * LINE_WORDS, pong, data, fence, 0);
 }
 
 /* block 0: the floor with an answer of kind `fence`; blocks 1..: read their own line of
-   host memory (not the flag's) back to back until the flag reads 0xffffffff */
+   host memory (not the flag's) back to back until block 0 ends them */
 __global__ void k_noise(uint32_t *flags, uint32_t *pong, uint32_t *data, int lines, long long stag, int fence) {
     if (threadIdx.x != 0) return;
-    uint32_t last = 0;
     if (blockIdx.x == 0) {
-        for (;;) {
-            uint32_t v = ldv(flags);
-            if (v != last && v != 0) {
-                if (v == 0xffffffffu) {
-                    for (int l = 8; l < MAXL; l++) stv(flags + l * LINE_WORDS, 1);
-                    return;
-                }
-                if ((int32_t)(v - last) > 0) {
-                    answer(pong, data, v, fence);
-                    last = v;
-                }
-            }
-        }
+        serve(flags, pong, data, fence, 0);
+        for (int l = 8; l < MAXL; l++) stv(flags + l * LINE_WORDS, 1);
+        return;
     }
     const uint32_t *p = flags + (8 + (blockIdx.x & 7)) * LINE_WORDS;
     for (;;) {
@@ -176,22 +166,7 @@ __global__ void k_noise(uint32_t *flags, uint32_t *pong, uint32_t *data, int lin
 /* the floor, but after each answer the next read waits until `stag` ns (globaltimer) after it */
 __global__ void k_delay(uint32_t *flags, uint32_t *pong, uint32_t *data, int lines, long long stag, int fence) {
     if (threadIdx.x != 0) return;
-    uint32_t last = 0;
-    for (;;) {
-        uint32_t v = ldv(flags);
-        if (v != last && v != 0) {
-            if (v == 0xffffffffu) return;
-            if ((int32_t)(v - last) > 0) {
-                answer(pong, data, v, fence);
-                last = v;
-                uint64_t t0, t;
-                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-                do {
-                    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-                } while (t - t0 < (uint64_t)stag);
-            }
-        }
-    }
+    serve(flags, pong, data, fence, (uint64_t)stag);
 }
 
 /* a cluster: ranks 1..n-1 poll the flag line (staggered) and forward what they see into rank
