@@ -255,4 +255,16 @@ mod tests {
         let m = SharedMem::new(PAGE);
         m.write(PAGE - 2, &[0; 4]);
     }
+
+    #[test]
+    fn prefetch_changes_nothing_and_is_bounds_checked() {
+        let m = SharedMem::new(PAGE);
+        m.write(64, &[7; 64]);
+        m.prefetch(64);
+        m.prefetch(PAGE - 1);
+        let mut back = [0u8; 64];
+        m.read(64, &mut back);
+        assert_eq!(back, [7; 64]);
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.prefetch(PAGE))).is_err(), "one past the end is refused");
+    }
 }
