@@ -51,9 +51,10 @@ fn run_named(name: &str, file: &str, sets: &[String]) -> (PathBuf, Output, Strin
     (dir, out, shown, report)
 }
 
-/// [`run_named`], expecting exit status 0.
-fn run_graph(file: &str, sets: &[String]) -> (PathBuf, serde_json::Value) {
-    let (dir, out, shown, report) = run_named(file.trim_end_matches(".ron"), file, sets);
+/// [`run_named`] in a folder of the test's own (`name`: tests run in parallel, and one test's
+/// fresh folder must not remove another's reports while it reads them), expecting exit status 0.
+fn run_graph(name: &str, file: &str, sets: &[String]) -> (PathBuf, serde_json::Value) {
+    let (dir, out, shown, report) = run_named(name, file, sets);
     assert_eq!(out.status.code(), Some(0), "{shown}");
     (dir, report)
 }
@@ -140,7 +141,7 @@ fn every_graph_file_passes_check_and_draws() {
 
 #[test]
 fn echo_ron_end_to_end() {
-    let (dir, r) = run_graph("echo.ron", &[]);
+    let (dir, r) = run_graph("echo", "echo.ron", &[]);
     assert_clean(&r, COUNT);
     assert_eq!(r["env"]["wire"], "inproc");
     assert_eq!(r["mode"], "closed-loop");
@@ -172,7 +173,7 @@ fn echo_udp_ron_end_to_end() {
 
 #[test]
 fn a_duration_run_stops_on_time_without_counting_the_last_request_lost() {
-    let (_, r) = run_graph("echo.ron", &["run.stop=Duration(1)".into()]);
+    let (_, r) = run_graph("echo-duration", "echo.ron", &["run.stop=Duration(1)".into()]);
     assert_eq!(r["stopped_by"], "duration", "{r}");
     assert_eq!(r["lost"].as_u64(), Some(0), "{r}");
     assert!(r["received"].as_u64().unwrap() > 1000, "{r}");
@@ -184,7 +185,7 @@ fn a_duration_run_stops_on_time_without_counting_the_last_request_lost() {
 /// `Fault` fails the run, which still writes its report, and exits 1.
 #[test]
 fn full_flows_follow_their_policy_at_run_time() {
-    let (dir, r) = run_graph("echo.ron", &["flows.2.capacity=1".into(), "flows.2.policy=Pop".into()]);
+    let (dir, r) = run_graph("echo-full-flows", "echo.ron", &["flows.2.capacity=1".into(), "flows.2.policy=Pop".into()]);
     assert_clean(&r, COUNT);
     let flow = &r["tap"]["flows"][0];
     assert_eq!(flow["flow"], "roce.tap -> records.in");
@@ -240,7 +241,7 @@ impl Drop for StandaloneSim {
 fn fpga_echo_ron_against_a_standalone_fpga_sim() {
     let (peer, host) = test_addresses();
     let _sim = StandaloneSim::start(&peer);
-    let (dir, r) = run_graph("fpga_echo.ron", &[format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")]);
+    let (dir, r) = run_graph("fpga_echo", "fpga_echo.ron", &[format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")]);
     assert_clean(&r, COUNT);
     assert_eq!(r["env"]["wire"], format!("udp {host}:4791 <-> {peer}:4791"), "{r}");
     assert!(r["peer_missing_extensions"].as_array().unwrap().is_empty(), "{r}");
