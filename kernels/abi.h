@@ -264,7 +264,13 @@ struct rl_control {
     uint32_t state;
     uint32_t error;
     uint32_t dropped;    /* messages the data path refused (bad slot, bad header) */
-    uint32_t rsvd1[25];
+    /* the poll's phase lock (transceiver RL_PHASE_LOCK); writer: the data path, each time a
+     * scan chooses a wait (posted writes, not ordered with anything); reader: the host, after
+     * the run. poll_scans 0: no scan finished (messages queued, or too few of them). */
+    uint32_t poll_wait_ns; /* the wait after each doorbell before the first poll read */
+    uint32_t poll_read_ns; /* one poll read's time, measured */
+    uint32_t poll_scans;   /* scans finished */
+    uint32_t rsvd1[22];
 };
 
 /**

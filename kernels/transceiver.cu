@@ -104,7 +104,7 @@
 /* lane 0's phase search state (RL_PHASE_LOCK) */
 struct rl_phase {
     uint32_t period; /* ns per poll read, measured (moving average) */
-    uint32_t locked, step, n, best_step, win_n, since;
+    uint32_t locked, step, n, best_step, win_n, since, scans;
     uint64_t sum, best_sum, win_sum, ref_mean;
 };
 
@@ -394,7 +394,7 @@ __device__ __forceinline__ void rl_phase_rescan(struct rl_phase &ph) {
 /* Lane 0, after the doorbell (before L.t_db moves to it): this message's poll is one sample
  * of the time from the doorbell before to the CQE seen, at the wait L.delta; sets the wait
  * (L.delta, L.wait) for the next poll. */
-__device__ __forceinline__ void rl_phase_update(struct rl_loop &L) {
+__device__ __forceinline__ void rl_phase_update(struct rl_loop &L, struct rl_control *ctl) {
     struct rl_phase &ph = L.ph;
     if (L.busy) {
         /* messages queue: the next poll does not wait, and this one says nothing of the phase
@@ -421,6 +421,10 @@ __device__ __forceinline__ void rl_phase_update(struct rl_loop &L) {
                 if (++ph.step == RL_PHASE_STEPS) {
                     ph.locked = 1;
                     ph.ref_mean = 0;
+                    /* for the run's report (abi.h rl_control) */
+                    rl_st32_sys(&ctl->poll_wait_ns, ph.best_step * ph.period / RL_PHASE_STEPS);
+                    rl_st32_sys(&ctl->poll_read_ns, ph.period);
+                    rl_st32_sys(&ctl->poll_scans, ++ph.scans);
                 }
             }
         } else {
@@ -530,7 +534,7 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
         /* reclaim send-queue space between messages, not while one waits */
         if (L.sq.pi - L.sq.done > L.sq.entries / 2) rl_reap_sends(L);
 #if RL_PHASE_LOCK
-        rl_phase_update(L);
+        rl_phase_update(L, ctl);
 #endif
     }
 #if RL_PHASE_LOCK
@@ -599,6 +603,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     L.delta = L.wait = L.delayed = L.reads = 0;
 #if RL_PHASE_LOCK
     L.ph.period = 1150;
+    L.ph.scans = 0;
     rl_phase_rescan(L.ph);
 #endif
 

@@ -46,9 +46,20 @@ fn assert_clean(r: &serde_json::Value, count: u64) {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn gpu_echo_inproc_100k_messages() {
-    let (ok, r, _) = echo("inproc", &["--backend", "gpu", "--wire", "inproc", "--count", "100000", "--size", "64"], &[]);
+    let (ok, r, text) = echo("inproc", &["--backend", "gpu", "--wire", "inproc", "--count", "100000", "--size", "64"], &[]);
     assert!(ok);
     assert_clean(&r, 100_000);
+    // A closed loop is where the poll's phase lock works: it finished a scan and chose a wait
+    // within one read, and the report says so.
+    let p = &r["poll_phase"];
+    let (wait, read, scans) = (p["wait_ns"].as_u64().unwrap(), p["read_ns"].as_u64().unwrap(), p["scans"].as_u64().unwrap());
+    assert!(scans >= 1 && read > 0 && wait < read, "{r}");
+    assert!(text.contains("poll phase: first read"), "{text}");
+    // Without the lock (a compile-time switch), no wait is chosen.
+    let (ok, r, _) = echo("inproc-nolock", &["--backend", "gpu", "--wire", "inproc", "--count", "5000", "--size", "64"], &[("ROCELINK_KERNEL_DEFINES", "-DRL_PHASE_LOCK=0")]);
+    assert!(ok);
+    assert_clean(&r, 5000);
+    assert_eq!(r["poll_phase"]["scans"].as_u64(), Some(0), "{r}");
 }
 
 #[test]

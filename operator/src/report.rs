@@ -30,6 +30,13 @@ pub fn echo_text(r: &EchoReport) -> String {
             let _ = writeln!(s, "  kernel profile (p50, us from CQE seen): request loaded {}  answer written {}  doorbell {}", us(l.p50), us(w.p50), us(b.turnaround.p50));
         }
     }
+    if let Some(p) = &r.poll_phase {
+        if p.scans > 0 {
+            let _ = writeln!(s, "  poll phase: first read {} us after each doorbell (one read {} us; {} scan{})", us(u64::from(p.wait_ns)), us(u64::from(p.read_ns)), p.scans, if p.scans == 1 { "" } else { "s" });
+        } else {
+            let _ = writeln!(s, "  poll phase: no wait chosen (messages queued, or too few for a scan)");
+        }
+    }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(s, "  NIC: rx {} tx {} drops: {}", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") });
     if let Some(p) = &r.peer {
@@ -48,4 +55,24 @@ pub fn write_json(r: &impl serde::Serialize, path: &Path) -> std::io::Result<()>
     }
     let text = serde_json::to_string_pretty(r).map_err(std::io::Error::other)?;
     std::fs::write(path, text + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::PollPhase;
+
+    #[test]
+    fn the_summary_says_what_the_poll_phase_lock_chose() {
+        let mut r = EchoReport::empty();
+        assert!(!echo_text(&r).contains("poll phase"), "no line for backends without the lock");
+        r.poll_phase = Some(PollPhase { wait_ns: 1072, read_ns: 1150, scans: 1 });
+        assert!(echo_text(&r).contains("poll phase: first read 1.07 us after each doorbell (one read 1.15 us; 1 scan)"), "{}", echo_text(&r));
+        r.poll_phase = Some(PollPhase { wait_ns: 0, read_ns: 0, scans: 0 });
+        assert!(echo_text(&r).contains("poll phase: no wait chosen"), "{}", echo_text(&r));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["poll_phase"]["scans"], 0);
+        r.poll_phase = None;
+        assert!(serde_json::to_value(&r).unwrap().get("poll_phase").is_none());
+    }
 }

@@ -150,6 +150,15 @@ impl QpLayout {
     pub fn dropped(&self) -> usize {
         self.control + std::mem::offset_of!(abi::rl_control, dropped)
     }
+    pub fn poll_wait_ns(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, poll_wait_ns)
+    }
+    pub fn poll_read_ns(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, poll_read_ns)
+    }
+    pub fn poll_scans(&self) -> usize {
+        self.control + std::mem::offset_of!(abi::rl_control, poll_scans)
+    }
     pub fn rx_slot(&self, slot: u32) -> usize {
         self.rx_buffer + slot as usize * self.sizes.rx_slot_stride as usize
     }

@@ -109,8 +109,34 @@ pub struct RunReport {
     /// A QEC graph's decoding results (absent from other graphs' reports).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qec: Option<QecReport>,
+    /// The persistent GPU kernel's poll phase lock (absent for other backends).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_phase: Option<PollPhase>,
     #[serde(skip)]
     pub analysis: Option<Analysis>,
+}
+
+/// What the persistent kernel's poll phase lock chose (abi.h rl_control, kernels/transceiver.cu
+/// RL_PHASE_LOCK): the wait after each doorbell before its first poll read, and one read's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PollPhase {
+    pub wait_ns: u32,
+    pub read_ns: u32,
+    /// Scans finished; 0: none (messages queued throughout, or too few of them).
+    pub scans: u32,
+}
+
+impl PollPhase {
+    /// What the data path left in the run control block.
+    pub fn read(q: &QpMemory) -> PollPhase {
+        let m = &q.mem;
+        let l = &q.layout;
+        PollPhase {
+            wait_ns: m.atomic_u32(l.poll_wait_ns()).load(std::sync::atomic::Ordering::Relaxed),
+            read_ns: m.atomic_u32(l.poll_read_ns()).load(std::sync::atomic::Ordering::Relaxed),
+            scans: m.atomic_u32(l.poll_scans()).load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
 }
 
 /// What the tap delivered.
@@ -164,6 +190,7 @@ impl RunReport {
             problems: Vec::new(),
             files: Vec::new(),
             qec: None,
+            poll_phase: None,
             analysis: None,
         }
     }
@@ -463,6 +490,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         problems: Vec::new(),
         files: Vec::new(),
         qec: qec_report,
+        poll_phase: backend_name.starts_with("gpu").then(|| PollPhase::read(&q)),
         analysis: None,
     };
 
