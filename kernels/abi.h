@@ -202,15 +202,34 @@ struct rl_cq_dbrec {
 /**
  * The CPU-proxy doorbell (GPUNetIO's CPU-assisted mode, for machines without a GPU->NIC
  * MMIO path), one 128-byte line.
- * sq_pi -- writer: the data path, the send producer index in WQEBBs (not masked, wraps at
- *   2^32) after a system-scope release fence that follows the WQE and dbrec writes;
- *   poller: the NIC engine (software NIC) or a proxy thread that rings a real NIC's MMIO
- *   doorbell; it then reads the WQEs after an acquire fence.
+ * sq_db -- writer: the data path, one 8-byte store (single-copy atomic), after the WQE and
+ *   dbrec writes; poller: the NIC engine (software NIC) or a proxy thread that rings a real
+ *   NIC's MMIO doorbell, which then reads the WQEs after an acquire fence.
+ *   Bits 0..15 (RL_DB_PI_MASK): the send producer index in WQEBBs, mod 2^16.
+ *   Unchecked (bit RL_DB_CHECKED_BIT clear): the writer fenced (system-scope release) after its WQE
+ *   writes and before this store: every WQE below the index is complete when it is seen.
+ *   Checked (bit RL_DB_CHECKED_BIT set; no fence before the store, which is what it saves: a release
+ *   fence across PCIe is ~0.55 us, latency-reports/README.md): only the last WQE may still be
+ *   landing. Bits 16..19 are its WQEBBs less one, bits 21..63 the top 43 bits of its check
+ *   (rl_wqe_check: every 16-byte chunk of its ds segments, mixed with the chunk's index,
+ *   XORed). The poller executes that WQE only once the bytes it reads give the same check,
+ *   re-reading them until they do (the NCCL "LL" idea, with a hash for the flag). Every WQE
+ *   before it is complete: the writer fences after each checked doorbell, before its next
+ *   WQE write.
  */
 struct rl_proxy_doorbell {
-    uint32_t sq_pi;
-    uint32_t rsvd[31];
+    uint64_t sq_db;
+    uint32_t rsvd[30];
 };
+#define RL_DB_PI_MASK 0xffffu
+#define RL_DB_LAST_SHIFT 16
+#define RL_DB_LAST_MASK 0xfu
+#define RL_DB_CHECKED_BIT 20
+#define RL_DB_CHECK_SHIFT 21
+/* rl_wqe_check's constants: the golden ratio (chunk index) and MurmurHash3's fmix64 */
+#define RL_WQE_CHECK_K0 0x9E3779B97F4A7C15ull
+#define RL_WQE_CHECK_M1 0xFF51AFD7ED558CCDull
+#define RL_WQE_CHECK_M2 0xC4CEB9FE1A85EC53ull
 
 /* ---------------------------------------------------------------------------------------
  * Queue and transceiver descriptors (written by the host before launch, read-only after)

@@ -22,10 +22,12 @@
  *      processes this one (RL_PREPOLL), so back to back a poll costs no round trip of its own.
  *   3. the warp forms of the stage chain (generated from the graph into rl_chain.cuh) turn the
  *      request into the answer in shared memory;
- *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND (one store per lane), larger
- *      ones are copied to the TX slot and gathered; the poison stores go out with them; one
- *      release fence, doorbell record, CPU-proxy doorbell;
- *   5. re-post the receive (doorbell record), consume the CQE, stamp the message.
+ *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND (one store per lane) rung
+ *      with a checked doorbell: the proxy word carries a check of the WQE's bytes, so no fence
+ *      goes in front of it (RL_CHECKED_DOORBELL); larger ones are copied to the TX slot and
+ *      gathered, behind one release fence; the poison stores go out with them;
+ *   5. (after the release fence, for a checked doorbell) re-post the receive (doorbell
+ *      record), consume the CQE, stamp the message.
  * Every write to host memory after the poll is a posted write: no second read on the way out.
  * Measured variants and their figures: latency-reports/README.md.
  */
@@ -79,6 +81,16 @@
 #error "RL_PREPOLL needs a second warp (RL_THREADS >= 64)"
 #endif
 
+/* RL_CHECKED_DOORBELL: inline answers are rung with a checked doorbell (abi.h
+ * rl_proxy_doorbell: the proxy word carries a check of the WQE's bytes, and the NIC executes
+ * the WQE once what it reads agrees), with the release fence after the doorbell instead of in
+ * front of it: the fence (~0.55 us, it waits for the WQE's and the poison's stores to land)
+ * leaves the round trip. It still orders this message's stores before the re-post and the
+ * next WQE. 0: fence, then doorbell (as a real NIC's MMIO doorbell needs). */
+#ifndef RL_CHECKED_DOORBELL
+#define RL_CHECKED_DOORBELL 1
+#endif
+
 /* RL_PHASE_LOCK: where the next poll's samples fall. Warp 0 samples the CQ line once per
  * PCIe read (~1.2 us), back to back from the doorbell on, so in a closed loop (and under any
  * periodic traffic: a fixed syndrome cycle) the next message lands at a fixed offset into a
@@ -87,8 +99,9 @@
  * to 2.79 us p50 by such a wait alone (scripts/probes/poll_stagger.cu, ONLY_DELAY). With the
  * lock, warp 0 starts polling `delta` ns after the doorbell, and picks delta itself: it tries
  * RL_PHASE_STEPS waits over one read, RL_PHASE_SAMPLES messages each, keeps the one with the
- * least mean time from doorbell to CQE seen, and scans again when that mean drifts up by a
- * quarter of a read (the traffic changed) or every RL_PHASE_RESCAN messages. It never waits
+ * least mean time from doorbell to CQE seen (each step's largest sample left out), holds it,
+ * and scans again when that mean, each sample capped at a read over the first mean, drifts up
+ * by a quarter of a read (the traffic changed) or every RL_PHASE_RESCAN messages. It never waits
  * while messages queue (the next one is there), nor after a message that came sooner than
  * the wait plus a read after its doorbell (so a fixed cycle that leaves less slack is not
  * slowed); only samples within RL_PHASE_MAX_NS of the doorbell count (an idle gap says
@@ -105,7 +118,8 @@
 struct rl_phase {
     uint32_t period; /* ns per poll read, measured (moving average) */
     uint32_t locked, step, n, best_step, win_n, since, scans;
-    uint64_t sum, best_sum, win_sum, ref_mean;
+    uint32_t wait; /* the wait chosen by the last scan (fixed while locked) */
+    uint64_t sum, max, best_sum, win_sum, ref_mean;
 };
 
 /* What warp 0 tells the block at a hand-over (RL_STAGE_TO_BLOCK) or at exit. */
@@ -386,7 +400,7 @@ __device__ __forceinline__ void rl_consumed(struct rl_loop &L, const struct rl_t
 #if RL_PHASE_LOCK
 __device__ __forceinline__ void rl_phase_rescan(struct rl_phase &ph) {
     ph.locked = ph.step = ph.n = ph.win_n = ph.since = 0;
-    ph.sum = ph.win_sum = 0;
+    ph.sum = ph.max = ph.win_sum = 0;
     ph.best_sum = ~0ull;
     ph.best_step = 0;
 }
@@ -407,27 +421,37 @@ __device__ __forceinline__ void rl_phase_update(struct rl_loop &L, struct rl_con
         const uint32_t per = (uint32_t)(L.t_seen - L.t_poll0) / L.reads; /* 32-bit: no 64-bit division */
         if (per > 200 && per < 4000) ph.period = (7 * ph.period + per) / 8;
     }
-    const uint64_t w = L.t_seen - L.t_db;
+    const uint64_t w0 = L.t_seen - L.t_db;
+    uint64_t w = w0;
     if (L.delayed && L.valid && w < RL_PHASE_MAX_NS) {
         if (!ph.locked) {
+            /* each step's largest sample is left out: one stall (the host, the NIC thread)
+             * should not decide the scan */
             ph.sum += w;
+            if (w > ph.max) ph.max = w;
             if (++ph.n == RL_PHASE_SAMPLES) {
-                if (ph.sum < ph.best_sum) {
-                    ph.best_sum = ph.sum;
+                if (ph.sum - ph.max < ph.best_sum) {
+                    ph.best_sum = ph.sum - ph.max;
                     ph.best_step = ph.step;
                 }
                 ph.n = 0;
-                ph.sum = 0;
+                ph.sum = ph.max = 0;
                 if (++ph.step == RL_PHASE_STEPS) {
                     ph.locked = 1;
                     ph.ref_mean = 0;
+                    /* the wait stays as chosen while locked (the read's measured time may
+                     * wander a little; the phase it found does not) */
+                    ph.wait = ph.best_step * ph.period / RL_PHASE_STEPS;
                     /* for the run's report (abi.h rl_control) */
-                    rl_st32_sys(&ctl->poll_wait_ns, ph.best_step * ph.period / RL_PHASE_STEPS);
+                    rl_st32_sys(&ctl->poll_wait_ns, ph.wait);
                     rl_st32_sys(&ctl->poll_read_ns, ph.period);
                     rl_st32_sys(&ctl->poll_scans, ++ph.scans);
                 }
             }
         } else {
+            /* a sample counts at most a read over the reference: the drift test asks whether
+             * messages now come a read later than they did, not how long a rare stall was */
+            if (ph.ref_mean != 0 && w > ph.ref_mean + ph.period) w = ph.ref_mean + ph.period;
             ph.win_sum += w;
             if (++ph.win_n == RL_PHASE_WINDOW) {
                 /* the first window after the scan is the reference (the scan's own means are
@@ -443,11 +467,11 @@ __device__ __forceinline__ void rl_phase_update(struct rl_loop &L, struct rl_con
             if (++ph.since == RL_PHASE_RESCAN) rl_phase_rescan(ph);
         }
     }
-    L.delta = (ph.locked ? ph.best_step : ph.step) * ph.period / RL_PHASE_STEPS;
+    L.delta = ph.locked ? ph.wait : ph.step * ph.period / RL_PHASE_STEPS;
     /* wait only where the next message should come well after the wait and one more read,
      * as this one did: not under periodic traffic that leaves less (a 3 us syndrome cycle
      * with a 2.5 us decode), where waiting would only add to each message */
-    L.wait = L.valid && w < RL_PHASE_MAX_NS && w > L.delta + ph.period;
+    L.wait = L.valid && w0 < RL_PHASE_MAX_NS && w0 > L.delta + ph.period;
 }
 #endif
 
@@ -455,7 +479,8 @@ __device__ __forceinline__ void rl_phase_update(struct rl_loop &L, struct rl_con
  * and stamps (step 5). */
 __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl, int n,
                                           const uint8_t *answer, uint32_t lane) {
-    uint32_t first = 0; /* the answer's first WQEBB */
+    uint32_t first = 0;   /* the answer's first WQEBB */
+    uint32_t checked = 0; /* rung with a checked doorbell (no fence in front) */
     if (n >= 0) {
         const uint32_t nbb = n <= RL_MAX_INLINE ? rl_dev_verbs_inline_wqebbs((uint32_t)n) : 1;
         uint32_t fm_ce_se = 0;
@@ -470,7 +495,14 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
         fm_ce_se = __shfl_sync(0xffffffffu, fm_ce_se, 0);
         RL_PMARK(5);
         if (n <= RL_MAX_INLINE) {
-            rl_dev_verbs_wqe_prepare_send_inline_warp(&L.sq, first, fm_ce_se, answer, (uint32_t)n);
+            const uint64_t check = rl_dev_verbs_wqe_prepare_send_inline_warp(&L.sq, first, fm_ce_se, answer, (uint32_t)n);
+#if RL_CHECKED_DOORBELL
+            RL_PMARK(6);
+            rl_dev_verbs_submit_proxy_checked_warp(&L.sq, nbb, check);
+            checked = 1;
+#else
+            (void)check;
+#endif
         } else {
             uint8_t *txs = (uint8_t *)d.tx_buffer + (size_t)(first & (d.sq.entries - 1)) * d.tx_slot_stride;
             for (uint32_t off = lane * 16; off < (uint32_t)n; off += 32 * 16) rl_st16_sys(txs + off, *(const uint4 *)(answer + off));
@@ -479,17 +511,20 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
                 rl_dev_verbs_wqe_prepare_send(&L.sq, first, fm_ce_se, iova, d.tx_lkey, (uint32_t)n);
             }
         }
-        __syncwarp(); /* every lane's WQE, payload and poison stores precede the doorbell's fence */
-        RL_PMARK(6);
-        if (lane == 0) rl_dev_verbs_submit_proxy(&L.sq);
-    } else {
-        __syncwarp(); /* every lane's poison stores precede the fence below */
+        if (!checked) {
+            __syncwarp(); /* every lane's WQE, payload and poison stores precede the doorbell's fence */
+            RL_PMARK(6);
+            if (lane == 0) rl_dev_verbs_submit_proxy(&L.sq);
+        }
     }
+    /* every lane's stores (poison, and the WQE after a checked doorbell) precede lane 0's fence */
+    if (n < 0 || checked) __syncwarp();
     uint64_t t_db = 0;
     if (lane == 0) {
         t_db = rl_globaltimer();
-        /* no answer, so no doorbell fence: order the poison before the re-post here */
-        if (n < 0) rl_fence_release_sys();
+        /* no answer or a checked doorbell, so no fence before it: order the poison (and this
+         * WQE) before the re-post and the next WQE here; the NIC is already on its way */
+        if (n < 0 || checked) rl_fence_release_sys();
         rl_dev_verbs_post_recv(&L.rq, 1);
         L.rcq.ci++;
         rl_dev_verbs_cq_update_ci(&L.rcq);
@@ -582,7 +617,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     struct rl_loop L;
     L.rcq = {(uint8_t *)d.rcq.ring, (uint32_t *)d.rcq.dbrec, d.rcq.entries, 0};
     L.scq = {(uint8_t *)d.scq.ring, (uint32_t *)d.scq.dbrec, d.scq.entries, 0};
-    L.sq = {(uint8_t *)d.sq.ring, (uint32_t *)d.sq.dbrec, (uint32_t *)d.proxy_doorbell, 0, d.sq.entries, d.qpn, 0, 0};
+    L.sq = {(uint8_t *)d.sq.ring, (uint32_t *)d.sq.dbrec, (uint64_t *)d.proxy_doorbell, 0, d.sq.entries, d.qpn, 0, 0};
     L.rq = {(uint8_t *)d.rq.ring, (uint32_t *)d.rq.dbrec, d.rq.entries, 0};
     L.idle = L.heartbeat = L.processed = 0;
     L.dropped = L.send_errors = 0;
@@ -603,7 +638,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     L.delta = L.wait = L.delayed = L.reads = 0;
 #if RL_PHASE_LOCK
     L.ph.period = 1150;
-    L.ph.scans = 0;
+    L.ph.scans = L.ph.wait = 0;
     rl_phase_rescan(L.ph);
 #endif
 

@@ -11,6 +11,8 @@
  *   rl_dev_verbs_wqe_prepare_write   RDMA WRITE / WRITE with immediate
  *   rl_dev_verbs_submit_proxy        doorbell record + CPU-proxy doorbell (software NIC, or a
  *                                    CPU thread that rings a real NIC)
+ *   rl_dev_verbs_submit_proxy_checked_warp   the same without the fence in front: the
+ *                                    doorbell carries a check of the last WQE's bytes
  *   rl_dev_verbs_ring_db_mmio        doorbell record + MMIO doorbell (a real ConnectX whose UAR
  *                                    is mapped into the GPU)
  *   rl_dev_verbs_post_recv           re-post receive WQEs through the doorbell record
@@ -205,12 +207,39 @@ __device__ __forceinline__ void rl_dev_verbs_cq_update_ci(struct rl_dev_cq *cq) 
     rl_st32_sys(cq->dbrec, rl_bswap32(cq->ci & 0xffffff));
 }
 
+/* ---- the WQE check (abi.h rl_proxy_doorbell) ---------------------------------------- */
+
+/** MurmurHash3's 64-bit finalizer. */
+__device__ __forceinline__ uint64_t rl_fmix64(uint64_t k) {
+    k ^= k >> 33;
+    k *= RL_WQE_CHECK_M1;
+    k ^= k >> 33;
+    k *= RL_WQE_CHECK_M2;
+    k ^= k >> 33;
+    return k;
+}
+
+/** The check of chunk `i` of a WQE (its bytes 16i..16i+15 as stored): a WQE's check is the XOR
+ * of its chunks'. The same function as the NIC's (Rust: abi::wqe_check). */
+__device__ __forceinline__ uint64_t rl_wqe_chunk_check(uint32_t i, uint4 v) {
+    const uint64_t a = ((uint64_t)v.y << 32) | v.x; /* bytes 0..7, little-endian */
+    const uint64_t b = ((uint64_t)v.w << 32) | v.z; /* bytes 8..15 */
+    return rl_fmix64(rl_fmix64(a ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0) ^ b);
+}
+
+/** XOR of `v` over the whole warp (redux.sync, sm_80+: one instruction; no memory ordering). */
+__device__ __forceinline__ uint32_t rl_reduce_xor_warp(uint32_t v) {
+    uint32_t r;
+    asm volatile("redux.sync.xor.b32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+
 /* ---- send queue -------------------------------------------------------------------- */
 
 struct rl_dev_sq {
     uint8_t *ring;             /* WQEBB 0 */
     uint32_t *dbrec;           /* rl_qp_dbrec.sq_counter (BE) */
-    uint32_t *proxy;           /* rl_proxy_doorbell.sq_pi, or 0 */
+    uint64_t *proxy;           /* rl_proxy_doorbell.sq_db, or 0 */
     volatile uint64_t *uar;    /* MMIO doorbell register (real NIC), or 0 */
     uint32_t entries;          /* WQEBBs, power of two */
     uint32_t qpn;
@@ -269,14 +298,16 @@ __device__ __forceinline__ uint32_t rl_dev_verbs_inline_wqebbs(uint32_t len) {
  *
  * The inline data starts at WQE byte 20, so WQE chunk [off, off+16) holds data bytes
  * [off-20, off-4): four aligned words, no byte shuffling. Bytes past `len` are padding the
- * NIC ignores.
+ * NIC ignores. Returns the lane's part of the WQE's check (rl_wqe_chunk_check of the chunks it
+ * wrote; 0 for none) for rl_dev_verbs_submit_proxy_checked_warp.
  */
-__device__ __forceinline__ void rl_dev_verbs_wqe_prepare_send_inline_warp(const struct rl_dev_sq *sq, uint32_t index,
-                                                                         uint32_t fm_ce_se, const uint8_t *src, uint32_t len) {
+__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_warp(const struct rl_dev_sq *sq, uint32_t index,
+                                                                             uint32_t fm_ce_se, const uint8_t *src, uint32_t len) {
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t total = 16 + ((4 + len + 15) & ~15u);
     const uint32_t ds = total / 16;
     const uint32_t *d32 = (const uint32_t *)src;
+    uint64_t check = 0;
     for (uint32_t off = lane * 16; off < total; off += 32 * 16) {
         uint4 v;
         if (off == 0) {
@@ -291,7 +322,9 @@ __device__ __forceinline__ void rl_dev_verbs_wqe_prepare_send_inline_warp(const 
         /* a WQE may wrap around the end of the ring: each 64-byte WQEBB maps separately */
         uint32_t bb = index + off / RL_WQEBB_SIZE;
         rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, bb) + off % RL_WQEBB_SIZE, v);
+        check ^= rl_wqe_chunk_check(off / 16, v);
     }
+    return check;
 }
 
 /** RDMA WRITE (or WRITE with immediate when `with_imm`) of `len` bytes at `addr` to the peer. */
@@ -325,7 +358,28 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) 
     rl_fence_release_sys();
 #endif
     rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
-    rl_st32_sys(sq->proxy, sq->pi);
+    rl_st64_sys(sq->proxy, sq->pi & RL_DB_PI_MASK);
+}
+
+/**
+ * Submits the last WQE, `nbb` WQEBBs just below `sq->pi`, in CPU-proxy mode without a fence
+ * in front (abi.h rl_proxy_doorbell, checked): doorbell record, then the proxy word carrying
+ * the WQE's check, the XOR of every lane's `check` (rl_dev_verbs_wqe_prepare_send_inline_warp).
+ * The NIC executes the WQE once its bytes give that check, so the doorbell need not wait the
+ * ~0.55 us a system-scope release fence takes for the WQE's stores to land. Only that WQE may
+ * be unfinished: the caller fences (release, system scope, after a warp barrier) after this
+ * and before it writes the next WQE. The WQE must not gather data from memory (inline only).
+ * Warp scope: every lane calls it; lane 0 stores.
+ */
+__device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl_dev_sq *sq, uint32_t nbb, uint64_t check) {
+    const uint32_t lo = rl_reduce_xor_warp((uint32_t)check);
+    const uint32_t hi = rl_reduce_xor_warp((uint32_t)(check >> 32));
+    if ((threadIdx.x & 31) == 0) {
+        const uint64_t all = ((uint64_t)hi << 32) | lo;
+        rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
+        rl_st64_sys(sq->proxy, (uint64_t)(sq->pi & RL_DB_PI_MASK) | ((uint64_t)((nbb - 1) & RL_DB_LAST_MASK) << RL_DB_LAST_SHIFT) |
+                                   (1ull << RL_DB_CHECKED_BIT) | (all >> RL_DB_CHECK_SHIFT << RL_DB_CHECK_SHIFT));
+    }
 }
 
 /**

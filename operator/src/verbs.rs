@@ -146,9 +146,10 @@ impl HostVerbs {
         self.write_wqe(&wqe);
     }
 
-    /// Rings the doorbell: the doorbell record, then the CPU-proxy word, Release.
+    /// Rings the doorbell: the doorbell record, then the CPU-proxy word, Release (an unchecked
+    /// doorbell, abi.h `rl_proxy_doorbell`: on the CPU a release store costs nothing).
     pub fn ring_send_doorbell(&mut self) {
         self.q.mem.atomic_u32(self.q.layout.sq_dbrec_counter()).store((self.sq_pi & 0xffff).to_be(), Relaxed);
-        self.q.mem.atomic_u32(self.q.layout.proxy_doorbell).store(self.sq_pi, Release);
+        self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).store(abi::ProxyDoorbell::unchecked(self.sq_pi), Release);
     }
 }

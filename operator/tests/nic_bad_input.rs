@@ -11,8 +11,9 @@
 //!    slot byte for byte, changes nothing but those bytes and one receive CQE, and
 //!    `poll_recv` returns that CQE with the right immediate and byte count.
 //!
-//! The send side is checked for bad gather entries (error CQE, nothing on the link) and
-//! good SENDs (parseable UC SEND ONLY frames, a REQ CQE when signaled). Two property tests
+//! The send side is checked for bad gather entries (error CQE, nothing on the link), good
+//! SENDs (parseable UC SEND ONLY frames, a REQ CQE when signaled), checked doorbells whose
+//! last WQE is still landing or never lands, and a WQE running past its doorbell. Two property tests
 //! throw random bytes and mutated good frames at `receive`.
 
 use std::ops::Range;
@@ -196,6 +197,11 @@ impl Rig {
 
     /// A rig whose receive queue is empty.
     fn without_receives() -> Rig {
+        Rig::with_options(NicOptions::default())
+    }
+
+    /// A rig whose NIC has options `opts`, with an empty receive queue.
+    fn with_options(opts: NicOptions) -> Rig {
         let q = QpMemory::new(sizes(), SharedMem::new).expect("valid sizes");
         let mut mrs = MrTable::default();
         let rx = mrs.register(
@@ -240,7 +246,7 @@ impl Rig {
         };
         let nic = SoftNic::new(
             attrs,
-            NicOptions::default(),
+            opts,
             mrs,
             q.clone(),
             counters.clone(),
@@ -1260,4 +1266,133 @@ proptest! {
             f
         })?;
     }
+}
+
+/// Frames the peer end holds: each one's payload (UC SEND ONLY).
+fn sent_payloads(peer_end: &mut impl Link) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; MAX_FRAME];
+    let mut out = Vec::new();
+    while let Some(n) = peer_end.try_recv(&mut buf).expect("link") {
+        let f = roce::parse_frame(&buf[..n]).expect("a valid RoCEv2 frame");
+        assert_eq!(f.repr.bth.opcode, Opcode::UcSendOnly);
+        out.push(f.payload.to_vec());
+    }
+    out
+}
+
+/// Stores a checked CPU-proxy doorbell (abi.h `rl_proxy_doorbell`, as the GPU data path does:
+/// no fence in front) naming the one-WQEBB WQE just below `pi`, with the check of `wqe`.
+fn ring_checked(rig: &Rig, pi: u32, wqe: &[u8; abi::WQEBB]) {
+    let ds = usize::from(wqe[7] & 0x3f);
+    rig.q
+        .mem
+        .atomic_u64(rig.q.layout.proxy_doorbell)
+        .store(abi::ProxyDoorbell::checked(pi, 1, &wqe[..ds * 16]), std::sync::atomic::Ordering::Release);
+}
+
+#[test]
+fn a_checked_doorbell_runs_its_last_wqe_only_once_its_bytes_give_the_check() {
+    // a deadline no scheduling delay of this test reaches, until the case that needs one
+    let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
+    rig.verbs.post_recv(POSTED);
+    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
+    let a = abi::send_inline_wqe(0, QPN, fm, &pattern(40, 3)).unwrap();
+    let b = abi::send_inline_wqe(1, QPN, fm, &pattern(40, 4)).unwrap();
+    let b_old = abi::send_inline_wqe(1, QPN, fm, &pattern(40, 5)).unwrap();
+
+    // Bytes that agree at once: both WQEs run (the one before the last is complete by
+    // contract), nothing re-read.
+    rig.q.mem.write(sq_wqe(&rig, 0), &a);
+    rig.q.mem.write(sq_wqe(&rig, 1), &b);
+    ring_checked(&rig, 2, &b);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 2);
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 3), pattern(40, 4)]);
+    assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 0);
+
+    // The last WQE still half the old one (its second half landed, its first not): the NIC
+    // re-reads until the rest lands, and sends the new bytes only.
+    let c = abi::send_inline_wqe(2, QPN, fm, &pattern(40, 6)).unwrap();
+    let mut half = a;
+    half[32..].copy_from_slice(&c[32..]);
+    rig.q.mem.write(sq_wqe(&rig, 2), &half);
+    ring_checked(&rig, 3, &c);
+    let mem = rig.q.mem.clone();
+    let counters = rig.counters.clone();
+    let at = sq_wqe(&rig, 2);
+    let lander = std::thread::spawn(move || {
+        // lands once the NIC has read the half and is re-reading
+        while counters.tx_wqe_rereads.load(Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        mem.write(at, &c[..32]);
+    });
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    lander.join().unwrap();
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 6)]);
+    assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
+    assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
+}
+
+#[test]
+fn a_checked_doorbell_whose_bytes_never_agree_completes_in_error_after_the_deadline() {
+    let mut rig = Rig::new(); // the default deadline
+    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
+    // a stale WQE the writer never replaced: nothing goes on the link, the WQE completes in
+    // error, and the NIC waited no longer than the deadline (and not shorter)
+    let stale = abi::send_inline_wqe(0, QPN, fm, &pattern(40, 5)).unwrap();
+    rig.q.mem.write(sq_wqe(&rig, 0), &stale);
+    let d = abi::send_inline_wqe(0, QPN, fm, &pattern(40, 7)).unwrap();
+    ring_checked(&rig, 1, &d);
+    let t0 = std::time::Instant::now();
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    let waited = t0.elapsed();
+    assert!(waited >= rocelink_operator::nic::qp::WQE_CHECK_DEADLINE, "{waited:?}");
+    assert_eq!(sent_payloads(&mut peer_end), Vec::<Vec<u8>>::new());
+    assert_eq!(rig.counters.tx_wqe_check_failures.load(Relaxed), 1);
+    assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
+    assert_eq!(rig.counters.tx_errors.load(Relaxed), 1);
+    let e = send_cqe(&rig, 0);
+    assert_eq!(u32::from(e[abi::CQE_OP_OWN] >> 4), abi::RL_CQE_REQ_ERR);
+    assert_eq!(rig.verbs.poll_send_completions(), 1);
+    assert_eq!(rig.verbs.send_errors, 1);
+
+    // The NIC goes on: an unchecked doorbell after it runs its WQE.
+    let e1 = abi::send_inline_wqe(1, QPN, fm, &pattern(40, 8)).unwrap();
+    rig.q.mem.write(sq_wqe(&rig, 1), &e1);
+    rig.q
+        .mem
+        .atomic_u64(rig.q.layout.proxy_doorbell)
+        .store(abi::ProxyDoorbell::unchecked(2), std::sync::atomic::Ordering::Release);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 8)]);
+}
+
+#[test]
+fn a_wqe_running_past_the_doorbell_completes_in_error() {
+    let mut rig = Rig::new();
+    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    // ds 12: three WQEBBs, but the doorbell says one
+    let mut w = abi::send_inline_wqe(0, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, &pattern(40, 3)).unwrap();
+    w[7] = 12;
+    rig.q.mem.write(sq_wqe(&rig, 0), &w);
+    rig.q
+        .mem
+        .atomic_u64(rig.q.layout.proxy_doorbell)
+        .store(abi::ProxyDoorbell::unchecked(1), std::sync::atomic::Ordering::Release);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(sent_payloads(&mut peer_end), Vec::<Vec<u8>>::new());
+    assert_eq!(rig.counters.tx_errors.load(Relaxed), 1);
+    let e = send_cqe(&rig, 0);
+    assert_eq!(u32::from(e[abi::CQE_OP_OWN] >> 4), abi::RL_CQE_REQ_ERR);
+    // the next WQE, at index 1, runs
+    let ok = abi::send_inline_wqe(1, QPN, 0, &pattern(20, 9)).unwrap();
+    rig.q.mem.write(sq_wqe(&rig, 1), &ok);
+    rig.q
+        .mem
+        .atomic_u64(rig.q.layout.proxy_doorbell)
+        .store(abi::ProxyDoorbell::unchecked(2), std::sync::atomic::Ordering::Release);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 9)]);
 }

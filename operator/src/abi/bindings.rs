@@ -34,6 +34,14 @@ pub const RL_CQE_INVALID: u32 = 15;
 pub const RL_CQE_OWNER_MASK: u32 = 1;
 pub const RL_CQE_INLINE_SCATTER_32: u32 = 4;
 pub const RL_CQE_INIT_OP_OWN: u32 = 241;
+pub const RL_DB_PI_MASK: u32 = 65535;
+pub const RL_DB_LAST_SHIFT: u32 = 16;
+pub const RL_DB_LAST_MASK: u32 = 15;
+pub const RL_DB_CHECKED_BIT: u32 = 20;
+pub const RL_DB_CHECK_SHIFT: u32 = 21;
+pub const RL_WQE_CHECK_K0: i64 = -7046029254386353131;
+pub const RL_WQE_CHECK_M1: i64 = -49064778989728563;
+pub const RL_WQE_CHECK_M2: i64 = -4265267296055464877;
 pub const RL_STATE_LAUNCHED: u32 = 0;
 pub const RL_STATE_RUNNING: u32 = 1;
 pub const RL_STATE_EXITED: u32 = 2;
@@ -263,15 +271,25 @@ const _: () = {
 };
 /** The CPU-proxy doorbell (GPUNetIO's CPU-assisted mode, for machines without a GPU->NIC
  MMIO path), one 128-byte line.
- sq_pi -- writer: the data path, the send producer index in WQEBBs (not masked, wraps at
-   2^32) after a system-scope release fence that follows the WQE and dbrec writes;
-   poller: the NIC engine (software NIC) or a proxy thread that rings a real NIC's MMIO
-   doorbell; it then reads the WQEs after an acquire fence.*/
+ sq_db -- writer: the data path, one 8-byte store (single-copy atomic), after the WQE and
+   dbrec writes; poller: the NIC engine (software NIC) or a proxy thread that rings a real
+   NIC's MMIO doorbell, which then reads the WQEs after an acquire fence.
+   Bits 0..15 (RL_DB_PI_MASK): the send producer index in WQEBBs, mod 2^16.
+   Unchecked (bit RL_DB_CHECKED_BIT clear): the writer fenced (system-scope release) after its WQE
+   writes and before this store: every WQE below the index is complete when it is seen.
+   Checked (bit RL_DB_CHECKED_BIT set; no fence before the store, which is what it saves: a release
+   fence across PCIe is ~0.55 us, latency-reports/README.md): only the last WQE may still be
+   landing. Bits 16..19 are its WQEBBs less one, bits 21..63 the top 43 bits of its check
+   (rl_wqe_check: every 16-byte chunk of its ds segments, mixed with the chunk's index,
+   XORed). The poller executes that WQE only once the bytes it reads give the same check,
+   re-reading them until they do (the NCCL "LL" idea, with a hash for the flag). Every WQE
+   before it is complete: the writer fences after each checked doorbell, before its next
+   WQE write.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct rl_proxy_doorbell {
-    pub sq_pi: u32,
-    pub rsvd: [u32; 31usize],
+    pub sq_db: u64,
+    pub rsvd: [u32; 30usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -280,13 +298,13 @@ const _: () = {
     ][::core::mem::size_of::<rl_proxy_doorbell>() - 128usize];
     [
         "Alignment of rl_proxy_doorbell",
-    ][::core::mem::align_of::<rl_proxy_doorbell>() - 4usize];
+    ][::core::mem::align_of::<rl_proxy_doorbell>() - 8usize];
     [
-        "Offset of field: rl_proxy_doorbell::sq_pi",
-    ][::core::mem::offset_of!(rl_proxy_doorbell, sq_pi) - 0usize];
+        "Offset of field: rl_proxy_doorbell::sq_db",
+    ][::core::mem::offset_of!(rl_proxy_doorbell, sq_db) - 0usize];
     [
         "Offset of field: rl_proxy_doorbell::rsvd",
-    ][::core::mem::offset_of!(rl_proxy_doorbell, rsvd) - 4usize];
+    ][::core::mem::offset_of!(rl_proxy_doorbell, rsvd) - 8usize];
 };
 /** One queue of the QP as the data path sees it. Addresses are as the data path
  dereferences them: device pointers for the GPU backend, host pointers for the CPU

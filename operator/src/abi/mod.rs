@@ -84,6 +84,89 @@ pub fn send_gather_wqe(wqe_index: u16, qpn: u32, fm_ce_se: u8, addr: u64, lkey: 
     w
 }
 
+/// MurmurHash3's 64-bit finalizer (for [`wqe_check`]).
+#[inline(always)]
+fn fmix64(mut k: u64) -> u64 {
+    k ^= k >> 33;
+    k = k.wrapping_mul(RL_WQE_CHECK_M1 as u64);
+    k ^= k >> 33;
+    k = k.wrapping_mul(RL_WQE_CHECK_M2 as u64);
+    k ^ (k >> 33)
+}
+
+/// The check of a WQE's bytes that a checked CPU-proxy doorbell carries (abi.h
+/// `rl_proxy_doorbell`): each 16-byte chunk, as two little-endian words, mixed with its index,
+/// all XORed. `wqe` is the WQE's `ds` segments (bytes past the last whole chunk are ignored).
+/// `kernels/verbs.cuh` `rl_wqe_chunk_check` computes the same on the GPU.
+#[inline]
+pub fn wqe_check(wqe: &[u8]) -> u64 {
+    let mut check = 0;
+    for (i, c) in wqe.chunks_exact(16).enumerate() {
+        let a = u64::from_le_bytes(c[0..8].try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(c[8..16].try_into().expect("8 bytes"));
+        check ^= fmix64(fmix64(a ^ (i as u64 + 1).wrapping_mul(RL_WQE_CHECK_K0 as u64)) ^ b);
+    }
+    check
+}
+
+/// The CPU-proxy doorbell word (abi.h `rl_proxy_doorbell.sq_db`), decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyDoorbell {
+    /// The send producer index in WQEBBs, mod 2^16.
+    pub pi: u16,
+    /// A checked doorbell's last WQE: only it may still be landing.
+    pub last: Option<CheckedWqe>,
+}
+
+/// The last WQE of a checked doorbell: where it starts, its size, and what its bytes must give.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedWqe {
+    /// Its first WQEBB, mod 2^16.
+    pub start: u16,
+    /// Its WQEBBs (1..=16).
+    pub wqebbs: u32,
+    /// The top 43 bits of its [`wqe_check`] (`>> RL_DB_CHECK_SHIFT`).
+    pub check: u64,
+}
+
+impl CheckedWqe {
+    /// Whether `wqe` (the WQEBBs read at `start`) is the WQE the doorbell names: its `ds`
+    /// fills `wqebbs` WQEBBs and its bytes give the check.
+    pub fn matches(&self, wqe: &[u8]) -> bool {
+        let ds = usize::from(wqe.get(7).copied().unwrap_or(0) & 0x3f);
+        ds > 0
+            && wqebbs(ds as u8) == self.wqebbs
+            && ds * 16 <= wqe.len()
+            && wqe_check(&wqe[..ds * 16]) >> RL_DB_CHECK_SHIFT == self.check
+    }
+}
+
+impl ProxyDoorbell {
+    /// An unchecked doorbell: every WQE below `pi` is complete (the writer fenced first).
+    pub fn unchecked(pi: u32) -> u64 {
+        u64::from(pi & RL_DB_PI_MASK)
+    }
+
+    /// A checked doorbell for the last WQE, `wqe` (its `ds` segments), of `wqebbs` WQEBBs below
+    /// `pi` (1..=16).
+    pub fn checked(pi: u32, wqebbs: u32, wqe: &[u8]) -> u64 {
+        debug_assert!((1..=16).contains(&wqebbs));
+        u64::from(pi & RL_DB_PI_MASK)
+            | (u64::from((wqebbs - 1) & RL_DB_LAST_MASK) << RL_DB_LAST_SHIFT)
+            | (1 << RL_DB_CHECKED_BIT)
+            | (wqe_check(wqe) >> RL_DB_CHECK_SHIFT << RL_DB_CHECK_SHIFT)
+    }
+
+    pub fn decode(db: u64) -> ProxyDoorbell {
+        let pi = (db & u64::from(RL_DB_PI_MASK)) as u16;
+        let last = (db >> RL_DB_CHECKED_BIT & 1 != 0).then(|| {
+            let wqebbs = ((db >> RL_DB_LAST_SHIFT) as u32 & RL_DB_LAST_MASK) + 1;
+            CheckedWqe { start: pi.wrapping_sub(wqebbs as u16), wqebbs, check: db >> RL_DB_CHECK_SHIFT }
+        });
+        ProxyDoorbell { pi, last }
+    }
+}
+
 /// A receive WQE with one scatter entry.
 pub fn recv_wqe(byte_count: u32, lkey: u32, addr: u64) -> [u8; RECV_WQE] {
     data_seg(byte_count, lkey, addr)
@@ -275,6 +358,59 @@ mod tests {
         assert_eq!(&w[20..25], b"hello");
         assert!(send_inline_wqe(0, 0, 0, &[0; 45]).is_none());
         assert!(send_inline_wqe(0, 0, 0, &[0; 44]).is_some());
+    }
+
+    #[test]
+    fn proxy_doorbells_round_trip() {
+        assert_eq!(ProxyDoorbell::decode(ProxyDoorbell::unchecked(0x1_2345)), ProxyDoorbell { pi: 0x2345, last: None });
+        let w = send_inline_wqe(3, 0x56, 0, b"checked").unwrap();
+        let ds = usize::from(w[7]);
+        let db = ProxyDoorbell::decode(ProxyDoorbell::checked(0x1_0001, 1, &w[..ds * 16]));
+        assert_eq!(db.pi, 1);
+        let last = db.last.unwrap();
+        assert_eq!((last.start, last.wqebbs), (0, 1));
+        assert!(last.matches(&w));
+        // wrapping below 0: a 3-WQEBB WQE ending at index 1 starts at 0xfffe
+        let db = ProxyDoorbell::decode(ProxyDoorbell::checked(1, 3, &w[..ds * 16]));
+        assert_eq!(db.last.unwrap().start, 0xfffe);
+        assert!(!db.last.unwrap().matches(&w), "a WQE of 1 WQEBB is not the 3-WQEBB one named");
+    }
+
+    #[test]
+    fn a_wqe_check_sees_any_stale_chunk() {
+        // The NIC compares the check of what it read with the doorbell's: a chunk still holding
+        // an older WQE's bytes (or another chunk's), any one byte different, must change it.
+        let mut w = [0u8; 96];
+        for (i, b) in w.iter_mut().enumerate() {
+            *b = (i * 37 + 11) as u8;
+        }
+        let full = wqe_check(&w) >> RL_DB_CHECK_SHIFT;
+        for byte in 0..96 {
+            for bit in 0..8 {
+                let mut v = w;
+                v[byte] ^= 1 << bit;
+                assert_ne!(wqe_check(&v) >> RL_DB_CHECK_SHIFT, full, "byte {byte} bit {bit}");
+            }
+        }
+        // two chunks swapped (the index is mixed in), and a chunk of zeros
+        let mut v = w;
+        v.copy_within(0..16, 32);
+        v[32..48].copy_from_slice(&w[0..16]);
+        v[0..16].copy_from_slice(&w[32..48]);
+        assert_ne!(wqe_check(&v), wqe_check(&w));
+        let mut v = w;
+        v[48..64].fill(0);
+        assert_ne!(wqe_check(&v), wqe_check(&w));
+    }
+
+    /// The check of a fixed WQE, pinned to a value computed apart from this code (a few lines
+    /// of Python's big integers): kernels/verbs.cuh must give the same (the GPU tests run it:
+    /// a check that disagrees fails every answer).
+    #[test]
+    fn wqe_check_is_pinned() {
+        let w: Vec<u8> = (0u8..32).collect();
+        assert_eq!(wqe_check(&w), 0x1468_83c6_f9a6_1732);
+        assert_eq!(wqe_check(&w[..31]), wqe_check(&w[..16]), "a partial chunk is ignored");
     }
 
     #[test]

@@ -124,6 +124,12 @@ pub struct NicCounters {
     pub tx_errors: AtomicU64,
     /// Errors of the link itself (socket errors on receive).
     pub link_errors: AtomicU64,
+    /// WQEs of a checked doorbell (abi.h `rl_proxy_doorbell`) read more than once before their
+    /// bytes gave the doorbell's check: the data path's stores were still landing.
+    pub tx_wqe_rereads: AtomicU64,
+    /// WQEs of a checked doorbell whose bytes never gave its check in time (completed in
+    /// error, also counted in `tx_errors`).
+    pub tx_wqe_check_failures: AtomicU64,
     /// Set while a SoftNic holds the single-writer claim.
     claimed: AtomicBool,
 }
@@ -150,6 +156,8 @@ pub struct NicStats {
     pub tx_cqes: u64,
     pub tx_errors: u64,
     pub link_errors: u64,
+    pub tx_wqe_rereads: u64,
+    pub tx_wqe_check_failures: u64,
 }
 
 impl NicCounters {
@@ -192,6 +200,8 @@ impl NicCounters {
             tx_cqes: self.tx_cqes.load(Relaxed),
             tx_errors: self.tx_errors.load(Relaxed),
             link_errors: self.link_errors.load(Relaxed),
+            tx_wqe_rereads: self.tx_wqe_rereads.load(Relaxed),
+            tx_wqe_check_failures: self.tx_wqe_check_failures.load(Relaxed),
         }
     }
 }

@@ -22,6 +22,12 @@ use super::mr::{Access, MrTable};
 use crate::abi::{self, CqeFields, SendWqe, WqeData, CQE, RECV_WQE, WQEBB};
 use crate::rings::QpMemory;
 
+/// How long the NIC re-reads, by default, a checked doorbell's last WQE whose bytes do not
+/// give the doorbell's check before it completes it in error. The data path's stores land within
+/// microseconds of its doorbell (PCIe posted writes); a millisecond only ends a wait on a
+/// writer that died mid-WQE, or one whose check is wrong.
+pub const WQE_CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Addressing of the queue pair: who we are and who the connected peer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpAttrs {
@@ -45,11 +51,14 @@ pub struct NicOptions {
     pub cqe_inline_scatter: bool,
     /// Largest payload of one packet (the RoCE path MTU).
     pub pmtu: usize,
+    /// How long a checked doorbell's last WQE is re-read while its bytes do not give the
+    /// doorbell's check before it completes in error ([`WQE_CHECK_DEADLINE`]).
+    pub wqe_check_deadline: std::time::Duration,
 }
 
 impl Default for NicOptions {
     fn default() -> Self {
-        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU }
+        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU, wqe_check_deadline: WQE_CHECK_DEADLINE }
     }
 }
 
@@ -367,25 +376,32 @@ impl SoftNic {
 
     /// Executes every send WQE below the CPU-proxy doorbell's producer index. Returns how
     /// many WQEs ran.
+    ///
+    /// A checked doorbell (abi.h `rl_proxy_doorbell`) was stored without a fence in front: its
+    /// last WQE is executed only once the bytes read give the doorbell's check (re-read until
+    /// they do, for up to [`NicOptions::wqe_check_deadline`]; then it completes in error). Every WQE before
+    /// it is complete, as every WQE below an unchecked doorbell.
     pub fn poll_send(&mut self, link: &mut dyn Link) -> usize {
-        // Acquire pairs with the data path's Release store of sq_pi (abi.h rl_proxy_doorbell):
-        // the WQEs below it are complete.
-        let pi = self.q.mem.atomic_u32(self.q.layout.proxy_doorbell).load(Acquire);
+        // Acquire pairs with the data path's store of the doorbell: Release (or after a
+        // system-scope release fence) for an unchecked one.
+        let db = abi::ProxyDoorbell::decode(self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).load(Acquire));
         let mut ran = 0;
-        while self.sq_ci != pi {
-            let entries = self.q.layout.sizes.sq_entries;
-            let bb = |i: u32| self.q.layout.sq + (i & (entries - 1)) as usize * WQEBB;
-            // The WQE's size is in its first line; its second line (an inline answer over 44
-            // bytes) is loaded meanwhile rather than after: one memory miss, not two in a row.
-            self.q.mem.prefetch(bb(self.sq_ci.wrapping_add(1)));
-            self.q.mem.read(bb(self.sq_ci), &mut self.wqe_buf[..WQEBB]);
-            let ds = self.wqe_buf[7] & 0x3f;
-            let bbs = abi::wqebbs(ds).min(16);
-            for k in 1..bbs {
-                let at = bb(self.sq_ci.wrapping_add(k));
-                self.q.mem.read(at, &mut self.wqe_buf[k as usize * WQEBB..(k as usize + 1) * WQEBB]);
-            }
+        while self.sq_ci as u16 != db.pi {
+            let outstanding = u32::from(db.pi.wrapping_sub(self.sq_ci as u16));
+            let read = match db.last {
+                Some(last) if last.start == self.sq_ci as u16 => self.read_checked_wqe(&last),
+                _ => Some(self.read_wqe()),
+            };
             let wqe_index = u16::from_be_bytes([self.wqe_buf[1], self.wqe_buf[2]]);
+            let Some(bbs) = read.filter(|&b| b <= outstanding) else {
+                // Its bytes never agreed with the check, or its size runs past the doorbell:
+                // nothing below the doorbell can be trusted to start where this one says.
+                self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.complete_send(None, self.sq_ci as u16, 0, Some(syndrome::LOCAL_QP_OP_ERR));
+                self.sq_ci = self.sq_ci.wrapping_add(outstanding);
+                ran += 1;
+                break;
+            };
             match abi::decode_send_wqe(&self.wqe_buf[..bbs as usize * WQEBB]) {
                 Ok(w) => match self.execute(&w, link) {
                     Ok(len) => self.complete_send(Some(&w), wqe_index, len, None),
@@ -403,6 +419,62 @@ impl SoftNic {
             ran += 1;
         }
         ran
+    }
+
+    /// WQEBB `i`'s offset in the shared memory.
+    fn wqebb_at(&self, i: u32) -> usize {
+        self.q.layout.sq + (i & (self.q.layout.sizes.sq_entries - 1)) as usize * WQEBB
+    }
+
+    /// Reads the complete WQE at `sq_ci` into `wqe_buf`; returns its WQEBBs (from its `ds`).
+    fn read_wqe(&mut self) -> u32 {
+        // The WQE's size is in its first line; its second line (an inline answer over 44
+        // bytes) is loaded meanwhile rather than after: one memory miss, not two in a row.
+        self.q.mem.prefetch(self.wqebb_at(self.sq_ci.wrapping_add(1)));
+        self.q.mem.read(self.wqebb_at(self.sq_ci), &mut self.wqe_buf[..WQEBB]);
+        let bbs = abi::wqebbs(self.wqe_buf[7] & 0x3f).min(16);
+        for k in 1..bbs {
+            let at = self.wqebb_at(self.sq_ci.wrapping_add(k));
+            self.q.mem.read(at, &mut self.wqe_buf[k as usize * WQEBB..(k as usize + 1) * WQEBB]);
+        }
+        bbs
+    }
+
+    /// Reads the last WQE of a checked doorbell into `wqe_buf` until its bytes give the check
+    /// (the data path's stores may still be landing). Returns its WQEBBs, or `None` when they
+    /// did not agree within [`NicOptions::wqe_check_deadline`] (a writer that died mid-WQE, or one whose
+    /// check is wrong): never executed, never waited on for longer.
+    fn read_checked_wqe(&mut self, last: &abi::CheckedWqe) -> Option<u32> {
+        let n = last.wqebbs as usize;
+        let mut deadline = None;
+        let mut expired = false;
+        loop {
+            for k in 1..n {
+                self.q.mem.prefetch(self.wqebb_at(self.sq_ci.wrapping_add(k as u32)));
+            }
+            for k in 0..n {
+                let at = self.wqebb_at(self.sq_ci.wrapping_add(k as u32));
+                self.q.mem.read(at, &mut self.wqe_buf[k * WQEBB..(k + 1) * WQEBB]);
+            }
+            if last.matches(&self.wqe_buf[..n * WQEBB]) {
+                return Some(last.wqebbs);
+            }
+            let now = std::time::Instant::now();
+            match deadline {
+                None => {
+                    deadline = Some(now + self.opts.wqe_check_deadline);
+                    self.counters.tx_wqe_rereads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                // fails on a read that began after the deadline (not on one this thread was
+                // descheduled after)
+                Some(_) if expired => {
+                    self.counters.tx_wqe_check_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return None;
+                }
+                Some(d) => expired = now >= d,
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// Sends the frame a WQE describes. Returns the payload length, or an mlx5 syndrome.
