@@ -151,6 +151,30 @@ impl SharedMem {
         }
     }
 
+    /// Hints the CPU to move the cache lines of `[off, off + len)` out of this core's private
+    /// caches into the shared last-level cache (x86 `CLDEMOTE`; it decodes as a NOP where the
+    /// CPU lacks it, and does nothing elsewhere). For lines a device reads next across PCIe
+    /// (the GPU polling a CQE the NIC just wrote): its read then need not snoop them out of
+    /// this core. Moves no data in or out of the program: contents and ordering unchanged.
+    pub fn demote(&self, off: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        self.check(off, len, 1);
+        #[cfg(target_arch = "x86_64")]
+        {
+            let first = (self.ptr.as_ptr() as usize + off) & !63;
+            let end = self.ptr.as_ptr() as usize + off + len;
+            let mut line = first;
+            while line < end {
+                // SAFETY: each line overlaps the checked range (in bounds); CLDEMOTE is a hint
+                // that reads and writes nothing the program sees and cannot fault.
+                unsafe { std::arch::asm!("cldemote [{0}]", in(reg) line, options(nostack, preserves_flags, readonly)) };
+                line += 64;
+            }
+        }
+    }
+
     /// Reads a `Copy` value (an abi.h struct) at `off`.
     pub fn read_struct<T: Copy>(&self, off: usize) -> T {
         self.check(off, std::mem::size_of::<T>(), std::mem::align_of::<T>());
@@ -266,5 +290,19 @@ mod tests {
         m.read(64, &mut back);
         assert_eq!(back, [7; 64]);
         assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.prefetch(PAGE))).is_err(), "one past the end is refused");
+    }
+
+    #[test]
+    fn demote_changes_nothing_and_is_bounds_checked() {
+        // runs the instruction on this CPU too (a NOP where it lacks CLDEMOTE)
+        let m = SharedMem::new(PAGE);
+        m.write(60, &[9; 200]);
+        m.demote(60, 200);
+        m.demote(PAGE - 1, 1);
+        m.demote(PAGE, 0);
+        let mut back = [0u8; 200];
+        m.read(60, &mut back);
+        assert_eq!(back, [9; 200]);
+        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.demote(PAGE - 1, 2))).is_err(), "past the end is refused");
     }
 }
