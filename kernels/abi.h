@@ -211,8 +211,8 @@ struct rl_cq_dbrec {
  *   Checked (bit RL_DB_CHECKED_BIT set; no fence before the store, which is what it saves: a release
  *   fence across PCIe is ~0.55 us, latency-reports/README.md): only the last WQE may still be
  *   landing. Bits 16..19 are its WQEBBs less one, bits 21..63 the top 43 bits of its check
- *   (rl_wqe_check: every 16-byte chunk of its ds segments, mixed with the chunk's index,
- *   XORed). The poller executes that WQE only once the bytes it reads give the same check,
+ *   (rl_wqe_check: each 8-byte half of every 16-byte chunk of its ds segments mixed with
+ *   the chunk's index, XORed). The poller executes that WQE only once the bytes it reads give the same check,
  *   re-reading them until they do (the NCCL "LL" idea, with a hash for the flag). Every WQE
  *   before it is complete: the writer fences after each checked doorbell, before its next
  *   WQE write.
@@ -226,8 +226,10 @@ struct rl_proxy_doorbell {
 #define RL_DB_LAST_MASK 0xfu
 #define RL_DB_CHECKED_BIT 20
 #define RL_DB_CHECK_SHIFT 21
-/* rl_wqe_check's constants: the golden ratio (chunk index) and MurmurHash3's fmix64 */
+/* rl_wqe_check's constants: two odd multipliers of the chunk index (the golden ratio and
+ * xxHash64's second prime) and MurmurHash3's fmix64 */
 #define RL_WQE_CHECK_K0 0x9E3779B97F4A7C15ull
+#define RL_WQE_CHECK_K1 0xC2B2AE3D27D4EB4Full
 #define RL_WQE_CHECK_M1 0xFF51AFD7ED558CCDull
 #define RL_WQE_CHECK_M2 0xC4CEB9FE1A85EC53ull
 

@@ -25,7 +25,8 @@
  *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND (one store per lane) rung
  *      with a checked doorbell: the proxy word carries a check of the WQE's bytes, so no fence
  *      goes in front of it (RL_CHECKED_DOORBELL); larger ones are copied to the TX slot and
- *      gathered, behind one release fence; the poison stores go out with them;
+ *      gathered, behind one release fence; the poison stores (rl_poison) go out after a
+ *      checked doorbell, before an unchecked one;
  *   5. (after the release fence, for a checked doorbell) re-post the receive (doorbell
  *      record), consume the CQE, stamp the message.
  * Every write to host memory after the poll is a posted write: no second read on the way out.
@@ -42,9 +43,9 @@
 /* RL_PROFILE: the timestamp record's two profile words are the data path's clock at marks
  * RL_PROFILE_A and RL_PROFILE_B (default 3 and 6: request loaded, answer written) less the
  * CQE-seen time. Marks, in lane 0 of warp 0: 1 the CQE checked, 2 the request's bytes in
- * shared memory (before the block loads a long one), 3 request loaded and the poison stores
- * issued, 4 the stage chain returned, 5 send slots reserved, 6 answer written (before the
- * doorbell's fence). Measurement only. */
+ * shared memory (before the block loads a long one), 3 request loaded (consumed), 4 the stage
+ * chain returned, 5 send slots reserved, 6 answer written (before the doorbell's check or
+ * fence). Measurement only. */
 #ifndef RL_PROFILE_A
 #define RL_PROFILE_A 3
 #endif
@@ -357,25 +358,30 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     return reload && len > RL_WARP_LOAD ? 2 : 0;
 }
 
-/* Warp 0, the request in `req`: its id for the stamp; the poison and the pre-poll request. */
+/* Warp 0, the message in shared memory: poisons what the next speculative reads of its CQE and
+ * slot may see (posted writes). They must land before the NIC may write there again, which it
+ * does only after the receive is re-posted (entries and slots messages later): the release
+ * fence in front of the re-post orders them (the doorbell's fence for an unchecked doorbell,
+ * the one after a checked doorbell or in front of a re-post without an answer). Issued after a
+ * checked doorbell, they are not in front of the answer's stores. */
+__device__ __forceinline__ void rl_poison(const struct rl_loop &L, const struct rl_transceiver_desc &d, uint32_t lane) {
+#ifndef RL_EXPERIMENT_NO_POISON /* measurement only (unsafe): what the poison stores cost */
+    const uint4 poison = make_uint4(RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON);
+    const uint8_t *cqe = L.rcq.ring + (size_t)(L.ci & (L.rcq.entries - 1)) * RL_CQE_SIZE;
+    /* the last lanes: the first ones write the answer's WQE */
+    const uint32_t k = lane - (32 - RL_SPEC_CQE_BYTES / 16 - RL_SPEC_BYTES / 16);
+    if (k < RL_SPEC_CQE_BYTES / 16)
+        rl_st16_sys((uint8_t *)cqe + k * 16, poison);
+    else if (L.valid && k < RL_SPEC_CQE_BYTES / 16 + L.spec / 16) /* every slot: any may be speculated on later */
+        rl_st16_sys((uint8_t *)d.rx_buffer + (size_t)L.slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
+#endif
+}
+
+/* Warp 0, the request in `req`: its id for the stamp, and the pre-poll request. */
 __device__ __forceinline__ void rl_consumed(struct rl_loop &L, const struct rl_transceiver_desc &d, const uint8_t *req,
                                             struct rl_prepoll *pp, uint32_t &have_pre, uint32_t lane) {
     L.request_id = ((const uint32_t *)req)[3];
-    /* Everything read from the CQE and the slot is in shared memory now: poison what the next
-     * speculative read of them may see (posted writes, ordered before the answer's doorbell by
-     * its release fence, or before the re-post by the fence in rl_answer). */
-#ifndef RL_EXPERIMENT_NO_POISON /* measurement only (unsafe): what the poison stores cost the doorbell's fence */
-    {
-        const uint4 poison = make_uint4(RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON);
-        const uint8_t *cqe = L.rcq.ring + (size_t)(L.ci & (L.rcq.entries - 1)) * RL_CQE_SIZE;
-        /* the last lanes: the first ones write the answer's WQE next */
-        const uint32_t k = lane - (32 - RL_SPEC_CQE_BYTES / 16 - RL_SPEC_BYTES / 16);
-        if (k < RL_SPEC_CQE_BYTES / 16)
-            rl_st16_sys((uint8_t *)cqe + k * 16, poison);
-        else if (L.valid && k < RL_SPEC_CQE_BYTES / 16 + L.spec / 16) /* every slot: any may be speculated on later */
-            rl_st16_sys((uint8_t *)d.rx_buffer + (size_t)L.slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
-    }
-#endif
+    /* (the CQE and the slot are poisoned when the message is answered: rl_poison) */
 #if RL_PREPOLL
     /* While messages queue up (this one was there at the first read), warp 1 reads the next
      * message while this one is answered (nothing uses it before the next poll): back to back,
@@ -481,6 +487,7 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
                                           const uint8_t *answer, uint32_t lane) {
     uint32_t first = 0;   /* the answer's first WQEBB */
     uint32_t checked = 0; /* rung with a checked doorbell (no fence in front) */
+    uint64_t t_db = 0;    /* lane 0: when the doorbell was rung (or the message dropped) */
     if (n >= 0) {
         const uint32_t nbb = n <= RL_MAX_INLINE ? rl_dev_verbs_inline_wqebbs((uint32_t)n) : 1;
         uint32_t fm_ce_se = 0;
@@ -499,6 +506,7 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
 #if RL_CHECKED_DOORBELL
             RL_PMARK(6);
             rl_dev_verbs_submit_proxy_checked_warp(&L.sq, nbb, check);
+            if (lane == 0) t_db = rl_globaltimer();
             checked = 1;
 #else
             (void)check;
@@ -512,16 +520,21 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
             }
         }
         if (!checked) {
+            rl_poison(L, d, lane);
             __syncwarp(); /* every lane's WQE, payload and poison stores precede the doorbell's fence */
             RL_PMARK(6);
-            if (lane == 0) rl_dev_verbs_submit_proxy(&L.sq);
+            if (lane == 0) {
+                rl_dev_verbs_submit_proxy(&L.sq);
+                t_db = rl_globaltimer();
+            }
         }
     }
-    /* every lane's stores (poison, and the WQE after a checked doorbell) precede lane 0's fence */
-    if (n < 0 || checked) __syncwarp();
-    uint64_t t_db = 0;
+    if (n < 0 || checked) {
+        rl_poison(L, d, lane);
+        __syncwarp(); /* every lane's stores (the poison, and the WQE of a checked doorbell) precede lane 0's fence */
+    }
     if (lane == 0) {
-        t_db = rl_globaltimer();
+        if (n < 0) t_db = rl_globaltimer();
         /* no answer or a checked doorbell, so no fence before it: order the poison (and this
          * WQE) before the re-post and the next WQE here; the NIC is already on its way */
         if (n < 0 || checked) rl_fence_release_sys();

@@ -224,7 +224,9 @@ __device__ __forceinline__ uint64_t rl_fmix64(uint64_t k) {
 __device__ __forceinline__ uint64_t rl_wqe_chunk_check(uint32_t i, uint4 v) {
     const uint64_t a = ((uint64_t)v.y << 32) | v.x; /* bytes 0..7, little-endian */
     const uint64_t b = ((uint64_t)v.w << 32) | v.z; /* bytes 8..15 */
-    return rl_fmix64(rl_fmix64(a ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0) ^ b);
+    /* two independent mixes, not one after the other: half the dependent chain before the
+     * doorbell */
+    return rl_fmix64(a ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0) ^ rl_fmix64(b ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K1);
 }
 
 /** XOR of `v` over the whole warp (redux.sync, sm_80+: one instruction; no memory ordering). */

@@ -40,6 +40,7 @@ pub const RL_DB_LAST_MASK: u32 = 15;
 pub const RL_DB_CHECKED_BIT: u32 = 20;
 pub const RL_DB_CHECK_SHIFT: u32 = 21;
 pub const RL_WQE_CHECK_K0: i64 = -7046029254386353131;
+pub const RL_WQE_CHECK_K1: i64 = -4417276706812531889;
 pub const RL_WQE_CHECK_M1: i64 = -49064778989728563;
 pub const RL_WQE_CHECK_M2: i64 = -4265267296055464877;
 pub const RL_STATE_LAUNCHED: u32 = 0;
@@ -280,8 +281,8 @@ const _: () = {
    Checked (bit RL_DB_CHECKED_BIT set; no fence before the store, which is what it saves: a release
    fence across PCIe is ~0.55 us, latency-reports/README.md): only the last WQE may still be
    landing. Bits 16..19 are its WQEBBs less one, bits 21..63 the top 43 bits of its check
-   (rl_wqe_check: every 16-byte chunk of its ds segments, mixed with the chunk's index,
-   XORed). The poller executes that WQE only once the bytes it reads give the same check,
+   (rl_wqe_check: each 8-byte half of every 16-byte chunk of its ds segments mixed with
+   the chunk's index, XORed). The poller executes that WQE only once the bytes it reads give the same check,
    re-reading them until they do (the NCCL "LL" idea, with a hash for the flag). Every WQE
    before it is complete: the writer fences after each checked doorbell, before its next
    WQE write.*/

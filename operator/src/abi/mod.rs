@@ -95,8 +95,8 @@ fn fmix64(mut k: u64) -> u64 {
 }
 
 /// The check of a WQE's bytes that a checked CPU-proxy doorbell carries (abi.h
-/// `rl_proxy_doorbell`): each 16-byte chunk, as two little-endian words, mixed with its index,
-/// all XORed. `wqe` is the WQE's `ds` segments (bytes past the last whole chunk are ignored).
+/// `rl_proxy_doorbell`): each 16-byte chunk, as two little-endian words, each mixed with the
+/// chunk's index, all XORed. `wqe` is the WQE's `ds` segments (bytes past the last whole chunk are ignored).
 /// `kernels/verbs.cuh` `rl_wqe_chunk_check` computes the same on the GPU.
 #[inline]
 pub fn wqe_check(wqe: &[u8]) -> u64 {
@@ -104,7 +104,8 @@ pub fn wqe_check(wqe: &[u8]) -> u64 {
     for (i, c) in wqe.chunks_exact(16).enumerate() {
         let a = u64::from_le_bytes(c[0..8].try_into().expect("8 bytes"));
         let b = u64::from_le_bytes(c[8..16].try_into().expect("8 bytes"));
-        check ^= fmix64(fmix64(a ^ (i as u64 + 1).wrapping_mul(RL_WQE_CHECK_K0 as u64)) ^ b);
+        let i = i as u64 + 1;
+        check ^= fmix64(a ^ i.wrapping_mul(RL_WQE_CHECK_K0 as u64)) ^ fmix64(b ^ i.wrapping_mul(RL_WQE_CHECK_K1 as u64));
     }
     check
 }
@@ -409,7 +410,7 @@ mod tests {
     #[test]
     fn wqe_check_is_pinned() {
         let w: Vec<u8> = (0u8..32).collect();
-        assert_eq!(wqe_check(&w), 0x1468_83c6_f9a6_1732);
+        assert_eq!(wqe_check(&w), 0x753e_556b_6ea9_4eca);
         assert_eq!(wqe_check(&w[..31]), wqe_check(&w[..16]), "a partial chunk is ignored");
     }
 
