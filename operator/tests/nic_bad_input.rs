@@ -1396,3 +1396,63 @@ fn a_wqe_running_past_the_doorbell_completes_in_error() {
     assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
     assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 9)]);
 }
+
+/// An inline SEND of `payload` (up to 5 WQEBBs, as the GPU data path writes them), as bytes:
+/// control segment, inline byte count, data, zero padding to its `ds` segments.
+fn inline_send_bytes(index: u16, payload: &[u8]) -> Vec<u8> {
+    let ds = (16 + 4 + payload.len()).div_ceil(16);
+    let mut w = vec![0u8; ds * 16];
+    w[..16].copy_from_slice(&abi::ctrl_seg(abi::RL_OPCODE_SEND as u8, index, QPN, ds as u8, abi::RL_WQE_CTRL_CQ_UPDATE as u8, 0));
+    w[16..20].copy_from_slice(&(payload.len() as u32 | abi::RL_INLINE_SEG).to_be_bytes());
+    w[20..20 + payload.len()].copy_from_slice(payload);
+    w
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// A checked doorbell over a torn WQE (the data path rang without a fence; any of its
+    /// 8-byte words may still hold what was there before: another WQE of any size): the NIC
+    /// never sends anything but the new WQE's payload. It sends that (when the old words it
+    /// read equal the new ones) or nothing, completing the WQE in error after the deadline.
+    #[test]
+    fn a_torn_wqe_is_never_sent(
+        new in proptest::collection::vec(any::<u8>(), 0..=236),
+        old in proptest::collection::vec(any::<u8>(), 0..=236),
+        old_index in any::<u16>(),
+        torn in proptest::collection::vec(any::<bool>(), 40),
+    ) {
+        let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_micros(20), ..NicOptions::default() });
+        rig.verbs.post_recv(POSTED);
+        let (mut nic_end, mut peer_end) = inproc::pair(8);
+        let w_new = inline_send_bytes(0, &new);
+        let bbs = w_new.len().div_ceil(abi::WQEBB);
+        // what was in the ring before: another WQE, then the new one's words over it, except
+        // the torn ones
+        let mut ring = vec![0u8; bbs * abi::WQEBB];
+        let w_old = inline_send_bytes(old_index, &old);
+        let n = w_old.len().min(ring.len());
+        ring[..n].copy_from_slice(&w_old[..n]);
+        for (k, word) in w_new.chunks(8).enumerate() {
+            if !torn[k] {
+                ring[k * 8..k * 8 + word.len()].copy_from_slice(word);
+            }
+        }
+        for b in 0..bbs {
+            rig.q.mem.write(sq_wqe(&rig, b as u32), &ring[b * abi::WQEBB..(b + 1) * abi::WQEBB]);
+        }
+        rig.q
+            .mem
+            .atomic_u64(rig.q.layout.proxy_doorbell)
+            .store(abi::ProxyDoorbell::checked(bbs as u32, bbs as u32, &w_new), std::sync::atomic::Ordering::Release);
+        prop_assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+        let sent = sent_payloads(&mut peer_end);
+        let whole = ring[..w_new.len()] == w_new[..];
+        if whole {
+            prop_assert_eq!(sent, vec![new.clone()]);
+        } else {
+            prop_assert_eq!(sent, Vec::<Vec<u8>>::new(), "a torn WQE went out");
+            prop_assert_eq!(rig.counters.tx_wqe_check_failures.load(Relaxed), 1);
+        }
+    }
+}
