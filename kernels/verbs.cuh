@@ -300,11 +300,13 @@ __device__ __forceinline__ uint32_t rl_dev_verbs_inline_wqebbs(uint32_t len) {
  *
  * The inline data starts at WQE byte 20, so WQE chunk [off, off+16) holds data bytes
  * [off-20, off-4): four aligned words, no byte shuffling. Bytes past `len` are padding the
- * NIC ignores. Returns the lane's part of the WQE's check (rl_wqe_chunk_check of the chunks it
- * wrote; 0 for none) for rl_dev_verbs_submit_proxy_checked_warp.
+ * NIC ignores. Returns the lane's part of the check (rl_wqe_chunk_check of the chunks it
+ * wrote, numbered from `check_base`: 4 x the WQE's first WQEBB less the checked range's
+ * first; 0 for none) for rl_dev_verbs_submit_proxy_checked_warp.
  */
 __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_warp(const struct rl_dev_sq *sq, uint32_t index,
-                                                                             uint32_t fm_ce_se, const uint8_t *src, uint32_t len) {
+                                                                             uint32_t fm_ce_se, const uint8_t *src, uint32_t len,
+                                                                             uint32_t check_base) {
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t total = 16 + ((4 + len + 15) & ~15u);
     const uint32_t ds = total / 16;
@@ -324,7 +326,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_warp(co
         /* a WQE may wrap around the end of the ring: each 64-byte WQEBB maps separately */
         uint32_t bb = index + off / RL_WQEBB_SIZE;
         rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, bb) + off % RL_WQEBB_SIZE, v);
-        check ^= rl_wqe_chunk_check(off / 16, v);
+        check ^= rl_wqe_chunk_check(check_base + off / 16, v);
     }
     return check;
 }
@@ -364,23 +366,26 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) 
 }
 
 /**
- * Submits the last WQE, `nbb` WQEBBs just below `sq->pi`, in CPU-proxy mode without a fence
- * in front (abi.h rl_proxy_doorbell, checked): doorbell record, then the proxy word carrying
- * the WQE's check, the XOR of every lane's `check` (rl_dev_verbs_wqe_prepare_send_inline_warp).
- * The NIC executes the WQE once its bytes give that check, so the doorbell need not wait the
- * ~0.55 us a system-scope release fence takes for the WQE's stores to land. Only that WQE may
- * be unfinished: the caller fences (release, system scope, after a warp barrier) after this
- * and before it writes the next WQE. The WQE must not gather data from memory (inline only).
- * Warp scope: every lane calls it; lane 0 stores.
+ * Submits in CPU-proxy mode without a fence in front (abi.h rl_proxy_doorbell, checked): the
+ * doorbell record, then the proxy word naming the checked range [range_first, sq->pi), the
+ * WQEs written since the caller's last system-scope release fence, with their check:
+ * `range_check` (lane 0's running XOR over the range, which this adds the warp's `check`
+ * to: every lane's part from rl_dev_verbs_wqe_prepare_send_inline_warp). The NIC executes
+ * them once their bytes give that check, so the doorbell need not wait the ~0.55 us a fence
+ * takes for the WQE stores to land. The range is at most 16 WQEBBs (the caller fences, after
+ * a warp barrier, before it would grow past that, and then starts a new range at sq->pi),
+ * and its WQEs gather nothing from memory (inline only). Warp scope: every lane calls it;
+ * lane 0 stores.
  */
-__device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl_dev_sq *sq, uint32_t nbb, uint64_t check) {
+__device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl_dev_sq *sq, uint32_t range_first, uint64_t &range_check,
+                                                                      uint64_t check) {
     const uint32_t lo = rl_reduce_xor_warp((uint32_t)check);
     const uint32_t hi = rl_reduce_xor_warp((uint32_t)(check >> 32));
     if ((threadIdx.x & 31) == 0) {
-        const uint64_t all = ((uint64_t)hi << 32) | lo;
+        range_check ^= ((uint64_t)hi << 32) | lo;
         rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
-        rl_st64_sys(sq->proxy, (uint64_t)(sq->pi & RL_DB_PI_MASK) | ((uint64_t)((nbb - 1) & RL_DB_LAST_MASK) << RL_DB_LAST_SHIFT) |
-                                   (1ull << RL_DB_CHECKED_BIT) | (all >> RL_DB_CHECK_SHIFT << RL_DB_CHECK_SHIFT));
+        rl_st64_sys(sq->proxy, (uint64_t)(sq->pi & RL_DB_PI_MASK) | ((uint64_t)((sq->pi - range_first - 1) & RL_DB_LAST_MASK) << RL_DB_LAST_SHIFT) |
+                                   (1ull << RL_DB_CHECKED_BIT) | (range_check >> RL_DB_CHECK_SHIFT << RL_DB_CHECK_SHIFT));
     }
 }
 

@@ -41,6 +41,12 @@ fn assert_clean(r: &serde_json::Value, count: u64) {
     let drops: u64 = r["nic_drops"].as_object().expect("nic_drops").values().map(|v| v.as_u64().unwrap()).sum();
     assert_eq!(drops, 0, "{r}");
     assert!(r["env"]["backend"].as_str().unwrap_or("").starts_with("gpu"), "{r}");
+    // every WQE the kernel wrote went out: none failed, none failed its doorbell's check
+    // (checked doorbells: the NIC re-reads a WQE still landing, and that is all)
+    for k in ["tx_errors", "tx_wqe_check_failures"] {
+        assert_eq!(r["nic"][k].as_u64(), Some(0), "{k} in {r}");
+    }
+    assert_eq!(r["nic"]["tx_packets"].as_u64(), Some(count), "{r}");
 }
 
 #[test]

@@ -63,6 +63,7 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PHASE_LOCK=0"],
         &["-DRL_PHASE_DEBUG"],
         &["-DRL_CHECKED_DOORBELL=0"],
+        &["-DRL_FENCE_EVERY=1"],
         &["-DRL_PHASE_LOCK=0", "-DRL_PREPOLL=0", "-DRL_THREADS=32"],
     ] {
         let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);

@@ -1281,13 +1281,13 @@ fn sent_payloads(peer_end: &mut impl Link) -> Vec<Vec<u8>> {
 }
 
 /// Stores a checked CPU-proxy doorbell (abi.h `rl_proxy_doorbell`, as the GPU data path does:
-/// no fence in front) naming the one-WQEBB WQE just below `pi`, with the check of `wqe`.
-fn ring_checked(rig: &Rig, pi: u32, wqe: &[u8; abi::WQEBB]) {
-    let ds = usize::from(wqe[7] & 0x3f);
+/// no fence in front) whose range is `range` (whole WQEBBs), just below `pi`.
+fn ring_checked(rig: &Rig, pi: u32, range: &[u8]) {
+    let check = abi::range_check(range, 0).expect("well-formed WQEs");
     rig.q
         .mem
         .atomic_u64(rig.q.layout.proxy_doorbell)
-        .store(abi::ProxyDoorbell::checked(pi, 1, &wqe[..ds * 16]), std::sync::atomic::Ordering::Release);
+        .store(abi::ProxyDoorbell::checked(pi, (range.len() / abi::WQEBB) as u32, check), std::sync::atomic::Ordering::Release);
 }
 
 #[test]
@@ -1299,7 +1299,6 @@ fn a_checked_doorbell_runs_its_last_wqe_only_once_its_bytes_give_the_check() {
     let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
     let a = abi::send_inline_wqe(0, QPN, fm, &pattern(40, 3)).unwrap();
     let b = abi::send_inline_wqe(1, QPN, fm, &pattern(40, 4)).unwrap();
-    let b_old = abi::send_inline_wqe(1, QPN, fm, &pattern(40, 5)).unwrap();
 
     // Bytes that agree at once: both WQEs run (the one before the last is complete by
     // contract), nothing re-read.
@@ -1427,6 +1426,8 @@ proptest! {
         let (mut nic_end, mut peer_end) = inproc::pair(8);
         let w_new = inline_send_bytes(0, &new);
         let bbs = w_new.len().div_ceil(abi::WQEBB);
+        let mut padded = w_new.clone();
+        padded.resize(bbs * abi::WQEBB, 0);
         // what was in the ring before: another WQE, then the new one's words over it, except
         // the torn ones
         let mut ring = vec![0u8; bbs * abi::WQEBB];
@@ -1444,7 +1445,7 @@ proptest! {
         rig.q
             .mem
             .atomic_u64(rig.q.layout.proxy_doorbell)
-            .store(abi::ProxyDoorbell::checked(bbs as u32, bbs as u32, &w_new), std::sync::atomic::Ordering::Release);
+            .store(abi::ProxyDoorbell::checked(bbs as u32, bbs as u32, abi::range_check(&padded, 0).unwrap()), std::sync::atomic::Ordering::Release);
         prop_assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
         let sent = sent_payloads(&mut peer_end);
         let whole = ring[..w_new.len()] == w_new[..];
@@ -1455,4 +1456,74 @@ proptest! {
             prop_assert_eq!(rig.counters.tx_wqe_check_failures.load(Relaxed), 1);
         }
     }
+}
+
+#[test]
+fn a_checked_range_runs_each_wqe_once_and_checks_only_what_is_new() {
+    let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
+    rig.verbs.post_recv(POSTED);
+    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    // WQE 0 (1 WQEBB), then WQE 1 (2 WQEBBs) with no fence between: one range from 0
+    let w0 = inline_send_bytes(0, &pattern(30, 1));
+    let mut w1 = inline_send_bytes(1, &pattern(90, 2));
+    w1.resize(2 * abi::WQEBB, 0);
+    let mut range = w0.clone();
+    range.resize(abi::WQEBB, 0);
+    range.extend_from_slice(&w1);
+    rig.q.mem.write(sq_wqe(&rig, 0), &range[..abi::WQEBB]);
+    ring_checked(&rig, 1, &range[..abi::WQEBB]);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(30, 1)]);
+    // the range grows by WQE 1, half landed: its check covers WQE 0 too; the NIC waits for the
+    // rest and sends WQE 1 only (WQE 0 once, not again)
+    rig.q.mem.write(sq_wqe(&rig, 2), &range[2 * abi::WQEBB..]);
+    ring_checked(&rig, 3, &range);
+    let mem = rig.q.mem.clone();
+    let counters = rig.counters.clone();
+    let at = sq_wqe(&rig, 1);
+    let head = range[abi::WQEBB..2 * abi::WQEBB].to_vec();
+    let lander = std::thread::spawn(move || {
+        while counters.tx_wqe_rereads.load(Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        mem.write(at, &head);
+    });
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    lander.join().unwrap();
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(90, 2)]);
+    // a new range after a fence, and an unchecked doorbell before it: each WQE runs once
+    let w3 = inline_send_bytes(3, &pattern(20, 3));
+    let mut w3p = w3.clone();
+    w3p.resize(abi::WQEBB, 0);
+    rig.q.mem.write(sq_wqe(&rig, 3), &w3p);
+    let w4 = inline_send_bytes(4, &pattern(20, 4));
+    let mut w4p = w4.clone();
+    w4p.resize(abi::WQEBB, 0);
+    rig.q.mem.write(sq_wqe(&rig, 4), &w4p);
+    // the range [4, 5): WQE 3 below it is complete (the writer fenced after it)
+    ring_checked(&rig, 5, &w4p);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 2);
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 3), pattern(20, 4)]);
+    assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
+    assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
+
+    // a range that starts below what the NIC already ran without a check of it (its first
+    // WQE went out with an unchecked doorbell): the NIC reads it again for the check, runs
+    // only the new one
+    let w5 = inline_send_bytes(5, &pattern(20, 5));
+    let mut w5p = w5.clone();
+    w5p.resize(abi::WQEBB, 0);
+    rig.q.mem.write(sq_wqe(&rig, 5), &w5p);
+    rig.q.mem.atomic_u64(rig.q.layout.proxy_doorbell).store(abi::ProxyDoorbell::unchecked(6), std::sync::atomic::Ordering::Release);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    let w6 = inline_send_bytes(6, &pattern(20, 6));
+    let mut w6p = w6.clone();
+    w6p.resize(abi::WQEBB, 0);
+    rig.q.mem.write(sq_wqe(&rig, 6), &w6p);
+    let mut r56 = w5p.clone();
+    r56.extend_from_slice(&w6p);
+    ring_checked(&rig, 7, &r56);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 5), pattern(20, 6)]);
+    assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
 }

@@ -278,14 +278,17 @@ const _: () = {
    Bits 0..15 (RL_DB_PI_MASK): the send producer index in WQEBBs, mod 2^16.
    Unchecked (bit RL_DB_CHECKED_BIT clear): the writer fenced (system-scope release) after its WQE
    writes and before this store: every WQE below the index is complete when it is seen.
-   Checked (bit RL_DB_CHECKED_BIT set; no fence before the store, which is what it saves: a release
-   fence across PCIe is ~0.55 us, latency-reports/README.md): only the last WQE may still be
-   landing. Bits 16..19 are its WQEBBs less one, bits 21..63 the top 43 bits of its check
-   (rl_wqe_check: each 8-byte half of every 16-byte chunk of its ds segments mixed with
-   the chunk's index, XORed). The poller executes that WQE only once the bytes it reads give the same check,
-   re-reading them until they do (the NCCL "LL" idea, with a hash for the flag). Every WQE
-   before it is complete: the writer fences after each checked doorbell, before its next
-   WQE write.*/
+   Checked (bit RL_DB_CHECKED_BIT set): no fence before the store, which is what it saves
+   (a release fence across PCIe is ~0.55 us, latency-reports/README.md). Its range, the
+   last (bits 16..19) + 1 WQEBBs below the index, holds the WQEs written since the writer's
+   last fence: only they may still be landing; every WQE below the range is complete. Bits
+   21..63 are the top 43 bits of the range's check: for each of its WQEs, each 8-byte half
+   of each 16-byte chunk of its ds segments mixed with the chunk's number (4 x the WQE's
+   first WQEBB in the range, plus the chunk's in the WQE), all XORed (rl_wqe_chunk_check;
+   Rust: abi::range_check). The poller executes the range's WQEs it has not yet executed
+   only once the range's bytes give the same check, re-reading them until they do (NCCL's
+   "LL" idea, with a hash for the flag). The writer fences before a range would pass 16
+   WQEBBs, and then starts a new one at the index; a range is never longer than the ring.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct rl_proxy_doorbell {

@@ -94,20 +94,42 @@ fn fmix64(mut k: u64) -> u64 {
     k ^ (k >> 33)
 }
 
-/// The check of a WQE's bytes that a checked CPU-proxy doorbell carries (abi.h
-/// `rl_proxy_doorbell`): each 16-byte chunk, as two little-endian words, each mixed with the
-/// chunk's index, all XORed. `wqe` is the WQE's `ds` segments (bytes past the last whole chunk are ignored).
-/// `kernels/verbs.cuh` `rl_wqe_chunk_check` computes the same on the GPU.
+/// The check of WQE bytes that a checked CPU-proxy doorbell carries (abi.h
+/// `rl_proxy_doorbell`), for the 16-byte chunks of `wqe` numbered from `first_chunk`: each
+/// chunk, as two little-endian words, each mixed with its number, all XORed (bytes past the
+/// last whole chunk are ignored). `kernels/verbs.cuh` `rl_wqe_chunk_check` computes the same
+/// on the GPU.
 #[inline]
-pub fn wqe_check(wqe: &[u8]) -> u64 {
+pub fn wqe_check(wqe: &[u8], first_chunk: u32) -> u64 {
     let mut check = 0;
     for (i, c) in wqe.chunks_exact(16).enumerate() {
         let a = u64::from_le_bytes(c[0..8].try_into().expect("8 bytes"));
         let b = u64::from_le_bytes(c[8..16].try_into().expect("8 bytes"));
-        let i = i as u64 + 1;
+        let i = u64::from(first_chunk) + i as u64 + 1;
         check ^= fmix64(a ^ i.wrapping_mul(RL_WQE_CHECK_K0 as u64)) ^ fmix64(b ^ i.wrapping_mul(RL_WQE_CHECK_K1 as u64));
     }
     check
+}
+
+/// The check of the WQEs in `wqebbs`, the bytes of WQEBBs `from`.. of a checked range (`from`
+/// counted from the range's first WQEBB), walked WQE by WQE: each WQE's `ds` segments, its
+/// chunks numbered from 4 x its first WQEBB in the range. `None` when a WQE's `ds` is 0 or
+/// runs past the bytes. The check of a whole range is this from 0, or a prefix's XORed with
+/// this from where the prefix ends.
+pub fn range_check(wqebbs: &[u8], from: u32) -> Option<u64> {
+    let n = (wqebbs.len() / WQEBB) as u32;
+    let (mut pos, mut check) = (0u32, 0u64);
+    while pos < n {
+        let at = pos as usize * WQEBB;
+        let ds = wqebbs[at + 7] & 0x3f;
+        let bbs = self::wqebbs(ds);
+        if ds == 0 || pos + bbs > n {
+            return None;
+        }
+        check ^= wqe_check(&wqebbs[at..at + usize::from(ds) * 16], 4 * (from + pos));
+        pos += bbs;
+    }
+    Some(check)
 }
 
 /// The CPU-proxy doorbell word (abi.h `rl_proxy_doorbell.sq_db`), decoded.
@@ -115,30 +137,26 @@ pub fn wqe_check(wqe: &[u8]) -> u64 {
 pub struct ProxyDoorbell {
     /// The send producer index in WQEBBs, mod 2^16.
     pub pi: u16,
-    /// A checked doorbell's last WQE: only it may still be landing.
-    pub last: Option<CheckedWqe>,
+    /// A checked doorbell's range: only its WQEs may still be landing.
+    pub range: Option<CheckedRange>,
 }
 
-/// The last WQE of a checked doorbell: where it starts, its size, and what its bytes must give.
+/// The range of a checked doorbell, [`start`, the doorbell's index): the WQEs written since the
+/// writer's last fence, and what their bytes must give.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CheckedWqe {
+pub struct CheckedRange {
     /// Its first WQEBB, mod 2^16.
     pub start: u16,
     /// Its WQEBBs (1..=16).
     pub wqebbs: u32,
-    /// The top 43 bits of its [`wqe_check`] (`>> RL_DB_CHECK_SHIFT`).
+    /// The top 43 bits of its check ([`range_check`] `>> RL_DB_CHECK_SHIFT`).
     pub check: u64,
 }
 
-impl CheckedWqe {
-    /// Whether `wqe` (the WQEBBs read at `start`) is the WQE the doorbell names: its `ds`
-    /// fills `wqebbs` WQEBBs and its bytes give the check.
-    pub fn matches(&self, wqe: &[u8]) -> bool {
-        let ds = usize::from(wqe.get(7).copied().unwrap_or(0) & 0x3f);
-        ds > 0
-            && wqebbs(ds as u8) == self.wqebbs
-            && ds * 16 <= wqe.len()
-            && wqe_check(&wqe[..ds * 16]) >> RL_DB_CHECK_SHIFT == self.check
+impl CheckedRange {
+    /// Whether WQEBB index `i` (mod 2^16) is in the range.
+    pub fn contains(&self, i: u16) -> bool {
+        u32::from(i.wrapping_sub(self.start)) < self.wqebbs
     }
 }
 
@@ -148,23 +166,23 @@ impl ProxyDoorbell {
         u64::from(pi & RL_DB_PI_MASK)
     }
 
-    /// A checked doorbell for the last WQE, `wqe` (its `ds` segments), of `wqebbs` WQEBBs below
-    /// `pi` (1..=16).
-    pub fn checked(pi: u32, wqebbs: u32, wqe: &[u8]) -> u64 {
+    /// A checked doorbell whose range is the last `wqebbs` WQEBBs below `pi` (1..=16), with
+    /// `check` ([`range_check`] of their bytes).
+    pub fn checked(pi: u32, wqebbs: u32, check: u64) -> u64 {
         debug_assert!((1..=16).contains(&wqebbs));
         u64::from(pi & RL_DB_PI_MASK)
             | (u64::from((wqebbs - 1) & RL_DB_LAST_MASK) << RL_DB_LAST_SHIFT)
             | (1 << RL_DB_CHECKED_BIT)
-            | (wqe_check(wqe) >> RL_DB_CHECK_SHIFT << RL_DB_CHECK_SHIFT)
+            | (check >> RL_DB_CHECK_SHIFT << RL_DB_CHECK_SHIFT)
     }
 
     pub fn decode(db: u64) -> ProxyDoorbell {
         let pi = (db & u64::from(RL_DB_PI_MASK)) as u16;
-        let last = (db >> RL_DB_CHECKED_BIT & 1 != 0).then(|| {
+        let range = (db >> RL_DB_CHECKED_BIT & 1 != 0).then(|| {
             let wqebbs = ((db >> RL_DB_LAST_SHIFT) as u32 & RL_DB_LAST_MASK) + 1;
-            CheckedWqe { start: pi.wrapping_sub(wqebbs as u16), wqebbs, check: db >> RL_DB_CHECK_SHIFT }
+            CheckedRange { start: pi.wrapping_sub(wqebbs as u16), wqebbs, check: db >> RL_DB_CHECK_SHIFT }
         });
-        ProxyDoorbell { pi, last }
+        ProxyDoorbell { pi, range }
     }
 }
 
@@ -363,55 +381,43 @@ mod tests {
 
     #[test]
     fn proxy_doorbells_round_trip() {
-        assert_eq!(ProxyDoorbell::decode(ProxyDoorbell::unchecked(0x1_2345)), ProxyDoorbell { pi: 0x2345, last: None });
+        assert_eq!(ProxyDoorbell::decode(ProxyDoorbell::unchecked(0x1_2345)), ProxyDoorbell { pi: 0x2345, range: None });
         let w = send_inline_wqe(3, 0x56, 0, b"checked").unwrap();
-        let ds = usize::from(w[7]);
-        let db = ProxyDoorbell::decode(ProxyDoorbell::checked(0x1_0001, 1, &w[..ds * 16]));
+        let check = range_check(&w, 0).unwrap();
+        assert_eq!(check, wqe_check(&w[..32], 0));
+        let db = ProxyDoorbell::decode(ProxyDoorbell::checked(0x1_0001, 1, check));
         assert_eq!(db.pi, 1);
-        let last = db.last.unwrap();
-        assert_eq!((last.start, last.wqebbs), (0, 1));
-        assert!(last.matches(&w));
-        // wrapping below 0: a 3-WQEBB WQE ending at index 1 starts at 0xfffe
-        let db = ProxyDoorbell::decode(ProxyDoorbell::checked(1, 3, &w[..ds * 16]));
-        assert_eq!(db.last.unwrap().start, 0xfffe);
-        assert!(!db.last.unwrap().matches(&w), "a WQE of 1 WQEBB is not the 3-WQEBB one named");
+        let r = db.range.unwrap();
+        assert_eq!((r.start, r.wqebbs, r.check), (0, 1, check >> RL_DB_CHECK_SHIFT));
+        assert!(r.contains(0) && !r.contains(1) && !r.contains(0xffff));
+        // wrapping below 0: a 3-WQEBB range ending at index 1 starts at 0xfffe
+        let r = ProxyDoorbell::decode(ProxyDoorbell::checked(1, 3, check)).range.unwrap();
+        assert_eq!(r.start, 0xfffe);
+        assert!(r.contains(0xffff) && r.contains(0) && !r.contains(1));
     }
 
     #[test]
-    fn a_wqe_check_sees_any_stale_chunk() {
-        // The NIC compares the check of what it read with the doorbell's: a chunk still holding
-        // an older WQE's bytes (or another chunk's), any one byte different, must change it.
-        let mut w = [0u8; 96];
-        for (i, b) in w.iter_mut().enumerate() {
-            *b = (i * 37 + 11) as u8;
-        }
-        let full = wqe_check(&w) >> RL_DB_CHECK_SHIFT;
-        for byte in 0..96 {
-            for bit in 0..8 {
-                let mut v = w;
-                v[byte] ^= 1 << bit;
-                assert_ne!(wqe_check(&v) >> RL_DB_CHECK_SHIFT, full, "byte {byte} bit {bit}");
-            }
-        }
-        // two chunks swapped (the index is mixed in), and a chunk of zeros
-        let mut v = w;
-        v.copy_within(0..16, 32);
-        v[32..48].copy_from_slice(&w[0..16]);
-        v[0..16].copy_from_slice(&w[32..48]);
-        assert_ne!(wqe_check(&v), wqe_check(&w));
-        let mut v = w;
-        v[48..64].fill(0);
-        assert_ne!(wqe_check(&v), wqe_check(&w));
-    }
-
-    /// The check of a fixed WQE, pinned to a value computed apart from this code (a few lines
-    /// of Python's big integers): kernels/verbs.cuh must give the same (the GPU tests run it:
-    /// a check that disagrees fails every answer).
-    #[test]
-    fn wqe_check_is_pinned() {
-        let w: Vec<u8> = (0u8..32).collect();
-        assert_eq!(wqe_check(&w), 0x753e_556b_6ea9_4eca);
-        assert_eq!(wqe_check(&w[..31]), wqe_check(&w[..16]), "a partial chunk is ignored");
+    fn a_range_check_walks_its_wqes() {
+        // two WQEs (2 + 1 WQEBBs): the check is each one's chunks, numbered from its first WQEBB
+        let mut bytes = vec![0u8; 3 * WQEBB];
+        let big: Vec<u8> = (0..60).collect();
+        let a = send_inline_wqe(0, 1, 0, &big[..40]).unwrap(); // 1 WQEBB
+        let mut two = vec![0u8; 2 * WQEBB];
+        two[..16].copy_from_slice(&ctrl_seg(RL_OPCODE_SEND as u8, 1, 1, 5, 0, 0)); // 80 bytes: 2 WQEBBs
+        two[16..20].copy_from_slice(&(60u32 | RL_INLINE_SEG).to_be_bytes());
+        two[20..80].copy_from_slice(&big);
+        bytes[..2 * WQEBB].copy_from_slice(&two);
+        bytes[2 * WQEBB..].copy_from_slice(&a);
+        let check = range_check(&bytes, 0).unwrap();
+        assert_eq!(check, wqe_check(&two[..80], 0) ^ wqe_check(&a[..64], 8));
+        // from a later WQEBB: the same numbering, so a prefix's check XORs in
+        let tail = range_check(&bytes[2 * WQEBB..], 2).unwrap();
+        assert_eq!(wqe_check(&two[..80], 0) ^ tail, check);
+        // a WQE running past the bytes, or ds 0
+        assert!(range_check(&bytes[..WQEBB], 0).is_none());
+        let mut zero = bytes.clone();
+        zero[2 * WQEBB + 7] = 0;
+        assert!(range_check(&zero, 0).is_none());
     }
 
     #[test]

@@ -102,8 +102,15 @@ pub struct SoftNic {
     sq_ci: u32,
     scq_pi: u32,
     send_psn: u32,
-    /// One WQE (up to 16 WQEBBs) copied out of the ring, contiguous.
+    /// One WQE, or a checked doorbell's range (up to 16 WQEBBs), copied out of the ring,
+    /// contiguous.
     wqe_buf: Box<[u8; 16 * WQEBB]>,
+    /// Where in `wqe_buf` the WQE being executed starts.
+    wqe_at: usize,
+    /// The last checked range run: (its first WQEBB, the WQEBB after its last, the check of
+    /// its WQEs), so that a later doorbell of the same range (more WQEs, no fence between)
+    /// checks only the new ones.
+    checked: Option<(u16, u16, u64)>,
     /// The frame being built for the link.
     frame_buf: Box<[u8]>,
     /// `RoceRepr::uc_send_only` to the peer with PSN 0 and no payload: a SEND's Repr is
@@ -133,6 +140,8 @@ impl SoftNic {
             scq_pi: 0,
             send_psn: 0,
             wqe_buf: Box::new([0; 16 * WQEBB]),
+            wqe_at: 0,
+            checked: None,
             frame_buf: vec![0; rocelink_link::MAX_FRAME].into_boxed_slice(),
             send_only: RoceRepr::uc_send_only(&attrs.endpoints, attrs.peer_qpn, 0, 0),
         }
@@ -381,10 +390,11 @@ impl SoftNic {
     /// Executes every send WQE below the CPU-proxy doorbell's producer index. Returns how
     /// many WQEs ran.
     ///
-    /// A checked doorbell (abi.h `rl_proxy_doorbell`) was stored without a fence in front: its
-    /// last WQE is executed only once the bytes read give the doorbell's check (re-read until
-    /// they do, for up to [`NicOptions::wqe_check_deadline`]; then it completes in error). Every WQE before
-    /// it is complete, as every WQE below an unchecked doorbell.
+    /// A checked doorbell (abi.h `rl_proxy_doorbell`) was stored without a fence in front: the
+    /// WQEs of its range (those written since the writer's last fence) are executed only once
+    /// the range's bytes give the doorbell's check (re-read until they do, for up to
+    /// [`NicOptions::wqe_check_deadline`]; then they complete in error). Every WQE before the
+    /// range is complete, as every WQE below an unchecked doorbell.
     pub fn poll_send(&mut self, link: &mut dyn Link) -> usize {
         // Acquire pairs with the data path's store of the doorbell: Release (or after a
         // system-scope release fence) for an unchecked one.
@@ -397,37 +407,22 @@ impl SoftNic {
             return 0;
         }
         let mut ran = 0;
-        while self.sq_ci as u16 != db.pi {
+        while self.sq_ci as u16 != db.pi && !db.range.is_some_and(|r| r.contains(self.sq_ci as u16)) {
             let outstanding = u32::from(db.pi.wrapping_sub(self.sq_ci as u16));
-            let read = match db.last {
-                Some(last) if last.start == self.sq_ci as u16 => self.read_checked_wqe(&last),
-                _ => Some(self.read_wqe()),
-            };
-            let wqe_index = u16::from_be_bytes([self.wqe_buf[1], self.wqe_buf[2]]);
-            let Some(bbs) = read.filter(|&b| b <= outstanding) else {
-                // Its bytes never agreed with the check, or its size runs past the doorbell:
-                // nothing below the doorbell can be trusted to start where this one says.
-                self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.complete_send(None, self.sq_ci as u16, 0, Some(syndrome::LOCAL_QP_OP_ERR));
-                self.sq_ci = self.sq_ci.wrapping_add(outstanding);
-                ran += 1;
-                break;
-            };
-            match abi::decode_send_wqe(&self.wqe_buf[..bbs as usize * WQEBB]) {
-                Ok(w) => match self.execute(&w, link) {
-                    Ok(len) => self.complete_send(Some(&w), wqe_index, len, None),
-                    Err(s) => {
-                        self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        self.complete_send(Some(&w), wqe_index, 0, Some(s));
-                    }
-                },
-                Err(_) => {
-                    self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    self.complete_send(None, wqe_index, 0, Some(syndrome::LOCAL_QP_OP_ERR));
-                }
-            }
-            self.sq_ci = self.sq_ci.wrapping_add(bbs);
+            let bbs = self.read_wqe();
             ran += 1;
+            if bbs > outstanding {
+                // its size runs past the doorbell: nothing after it can be trusted to start
+                // where it says
+                self.fail_to(db.pi);
+                return ran;
+            }
+            self.run_wqe(0, bbs, link);
+        }
+        if let Some(r) = db.range {
+            if self.sq_ci as u16 != db.pi {
+                ran += self.run_checked_range(&r, link);
+            }
         }
         ran
     }
@@ -435,6 +430,36 @@ impl SoftNic {
     /// WQEBB `i`'s offset in the shared memory.
     fn wqebb_at(&self, i: u32) -> usize {
         self.q.layout.sq + (i & (self.q.layout.sizes.sq_entries - 1)) as usize * WQEBB
+    }
+
+    /// Completes everything from `sq_ci` to `pi` with one error (a local QP operation error)
+    /// and moves past it.
+    fn fail_to(&mut self, pi: u16) {
+        self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.complete_send(None, self.sq_ci as u16, 0, Some(syndrome::LOCAL_QP_OP_ERR));
+        self.sq_ci = self.sq_ci.wrapping_add(u32::from(pi.wrapping_sub(self.sq_ci as u16)));
+        self.checked = None;
+    }
+
+    /// Executes the WQE of `bbs` WQEBBs at byte `at` of `wqe_buf` (the one at `sq_ci`) and
+    /// moves past it.
+    fn run_wqe(&mut self, at: usize, bbs: u32, link: &mut dyn Link) {
+        let wqe_index = u16::from_be_bytes([self.wqe_buf[at + 1], self.wqe_buf[at + 2]]);
+        self.wqe_at = at;
+        match abi::decode_send_wqe(&self.wqe_buf[at..at + bbs as usize * WQEBB]) {
+            Ok(w) => match self.execute(&w, link) {
+                Ok(len) => self.complete_send(Some(&w), wqe_index, len, None),
+                Err(s) => {
+                    self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.complete_send(Some(&w), wqe_index, 0, Some(s));
+                }
+            },
+            Err(_) => {
+                self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.complete_send(None, wqe_index, 0, Some(syndrome::LOCAL_QP_OP_ERR));
+            }
+        }
+        self.sq_ci = self.sq_ci.wrapping_add(bbs);
     }
 
     /// Reads the complete WQE at `sq_ci` into `wqe_buf`; returns its WQEBBs (from its `ds`).
@@ -451,24 +476,37 @@ impl SoftNic {
         bbs
     }
 
-    /// Reads the last WQE of a checked doorbell into `wqe_buf` until its bytes give the check
-    /// (the data path's stores may still be landing). Returns its WQEBBs, or `None` when they
-    /// did not agree within [`NicOptions::wqe_check_deadline`] (a writer that died mid-WQE, or one whose
-    /// check is wrong): never executed, never waited on for longer.
-    fn read_checked_wqe(&mut self, last: &abi::CheckedWqe) -> Option<u32> {
-        let n = last.wqebbs as usize;
+    /// Runs the WQEs of a checked doorbell's range from `sq_ci` on, once the range's bytes give
+    /// its check: reads them (and, unless [`Self::checked`] holds the check of the range's
+    /// WQEs before `sq_ci`, those too) until they do, and `sq_ci` is one of its WQEs' first
+    /// WQEBB. Returns the WQEs run (or 1 for a range that never agreed within
+    /// [`NicOptions::wqe_check_deadline`]: a writer that died mid-WQE, or one whose check is
+    /// wrong; completed in error, never executed, never waited on for longer).
+    fn run_checked_range(&mut self, r: &abi::CheckedRange, link: &mut dyn Link) -> usize {
+        let pi = r.start.wrapping_add(r.wqebbs as u16);
+        let here = u32::from((self.sq_ci as u16).wrapping_sub(r.start));
+        // the range's WQEs before sq_ci were checked with an earlier doorbell of this range
+        let (from, prefix) = match self.checked {
+            Some((start, end, acc)) if start == r.start && end == self.sq_ci as u16 => (here, acc),
+            _ => (0, 0),
+        };
+        let first = self.sq_ci.wrapping_sub(here - from); // WQEBB `from` of the range
+        let n = (r.wqebbs - from) as usize;
         let mut deadline = None;
         let mut expired = false;
-        loop {
+        let check = loop {
             for k in 1..n {
-                self.q.mem.prefetch(self.wqebb_at(self.sq_ci.wrapping_add(k as u32)));
+                self.q.mem.prefetch(self.wqebb_at(first.wrapping_add(k as u32)));
             }
             for k in 0..n {
-                let at = self.wqebb_at(self.sq_ci.wrapping_add(k as u32));
+                let at = self.wqebb_at(first.wrapping_add(k as u32));
                 self.q.mem.read(at, &mut self.wqe_buf[k * WQEBB..(k + 1) * WQEBB]);
             }
-            if last.matches(&self.wqe_buf[..n * WQEBB]) {
-                return Some(last.wqebbs);
+            if let Some(c) = abi::range_check(&self.wqe_buf[..n * WQEBB], from) {
+                let c = c ^ prefix;
+                if c >> abi::RL_DB_CHECK_SHIFT == r.check && self.is_wqe_start(from, here) {
+                    break c;
+                }
             }
             let now = std::time::Instant::now();
             match deadline {
@@ -480,12 +518,34 @@ impl SoftNic {
                 // descheduled after)
                 Some(_) if expired => {
                     self.counters.tx_wqe_check_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return None;
+                    self.fail_to(pi);
+                    return 1;
                 }
                 Some(d) => expired = now >= d,
             }
             std::hint::spin_loop();
+        };
+        let mut ran = 0;
+        let mut pos = here;
+        while pos < r.wqebbs {
+            let at = (pos - from) as usize * WQEBB;
+            let bbs = abi::wqebbs(self.wqe_buf[at + 7] & 0x3f);
+            self.run_wqe(at, bbs, link);
+            pos += bbs;
+            ran += 1;
         }
+        self.checked = Some((r.start, pi, check));
+        ran
+    }
+
+    /// Whether WQEBB `here` of a range is one of its WQEs' first, walking `wqe_buf` (the
+    /// range's WQEBBs from `from`, a WQE's first).
+    fn is_wqe_start(&self, from: u32, here: u32) -> bool {
+        let mut pos = from;
+        while pos < here {
+            pos += abi::wqebbs(self.wqe_buf[(pos - from) as usize * WQEBB + 7] & 0x3f);
+        }
+        pos == here
     }
 
     /// Sends the frame a WQE describes. Returns the payload length, or an mlx5 syndrome.
@@ -544,7 +604,7 @@ impl SoftNic {
         repr.bth.psn = psn;
         let frame_len = {
             let payload: &[u8] = match (src_inline, src_mem) {
-                (Some(off), _) => &self.wqe_buf[off..off + len],
+                (Some(off), _) => &self.wqe_buf[self.wqe_at + off..self.wqe_at + off + len],
                 // SAFETY: the data path does not rewrite a TX slot before this WQE's
                 // completion, which is written after this read.
                 (None, Some(off)) => unsafe { self.q.mem.slice(off, len) },
