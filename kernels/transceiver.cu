@@ -157,8 +157,8 @@ struct rl_prepoll {
 };
 
 /* Warp 0's loop state. Every lane keeps the fields above `rcq` alike (uniform: computed from
- * shuffled or shared values), `idle` too; the queues, the other counters and the message's
- * stamps are lane 0's. */
+ * shuffled or shared values), `idle` and the send queue's producer index (`sq.pi`) too; the
+ * rest of the queues, the other counters and the message's stamps are lane 0's. */
 struct rl_loop {
     uint32_t ci_next;     /* the CQE index to poll next */
     uint32_t predicted;   /* the slot the next message should be in */
@@ -508,16 +508,13 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
     uint64_t t_db = 0;    /* lane 0: when the doorbell was rung (or the message dropped) */
     if (n >= 0) {
         const uint32_t nbb = n <= RL_MAX_INLINE ? rl_dev_verbs_inline_wqebbs((uint32_t)n) : 1;
-        uint32_t fm_ce_se = 0;
-        if (lane == 0) {
-            long long f;
-            while ((f = rl_dev_verbs_reserve_wq_slots(&L.sq, nbb)) < 0) rl_reap_sends(L);
-            first = (uint32_t)f;
-            /* signal_every is a power of two (rings.rs): shifts, not two runtime divisions */
-            fm_ce_se = ((first + nbb) >> L.sh != first >> L.sh) ? RL_WQE_CTRL_CQ_UPDATE : 0;
-        }
-        first = __shfl_sync(0xffffffffu, first, 0);
-        fm_ce_se = __shfl_sync(0xffffffffu, fm_ce_se, 0);
+        /* The send slots: room for the largest answer was made after the last message (lane 0,
+         * below), so the reservation is the producer index, which every lane keeps alike: no
+         * lane 0 step and no shuffle on the way to the doorbell. signal_every is a power of two
+         * (rings.rs): shifts, not divisions. */
+        first = L.sq.pi;
+        L.sq.pi += nbb;
+        const uint32_t fm_ce_se = ((first + nbb) >> L.sh != first >> L.sh) ? RL_WQE_CTRL_CQ_UPDATE : 0;
         RL_PMARK(5);
         if (n <= RL_MAX_INLINE) {
             const uint64_t check =
@@ -610,8 +607,10 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
             rl_st32_sys(&ctl->dropped, L.dropped);
             rl_st32_sys(&ctl->error, L.valid ? RL_ERR_NONE : RL_ERR_BAD_SLOT);
         }
-        /* reclaim send-queue space between messages, not while one waits */
+        /* reclaim send-queue space between messages, not while one waits, and make room for
+         * the next answer, whatever its size (its reservation above does not look) */
         if (L.sq.pi - L.sq.done > L.sq.entries / 2) rl_reap_sends(L);
+        while (L.sq.pi - L.sq.done + RL_MAX_INLINE_BBS > L.sq.entries) rl_reap_sends(L);
 #if RL_PHASE_LOCK
         rl_phase_update(L, ctl);
 #endif
