@@ -1,0 +1,168 @@
+//! The checked CPU-proxy doorbell under concurrency (abi.h `rl_proxy_doorbell`): a writer
+//! thread plays the GPU data path's side of the contract as loosely as it allows, and the NIC
+//! engine thread (the real [`NicEngine`] running [`SoftNic`]) must still send every answer
+//! exactly once, in order, byte for byte.
+//!
+//! The writer, per message: an inline SEND of 1..=236 payload bytes (1 to 4 WQEBBs) written
+//! word by word in a shuffled order, the doorbell stored after only some of the words (the
+//! rest land after it, as unfenced GPU stores may), the doorbell's range growing message by
+//! message and reset after a "fence" (every few messages, or before it would pass 16 WQEBBs;
+//! at a fence every earlier word has been written, which is what a fence guarantees). A
+//! wrong NIC either sends a frame whose bytes differ (a torn WQE), sends one twice, skips one,
+//! or gives up on one (`tx_wqe_check_failures`).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::Release};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rocelink_link::{inproc, Link, SpinMode, MAX_FRAME};
+use rocelink_operator::abi;
+use rocelink_operator::mem::SharedMem;
+use rocelink_operator::nic::{MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic};
+use rocelink_operator::rings::{QpMemory, QpSizes};
+use rocelink_wire::roce::{self, Endpoints};
+
+const QPN: u32 = 0x101;
+const ENTRIES: u32 = 64;
+const MESSAGES: u32 = 3000;
+
+/// A small deterministic generator (xorshift64*), so a failure replays.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Message `k`'s payload.
+fn payload(k: u32, rng: &mut Rng) -> Vec<u8> {
+    let len = 1 + rng.below(236) as usize;
+    (0..len).map(|i| (k as usize * 131 + i * 7) as u8).collect()
+}
+
+/// Message `k`'s WQE at WQEBB index `index`, padded to whole WQEBBs.
+fn wqe(index: u32, payload: &[u8]) -> Vec<u8> {
+    let ds = (16 + 4 + payload.len()).div_ceil(16);
+    let mut w = vec![0u8; ds * 16];
+    w[..16].copy_from_slice(&abi::ctrl_seg(abi::RL_OPCODE_SEND as u8, index as u16, QPN, ds as u8, abi::RL_WQE_CTRL_CQ_UPDATE as u8, 0));
+    w[16..20].copy_from_slice(&(payload.len() as u32 | abi::RL_INLINE_SEG).to_be_bytes());
+    w[20..20 + payload.len()].copy_from_slice(payload);
+    w.resize(w.len().div_ceil(abi::WQEBB) * abi::WQEBB, 0);
+    w
+}
+
+#[test]
+fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
+    let sizes = QpSizes { sq_entries: ENTRIES, rq_entries: 64, rx_slots: 8, rx_slot_stride: 256, tx_slot_stride: 256, timestamp_entries: 0, signal_every: 8 };
+    let q = QpMemory::new(sizes, SharedMem::new).expect("valid sizes");
+    let counters = Arc::new(NicCounters::default());
+    let ep = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: [10, 0, 0, 1], dst_ip: [10, 0, 0, 2], src_port: roce::UDP_PORT, dst_port: roce::UDP_PORT };
+    let attrs = QpAttrs { qpn: QPN, pkey: 0xffff, endpoints: ep, peer_qpn: 2 };
+    // a deadline no scheduling delay on a loaded 2-core machine reaches: a failure here is a
+    // wrong check, not a slow writer
+    let opts = NicOptions { wqe_check_deadline: Duration::from_secs(30), ..NicOptions::default() };
+    let nic = SoftNic::new(attrs, opts, MrTable::default(), q.clone(), counters.clone());
+    let (nic_end, mut peer_end) = inproc::pair(64);
+    let engine = NicEngine::spawn(nic, Box::new(nic_end), NicEngineConfig { core: None, spin: SpinMode::Shared }).expect("engine thread");
+
+    // what the writer sent, for the peer to compare; and the WQEBBs of the answers that came
+    // back (the writer reuses WQEBBs only after the NIC ran what was in them)
+    let received = Arc::new(AtomicU64::new(0));
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let payloads: Vec<Vec<u8>> = (0..MESSAGES).map(|k| payload(k, &mut rng)).collect();
+    let writer = {
+        let q = q.clone();
+        let received = received.clone();
+        let payloads = payloads.clone();
+        std::thread::spawn(move || {
+            let mut rng = Rng(0xD1CE_5EA5_0000_0001);
+            let (mut pi, mut range_first, mut unfenced) = (0u32, 0u32, 0u32);
+            let mut late: Vec<(usize, [u8; 8])> = Vec::new(); // words not yet written
+            for (k, p) in payloads.iter().enumerate() {
+                let w = wqe(pi, p);
+                let bbs = (w.len() / abi::WQEBB) as u32;
+                // room: no WQEBB the NIC has yet to run, or may read again for the open range's
+                // check, is written over
+                while u64::from(pi + bbs) - received.load(Relaxed).min(u64::from(range_first)) > u64::from(ENTRIES) {
+                    std::thread::yield_now();
+                }
+                // the words of this WQE, shuffled; some written now, the rest after the doorbell
+                let mut words: Vec<usize> = (0..w.len() / 8).collect();
+                for i in (1..words.len()).rev() {
+                    words.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                let now = rng.below(words.len() as u64 + 1) as usize;
+                for (n, &i) in words.iter().enumerate() {
+                    let at = q.layout.sq + ((pi as usize * abi::WQEBB + i * 8) % (ENTRIES as usize * abi::WQEBB));
+                    let word: [u8; 8] = w[i * 8..i * 8 + 8].try_into().unwrap();
+                    if n < now {
+                        q.mem.write(at, &word);
+                    } else {
+                        late.push((at, word));
+                    }
+                }
+                pi += bbs;
+                // the check of the whole range, from the intended bytes of its WQEs
+                let mut check = 0u64;
+                let mut b = range_first;
+                let mut m = k - unfenced as usize; // the range's first message
+                while b < pi {
+                    let wm = wqe(b, &payloads[m]);
+                    check ^= abi::range_check(&wm, b - range_first).unwrap();
+                    b += (wm.len() / abi::WQEBB) as u32;
+                    m += 1;
+                }
+                q.mem.atomic_u64(q.layout.proxy_doorbell).store(abi::ProxyDoorbell::checked(pi, pi - range_first, check), Release);
+                // the late words land (a random few now, the rest by the next fence)
+                let land = rng.below(late.len() as u64 + 1) as usize;
+                for (at, word) in late.drain(..land) {
+                    q.mem.write(at, &word);
+                }
+                unfenced += 1;
+                if unfenced >= 1 + rng.below(8) as u32 || pi - range_first + 4 > 16 {
+                    // a fence: everything written lands before anything after it
+                    for (at, word) in late.drain(..) {
+                        q.mem.write(at, &word);
+                    }
+                    std::sync::atomic::fence(Release);
+                    range_first = pi;
+                    unfenced = 0;
+                }
+            }
+            for (at, word) in late.drain(..) {
+                q.mem.write(at, &word);
+            }
+        })
+    };
+
+    let mut buf = vec![0u8; MAX_FRAME];
+    let t0 = Instant::now();
+    let mut got = 0u32;
+    while got < MESSAGES {
+        assert!(t0.elapsed() < Duration::from_secs(120), "{got} of {MESSAGES} answers after 120 s; counters {:?}", counters.snapshot());
+        match peer_end.try_recv(&mut buf).expect("link") {
+            Some(n) => {
+                let f = roce::parse_frame(&buf[..n]).expect("a valid RoCEv2 frame");
+                assert_eq!(f.payload, &payloads[got as usize][..], "answer {got}: not the bytes its WQE was to hold");
+                let bbs = ((16 + 4 + f.payload.len()).div_ceil(16) * 16).div_ceil(abi::WQEBB) as u64;
+                got += 1;
+                received.fetch_add(bbs, Relaxed);
+            }
+            None => std::thread::yield_now(),
+        }
+    }
+    writer.join().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(peer_end.try_recv(&mut buf).expect("link"), None, "a frame more than the writer sent");
+    engine.stop();
+    let s = counters.snapshot();
+    assert_eq!((s.tx_packets, s.tx_errors, s.tx_wqe_check_failures), (u64::from(MESSAGES), 0, 0), "{s:?}");
+    // torn reads did happen (the words written after the doorbell), and were waited out
+    assert!(s.tx_wqe_rereads > 0, "{s:?}");
+}
