@@ -1280,6 +1280,14 @@ fn sent_payloads(peer_end: &mut impl Link) -> Vec<Vec<u8>> {
     out
 }
 
+/// Stores an unchecked CPU-proxy doorbell at `pi` (as after a fence: every WQE below is whole).
+fn ring_unchecked(rig: &Rig, pi: u32) {
+    rig.q
+        .mem
+        .atomic_u64(rig.q.layout.proxy_doorbell)
+        .store(abi::ProxyDoorbell::unchecked(pi), std::sync::atomic::Ordering::Release);
+}
+
 /// Stores a checked CPU-proxy doorbell (abi.h `rl_proxy_doorbell`, as the GPU data path does:
 /// no fence in front) whose range is `range` (whole WQEBBs), just below `pi`.
 fn ring_checked(rig: &Rig, pi: u32, range: &[u8]) {
@@ -1360,10 +1368,7 @@ fn a_checked_doorbell_whose_bytes_never_agree_completes_in_error_after_the_deadl
     // The NIC goes on: an unchecked doorbell after it runs its WQE.
     let e1 = abi::send_inline_wqe(1, QPN, fm, &pattern(40, 8)).unwrap();
     rig.q.mem.write(sq_wqe(&rig, 1), &e1);
-    rig.q
-        .mem
-        .atomic_u64(rig.q.layout.proxy_doorbell)
-        .store(abi::ProxyDoorbell::unchecked(2), std::sync::atomic::Ordering::Release);
+    ring_unchecked(&rig, 2);
     assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
     assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 8)]);
 }
@@ -1376,10 +1381,7 @@ fn a_wqe_running_past_the_doorbell_completes_in_error() {
     let mut w = abi::send_inline_wqe(0, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, &pattern(40, 3)).unwrap();
     w[7] = 12;
     rig.q.mem.write(sq_wqe(&rig, 0), &w);
-    rig.q
-        .mem
-        .atomic_u64(rig.q.layout.proxy_doorbell)
-        .store(abi::ProxyDoorbell::unchecked(1), std::sync::atomic::Ordering::Release);
+    ring_unchecked(&rig, 1);
     assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
     assert_eq!(sent_payloads(&mut peer_end), Vec::<Vec<u8>>::new());
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 1);
@@ -1388,10 +1390,7 @@ fn a_wqe_running_past_the_doorbell_completes_in_error() {
     // the next WQE, at index 1, runs
     let ok = abi::send_inline_wqe(1, QPN, 0, &pattern(20, 9)).unwrap();
     rig.q.mem.write(sq_wqe(&rig, 1), &ok);
-    rig.q
-        .mem
-        .atomic_u64(rig.q.layout.proxy_doorbell)
-        .store(abi::ProxyDoorbell::unchecked(2), std::sync::atomic::Ordering::Release);
+    ring_unchecked(&rig, 2);
     assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
     assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 9)]);
 }
@@ -1514,7 +1513,7 @@ fn a_checked_range_runs_each_wqe_once_and_checks_only_what_is_new() {
     let mut w5p = w5.clone();
     w5p.resize(abi::WQEBB, 0);
     rig.q.mem.write(sq_wqe(&rig, 5), &w5p);
-    rig.q.mem.atomic_u64(rig.q.layout.proxy_doorbell).store(abi::ProxyDoorbell::unchecked(6), std::sync::atomic::Ordering::Release);
+    ring_unchecked(&rig, 6);
     assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
     let w6 = inline_send_bytes(6, &pattern(20, 6));
     let mut w6p = w6.clone();
