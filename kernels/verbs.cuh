@@ -12,7 +12,7 @@
  *   rl_dev_verbs_submit_proxy        doorbell record + CPU-proxy doorbell (software NIC, or a
  *                                    CPU thread that rings a real NIC)
  *   rl_dev_verbs_submit_proxy_checked_warp   the same without the fence in front: the
- *                                    doorbell carries a check of the last WQE's bytes
+ *                                    doorbell carries a check of the WQEs since the last fence
  *   rl_dev_verbs_ring_db_mmio        doorbell record + MMIO doorbell (a real ConnectX whose UAR
  *                                    is mapped into the GPU)
  *   rl_dev_verbs_post_recv           re-post receive WQEs through the doorbell record

@@ -41,7 +41,7 @@ pub fn echo_text(r: &EchoReport) -> String {
     let _ = writeln!(s, "  NIC: rx {} tx {} drops: {}", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") });
     if r.nic.tx_wqe_rereads > 0 || r.nic.tx_wqe_check_failures > 0 {
         // checked doorbells (abi.h rl_proxy_doorbell): how often a WQE was still landing
-        let _ = writeln!(s, "  NIC: {} WQEs re-read until their doorbell's check held, {} never held (sent in error)", r.nic.tx_wqe_rereads, r.nic.tx_wqe_check_failures);
+        let _ = writeln!(s, "  NIC: {} checked doorbells re-read until their check held, {} never held (sent in error)", r.nic.tx_wqe_rereads, r.nic.tx_wqe_check_failures);
     }
     if let Some(p) = &r.peer {
         let _ = writeln!(s, "  peer: sent {} received {} icrc_failures {} malformed {} stalls {}", p.sent, p.received, p.icrc_failures, p.malformed, p.stalls);
@@ -85,7 +85,7 @@ mod tests {
         let mut r = EchoReport::empty();
         assert!(!echo_text(&r).contains("re-read"), "no line when none was");
         r.nic.tx_wqe_rereads = 3;
-        assert!(echo_text(&r).contains("NIC: 3 WQEs re-read until their doorbell's check held, 0 never held"), "{}", echo_text(&r));
+        assert!(echo_text(&r).contains("NIC: 3 checked doorbells re-read until their check held, 0 never held"), "{}", echo_text(&r));
         assert_eq!(serde_json::to_value(&r).unwrap()["nic"]["tx_wqe_rereads"], 3);
     }
 }

@@ -124,10 +124,10 @@ pub struct NicCounters {
     pub tx_errors: AtomicU64,
     /// Errors of the link itself (socket errors on receive).
     pub link_errors: AtomicU64,
-    /// WQEs of a checked doorbell (abi.h `rl_proxy_doorbell`) read more than once before their
-    /// bytes gave the doorbell's check: the data path's stores were still landing.
+    /// Checked doorbells (abi.h `rl_proxy_doorbell`) whose range was read more than once before
+    /// its bytes gave the doorbell's check: the data path's stores were still landing.
     pub tx_wqe_rereads: AtomicU64,
-    /// WQEs of a checked doorbell whose bytes never gave its check in time (completed in
+    /// Checked doorbells whose range never gave the check in time (its WQEs completed in
     /// error, also counted in `tx_errors`).
     pub tx_wqe_check_failures: AtomicU64,
     /// Set while a SoftNic holds the single-writer claim.

@@ -22,10 +22,10 @@ use super::mr::{Access, MrTable};
 use crate::abi::{self, CqeFields, SendWqe, WqeData, CQE, RECV_WQE, WQEBB};
 use crate::rings::QpMemory;
 
-/// How long the NIC re-reads, by default, a checked doorbell's last WQE whose bytes do not
-/// give the doorbell's check before it completes it in error. The data path's stores land within
-/// microseconds of its doorbell (PCIe posted writes); a millisecond only ends a wait on a
-/// writer that died mid-WQE, or one whose check is wrong.
+/// How long the NIC re-reads, by default, a checked doorbell's range whose bytes do not give
+/// the doorbell's check before it completes its WQEs in error. The data path's stores land
+/// within microseconds of its doorbell (PCIe posted writes); a millisecond only ends a wait on
+/// a writer that died mid-WQE, or one whose check is wrong.
 pub const WQE_CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Addressing of the queue pair: who we are and who the connected peer is.
@@ -51,8 +51,8 @@ pub struct NicOptions {
     pub cqe_inline_scatter: bool,
     /// Largest payload of one packet (the RoCE path MTU).
     pub pmtu: usize,
-    /// How long a checked doorbell's last WQE is re-read while its bytes do not give the
-    /// doorbell's check before it completes in error ([`WQE_CHECK_DEADLINE`]).
+    /// How long a checked doorbell's range is re-read while its bytes do not give the
+    /// doorbell's check before its WQEs complete in error ([`WQE_CHECK_DEADLINE`]).
     pub wqe_check_deadline: std::time::Duration,
 }
 
