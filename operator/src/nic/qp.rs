@@ -418,6 +418,9 @@ impl SoftNic {
                 return ran;
             }
             self.run_wqe(0, bbs, link);
+            // outside any checked range: the check kept of the last one no longer describes
+            // the WQEBBs before sq_ci (after 2^16 of them its indices would match again)
+            self.checked = None;
         }
         if let Some(r) = db.range {
             if self.sq_ci as u16 != db.pi {
