@@ -9,7 +9,7 @@
 //! length against the payload, a posted receive WQE for packets that consume one. Only then
 //! is the payload written and the CQE produced.
 
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::Arc;
 
 use rocelink_link::{clock::monotonic_ns, Link};
@@ -216,7 +216,7 @@ impl SoftNic {
         }
         if bth.fecn || bth.becn || bth.resv6 != 0 {
             // NVIDIA's HSB emulator sends byte 4 as 0xFF; the ICRC masks it. Accept, count.
-            self.counters.unusual.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.counters.unusual.fetch_add(1, Relaxed);
         }
         let psn = bth.psn & PSN_MASK;
         let starts_message = matches!(
@@ -226,7 +226,7 @@ impl SoftNic {
         if starts_message {
             if let Some(e) = self.expected_psn {
                 if e != psn {
-                    self.counters.psn_gaps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.counters.psn_gaps.fetch_add(1, Relaxed);
                 }
             }
             // A new message abandons one in progress (UC: the rest of it was lost).
@@ -438,7 +438,7 @@ impl SoftNic {
     /// Completes everything from `sq_ci` to `pi` with one error (a local QP operation error)
     /// and moves past it.
     fn fail_to(&mut self, pi: u16) {
-        self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counters.tx_errors.fetch_add(1, Relaxed);
         self.complete_send(None, self.sq_ci as u16, 0, Some(syndrome::LOCAL_QP_OP_ERR));
         self.sq_ci = self.sq_ci.wrapping_add(u32::from(pi.wrapping_sub(self.sq_ci as u16)));
         self.checked = None;
@@ -453,12 +453,12 @@ impl SoftNic {
             Ok(w) => match self.execute(&w, link) {
                 Ok(len) => self.complete_send(Some(&w), wqe_index, len, None),
                 Err(s) => {
-                    self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.counters.tx_errors.fetch_add(1, Relaxed);
                     self.complete_send(Some(&w), wqe_index, 0, Some(s));
                 }
             },
             Err(_) => {
-                self.counters.tx_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.counters.tx_errors.fetch_add(1, Relaxed);
                 self.complete_send(None, wqe_index, 0, Some(syndrome::LOCAL_QP_OP_ERR));
             }
         }
@@ -515,12 +515,12 @@ impl SoftNic {
             match deadline {
                 None => {
                     deadline = Some(now + self.opts.wqe_check_deadline);
-                    self.counters.tx_wqe_rereads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.counters.tx_wqe_rereads.fetch_add(1, Relaxed);
                 }
                 // fails on a read that began after the deadline (not on one this thread was
                 // descheduled after)
                 Some(_) if expired => {
-                    self.counters.tx_wqe_check_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.counters.tx_wqe_check_failures.fetch_add(1, Relaxed);
                     self.fail_to(pi);
                     return 1;
                 }
