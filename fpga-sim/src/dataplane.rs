@@ -99,6 +99,8 @@ impl DataPlane {
         let generation = cfg.generation;
         let frames = cfg.frames;
         let mut player = Player::new(cfg, psn, monotonic_ns());
+        // Frames are built ahead, while the loop waits, and stamped when sent (player docs).
+        player.prepare();
         let mut backoff = Backoff::new(self.spin);
         let mut send_errors = 0u64;
         let mut aborted = false;
@@ -139,6 +141,8 @@ impl DataPlane {
                         send_errors += 1;
                     }
                 }
+                // the next frame, while this one's answer is on its way
+                player.prepare();
             }
             if work {
                 backoff.reset();

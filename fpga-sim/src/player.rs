@@ -31,6 +31,12 @@
 //! as a stall). Closed loop is `max_in_flight == 1` and interval 0. Answers are checked by
 //! [`QecPlan::check_answer`].
 //!
+//! Send time: each frame is built ahead ([`Player::prepare`], called by the data plane while it
+//! waits: after a send, before a due time), everything but its send time and ICRC; when it is
+//! sent, [`Player::poll_transmit`] writes `now` into the RPC header and computes the ICRC, as a
+//! hardware generator stamps a frame on its way to the MAC. So the round trip a capture
+//! record measures holds the frame's last step (the ICRC) and nothing of its building.
+//!
 //! Guarantees: no allocation and no panic per frame; all scratch space is allocated in
 //! [`Player::new`].
 
@@ -40,7 +46,7 @@ use rocelink_wire::bth::Opcode;
 use rocelink_wire::hsb::{capture_flags, scramble_args, CaptureRecord};
 use rocelink_wire::reth::RethRepr;
 use rocelink_wire::roce::{self, Endpoints, RoceRepr};
-use rocelink_wire::{rpc, Error as WireError};
+use rocelink_wire::{ethernet, icrc, rpc, Error as WireError};
 
 use crate::capture::{self, CaptureRam};
 use crate::qec::QecPlan;
@@ -184,6 +190,21 @@ pub struct Player {
     /// payload: a frame's Repr is this with those set (building the whole Repr per frame
     /// cost store-forwarding stalls).
     write_imm: RoceRepr,
+    /// The next frame, built ahead into `frame_buf` ([`Player::prepare`]).
+    prepared: Option<Prepared>,
+    /// Holds the prepared frame (roce::MAX_FRAME_LEN bytes).
+    frame_buf: Box<[u8]>,
+}
+
+/// The frame built ahead: frame number `frame` of the run, all but its send time and ICRC.
+#[derive(Debug, Clone, Copy)]
+struct Prepared {
+    frame: u32,
+    /// Its length, or `None` when it could not be built (it is skipped when due, counted as
+    /// malformed, as before: the run moves on instead of retrying forever).
+    len: Option<usize>,
+    /// Where in the frame the 8-byte send time goes (`None`: not stamped).
+    stamp_at: Option<usize>,
 }
 
 impl Player {
@@ -223,6 +244,8 @@ impl Player {
             next_due_ns: now,
             stall_counted: false,
             window: Window::new(),
+            prepared: None,
+            frame_buf: vec![0; roce::MAX_FRAME_LEN].into_boxed_slice(),
         }
     }
 
@@ -259,41 +282,29 @@ impl Player {
         self.cfg.first_request_id.wrapping_add(frame)
     }
 
-    /// Builds the next frame into `out` (at least `roce::MAX_FRAME_LEN` bytes) if one is due.
-    /// `now` is the send time stamped into the frame.
-    pub fn poll_transmit(&mut self, now: u64, stats: &Stats, out: &mut [u8]) -> Transmit {
-        if self.sent >= self.cfg.frames {
-            return Transmit::AllSent;
+    /// Builds the next frame ahead of its send, when it is not built yet: everything but its
+    /// send time and ICRC (module docs). Cheap when it is; the data plane calls it while it
+    /// waits, so that [`Player::poll_transmit`] only stamps.
+    pub fn prepare(&mut self) {
+        if self.prepared.is_some() || self.sent >= self.cfg.frames {
+            return;
         }
-        if now < self.next_due_ns {
-            return Transmit::NotDue;
-        }
-        if self.window.len >= self.cfg.max_in_flight {
-            if !self.stall_counted {
-                Stats::bump(&stats.stalls);
-                self.stall_counted = true;
-            }
-            return Transmit::Stalled;
-        }
-        self.stall_counted = false;
-
         let frame = self.sent;
         let request_id = self.request_id(frame);
+        let stamped = self.cfg.qec.is_some() || self.cfg.stamp_ptp;
         let len = match &self.cfg.qec {
-            Some(plan) => {
-                plan.on_sent(frame, now, &stats.qec);
-                // The buffer holds the largest message (Player::new), so this never fails;
-                // if it did, the frame is skipped below like one that cannot be emitted.
-                plan.write_message(frame, request_id, now, &mut self.payload)
-                    .unwrap_or(usize::MAX)
-            }
+            // The buffer holds the largest message (Player::new), so this never fails; if it
+            // did, the frame is skipped when due like one that cannot be emitted.
+            Some(plan) => plan.write_message(frame, request_id, 0, &mut self.payload),
             None => {
-                self.build_from_template(request_id, now);
-                self.cfg.template.len()
+                self.build_from_template(request_id, 0);
+                Some(self.cfg.template.len())
             }
         };
-        let payload = self.payload.get(..len).unwrap_or(&[]);
-
+        let Some(payload) = len.and_then(|n| self.payload.get(..n)) else {
+            self.prepared = Some(Prepared { frame, len: None, stamp_at: None });
+            return;
+        };
         let slot = frame % self.cfg.slots;
         let reth = RethRepr {
             va: self
@@ -310,13 +321,55 @@ impl Player {
         repr.reth = Some(reth);
         repr.immdt = Some(imm);
         repr.set_payload_len(payload.len());
+        let len = repr.emit(payload, &mut self.frame_buf).ok();
+        // The payload's first byte: the frame less its ICRC, pad and payload.
+        let stamp_at = len.filter(|_| stamped).map(|n| {
+            n - icrc::LEN - usize::from(repr.bth.pad_count) - payload.len() + TIMESTAMP_AT
+        });
+        self.prepared = Some(Prepared { frame, len, stamp_at });
+    }
 
+    /// Puts the next frame into `out` (at least its length, `roce::MAX_FRAME_LEN` will do) if
+    /// one is due: the frame built ahead ([`Player::prepare`], done now if it was not) with
+    /// `now`, the send time, written into it and its ICRC computed.
+    pub fn poll_transmit(&mut self, now: u64, stats: &Stats, out: &mut [u8]) -> Transmit {
+        if self.sent >= self.cfg.frames {
+            return Transmit::AllSent;
+        }
+        if now < self.next_due_ns {
+            return Transmit::NotDue;
+        }
+        if self.window.len >= self.cfg.max_in_flight {
+            if !self.stall_counted {
+                Stats::bump(&stats.stalls);
+                self.stall_counted = true;
+            }
+            return Transmit::Stalled;
+        }
+        self.stall_counted = false;
+
+        self.prepare();
+        let p = self.prepared.take().filter(|p| p.frame == self.sent);
+        let frame = self.sent;
+        if let Some(plan) = &self.cfg.qec {
+            plan.on_sent(frame, now, &stats.qec);
+        }
         // The frame counts as sent even if it cannot be built (a buffer the caller made too
         // small): the run then moves on instead of retrying forever.
-        let emitted = if len == usize::MAX {
-            Err(WireError::BufferTooSmall)
-        } else {
-            repr.emit(payload, out)
+        let emitted = match p.and_then(|p| p.len.map(|n| (n, p.stamp_at))) {
+            Some((n, stamp_at)) if n <= out.len() => {
+                let f = &mut self.frame_buf[..n];
+                let ok = match stamp_at {
+                    Some(at) => {
+                        f[at..at + 8].copy_from_slice(&now.to_le_bytes());
+                        icrc::fill(&mut f[ethernet::HEADER_LEN..]).is_ok()
+                    }
+                    None => true,
+                };
+                out[..n].copy_from_slice(f);
+                ok.then_some(n)
+            }
+            _ => None,
         };
         self.sent += 1;
         self.psn = (self.psn + 1) & PSN_MASK;
@@ -329,8 +382,8 @@ impl Player {
         };
         self.window.push(frame, now);
         match emitted {
-            Ok(len) => Transmit::Frame(len),
-            Err(_) => {
+            Some(len) => Transmit::Frame(len),
+            None => {
                 Stats::bump(&stats.malformed);
                 Transmit::NotDue
             }
@@ -619,6 +672,44 @@ mod tests {
             p.poll_transmit(100, &stats, &mut [0u8; 64]),
             Transmit::AllSent
         );
+    }
+
+    #[test]
+    fn frames_built_ahead_carry_the_send_time_and_a_good_icrc() {
+        // The data plane builds each frame right after the last send and stamps it when due:
+        // the stamp is the send time, not the build time, and the ICRC covers it.
+        let stats = Stats::default();
+        let mut ahead = Player::new(config(5, 64, 4), 7, 0);
+        let mut inline = Player::new(config(5, 64, 4), 7, 0);
+        for k in 0..5u64 {
+            ahead.prepare();
+            ahead.prepare(); // idempotent: still frame k
+            let now = 1_000_000 * (k + 1) + 3;
+            let a = send(&mut ahead, now, &stats);
+            let b = send(&mut inline, now, &stats);
+            assert_eq!(a, b, "frame {k}: built ahead or at its send, the same frame");
+        }
+        assert_eq!(stats.snapshot().malformed, 0);
+        ahead.prepare(); // nothing left to build
+        assert_eq!(
+            ahead.poll_transmit(u64::MAX, &stats, &mut [0u8; 64]),
+            Transmit::AllSent
+        );
+    }
+
+    #[test]
+    fn a_frame_too_long_for_the_callers_buffer_is_skipped_and_counted() {
+        let stats = Stats::default();
+        let mut p = Player::new(config(2, 64, 4), 0, 0);
+        p.prepare();
+        assert_eq!(
+            p.poll_transmit(5, &stats, &mut [0u8; 64]),
+            Transmit::NotDue
+        );
+        assert_eq!(stats.snapshot().malformed, 1);
+        // the run moves on: the next frame is the second, stamped and whole
+        let (psn, _, _, id, _) = send(&mut p, 6, &stats);
+        assert_eq!((psn, id), (1, 1001));
     }
 
     #[test]

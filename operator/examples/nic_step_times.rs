@@ -39,8 +39,8 @@ const HOST_QPN: u32 = 0x101;
 const PEER_QPN: u32 = 2;
 
 /// The steps of one round trip, in order.
-const STEPS: [&str; 8] = [
-    "peer build (expire + poll_transmit)",
+const STEPS: [&str; 9] = [
+    "peer stamp (expire + poll_transmit)",
     "peer link send",
     "nic link recv",
     "nic receive",
@@ -48,6 +48,7 @@ const STEPS: [&str; 8] = [
     "nic poll_send (+ link send)",
     "peer link recv",
     "peer on_frame",
+    "peer build ahead (prepare, off the path)",
 ];
 
 /// Everything one round trip touches.
@@ -134,7 +135,10 @@ impl Rig {
     /// frame of this probe is valid.
     #[inline(always)]
     fn round_trip(&mut self, mut mark: impl FnMut(usize)) {
-        // The peer's data-plane loop turn (fpga-sim dataplane.rs).
+        // The peer's data-plane loop turn (fpga-sim dataplane.rs): the frame was built ahead
+        // (after the last send), so the time from here is the stamp, the ICRC and the send.
+        self.player.prepare();
+        mark(8);
         let now = monotonic_ns();
         self.player.expire(now, &self.stats);
         let Transmit::Frame(n) = self.player.poll_transmit(now, &self.stats, &mut self.peer_tx) else {
