@@ -12,6 +12,7 @@
 //! in-process ring is full, and reports socket errors); no allocation per frame.
 
 pub mod affinity;
+pub mod cache;
 pub mod clock;
 pub mod inproc;
 pub mod spin;

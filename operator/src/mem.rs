@@ -161,18 +161,8 @@ impl SharedMem {
             return;
         }
         self.check(off, len, 1);
-        #[cfg(target_arch = "x86_64")]
-        {
-            let first = (self.ptr.as_ptr() as usize + off) & !63;
-            let end = self.ptr.as_ptr() as usize + off + len;
-            let mut line = first;
-            while line < end {
-                // SAFETY: each line overlaps the checked range (in bounds); CLDEMOTE is a hint
-                // that reads and writes nothing the program sees and cannot fault.
-                unsafe { std::arch::asm!("cldemote [{0}]", in(reg) line, options(nostack, preserves_flags, readonly)) };
-                line += 64;
-            }
-        }
+        // SAFETY: in bounds (checked): inside this mapping.
+        unsafe { rocelink_link::cache::demote(self.ptr.as_ptr().add(off), len) }
     }
 
     /// Reads a `Copy` value (an abi.h struct) at `off`.
