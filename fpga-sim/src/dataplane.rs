@@ -37,6 +37,11 @@ pub enum Command {
 
 /// Frames received per loop turn before the transmitter gets a look in.
 const RX_BURST: usize = 32;
+/// While the transmitter can only wait for answers (the in-flight window is full, or every
+/// frame is sent), the run loop reads the clock (for timeouts) only every this many idle turns,
+/// so an answer is taken within a few nanoseconds of landing rather than after a clock read
+/// and the transmitter's look (~50 ns). Timeouts are milliseconds; this is about a microsecond.
+const WAITING_TURNS_PER_CLOCK: u32 = 64;
 /// Idle wait for a command between runs.
 const IDLE_WAIT: Duration = Duration::from_millis(1);
 
@@ -104,6 +109,8 @@ impl DataPlane {
         let mut backoff = Backoff::new(self.spin);
         let mut send_errors = 0u64;
         let mut aborted = false;
+        // the transmitter's last answer was Stalled or AllSent, and idle turns since
+        let (mut waiting, mut idle_turns) = (false, 0u32);
         tracing::debug!(frames, link = %self.link.describe(), "run started");
 
         while !player.is_done() {
@@ -127,9 +134,17 @@ impl DataPlane {
                     }
                 }
             }
+            if !work && waiting && idle_turns < WAITING_TURNS_PER_CLOCK {
+                idle_turns += 1;
+                backoff.idle();
+                continue;
+            }
+            idle_turns = 0;
             let now = monotonic_ns();
             player.expire(now, stats);
-            if let Transmit::Frame(n) = player.poll_transmit(now, stats, tx) {
+            let t = player.poll_transmit(now, stats, tx);
+            waiting = matches!(t, Transmit::Stalled | Transmit::AllSent);
+            if let Transmit::Frame(n) = t {
                 work = true;
                 match self.link.send(&tx[..n]) {
                     Ok(()) => Stats::bump_in_run(&stats.sent),
