@@ -98,6 +98,10 @@ pub struct SoftNic {
     expected_psn: Option<u32>,
     write: Option<WriteInProgress>,
     rq_ci: u32,
+    /// The receive doorbell record's counter as last read: WQEs below it are posted, so the
+    /// record (written by the data path, a cache miss each time it moved) is read again only
+    /// when `rq_ci` reaches this.
+    rq_posted: u16,
     rcq_pi: u32,
     sq_ci: u32,
     scq_pi: u32,
@@ -135,6 +139,7 @@ impl SoftNic {
             expected_psn: None,
             write: None,
             rq_ci: 0,
+            rq_posted: 0,
             rcq_pi: 0,
             sq_ci: 0,
             scq_pi: 0,
@@ -170,9 +175,15 @@ impl SoftNic {
         key != 0 && key == self.attrs.pkey & 0x7fff && (pkey & 0x8000 != 0 || self.attrs.pkey & 0x8000 != 0)
     }
 
-    fn rq_has_wqe(&self) -> bool {
+    fn rq_has_wqe(&mut self) -> bool {
+        if self.rq_posted != self.rq_ci as u16 {
+            return true;
+        }
+        // Acquire pairs with the data path's release of the record: the WQEs below it are
+        // written (and stay so until consumed).
         let counter = u32::from_be(self.q.mem.atomic_u32(self.q.layout.rq_dbrec_counter()).load(Acquire));
-        (counter as u16).wrapping_sub(self.rq_ci as u16) != 0
+        self.rq_posted = counter as u16;
+        self.rq_posted != self.rq_ci as u16
     }
 
     fn receive_inner(&mut self, frame: &[u8]) -> Result<Delivery, DropReason> {
