@@ -123,8 +123,12 @@
 #ifndef RL_PHASE_LOCK
 #define RL_PHASE_LOCK 1
 #endif
+#ifndef RL_PHASE_STEPS
 #define RL_PHASE_STEPS 16u
+#endif
+#ifndef RL_PHASE_SAMPLES
 #define RL_PHASE_SAMPLES 32u
+#endif
 #define RL_PHASE_WINDOW 1024u
 #define RL_PHASE_RESCAN (1u << 20)
 #define RL_PHASE_MAX_NS 16000u
