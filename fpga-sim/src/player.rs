@@ -323,7 +323,7 @@ impl Player {
         repr.set_payload_len(payload.len());
         let len = repr.emit(payload, &mut self.frame_buf).ok();
         // The payload's first byte: the frame less its ICRC, pad and payload.
-        let stamp_at = len.filter(|_| stamped).map(|n| {
+        let stamp_at = len.filter(|_| stamped && payload.len() >= TIMESTAMP_AT + 8).map(|n| {
             n - icrc::LEN - usize::from(repr.bth.pad_count) - payload.len() + TIMESTAMP_AT
         });
         self.prepared = Some(Prepared { frame, len, stamp_at });
@@ -360,10 +360,13 @@ impl Player {
             Some((n, stamp_at)) if n <= out.len() => {
                 let f = &mut self.frame_buf[..n];
                 let ok = match stamp_at {
-                    Some(at) => {
-                        f[at..at + 8].copy_from_slice(&now.to_le_bytes());
-                        icrc::fill(&mut f[ethernet::HEADER_LEN..]).is_ok()
-                    }
+                    Some(at) => match f.get_mut(at..at + 8) {
+                        Some(t) => {
+                            t.copy_from_slice(&now.to_le_bytes());
+                            icrc::fill(&mut f[ethernet::HEADER_LEN..]).is_ok()
+                        }
+                        None => false,
+                    },
                     None => true,
                 };
                 out[..n].copy_from_slice(f);
