@@ -82,6 +82,15 @@
 #error "RL_PREPOLL needs a second warp (RL_THREADS >= 64)"
 #endif
 
+/* RL_REG_PATH: when every stage of the chain has a register form (RL_CHAIN_REGS) and the poll
+ * brought the whole request into warp 0's registers (the CQE's inline bytes, or the predicted
+ * slot's first RL_SPEC_BYTES, no poison), the chain runs on those registers and the answer's
+ * WQE is built from them (rl_dev_verbs_wqe_prepare_send_inline_regs_warp): no shared-memory
+ * round trip between the poll and the doorbell. 0: every request goes through shared memory. */
+#ifndef RL_REG_PATH
+#define RL_REG_PATH 1
+#endif
+
 /* RL_CHECKED_DOORBELL: inline answers are rung with a checked doorbell (abi.h
  * rl_proxy_doorbell: the proxy word carries a check of the WQE's bytes, and the NIC executes
  * the WQE once what it reads agrees), with the release fence after the doorbell instead of in
@@ -181,6 +190,12 @@ struct rl_loop {
     uint64_t t_loaded, t_written;
 #endif
     uint4 tail; /* CQE bytes 48..63 */
+    /* the poll's last read (each lane's 16 bytes: the CQE line, then the predicted slot's
+     * bytes) and whether it holds the whole request, valid and unpoisoned (RL_REG_PATH):
+     * in_regs 1 from the slot's bytes (lane 4 + m holds bytes 16m..), 2 from the CQE's inline
+     * bytes (lane m) */
+    uint4 v;
+    uint32_t in_regs;
     /* lane 0 */
     struct rl_dev_cq rcq, scq;
     struct rl_dev_sq sq;
@@ -302,6 +317,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         *(uint4 *)(cqe_sh + lane * 16) = v;
     else if (loads)
         *(uint4 *)(req + (lane - 4) * 16) = v;
+    L.v = v;
     /* No acquire fence yet: the bytes this read brought are checked by value (the owner byte,
      * the poison), and nothing is read from host memory again unless a check fails; every
      * such re-read below comes after an acquire fence (warp-uniform), so that it sees what the
@@ -367,6 +383,9 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         __syncwarp(); /* the poison check read `req` */
         rl_load<1>(req, slot_base + (size_t)slot * d.rx_slot_stride, len, lane, 32);
     }
+    /* the request is whole in this read's registers: from the CQE unless poisoned (then it
+     * was read again), or from the predicted slot when it needs no reload */
+    L.in_regs = !valid ? 0 : inl ? (!recqe && !stale ? 2 : 0) : (!reload ? 1 : 0);
     if (valid) {
         L.next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
         L.last_len = len;
@@ -506,7 +525,7 @@ __device__ __forceinline__ void rl_phase_update(struct rl_loop &L, struct rl_con
 /* Warp 0: answers (step 4: `n` bytes at `answer`, or none when n < 0), then re-posts, consumes
  * and stamps (step 5). */
 __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl, int n,
-                                          const uint8_t *answer, uint32_t lane) {
+                                          const uint8_t *answer, uint32_t lane, uint32_t from_regs = 0, uint4 regs = uint4()) {
     uint32_t first = 0;   /* the answer's first WQEBB */
     uint32_t checked = 0; /* rung with a checked doorbell (no fence in front) */
     uint64_t t_db = 0;    /* lane 0: when the doorbell was rung (or the message dropped) */
@@ -521,8 +540,10 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
         const uint32_t fm_ce_se = ((first + nbb) >> L.sh != first >> L.sh) ? RL_WQE_CTRL_CQ_UPDATE : 0;
         RL_PMARK(5);
         if (n <= RL_MAX_INLINE) {
+            /* from_regs: the answer is in `regs`, 16 bytes a lane (RL_REG_PATH, n <= 256) */
             const uint64_t check =
-                rl_dev_verbs_wqe_prepare_send_inline_warp(&L.sq, first, fm_ce_se, answer, (uint32_t)n, (first - L.range_first) * 4);
+                from_regs ? rl_dev_verbs_wqe_prepare_send_inline_regs_warp(&L.sq, first, fm_ce_se, regs, (uint32_t)n, (first - L.range_first) * 4)
+                          : rl_dev_verbs_wqe_prepare_send_inline_warp(&L.sq, first, fm_ce_se, answer, (uint32_t)n, (first - L.range_first) * 4);
 #if RL_CHECKED_DOORBELL
             RL_PMARK(6);
             rl_dev_verbs_submit_proxy_checked_warp(&L.sq, L.range_first, L.range_check, check);
@@ -734,6 +755,22 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     break;
                 }
                 rl_consumed(L, d, buf_a, &pp, have_pre, lane);
+#if RL_REG_PATH && RL_CHAIN_REGS
+                if (L.in_regs) {
+                    /* 3+4 in registers: lane m takes the request's bytes 16m.. from the lane of the
+                     * poll's read that holds them (lanes 0..15 matter: <= 256 bytes) */
+                    const uint32_t src = ((L.in_regs == 1 ? 4u : 0u) + lane) & 31u;
+                    uint4 c;
+                    c.x = __shfl_sync(0xffffffffu, L.v.x, src);
+                    c.y = __shfl_sync(0xffffffffu, L.v.y, src);
+                    c.z = __shfl_sync(0xffffffffu, L.v.z, src);
+                    c.w = __shfl_sync(0xffffffffu, L.v.w, src);
+                    const int rn = rl_run_chain_regs(c, (int)L.len);
+                    RL_PMARK(4);
+                    rl_answer(L, d, ctl, rn, 0, lane, 1, c);
+                    continue;
+                }
+#endif
                 const uint8_t *answer = 0;
                 int resume = 0, rlen = 0;
                 const int n = L.valid ? rl_run_chain_warp(buf_a, (int)L.len, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state, &resume, &rlen) : -1;

@@ -7,7 +7,8 @@
  *   rl_dev_verbs_reserve_wq_slots    reserve send WQEBBs
  *   rl_dev_verbs_get_wqe_ptr         address of a reserved WQEBB
  *   rl_dev_verbs_wqe_prepare_send    SEND with one gather entry
- *   rl_dev_verbs_wqe_prepare_send_inline   SEND with the data inline (may span WQEBBs)
+ *   rl_dev_verbs_wqe_prepare_send_inline   SEND with the data inline (may span WQEBBs), from
+ *                                    memory or from registers (_regs_warp)
  *   rl_dev_verbs_wqe_prepare_write   RDMA WRITE / WRITE with immediate
  *   rl_dev_verbs_submit_proxy        doorbell record + CPU-proxy doorbell (software NIC, or a
  *                                    CPU thread that rings a real NIC)
@@ -292,6 +293,15 @@ __device__ __forceinline__ uint32_t rl_dev_verbs_inline_wqebbs(uint32_t len) {
     return (bytes + RL_WQEBB_SIZE - 1) / RL_WQEBB_SIZE;
 }
 
+/** Lane's part of writing a WQE chunk: stores `v` as bytes [off, off+16) of the WQE at WQEBB
+ * `index` (a WQE may wrap around the end of the ring: each 64-byte WQEBB maps separately) and
+ * returns its check (rl_wqe_chunk_check, chunk numbered check_base + off / 16). */
+__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_put_chunk(const struct rl_dev_sq *sq, uint32_t index, uint32_t off, uint4 v,
+                                                               uint32_t check_base) {
+    rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, index + off / RL_WQEBB_SIZE) + off % RL_WQEBB_SIZE, v);
+    return rl_wqe_chunk_check(check_base + off / 16, v);
+}
+
 /**
  * SEND with `len` bytes inline starting at WQEBB `index`, written by the whole warp: lane k
  * writes the k-th 16-byte chunk of the WQE (control segment, then byte_count, then the data),
@@ -323,12 +333,32 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_warp(co
             v.z = d32[w + 2];
             v.w = d32[w + 3];
         }
-        /* a WQE may wrap around the end of the ring: each 64-byte WQEBB maps separately */
-        uint32_t bb = index + off / RL_WQEBB_SIZE;
-        rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, bb) + off % RL_WQEBB_SIZE, v);
-        check ^= rl_wqe_chunk_check(check_base + off / 16, v);
+        check ^= rl_dev_verbs_wqe_put_chunk(sq, index, off, v, check_base);
     }
     return check;
+}
+
+/**
+ * The same SEND with the data in registers: lane m holds data bytes [16m, 16m+16) in `data`
+ * (bytes past `len` are padding the NIC ignores), `len` <= 492 (the WQE's last chunk is lane
+ * 31's). Lane k writes WQE chunk k: data chunk k-1's first twelve bytes behind the last four
+ * of chunk k-2 (three shuffles up by one lane, one by two), so an answer built in registers
+ * goes out with no shared-memory round trip. Returns the lane's part of the check, as above.
+ * Warp scope.
+ */
+__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_warp(const struct rl_dev_sq *sq, uint32_t index,
+                                                                                  uint32_t fm_ce_se, uint4 data, uint32_t len,
+                                                                                  uint32_t check_base) {
+    const uint32_t lane = threadIdx.x & 31;
+    const uint32_t total = 16 + ((4 + len + 15) & ~15u);
+    uint4 v;
+    v.x = __shfl_up_sync(0xffffffffu, data.w, 2);
+    v.y = __shfl_up_sync(0xffffffffu, data.x, 1);
+    v.z = __shfl_up_sync(0xffffffffu, data.y, 1);
+    v.w = __shfl_up_sync(0xffffffffu, data.z, 1);
+    if (lane == 1) v.x = rl_bswap32(len | RL_INLINE_SEG);
+    if (lane == 0) v = rl_dev_verbs_ctrl(sq, index, RL_OPCODE_SEND, total / 16, fm_ce_se, 0);
+    return lane * 16 < total ? rl_dev_verbs_wqe_put_chunk(sq, index, lane * 16, v, check_base) : 0;
 }
 
 /** RDMA WRITE (or WRITE with immediate when `with_imm`) of `len` bytes at `addr` to the peer. */

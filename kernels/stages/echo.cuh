@@ -4,8 +4,8 @@
  * argument bytes. A request whose arg_len runs past what arrived is answered with status -1
  * (protocol error) and no result; one without the CUQR magic is dropped.
  *
- * The stage contract (full, warp and block forms) is in stage.cuh. The warp form answers every
- * request itself, so the block continuation is never called.
+ * The stage contract (full, warp, block and register forms) is in stage.cuh. The warp form
+ * answers every request itself, so the block continuation is never called.
  */
 #ifndef ROCELINK_STAGE_ECHO_CUH
 #define ROCELINK_STAGE_ECHO_CUH
@@ -63,6 +63,26 @@ __device__ __forceinline__ int rl_stage_echo_warp(const uint8_t *req, int len, u
     if (rl_stage_echo_check(req, len, cap, &arg_len, &status) < 0) return -1;
     rl_stage_echo_write(req, resp, arg_len, status, threadIdx.x & 31u, 32u);
     __syncwarp();
+    return RL_RPC_HEADER_LEN + (int)arg_len;
+}
+
+/** The register form: lane m holds request bytes [16m, 16m+16), `len` <= 256; on return the
+ * answer in the same layout (lane 0 rewrites the header's first three words; the request id,
+ * the timestamp and the args stay where they are). */
+__device__ __forceinline__ int rl_stage_echo_regs(uint4 &c, int len) {
+    const uint32_t magic = __shfl_sync(0xffffffffu, c.x, 0);
+    uint32_t arg_len = __shfl_sync(0xffffffffu, c.z, 0);
+    if (len < RL_RPC_HEADER_LEN || magic != RL_RPC_REQUEST_MAGIC) return -1;
+    int status = 0;
+    if ((uint64_t)arg_len + RL_RPC_HEADER_LEN > (uint64_t)len) {
+        status = -1;
+        arg_len = 0;
+    }
+    if ((threadIdx.x & 31u) == 0) {
+        c.x = RL_RPC_RESPONSE_MAGIC;
+        c.y = (uint32_t)status;
+        c.z = arg_len;
+    }
     return RL_RPC_HEADER_LEN + (int)arg_len;
 }
 

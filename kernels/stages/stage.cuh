@@ -18,6 +18,13 @@
  *       RL_STAGE_TO_BLOCK for this request and a block barrier: finishes what the warp form
  *       started; returns as the full form does.
  *
+ *   rl_stage_X_regs(c, len)                         optional; warp 0 alone, all 32 lanes, the
+ *       request in registers: lane m holds its bytes [16m, 16m+16) in `c` (len <= 256, lanes
+ *       0..15; bytes past len are undefined); returns the answer's length (<= 256) with the
+ *       answer in `c` in the same layout, or -1 to drop; the same return value in every lane.
+ *       No state, no memory. A chain whose stages all have it (rl_run_chain_regs) answers a
+ *       request that the poll brought into registers without a shared-memory round trip.
+ *
  * The persistent transceiver runs the warp forms, so a message the warp can answer costs no
  * block barrier (kernels/transceiver.cu). `state` is the chain's device state blob for
  * stages that take one (kernels.rs stage_code). Every read of `req` is bounded by `len`,

@@ -64,6 +64,8 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PHASE_DEBUG"],
         &["-DRL_CHECKED_DOORBELL=0"],
         &["-DRL_FENCE_EVERY=1"],
+        &["-DRL_REG_PATH=0"],
+        &["-DRL_PHASE_STEPS=32u", "-DRL_PHASE_SAMPLES=64u"],
         &["-DRL_PHASE_LOCK=0", "-DRL_PREPOLL=0", "-DRL_THREADS=32"],
     ] {
         let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
