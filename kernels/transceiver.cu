@@ -21,7 +21,9 @@
  *      While messages queue up, warp 1 issues the next message's polling read while warp 0
  *      processes this one (RL_PREPOLL), so back to back a poll costs no round trip of its own.
  *   3. the warp forms of the stage chain (generated from the graph into rl_chain.cuh) turn the
- *      request into the answer in shared memory;
+ *      request into the answer in shared memory; or, when every stage has a register form and
+ *      the poll's read holds the whole request (RL_REG_PATH), the register forms turn it into
+ *      the answer in the same registers, 16 bytes a lane, and step 4 builds the WQE from them;
  *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND (one store per lane) rung
  *      with a checked doorbell: the proxy word carries a check of the WQE's bytes, so no fence
  *      goes in front of it (RL_CHECKED_DOORBELL); larger ones are copied to the TX slot and
