@@ -1,9 +1,32 @@
-// temporary: write the transceiver cubin for SASS inspection
+//! Writes the echo graph's transceiver kernel, compiled by NVRTC for sm_90, as a cubin, for
+//! reading its SASS (`nvdisasm -c`, `cuobjdump -res-usage`) without a GPU: the path from the
+//! poll to the doorbell, register use, spills.
+//!
+//! `LD_LIBRARY_PATH=<dir of libnvrtc.so.13> cargo run --release --example dump_cubin -p
+//! rocelink-operator -- OUT.cubin [-DNAME=VALUE ...]` (the extra options are the kernel's
+//! compile-time switches, as `ROCELINK_KERNEL_DEFINES` passes them at run time).
+
 use rocelink_operator::gpu::{kernels, nvrtc};
 use rocelink_operator::stage::StageSpec;
+
 fn main() {
+    let mut args = std::env::args().skip(1);
+    let Some(out) = args.next() else {
+        eprintln!("usage: dump_cubin OUT.cubin [-DNAME=VALUE ...]");
+        std::process::exit(2);
+    };
     let (main, headers, mut opts) = kernels::transceiver_program(&[StageSpec::Echo]);
-    opts.extend(std::env::args().skip(1));
-    let c = nvrtc::compile(&main, &headers, "sm_90", &opts, false).unwrap();
-    std::fs::write("/tmp/t.cubin", &c.cubin).unwrap();
+    opts.extend(args);
+    match nvrtc::compile(&main, &headers, "sm_90", &opts, false) {
+        Ok(c) => {
+            if let Err(e) = std::fs::write(&out, &c.cubin) {
+                eprintln!("cannot write {out}: {e}");
+                std::process::exit(1);
+            }
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    }
 }
