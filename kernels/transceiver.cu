@@ -769,15 +769,20 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     c.w = __shfl_sync(0xffffffffu, L.v.w, src);
                     const int rn = rl_run_chain_regs(c, (int)L.len);
                     RL_PMARK(4);
+#if RL_MAX_INLINE >= 256
+                    /* a register form's answer is at most 256 bytes (stage.cuh): it goes inline */
+                    rl_answer(L, d, ctl, rn, 0, lane, 1, c);
+#else
                     if (rn <= RL_MAX_INLINE) {
                         rl_answer(L, d, ctl, rn, 0, lane, 1, c);
                     } else {
-                        /* too long to go inline (a build with a smaller RL_MAX_INLINE): the
-                         * answer goes to shared memory and out through a TX slot */
+                        /* too long to go inline in this build: the answer goes to shared
+                         * memory and out through a TX slot */
                         if (lane < 16) *(uint4 *)(buf_b + lane * 16) = c;
                         __syncwarp();
                         rl_answer(L, d, ctl, rn, buf_b, lane);
                     }
+#endif
                     continue;
                 }
 #endif
