@@ -139,7 +139,8 @@ fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
                     q.mem.write(at, &word);
                 }
                 unfenced += 1;
-                if unfenced >= 1 + rng.below(8) as u32 || pi - range_first + 4 > 16 {
+                // a fence after 1..=8 messages, or before the range would pass 16 WQEBBs
+                if unfenced > rng.below(8) as u32 || pi - range_first + 4 > 16 {
                     // a fence: everything written lands before anything after it
                     for (at, word) in late.drain(..) {
                         q.mem.write(at, &word);
