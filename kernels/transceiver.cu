@@ -736,18 +736,18 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             /* Warp 0 serves messages until one needs the block, or the host says stop. */
             for (;;) {
                 const uint32_t got = rl_receive(L, d, ctl, buf_a, cqe_sh, &pp, have_pre, lane);
-                if (got == 1) {
-                    if (lane == 0) h.exit = 1;
-                    break;
-                }
+                /* the common message (got 0) falls through: a branch, not a jump table */
+                if (__builtin_expect(got != 0, 0)) {
+                    if (got == 1) {
+                        if (lane == 0) h.exit = 1;
+                        break;
+                    }
 #ifdef RL_TEST_STALL
-                /* test hook (ROCELINK_TEST_STALL_KERNEL): hang without a heartbeat */
-                for (;;) {
-                    if (rl_globaltimer() == 0) break;
-                }
+                    for (;;) {
+                        if (rl_globaltimer() == 0) break;
+                    }
 #endif
-                if (got == 2) {
-                    /* a long message the poll did not read: the block loads it */
+                    /* got 2: a long message the poll did not read: the block loads it */
                     if (lane == 0) {
                         h.exit = 0;
                         h.resume = RL_BLOCK_LOAD;
@@ -756,6 +756,12 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     }
                     break;
                 }
+#ifdef RL_TEST_STALL
+                /* test hook (ROCELINK_TEST_STALL_KERNEL): hang without a heartbeat */
+                for (;;) {
+                    if (rl_globaltimer() == 0) break;
+                }
+#endif
                 rl_consumed(L, d, buf_a, &pp, have_pre, lane);
 #if RL_REG_PATH && RL_CHAIN_REGS
                 if (L.in_regs) {
