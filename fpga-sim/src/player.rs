@@ -196,10 +196,10 @@ pub struct Player {
     frame_buf: Box<[u8]>,
 }
 
-/// The frame built ahead: frame number `frame` of the run, all but its send time and ICRC.
+/// The frame built ahead (always the next one: frame number `sent`, which only
+/// `poll_transmit` moves, after it took this), all but its send time and ICRC.
 #[derive(Debug, Clone, Copy)]
 struct Prepared {
-    frame: u32,
     /// Its length, or `None` when it could not be built (it is skipped when due, counted as
     /// malformed, as before: the run moves on instead of retrying forever).
     len: Option<usize>,
@@ -302,7 +302,7 @@ impl Player {
             }
         };
         let Some(payload) = len.and_then(|n| self.payload.get(..n)) else {
-            self.prepared = Some(Prepared { frame, len: None, stamp_at: None });
+            self.prepared = Some(Prepared { len: None, stamp_at: None });
             return;
         };
         let slot = frame % self.cfg.slots;
@@ -326,7 +326,7 @@ impl Player {
         let stamp_at = len.filter(|_| stamped && payload.len() >= TIMESTAMP_AT + 8).map(|n| {
             n - icrc::LEN - usize::from(repr.bth.pad_count) - payload.len() + TIMESTAMP_AT
         });
-        self.prepared = Some(Prepared { frame, len, stamp_at });
+        self.prepared = Some(Prepared { len, stamp_at });
     }
 
     /// Puts the next frame into `out` (at least its length, `roce::MAX_FRAME_LEN` will do) if
@@ -349,7 +349,7 @@ impl Player {
         self.stall_counted = false;
 
         self.prepare();
-        let p = self.prepared.take().filter(|p| p.frame == self.sent);
+        let p = self.prepared.take();
         let frame = self.sent;
         if let Some(plan) = &self.cfg.qec {
             plan.on_sent(frame, now, &stats.qec);
