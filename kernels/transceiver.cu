@@ -31,6 +31,8 @@
  *      checked doorbell, before an unchecked one;
  *   5. consume the CQE, stamp the message; re-post the receives (doorbell record) after the
  *      release fence, which with checked doorbells comes every few messages (RL_FENCE_EVERY).
+ *   6. unless messages queue, the chain's idle forms (RL_CHAIN_IDLE: a QEC decoder decodes the
+ *      shot being assembled ahead of its last message), in the wait for the next message.
  * Every write to host memory after the poll is a posted write: no second read on the way out.
  * Measured variants and their figures: latency-reports/README.md.
  */
@@ -524,6 +526,21 @@ __device__ __forceinline__ void rl_phase_update(struct rl_loop &L, struct rl_con
 }
 #endif
 
+/* Warp 0, after a message's answer: the chain's idle forms (kernels/stages/stage.cuh), unless
+ * messages queue (this one was there at its poll's first read): their time then comes out of
+ * the wait for the next message, not out of a waiting message's. */
+#ifndef RL_IDLE /* 0: never run the idle forms (measurement) */
+#define RL_IDLE 1
+#endif
+__device__ __forceinline__ void rl_idle(const struct rl_loop &L, const struct rl_transceiver_desc &d) {
+#if RL_IDLE && RL_CHAIN_IDLE
+    if (!L.busy) rl_run_chain_idle((void *)d.stage_state);
+#else
+    (void)L;
+    (void)d;
+#endif
+}
+
 /* Warp 0: answers (step 4: `n` bytes at `answer`, or none when n < 0), then re-posts, consumes
  * and stamps (step 5). */
 __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl, int n,
@@ -789,6 +806,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                         rl_answer(L, d, ctl, rn, buf_b, lane);
                     }
 #endif
+                    rl_idle(L, d);
                     continue;
                 }
 #endif
@@ -805,6 +823,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                 }
                 RL_PMARK(4);
                 rl_answer(L, d, ctl, n, answer, lane);
+                rl_idle(L, d);
             }
 #if RL_PREPOLL
             /* warp 1 to the barrier, its read (if any) done: it stays in pp.data for the next poll */
@@ -841,7 +860,10 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
         /* the chain's stages end with a block barrier: the answer is the block's; warp 0 sends it
          * and goes back to polling, while the other warps return to the barrier above (nothing
          * of the block's is in buf_a or buf_b any more) */
-        if (tid < 32) rl_answer(L, d, ctl, n, answer, lane);
+        if (tid < 32) {
+            rl_answer(L, d, ctl, n, answer, lane);
+            rl_idle(L, d);
+        }
     }
     if (tid == 0) {
         rl_fence_release_sys();

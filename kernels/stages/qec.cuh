@@ -51,6 +51,11 @@
  * - A final message whose shot has at most RL_QEC_LANE_K (4) defects, most shots at low p, is
  *   decoded by lane 0 inside the fast path (rl_qec_lane_dp: the DP written out in registers,
  *   every table load in flight together) and answered there: no hand-over to the warp.
+ * - Between messages (the idle form, rl_stage_qec_idle: after a doorbell, while messages do not
+ *   queue), after a message that may be its shot's last but one, lane 0 decodes the shot as it
+ *   stands (rl_qec_speculate, up to RL_QEC_LANE_K defects): a last message that adds no
+ *   defect, most at low p, takes that decode as its own, keyed by the record's message count,
+ *   and is answered with no decode on its path; its report's decode_ns is that decode's time.
  * - Otherwise warp 0 runs the decode, for up to RL_QEC_WARP_K defects all of it (one round of
  *   table loads; the DP over the masks reachable from the full set only, by layer of lowest
  *   defect, each mask's options loaded together and reduced by a tree, __syncwarp between
@@ -306,13 +311,28 @@ struct rl_qec_head {
     uint32_t ndef;            /* the hot shot's defects so far, listed in s->defs; > K: unknown */
     uint32_t num_obs;
     uint32_t tab;             /* the table: RL_QEC_TAB_GLOBAL, _WANTED or _SHARED */
-    uint32_t rsvd;
+    uint32_t spec_want;       /* the last message (acknowledged) left no more bits than it carried:
+                               * the next one may end the shot (rl_qec_speculate) */
     uint32_t *hot_shot;       /* the blob's shot and record of `hot` */
     struct rl_qec_decoder *hot_rec;
     double scale;
     const uint32_t *dist, *par;
 };
 static_assert(sizeof(struct rl_qec_head) == 128, "rl_qec_head: eight 16-byte words");
+
+/** The decode of the hot shot's defects so far, made between messages (rl_stage_qec_idle):
+ * the shot's last message then needs no decode of its own when it adds no defect. Valid for
+ * the record's `messages` count it was made at (any later message moves it) and only while
+ * `ok`, which every general-path request, fill and make_hot clears. */
+struct rl_qec_spec {
+    unsigned long long msgs; /* the mirrored record's `messages` when it was made */
+    uint32_t ok;             /* 1: made for the mirrored decoder since its last general-path request */
+    uint32_t nd;             /* the defects it decoded (s->defs[0..nd]) */
+    uint32_t cost, obs;      /* dp[full]: weight in table units (RL_QEC_INF: unmatchable), observables */
+    uint32_t weight;         /* the report's f32 weight (rl_qec_weight), bits */
+    uint32_t ns;             /* its decode time (%globaltimer ns): the report's decode_ns */
+};
+static_assert(sizeof(struct rl_qec_spec) == 32, "rl_qec_spec: two 16-byte words");
 
 /** The per-block copy of the blob's header and the mirror of one decoder (module docs):
  * kept across requests, written by lane 0 of warp 0 only; trusted only once its `token` is
@@ -323,6 +343,7 @@ struct rl_qec_cache : rl_qec_head {
     uint32_t *shots;
     __align__(16) struct rl_qec_sched sched;        /* the DP's schedule (rl_qec_sched_g) */
     __align__(16) struct rl_qec_decoder rec;         /* records[hot] */
+    __align__(16) struct rl_qec_spec spec;           /* rl_qec_speculate */
     uint32_t shot[RL_QEC_MAX_WORDS];                 /* its shot (shot_words used) */
 };
 
@@ -477,21 +498,24 @@ __device__ __forceinline__ void rl_qec_header_out(uint8_t *resp, const uint8_t *
     rl_qec_header_from(resp, ((const uint4 *)req)[0], ((const unsigned long long *)req)[2], status, result_len);
 }
 
+/** The report's weight: the f64 weight sum / scale rounded to nearest f32, as the CPU's
+ * `as f32`; +inf when unmatchable. */
+__device__ __forceinline__ float rl_qec_weight(bool infinite, unsigned long long cost, double scale) {
+    /* 0 / scale is +0 (scale > 0, the builder's): a zero dividend takes the division's slow
+     * path, ~300 cycles, on every shot without defects */
+    return infinite ? __int_as_float(0x7f800000) : cost == 0 && scale > 0.0 ? 0.0f : __double2float_rn((double)cost / scale);
+}
+
 /** A decoded shot's answer after the CUQS header: the corrections (`clen` bytes), then the
  * 16-byte DecodeReportRepr (8-byte aligned): status, reserved, defects (u16, saturating),
- * weight (f32: the f64 weight sum / scale rounded to nearest, as the CPU's `as f32`),
- * decode_ns (saturating), shot index (wrapping). Returns the result's length. */
-__device__ __forceinline__ uint32_t rl_qec_decoded_body(uint8_t *body, uint32_t num_obs, double scale, uint32_t status, uint32_t obs, bool infinite,
-                                                        unsigned long long cost, uint32_t kd, unsigned long long ns, uint32_t shot_index) {
+ * weight (f32, rl_qec_weight), decode_ns (saturating), shot index (wrapping). Returns the
+ * result's length. */
+__device__ __forceinline__ uint32_t rl_qec_decoded_body(uint8_t *body, uint32_t num_obs, float weight, uint32_t status, uint32_t obs, uint32_t kd,
+                                                        unsigned long long ns, uint32_t shot_index) {
     /* rl_qec_emit_corrections for at most 32 observables (RL_QEC_MAX_OBSERVABLES, the fill
      * checks it): one 8-byte word or none, no loop */
     const uint32_t clen = num_obs == 0 ? 0u : 8u;
     if (clen != 0) *(unsigned long long *)body = (unsigned long long)(obs & (num_obs >= 32 ? ~0u : (1u << num_obs) - 1u));
-    /* 0 / scale is +0 (scale > 0, the builder's): a zero dividend takes the division's slow
-     * path, ~300 cycles, on every shot without defects */
-    const float weight = infinite                   ? __int_as_float(0x7f800000)
-                         : cost == 0 && scale > 0.0 ? 0.0f
-                                                    : __double2float_rn((double)cost / scale);
     uint2 *rep = (uint2 *)(body + clen);
     rep[0] = make_uint2(status | ((kd < 0xFFFFu ? kd : 0xFFFFu) << 16), (uint32_t)__float_as_int(weight));
     rep[1] = make_uint2(ns < 0xFFFFFFFFull ? (uint32_t)ns : 0xFFFFFFFFu, shot_index);
@@ -573,6 +597,7 @@ __device__ __noinline__ void rl_qec_fill(struct rl_qec_cache *k, uint8_t *base, 
     k->num_obs = h->num_observables;
     k->need = RL_RPC_HEADER_LEN + rl_qec_correction_len(h->num_observables) + RL_QEC_REPORT_LEN;
     k->ndef = RL_QEC_NDEF_BAD;
+    k->spec.ok = k->spec_want = 0;
     uint32_t dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
     k->tab = (uint64_t)(n + 1u) * (n + 1u) * sizeof(uint2) <= dyn ? RL_QEC_TAB_WANTED : RL_QEC_TAB_GLOBAL;
@@ -659,6 +684,7 @@ __device__ __noinline__ void rl_qec_make_hot(struct rl_qec_cache *k, long long i
     k->hot_shot = (uint32_t *)shot;
     k->hot_rec = k->records + id;
     k->ndef = RL_QEC_NDEF_BAD;
+    k->spec.ok = k->spec_want = 0;
 }
 
 /** Writes the mirrored record through to the blob (posted stores). */
@@ -828,6 +854,7 @@ __device__ __forceinline__ bool rl_qec_protocol(const uint8_t *req, int len, uin
     c->w0 = 0;
     c->w1 = 0;
     k->ndef = RL_QEC_NDEF_BAD; /* the general path does not keep the defect list */
+    k->spec.ok = k->spec_want = 0;
     if (!k->ok) {
         /* A missing or inconsistent state blob (never a host-built one): not answered. */
         if (rl_qec_refill(k, base, grid, token, trusted)) return true;
@@ -982,6 +1009,8 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     const uint4 r1 = ((const uint4 *)&k->rec)[1]; /* corrections, messages */
     const uint4 r2 = ((const uint4 *)&k->rec)[2]; /* shots, overflows (a decode in the fast path) */
     const uint4 r3 = ((const uint4 *)&k->rec)[3]; /* unmatchable, dropped_messages */
+    const uint4 sp0 = ((const uint4 *)&k->spec)[0]; /* msgs, ok, nd (rl_qec_speculate) */
+    const uint4 sp1 = ((const uint4 *)&k->spec)[1]; /* cost, obs, weight, ns */
     const uint4 q = ((const uint4 *)req)[0];       /* magic, function, arg_len, request_id */
     const unsigned long long ts = ((const unsigned long long *)req)[2];
     const long long id = rl_qec_i64(req + 24), counter = rl_qec_i64(req + 32), mapping = rl_qec_i64(req + 40),
@@ -1069,6 +1098,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     ((uint4 *)&k->rec)[0] = n0;
     ((uint4 *)&k->rec)[1] = n1;
     uint32_t phase = end < b.f.n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
+    k->spec_want = (phase == RL_QEC_PHASE_ACK) & (b.f.n - end <= nb);
     uint4 f0 = n0, f1 = n1, f2 = r2, f3 = r3;
     bool decoded = false;
     if (phase == RL_QEC_PHASE_ACK) {
@@ -1076,10 +1106,23 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         c->ret = RL_RPC_HEADER_LEN;
     } else if (nd <= RL_QEC_LANE_K && b.f.tab == RL_QEC_TAB_SHARED) {
         /* A few defects: decoded here (rl_qec_lane_dp), answered as rl_qec_finish would,
-         * the record changed once (append and decode together) and written through once. */
-        const unsigned long long t0 = rl_qec_clock();
-        const uint2 dp = rl_qec_lane_dp(sm->defs, nd, b.f.n);
-        const unsigned long long t1 = rl_qec_clock();
+         * the record changed once (append and decode together) and written through once.
+         * When this message added no defect to a shot decoded between messages
+         * (rl_qec_speculate: made at the `messages` count this message found, with as many
+         * defects), that decode is the answer's: the same defects, the same matching. */
+        uint2 dp;
+        unsigned long long ns;
+        const unsigned long long msgs0 = ((unsigned long long)r1.w << 32) | r1.z;
+        const bool spec = (sp0.z != 0) & (sp0.w == nd) & ((((unsigned long long)sp0.y << 32) | sp0.x) == msgs0);
+        if (spec) {
+            dp = make_uint2(sp1.x, sp1.y);
+            ns = sp1.w;
+        } else {
+            const unsigned long long t0 = rl_qec_clock();
+            dp = rl_qec_lane_dp(sm->defs, nd, b.f.n);
+            const unsigned long long t1 = rl_qec_clock();
+            ns = t1 - t0;
+        }
         const bool infinite = dp.x == RL_QEC_INF;
         const uint32_t status = infinite ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
         rl_qec_record_decoded(f0, f1, f2, f3, dp.y, status);
@@ -1087,8 +1130,9 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         ((uint4 *)&k->rec)[1] = f1;
         ((uint4 *)&k->rec)[2] = f2;
         ((uint4 *)&k->rec)[3] = f3;
-        const uint32_t rlen = rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, b.f.num_obs, b.f.scale, status, dp.y, infinite,
-                                                  infinite ? 0ull : dp.x, nd, t1 - t0, r2.x);
+        /* (the division after the record's stores, as it was before there was a speculation) */
+        const float weight = spec ? __int_as_float((int)sp1.z) : rl_qec_weight(infinite, dp.x, b.f.scale);
+        const uint32_t rlen = rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, b.f.num_obs, weight, status, dp.y, nd, ns, r2.x);
         rl_qec_header_from(resp, q, ts, RL_QEC_OK, rlen);
         c->ret = RL_RPC_HEADER_LEN + (int)rlen;
         phase = RL_QEC_PHASE_DONE;
@@ -1114,6 +1158,40 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         for (uint32_t w = w0; w < w1; w++) gshot[w] = k->shot[w];
     }
     return phase;
+}
+
+/** Lane 0, between messages (rl_stage_qec_idle): after a message that may be the shot's last
+ * but one (k->spec_want: it left no more bits than it carried; once), decodes the hot shot's
+ * defects so far into k->spec, when a shot is being assembled, its defects are listed (at
+ * most RL_QEC_LANE_K) and the table is in shared memory, unless that decode was made at this
+ * `messages` count already. The shot's last message then takes it as its own when it adds no
+ * defect (rl_qec_fast). Trusts the cache only under this launch's key and the blob's token,
+ * as a request does; writes k->spec and k->spec_want only. */
+__device__ __noinline__ void rl_qec_speculate(struct rl_qec_smem *sm, uint8_t *base) {
+    struct rl_qec_cache *k = &sm->k;
+    if (k->spec_want == 0 || base == 0) return; /* (an untrusted copy: the key is checked next) */
+    k->spec_want = 0;
+    const unsigned long long token = rl_qec_load_token(base);
+    if (k->state != (unsigned long long)base || k->grid != rl_qec_gridid() || k->token == 0 || k->ok == 0) return;
+#if RL_QEC_TOKEN_LOAD != 0
+    if (k->token != token) return;
+#else
+    (void)token;
+#endif
+    const uint32_t nd = k->ndef;
+    if (k->tab != RL_QEC_TAB_SHARED || k->hot < 0 || k->rec.in_shot == 0 || nd > RL_QEC_LANE_K) return;
+    const unsigned long long msgs = k->rec.messages;
+    if (k->spec.ok != 0 && k->spec.msgs == msgs && k->spec.nd == nd) return;
+    const unsigned long long t0 = rl_qec_clock();
+    const uint2 dp = rl_qec_lane_dp(sm->defs, nd, k->n);
+    const unsigned long long t1 = rl_qec_clock();
+    k->spec.msgs = msgs;
+    k->spec.nd = nd;
+    k->spec.cost = dp.x;
+    k->spec.obs = dp.y;
+    k->spec.weight = (uint32_t)__float_as_int(rl_qec_weight(dp.x == RL_QEC_INF, dp.x, k->scale));
+    k->spec.ns = t1 - t0 < 0xFFFFFFFFull ? (uint32_t)(t1 - t0) : 0xFFFFFFFFu;
+    k->spec.ok = 1;
 }
 
 /** Lane 0: the request up to the decode; its changes written through to the blob. Returns
@@ -1415,7 +1493,8 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
     g[1] = r1;
     g[2] = r2;
     g[3] = r3;
-    const uint32_t rlen = rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, k->num_obs, k->scale, status, obs, infinite, cost, kd, t1 - c->t0, shot_index);
+    const uint32_t rlen =
+        rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, k->num_obs, rl_qec_weight(infinite, cost, k->scale), status, obs, kd, t1 - c->t0, shot_index);
     rl_qec_header_out(resp, req, RL_QEC_OK, rlen);
     c->ret = RL_RPC_HEADER_LEN + (int)rlen;
 }
@@ -1771,6 +1850,14 @@ __device__ __forceinline__ int rl_stage_qec(const uint8_t *req, int len, uint8_t
     __syncthreads();
     if (s->c.mode != RL_QEC_MODE_DONE) rl_qec_block(req, resp, s, s->c.mode);
     return s->c.ret;
+}
+
+/** Warp 0, between messages (stage.cuh's idle form): lane 0 decodes the shot being assembled
+ * ahead of its last message (rl_qec_speculate), so that a last message that adds no defect
+ * (most, at low p) is answered without a decode of its own. */
+__device__ __forceinline__ void rl_stage_qec_idle(void *state) {
+    if ((threadIdx.x & 31u) == 0) rl_qec_speculate(&rl_qec_s, (uint8_t *)state);
+    __syncwarp();
 }
 
 #endif /* __CUDACC__ || __CUDACC_RTC__ */

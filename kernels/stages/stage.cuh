@@ -24,6 +24,13 @@
  *       answer in `c` in the same layout, or -1 to drop; the same return value in every lane.
  *       No state, no memory. A chain whose stages all have it (rl_run_chain_regs) answers a
  *       request that the poll brought into registers without a shared-memory round trip.
+ *   rl_stage_X_idle([state])                      optional; warp 0 alone, all 32 lanes, between
+ *       messages: after an answer's doorbell and before the next poll, and only while messages
+ *       do not queue (the one just answered was not already waiting at its poll's first read),
+ *       so its time comes out of the wait for the next message. It may prepare work for a later
+ *       request in the stage's own state (never `req` or `resp`); a stage answers every request
+ *       the same whether or not it ran (the transceiver skips it under load, the launch-per-
+ *       message probe never calls it). rl_run_chain_idle calls those the chain has.
  *
  * The persistent transceiver runs the warp forms, so a message the warp can answer costs no
  * block barrier (kernels/transceiver.cu). `state` is the chain's device state blob for

@@ -70,7 +70,7 @@ const REPLAY_KERNEL: &str = r#"
 #define RL_TEST_OUT 128
 #define RL_TEST_TIMING 9
 /* One block; requests one at a time, as the transceiver's chain runs them (after its
- * acquire fence). violations: [0] output bytes written at or past cap, [1] request bytes
+ * acquire fence), with the stage's idle form between them (unless -DRL_TEST_NO_IDLE). violations: [0] output bytes written at or past cap, [1] request bytes
  * changed, [2] threads that returned another value than thread 0. timing: per request, the
  * stage's clock64 cycles in thread 0 and its phase marks (RL_QEC_PROFILE); clocks: globaltimer
  * and clock64 at the start and the end (the SM clock rate). */
@@ -122,6 +122,11 @@ extern "C" __global__ void rl_qec_replay(const uint8_t *reqs, const unsigned lon
             if (in[b] != src[b]) atomicAdd(&violations[1], 1u);
         if (threadIdx.x == 0) out_lens[i] = n;
         __syncthreads();
+#ifndef RL_TEST_NO_IDLE
+        /* between messages, as the transceiver's closed loop runs the idle form (not timed) */
+        if (threadIdx.x < 32) rl_stage_qec_idle(state);
+        __syncthreads();
+#endif
     }
     if (threadIdx.x == 0) {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));

@@ -37,15 +37,27 @@ fn headers() -> Vec<Source> {
     FILES.iter().map(|(n, t)| Source { name: (*n).to_string(), text: (*t).to_string() }).collect()
 }
 
-/// The device code of one stage: its header, the function that runs it from `src` into
-/// `dst`, whether it takes the chain's `state` (the device state blob,
-/// `rl_transceiver_desc.stage_state`) as a fifth argument, and whether it has a register form
-/// (`{func}_regs`, kernels/stages/stage.cuh).
-fn stage_code(spec: &StageSpec) -> (&'static str, &'static str, bool, bool) {
+/// The device code of one stage (kernels/stages/stage.cuh has the contract of its forms).
+struct StageCode {
+    /// Its header under kernels/.
+    header: &'static str,
+    /// The function that runs it from `src` into `dst` (`{func}_warp`, `{func}_block` too).
+    func: &'static str,
+    /// It takes the chain's `state` (the device state blob, `rl_transceiver_desc.stage_state`)
+    /// as its last argument.
+    stateful: bool,
+    /// It has a register form, `{func}_regs`.
+    regs: bool,
+    /// It has an idle form, `{func}_idle`: work between messages.
+    idle: bool,
+}
+
+fn stage_code(spec: &StageSpec) -> StageCode {
     match spec {
-        StageSpec::Echo => ("stages/echo.cuh", "rl_stage_echo", false, true),
-        // State: the blob of `crate::gpu::qec_state` (tables, per-decoder shots, counters).
-        StageSpec::QecDecoder { .. } => ("stages/qec.cuh", "rl_stage_qec", true, false),
+        StageSpec::Echo => StageCode { header: "stages/echo.cuh", func: "rl_stage_echo", stateful: false, regs: true, idle: false },
+        // State: the blob of `crate::gpu::qec_state` (tables, per-decoder shots, counters). Its
+        // idle form decodes a shot's defects so far ahead of the shot's last message.
+        StageSpec::QecDecoder { .. } => StageCode { header: "stages/qec.cuh", func: "rl_stage_qec", stateful: true, regs: false, idle: true },
     }
 }
 
@@ -54,7 +66,7 @@ fn stage_code(spec: &StageSpec) -> (&'static str, &'static str, bool, bool) {
 /// not fit the device stage (`qec_state::check_spec`: K above 12, too many detectors or
 /// observables, distances whose sums need more than 32 bits). Loads the DEM.
 pub fn gpu_unsupported(chain: &[StageSpec]) -> Option<String> {
-    let stateful: Vec<&StageSpec> = chain.iter().filter(|s| stage_code(s).2).collect();
+    let stateful: Vec<&StageSpec> = chain.iter().filter(|s| stage_code(s).stateful).collect();
     if stateful.len() > 1 {
         return Some(format!(
             "the GPU chain can hold one stage with device state (here {}: one QEC decoder per graph)",
@@ -76,18 +88,25 @@ pub fn gpu_unsupported(chain: &[StageSpec]) -> Option<String> {
 ///   then the later stages whole;
 /// - `rl_run_chain_regs`, when every stage has a register form (`RL_CHAIN_REGS` 1): warp 0,
 ///   the request and the answer in registers (16 bytes a lane), for a request the poll brought
-///   in whole.
+///   in whole;
+/// - `rl_run_chain_idle`, when a stage has an idle form (`RL_CHAIN_IDLE` 1): warp 0, between
+///   messages, each such stage's idle form in chain order.
 pub fn chain_header(chain: &[StageSpec]) -> String {
     let mut includes = String::new();
     let mut full = String::new();
     let mut warp = String::new();
     let mut block = String::new();
     let mut regs = String::new();
+    let mut idle = String::new();
     let mut all_regs = true;
     let mut seen = Vec::new();
     for (k, spec) in chain.iter().enumerate() {
-        let (header, func, stateful, has_regs) = stage_code(spec);
+        let StageCode { header, func, stateful, regs: has_regs, idle: has_idle } = stage_code(spec);
         all_regs &= has_regs;
+        if has_idle {
+            let state = if stateful { "state" } else { "" };
+            idle.push_str(&format!("    /* stage {k}: {spec:?} */\n    {func}_idle({state});\n"));
+        }
         regs.push_str(&format!("    /* stage {k}: {spec:?} */\n    n = {func}_regs(c, n);\n    if (n < 0) return -1;\n"));
         if !seen.contains(&header) {
             includes.push_str(&format!("#include \"{header}\"\n"));
@@ -114,8 +133,11 @@ __device__ __forceinline__ int rl_run_chain(uint8_t *a, int len, uint8_t *b, int
 __device__ __forceinline__ int rl_run_chain_warp(uint8_t *a, int len, uint8_t *b, int cap, const uint8_t **answer, void *state, int *resume, int *rlen) {{\n    int n = len;\n    (void)state;\n    (void)resume;\n    (void)rlen;\n{warp}    *answer = {last};\n    return n;\n}}\n\
 __device__ __forceinline__ int rl_run_chain_block(uint8_t *a, uint8_t *b, int cap, const uint8_t **answer, void *state, int resume, int n) {{\n    (void)a;\n    (void)b;\n    (void)cap;\n    (void)state;\n    (void)resume;\n{block}    *answer = {last};\n    return n;\n}}\n\
 #define RL_CHAIN_REGS {regs_flag}\n\
-__device__ __forceinline__ int rl_run_chain_regs(uint4 &c, int len) {{\n    int n = len;\n    (void)c;\n{regs}    return n;\n}}\n#endif\n",
+__device__ __forceinline__ int rl_run_chain_regs(uint4 &c, int len) {{\n    int n = len;\n    (void)c;\n{regs}    return n;\n}}\n\
+#define RL_CHAIN_IDLE {idle_flag}\n\
+__device__ __forceinline__ void rl_run_chain_idle(void *state) {{\n    (void)state;\n{idle}}}\n#endif\n",
         regs_flag = u8::from(all_regs),
+        idle_flag = u8::from(!idle.is_empty()),
         regs = if all_regs { regs } else { "    return -1; /* a stage without a register form */\n".to_string() },
     )
 }
@@ -167,6 +189,8 @@ mod tests {
         assert!(one.contains("#define RL_CHAIN_REGS 1") && one.contains("n = rl_stage_echo_regs(c, n);"));
         assert_eq!(two.matches("n = rl_stage_echo_regs(c, n);").count(), 2);
         assert!(none.contains("#define RL_CHAIN_REGS 1"));
+        // echo has no idle form: nothing runs between messages
+        assert!(one.contains("#define RL_CHAIN_IDLE 0") && !one.contains("rl_stage_echo_idle"));
     }
 
     #[test]
@@ -180,6 +204,9 @@ mod tests {
         assert!(h.contains("if (resume == 1) n = rl_stage_qec_block(b, n, a, cap, state);"));
         // the decoder has no register form: the chain has none either
         assert!(h.contains("#define RL_CHAIN_REGS 0") && !h.contains("rl_stage_qec_regs"));
+        // it has an idle form (a shot decoded ahead of its last message), with the state
+        assert!(h.contains("#define RL_CHAIN_IDLE 1") && h.contains("    rl_stage_qec_idle(state);\n"));
+        assert_eq!(h.matches("_idle(").count(), 2, "the idle form called once, besides rl_run_chain_idle itself: {h}");
         assert!(FILES.iter().any(|(name, _)| *name == "stages/qec.cuh"));
     }
 }
