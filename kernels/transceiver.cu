@@ -631,6 +631,12 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
 #ifdef RL_PROFILE
                 c.z = (uint32_t)(L.t_loaded - L.t_seen);
                 c.w = (uint32_t)(L.t_written - L.t_seen);
+#elif defined(RL_GAP_DEBUG)
+                /* measurement only: the PCIe reads this message's poll took (a pre-poll's
+                 * included), and the time from the doorbell before to the CQE seen: under load,
+                 * what each message costs the data path besides its turnaround */
+                c.z = L.reads;
+                c.w = (uint32_t)(L.t_seen - L.t_db);
 #elif defined(RL_PHASE_DEBUG) && RL_PHASE_LOCK
                 /* measurement only: the wait this message's poll began with, and the time from
                  * the doorbell before to the CQE seen (in the profile words) */

@@ -62,6 +62,7 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_MAX_INLINE=44"],
         &["-DRL_PHASE_LOCK=0"],
         &["-DRL_PHASE_DEBUG"],
+        &["-DRL_GAP_DEBUG"],
         &["-DRL_CHECKED_DOORBELL=0"],
         &["-DRL_FENCE_EVERY=1"],
         &["-DRL_REG_PATH=0"],
