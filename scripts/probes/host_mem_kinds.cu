@@ -24,14 +24,7 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                            \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "ck.h"
 
 __device__ __forceinline__ uint32_t ldv(const uint32_t *p) {
     uint32_t v;

@@ -22,14 +22,7 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                    \
-    do {                                                                         \
-        cudaError_t e_ = (x);                                                    \
-        if (e_ != cudaSuccess) {                                                 \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                             \
-        }                                                                        \
-    } while (0)
+#include "ck.h"
 
 #define LINE_WORDS 32 /* 128-byte lines */
 #define MAXL 16
