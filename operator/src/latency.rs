@@ -116,6 +116,14 @@ pub struct Breakdown {
     pub turnaround: Summary,
     /// The rest: CQE to the data path's eyes, doorbell to the NIC, NIC and wire out.
     pub rest: Summary,
+    /// The rest split by the NIC's send trace (`nic::SendTrace`), for the round trips it
+    /// holds: the NIC wrote the CQE -> the answer's frame left, less the turnaround (the data
+    /// path's poll seeing the CQE, its doorbell reaching the NIC, the NIC's send work) ...
+    pub to_nic_sent: Option<Summary>,
+    /// ... and the frame left -> the peer took the answer (the wire out and the peer's receive).
+    pub wire_out: Option<Summary>,
+    /// Round trips the send trace held.
+    pub traced: u64,
     /// Round trips that had a timestamp record.
     pub matched: u64,
     /// Kernels built with RL_PROFILE: CQE seen -> request loaded, and -> answer written
@@ -124,10 +132,19 @@ pub struct Breakdown {
     pub profile_written: Option<Summary>,
 }
 
-/// Joins `records` (peer capture) with `stamps` (data path) on request id.
-pub fn breakdown(records: &[CaptureRecord], stamps: &[crate::abi::rl_msg_timestamp], first_request_id: u32, warmup: u64) -> Breakdown {
+/// Joins `records` (peer capture) with `stamps` (data path) on request id, and the stamps with
+/// `trace` (the NIC's send times) on the answer's send-queue index when there is one.
+pub fn breakdown(
+    records: &[CaptureRecord],
+    stamps: &[crate::abi::rl_msg_timestamp],
+    first_request_id: u32,
+    warmup: u64,
+    trace: Option<&crate::nic::SendTrace>,
+) -> Breakdown {
     let by_id: std::collections::HashMap<u32, &crate::abi::rl_msg_timestamp> = stamps.iter().map(|s| (s.request_id, s)).collect();
     let (mut a, mut b, mut c) = (new_histogram(), new_histogram(), new_histogram());
+    let (mut d, mut e) = (new_histogram(), new_histogram());
+    let mut traced = 0;
     let (mut p0, mut p1) = (new_histogram(), new_histogram());
     let mut matched = 0;
     let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
@@ -145,6 +162,16 @@ pub fn breakdown(records: &[CaptureRecord], stamps: &[crate::abi::rl_msg_timesta
         let _ = a.record(into.max(1));
         let _ = b.record(turn.max(1));
         let _ = c.record((rtt - into - turn).max(1));
+        // the frame left after the CQE was written and the turnaround, before the peer took it
+        if let Some(sent) = trace.and_then(|t| t.sent_ns(s.sq_index)) {
+            let to_sent = sent.wrapping_sub(s.nic_cqe_ns);
+            let out = r.arrival_timestamp.wrapping_sub(sent);
+            if to_sent >= turn && to_sent <= rtt && out <= rtt && into + to_sent + out == rtt {
+                let _ = d.record((to_sent - turn).max(1));
+                let _ = e.record(out.max(1));
+                traced += 1;
+            }
+        }
         if s.profile[1] != 0 {
             let _ = p0.record(u64::from(s.profile[0]).max(1));
             let _ = p1.record(u64::from(s.profile[1]).max(1));
@@ -152,12 +179,49 @@ pub fn breakdown(records: &[CaptureRecord], stamps: &[crate::abi::rl_msg_timesta
         matched += 1;
     }
     let prof = |h: &Histogram<u64>| (!h.is_empty()).then(|| Summary::of(h));
-    Breakdown { wire_nic_in: Summary::of(&a), turnaround: Summary::of(&b), rest: Summary::of(&c), matched, profile_loaded: prof(&p0), profile_written: prof(&p1) }
+    Breakdown {
+        wire_nic_in: Summary::of(&a),
+        turnaround: Summary::of(&b),
+        rest: Summary::of(&c),
+        to_nic_sent: (traced > 0).then(|| Summary::of(&d)),
+        wire_out: (traced > 0).then(|| Summary::of(&e)),
+        traced,
+        matched,
+        profile_loaded: prof(&p0),
+        profile_written: prof(&p1),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stamp(id: u32, nic_cqe: u64, seen: u64, doorbell: u64, sq_index: u32) -> crate::abi::rl_msg_timestamp {
+        crate::abi::rl_msg_timestamp { cqe_seen_ns: seen, doorbell_ns: doorbell, nic_cqe_ns: nic_cqe, request_id: id, slot: 0, byte_count: 64, sq_index, profile: [0; 2] }
+    }
+
+    #[test]
+    fn breakdown_splits_the_rest_by_the_send_trace_where_it_holds_the_answer() {
+        let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
+        // sent at 1000, CQE written at 1300, turnaround 500 (the data path's clock), frame out
+        // at 2600, answer taken at 3000
+        let records = [rec(1, 1000, 2000, ok), rec(2, 5000, 2000, ok), rec(3, 9000, 2000, ok)];
+        let stamps = [stamp(1, 1300, 50_000, 50_500, 0), stamp(2, 5300, 60_000, 60_500, 2), stamp(3, 9300, 70_000, 70_500, 4)];
+        let trace = crate::nic::SendTrace::new(16);
+        trace.record(0, 2600);
+        trace.record(2, 6600);
+        // message 3's entry says the frame left before its CQE was written: left out
+        trace.record(4, 9200);
+        let b = breakdown(&records, &stamps, 1, 0, Some(&trace));
+        assert_eq!((b.matched, b.traced), (3, 2));
+        assert_eq!((b.wire_nic_in.p50, b.turnaround.p50, b.rest.p50), (300, 500, 1200));
+        let (n, w) = (b.to_nic_sent.expect("split"), b.wire_out.expect("split"));
+        // CQE -> sent 1300, less the turnaround: 800; sent -> taken: 400; 800 + 400 = the rest
+        assert_eq!((n.p50, w.p50), (800, 400));
+        // without a trace, no split
+        let b = breakdown(&records, &stamps, 1, 0, None);
+        assert_eq!((b.traced, b.to_nic_sent, b.wire_out), (0, None, None));
+    }
 
     fn rec(id: u32, sent: u64, rtt: u64, flags: u32) -> CaptureRecord {
         CaptureRecord { request_id: id, echoed_timestamp: sent, arrival_timestamp: sent + rtt, flags, result_len: 8, rpc_status: 0 }

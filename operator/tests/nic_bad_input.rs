@@ -1342,6 +1342,27 @@ fn a_checked_doorbell_runs_its_last_wqe_only_once_its_bytes_give_the_check() {
 }
 
 #[test]
+fn the_send_trace_holds_when_each_answer_left_by_its_first_wqebb() {
+    let mut rig = Rig::new();
+    let trace = Arc::new(rocelink_operator::nic::SendTrace::new(64));
+    rig.nic.set_send_trace(trace.clone());
+    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
+    let w: Vec<_> = (0..3u16).map(|i| abi::send_inline_wqe(i, QPN, fm, &pattern(40, i as u8)).unwrap()).collect();
+    for (i, x) in w.iter().enumerate() {
+        rig.q.mem.write(sq_wqe(&rig, i as u32), x);
+    }
+    let t0 = rocelink_link::clock::monotonic_ns();
+    ring_checked(&rig, 3, &w[2]);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 3);
+    let t1 = rocelink_link::clock::monotonic_ns();
+    let sent: Vec<u64> = (0..3).map(|i| trace.sent_ns(i).expect("every sent WQE is traced")).collect();
+    assert!(t0 <= sent[0] && sent[0] <= sent[1] && sent[1] <= sent[2] && sent[2] <= t1, "{t0} {sent:?} {t1}");
+    assert_eq!(trace.sent_ns(3), None, "nothing sent there yet");
+    assert_eq!(sent_payloads(&mut peer_end).len(), 3);
+}
+
+#[test]
 fn a_checked_doorbell_whose_bytes_never_agree_completes_in_error_after_the_deadline() {
     let mut rig = Rig::new(); // the default deadline
     let (mut nic_end, mut peer_end) = inproc::pair(8);

@@ -159,11 +159,25 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
     if report.rows.iter().any(|r| r.breakdown_ns.as_ref().is_some_and(|b| b.matched > 0)) {
         let _ = writeln!(s, "\n## Where the round trip went (p50, us)\n");
         let _ = writeln!(s, "From the data path's own timestamps (the NIC's CQE time, the data path's CQE-seen and doorbell times), joined with the peer's capture by request id; paths whose peer shares this host's clock.\n");
-        let _ = writeln!(s, "| path | wire | size (B) | wire + NIC in | data-path turnaround | the rest (CQE to the data path, doorbell to the NIC, NIC + wire out) | matched |");
-        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(s, "The rest is split by the NIC's send trace (when each answer's frame left) where it holds the round trip: the CQE to the data path's eyes, the doorbell to the NIC and the NIC's send work together, then the wire out (frame sent to the peer's capture).\n");
+        let _ = writeln!(s, "| path | wire | size (B) | wire + NIC in | data-path turnaround | the rest (CQE to the data path, doorbell to the NIC, NIC + wire out) | of which: CQE to data path + doorbell to NIC + NIC send | of which: wire out | matched |");
+        let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for r in &report.rows {
             if let Some(b) = r.breakdown_ns.as_ref().filter(|b| b.matched > 0) {
-                let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} |", r.path, r.wire, r.size, us(b.wire_nic_in.p50), us(b.turnaround.p50), us(b.rest.p50), b.matched);
+                let opt = |x: &Option<crate::latency::Summary>| x.as_ref().map_or("-".to_string(), |x| us(x.p50));
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    r.path,
+                    r.wire,
+                    r.size,
+                    us(b.wire_nic_in.p50),
+                    us(b.turnaround.p50),
+                    us(b.rest.p50),
+                    opt(&b.to_nic_sent),
+                    opt(&b.wire_out),
+                    b.matched
+                );
             }
         }
     }

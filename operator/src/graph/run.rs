@@ -363,7 +363,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         endpoints: Endpoints { src_mac: HOST_MAC, dst_mac: PEER_MAC, src_ip: pw.host_ip.octets(), dst_ip: pw.peer_ip.octets(), src_port: pw.host_port, dst_port: pw.peer_roce.port() },
         peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
     };
-    let nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
+    let mut nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
+    // when each answer left, for the report's breakdown (read after the engine stopped)
+    let send_trace = std::sync::Arc::new(crate::nic::SendTrace::new(crate::nic::trace::DEFAULT_ENTRIES));
+    nic.set_send_trace(send_trace.clone());
     match NicEngine::spawn(nic, pw.nic_link, NicEngineConfig { core: plan.cores.nic, spin }) {
         Ok(e) => running.engine = Some(e),
         Err(e) => return Err(fail(&mut running, RunError::Start { what: "the NIC engine".into(), detail: e.to_string() })),
@@ -431,7 +434,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // A QEC run's warm-up is in shots; the per-message figures leave out the same messages.
     let per_shot = driven.qec.as_ref().map_or(1, |d| u64::from(d.info.messages_per_shot.max(1)));
     let warmup_messages = u64::from(plan.run.warmup) * per_shot;
-    let breakdown_ns = same_host_clock.then(|| crate::latency::breakdown(&driven.records, &ring, driven.first_request_id, warmup_messages));
+    let breakdown_ns = same_host_clock.then(|| crate::latency::breakdown(&driven.records, &ring, driven.first_request_id, warmup_messages, Some(&send_trace)));
     let mut analysis = analyze(&driven.records, driven.sent, driven.first_request_id, warmup_messages);
     let qec_report = match (&plan.qec, &driven.qec) {
         (Some(q), Some(d)) => Some(super::qec::report(q, d, &driven.records, driven.first_request_id, plan.run.warmup, &ring)),

@@ -8,14 +8,17 @@
 //!   frames with a correct ICRC on the link, write send CQEs where asked.
 //!
 //! [`SoftNic`] is the deterministic core (frames and ring memory in, frames and CQEs out, no
-//! threads, no clock except the CQE timestamp); [`engine`] runs it on a spinning thread.
+//! threads, no clock except the CQE timestamp and, when asked for one, the [`trace`] of when
+//! each answer left); [`engine`] runs it on a spinning thread.
 
 pub mod counters;
 pub mod engine;
 pub mod mr;
 pub mod qp;
+pub mod trace;
 
 pub use counters::{DropReason, NicCounters, NicStats};
 pub use engine::{NicEngine, NicEngineConfig};
 pub use mr::{Access, MemoryRegion, MrTable};
 pub use qp::{NicOptions, QpAttrs, SoftNic};
+pub use trace::SendTrace;

@@ -121,6 +121,8 @@ pub struct SoftNic {
     /// this with its PSN and payload length set (building the whole Repr per packet cost
     /// store-forwarding stalls).
     send_only: RoceRepr,
+    /// When each WQE's frame left, for the report's breakdown (`set_send_trace`).
+    send_trace: Option<Arc<super::trace::SendTrace>>,
 }
 
 const PSN_MASK: u32 = 0xff_ffff;
@@ -149,11 +151,18 @@ impl SoftNic {
             checked: None,
             frame_buf: vec![0; rocelink_link::MAX_FRAME].into_boxed_slice(),
             send_only: RoceRepr::uc_send_only(&attrs.endpoints, attrs.peer_qpn, 0, 0),
+            send_trace: None,
         }
     }
 
     pub fn counters(&self) -> &Arc<NicCounters> {
         &self.counters
+    }
+
+    /// Records in `trace` when each executed WQE's frame left (the clock read after the send,
+    /// by the WQE's first WQEBB index).
+    pub fn set_send_trace(&mut self, trace: Arc<super::trace::SendTrace>) {
+        self.send_trace = Some(trace);
     }
 
     pub fn attrs(&self) -> &QpAttrs {
@@ -464,7 +473,13 @@ impl SoftNic {
         self.wqe_at = at;
         match abi::decode_send_wqe(&self.wqe_buf[at..at + bbs as usize * WQEBB]) {
             Ok(w) => match self.execute(&w, link) {
-                Ok(len) => self.complete_send(Some(&w), wqe_index, len, None),
+                Ok(len) => {
+                    if let Some(t) = &self.send_trace {
+                        // after the frame left: nothing added in front of it
+                        t.record(self.sq_ci, monotonic_ns());
+                    }
+                    self.complete_send(Some(&w), wqe_index, len, None)
+                }
                 Err(s) => {
                     self.counters.tx_errors.fetch_add(1, Relaxed);
                     self.complete_send(Some(&w), wqe_index, 0, Some(s));
