@@ -149,16 +149,16 @@ impl Link for UdpLink {
         };
         if got.is_none() && !self.tx_sockets.is_empty() {
             self.idle_polls = self.idle_polls.wrapping_add(1);
-        }
-        if got.is_none() && !self.tx_sockets.is_empty() && self.idle_polls.is_multiple_of(EXTRA_SOCKET_POLL_EVERY) {
-            for (_, s) in &self.tx_sockets {
-                match s.recv_from(body) {
-                    Ok(x) => {
-                        got = Some(x);
-                        break;
+            if self.idle_polls.is_multiple_of(EXTRA_SOCKET_POLL_EVERY) {
+                for (_, s) in &self.tx_sockets {
+                    match s.recv_from(body) {
+                        Ok(x) => {
+                            got = Some(x);
+                            break;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e.into()),
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e.into()),
                 }
             }
         }

@@ -116,20 +116,25 @@ pub struct Breakdown {
     pub turnaround: Summary,
     /// The rest: CQE to the data path's eyes, doorbell to the NIC, NIC and wire out.
     pub rest: Summary,
-    /// The rest split by the NIC's send trace (`nic::SendTrace`), for the round trips it
-    /// holds: the NIC wrote the CQE -> the answer's frame left, less the turnaround (the data
-    /// path's poll seeing the CQE, its doorbell reaching the NIC, the NIC's send work) ...
-    pub to_nic_sent: Option<Summary>,
-    /// ... and the frame left -> the peer took the answer (the wire out and the peer's receive).
-    pub wire_out: Option<Summary>,
-    /// Round trips the send trace held.
-    pub traced: u64,
+    /// The rest split by the NIC's send trace (`nic::SendTrace`), when it held any of the
+    /// round trips (their count: `rest_split.wire_out.count`).
+    pub rest_split: Option<RestSplit>,
     /// Round trips that had a timestamp record.
     pub matched: u64,
     /// Kernels built with RL_PROFILE: CQE seen -> request loaded, and -> answer written
     /// (before the doorbell's fence).
     pub profile_loaded: Option<Summary>,
     pub profile_written: Option<Summary>,
+}
+
+/// [`Breakdown::rest`] for the round trips the NIC's send trace holds.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct RestSplit {
+    /// The NIC wrote the CQE -> the answer's frame left, less the turnaround: the data path's
+    /// poll seeing the CQE, its doorbell reaching the NIC, the NIC's send work.
+    pub to_nic_sent: Summary,
+    /// The frame left -> the peer took the answer (the wire out and the peer's receive).
+    pub wire_out: Summary,
 }
 
 /// Joins `records` (peer capture) with `stamps` (data path) on request id, and the stamps with
@@ -144,7 +149,6 @@ pub fn breakdown(
     let by_id: std::collections::HashMap<u32, &crate::abi::rl_msg_timestamp> = stamps.iter().map(|s| (s.request_id, s)).collect();
     let (mut a, mut b, mut c) = (new_histogram(), new_histogram(), new_histogram());
     let (mut d, mut e) = (new_histogram(), new_histogram());
-    let mut traced = 0;
     let (mut p0, mut p1) = (new_histogram(), new_histogram());
     let mut matched = 0;
     let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
@@ -169,7 +173,6 @@ pub fn breakdown(
             if to_sent >= turn && to_sent <= rtt && out <= rtt && into + to_sent + out == rtt {
                 let _ = d.record((to_sent - turn).max(1));
                 let _ = e.record(out.max(1));
-                traced += 1;
             }
         }
         if s.profile[1] != 0 {
@@ -183,9 +186,7 @@ pub fn breakdown(
         wire_nic_in: Summary::of(&a),
         turnaround: Summary::of(&b),
         rest: Summary::of(&c),
-        to_nic_sent: (traced > 0).then(|| Summary::of(&d)),
-        wire_out: (traced > 0).then(|| Summary::of(&e)),
-        traced,
+        rest_split: (!e.is_empty()).then(|| RestSplit { to_nic_sent: Summary::of(&d), wire_out: Summary::of(&e) }),
         matched,
         profile_loaded: prof(&p0),
         profile_written: prof(&p1),
@@ -213,14 +214,15 @@ mod tests {
         // message 3's entry says the frame left before its CQE was written: left out
         trace.record(4, 9200);
         let b = breakdown(&records, &stamps, 1, 0, Some(&trace));
-        assert_eq!((b.matched, b.traced), (3, 2));
+        let split = b.rest_split.expect("split");
+        assert_eq!((b.matched, split.wire_out.count), (3, 2));
         assert_eq!((b.wire_nic_in.p50, b.turnaround.p50, b.rest.p50), (300, 500, 1200));
-        let (n, w) = (b.to_nic_sent.expect("split"), b.wire_out.expect("split"));
+        let (n, w) = (split.to_nic_sent, split.wire_out);
         // CQE -> sent 1300, less the turnaround: 800; sent -> taken: 400; 800 + 400 = the rest
         assert_eq!((n.p50, w.p50), (800, 400));
         // without a trace, no split
         let b = breakdown(&records, &stamps, 1, 0, None);
-        assert_eq!((b.traced, b.to_nic_sent, b.wire_out), (0, None, None));
+        assert_eq!(b.rest_split, None);
     }
 
     fn rec(id: u32, sent: u64, rtt: u64, flags: u32) -> CaptureRecord {

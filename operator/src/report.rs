@@ -26,8 +26,14 @@ pub fn echo_text(r: &EchoReport) -> String {
             us(b.turnaround.p50),
             us(b.rest.p50)
         );
-        if let (Some(n), Some(w)) = (&b.to_nic_sent, &b.wire_out) {
-            let _ = writeln!(s, "  the rest by the NIC's send trace (p50, us, {} traced): CQE to data path + doorbell to NIC + NIC send {}  wire out {}", b.traced, us(n.p50), us(w.p50));
+        if let Some(r) = &b.rest_split {
+            let _ = writeln!(
+                s,
+                "  the rest by the NIC's send trace (p50, us, {} traced): CQE to data path + doorbell to NIC + NIC send {}  wire out {}",
+                r.wire_out.count,
+                us(r.to_nic_sent.p50),
+                us(r.wire_out.p50)
+            );
         }
         if let (Some(l), Some(w)) = (&b.profile_loaded, &b.profile_written) {
             let _ = writeln!(s, "  kernel profile (p50, us from CQE seen): request loaded {}  answer written {}  doorbell {}", us(l.p50), us(w.p50), us(b.turnaround.p50));

@@ -164,7 +164,7 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
         let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for r in &report.rows {
             if let Some(b) = r.breakdown_ns.as_ref().filter(|b| b.matched > 0) {
-                let opt = |x: &Option<crate::latency::Summary>| x.as_ref().map_or("-".to_string(), |x| us(x.p50));
+                let split = |f: fn(&crate::latency::RestSplit) -> u64| b.rest_split.as_ref().map_or("-".to_string(), |r| us(f(r)));
                 let _ = writeln!(
                     s,
                     "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -174,8 +174,8 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
                     us(b.wire_nic_in.p50),
                     us(b.turnaround.p50),
                     us(b.rest.p50),
-                    opt(&b.to_nic_sent),
-                    opt(&b.wire_out),
+                    split(|r| r.to_nic_sent.p50),
+                    split(|r| r.wire_out.p50),
                     b.matched
                 );
             }
