@@ -82,7 +82,9 @@ pub struct UdpLink {
 }
 
 /// A non-blocking IPv4 UDP socket with large buffers and DF set, bound to `addr`. With
-/// `reuse`, SO_REUSEADDR is set before the bind (a second socket on a port already ours).
+/// `reuse`, SO_REUSEADDR is set before the bind (a second socket on a port already ours);
+/// without, after it, so that a port another socket holds (with SO_REUSEADDR or not) fails to
+/// bind and this link's later sockets may share the port.
 fn bind_socket(addr: SocketAddrV4, reuse: bool) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
@@ -170,13 +172,15 @@ impl UdpLink {
         if self.tx_sockets.iter().any(|t| t.src_port == self.local.port() && t.dst == dst) {
             return Ok(());
         }
-        self.add_connected(self.local.port(), dst)?;
+        self.add_connected(self.local.port(), dst, true)?;
         self.last_route = None;
         Ok(())
     }
 
-    fn add_connected(&mut self, src_port: u16, dst: SocketAddrV4) -> std::io::Result<usize> {
-        let socket = bind_socket(SocketAddrV4::new(*self.local.ip(), src_port), true)?;
+    /// A socket bound to `src_port` and connected to `dst`; `shared`: the port is already ours
+    /// (SO_REUSEADDR before the bind), else it is bound first like the bound socket.
+    fn add_connected(&mut self, src_port: u16, dst: SocketAddrV4, shared: bool) -> std::io::Result<usize> {
+        let socket = bind_socket(SocketAddrV4::new(*self.local.ip(), src_port), shared)?;
         socket.connect(dst)?;
         self.tx_sockets.push(TxSocket { src_port, dst, socket, hot: false });
         Ok(self.tx_sockets.len() - 1)
@@ -205,9 +209,9 @@ impl UdpLink {
         } else if src_port == self.local.port() || self.port_sockets.iter().any(|(p, _)| *p == src_port) {
             None
         } else {
-            // A new port: connected first (with SO_REUSEADDR: a port another process holds
-            // without it still fails to bind here), then the socket that receives on it.
-            let i = self.add_connected(src_port, dst)?;
+            // A new port: connected first (bound as the bound socket is: a port another
+            // socket holds fails here), then the socket that receives on it.
+            let i = self.add_connected(src_port, dst, false)?;
             let s = bind_socket(SocketAddrV4::new(*self.local.ip(), src_port), true)?;
             self.port_sockets.push((src_port, s));
             Some(i)
@@ -469,10 +473,14 @@ mod tests {
         let std::net::SocketAddr::V4(addr) = held.local_addr().unwrap() else { unreachable!() };
         let err = UdpLink::bind(addr).err().expect("the port is taken");
         assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
-        // and so does an extra source port another socket holds
+        // and so does an extra source port another socket holds, with SO_REUSEADDR or not
         let mut a = loopback();
         let b = loopback();
         assert!(a.send(&frame(addr, b.local_addr(), b"x")).is_err());
+        let reusing = bind_socket(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), true).unwrap();
+        let std::net::SocketAddr::V4(held) = reusing.local_addr().unwrap() else { unreachable!() };
+        assert!(a.send(&frame(held, b.local_addr(), b"x")).is_err());
+        assert_eq!(UdpLink::bind(held).err().map(|e| e.kind()), Some(std::io::ErrorKind::AddrInUse));
     }
 
     #[test]
