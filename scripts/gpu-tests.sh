@@ -29,6 +29,13 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="qec_gpu_match" and m.get("executable"): print(m["executable"])')
     strip "$exe" -o .carry/qec-gpu-tests
+    # the device verbs layer's WQEs on the GPU, executed by the software NIC (operator crate)
+    exe=$(cargo test --release -p rocelink-operator --test verbs_gpu --no-run --message-format=json 2>/dev/null \
+          | python3 -c 'import sys,json
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="verbs_gpu" and m.get("executable"): print(m["executable"])')
+    strip "$exe" -o .carry/verbs-gpu-tests
     # PyMatching for bench-qec's single-shot column: the GPU machine has no network, and its
     # python3 (3.12) has numpy, scipy, networkx and matplotlib but not pymatching
     mkdir -p .carry/wheels
@@ -43,6 +50,7 @@ for l in sys.stdin:
     ./.carry/gpu-tests --ignored --test-threads 1 "${@:2}"
     # run from the operator folder: the test finds its fixtures relative to it
     (cd operator && ../.carry/qec-gpu-tests --ignored --test-threads 1)
+    ./.carry/verbs-gpu-tests --ignored --test-threads 1
     ;;
   bench)
     out=${2:?out dir}; name=${3:-gpu-echo}
