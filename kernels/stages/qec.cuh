@@ -429,6 +429,16 @@ struct rl_qec_smem {
  *   checks passed, 7 the decoded shot's record updated in shared memory (in the answer).
  * ------------------------------------------------------------------------------------- */
 #define RL_QEC_PROF_N 8
+/* RL_QEC_PROFILE_ACK (with RL_QEC_PROFILE; measurement only): marks 2..5, the decode's
+ * otherwise, time the fast path's steps instead: 2 the shot and its defects appended, 3 the
+ * record updated, 4 the answer's header written, 5 the token checked. */
+#if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_ACK)
+#define RL_QEC_AMARK(i) RL_QEC_MARK(i)
+#else
+#define RL_QEC_AMARK(i) \
+    do {                \
+    } while (0)
+#endif
 #ifdef RL_QEC_PROFILE
 #define RL_QEC_PROFILE_MARKS 1
 __shared__ long long rl_qec_prof[RL_QEC_PROF_N];
@@ -1090,6 +1100,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         }
     }
     k->ndef = nd;
+    RL_QEC_AMARK(2);
     /* The record: bits, in_shot, next_counter (counter + rounds), messages + 1. */
     const unsigned long long nc = (unsigned long long)(counter + rounds);
     const unsigned long long msgs = (((unsigned long long)r1.w << 32) | r1.z) + 1ull;
@@ -1097,6 +1108,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     const uint4 n1 = make_uint4(r1.x, r1.y, (uint32_t)msgs, (uint32_t)(msgs >> 32));
     ((uint4 *)&k->rec)[0] = n0;
     ((uint4 *)&k->rec)[1] = n1;
+    RL_QEC_AMARK(3);
     uint32_t phase = end < b.f.n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
     k->spec_want = (phase == RL_QEC_PHASE_ACK) & (b.f.n - end <= nb);
     uint4 f0 = n0, f1 = n1, f2 = r2, f3 = r3;
@@ -1104,6 +1116,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     if (phase == RL_QEC_PHASE_ACK) {
         rl_qec_header_from(resp, q, ts, RL_QEC_OK, 0u);
         c->ret = RL_RPC_HEADER_LEN;
+        RL_QEC_AMARK(4);
     } else if (nd <= RL_QEC_LANE_K && b.f.tab == RL_QEC_TAB_SHARED) {
         /* A few defects: decoded here (rl_qec_lane_dp), answered as rl_qec_finish would,
          * the record changed once (append and decode together) and written through once.
@@ -1141,6 +1154,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     c->phase = phase;
 #if RL_QEC_TOKEN_LOAD != 0
     if (token != b.f.token) return RL_QEC_PHASE_SLOW; /* a stale copy: the general path refills it */
+    RL_QEC_AMARK(5);
 #else
     (void)token;
 #endif

@@ -36,7 +36,8 @@
 //! final messages (decode) and of the rest. `qec_gpu_stage_timing` (ignored too) compares
 //! builds of the stage on the production workload (d=5, p=0.1%, one round per message, one
 //! decoder), each also checked byte for byte: the stage as committed with its phase marks
-//! (`-DRL_QEC_PROFILE`: cycles from entry to each mark), variants given as NVRTC options in
+//! (`-DRL_QEC_PROFILE`: cycles from entry to each mark; with `-DRL_QEC_PROFILE_ACK` the fast
+//! path's steps instead of the decode's), variants given as NVRTC options in
 //! `ROCELINK_QEC_GPU_VARIANTS` (`;`-separated, e.g. `-DRL_QEC_TOKEN_LOAD=2;-DRL_QEC_WARP_K=0`),
 //! and other qec.cuh files given by path in `ROCELINK_QEC_GPU_BASELINE` (`,`-separated; e.g.
 //! the previous commit's, to time before and after in one run; they must read the same blob
@@ -953,7 +954,12 @@ fn qec_gpu_stage_timing() {
             gpu.free(out).unwrap();
         }
     }
-    let mut builds: Vec<(String, Vec<nvrtc::Source>, Vec<String>)> = vec![("committed stage, -DRL_QEC_PROFILE".into(), headers(), vec!["-DRL_QEC_PROFILE".into()]), ("committed stage".into(), headers(), vec![])];
+    let mut builds: Vec<(String, Vec<nvrtc::Source>, Vec<String>)> = vec![
+        ("committed stage, -DRL_QEC_PROFILE".into(), headers(), vec!["-DRL_QEC_PROFILE".into()]),
+        // the fast path's steps in the ack marks' columns 3..6 (qec.cuh RL_QEC_PROFILE_ACK)
+        ("committed stage, -DRL_QEC_PROFILE -DRL_QEC_PROFILE_ACK".into(), headers(), vec!["-DRL_QEC_PROFILE".into(), "-DRL_QEC_PROFILE_ACK".into()]),
+        ("committed stage".into(), headers(), vec![]),
+    ];
     if let Ok(v) = std::env::var("ROCELINK_QEC_GPU_VARIANTS") {
         for opts in v.split(';').map(str::trim).filter(|o| !o.is_empty()) {
             builds.push((format!("committed stage, {opts}"), headers(), opts.split_whitespace().map(String::from).collect()));
@@ -1010,7 +1016,8 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
         eprintln!("SKIPPED the replay kernel compile: libnvrtc not found");
         return;
     }
-    for opts in [&[][..], &["-DRL_QEC_PROFILE".to_string()][..]] {
+    let ack_marks = ["-DRL_QEC_PROFILE".to_string(), "-DRL_QEC_PROFILE_ACK".to_string()];
+    for opts in [&[][..], &["-DRL_QEC_PROFILE".to_string()][..], &ack_marks[..]] {
         let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", opts, false).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&c.cubin[..4], b"\x7fELF");
         // For reading the stage's SASS without a GPU.
@@ -1018,7 +1025,11 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
             let mut with_lines = opts.to_vec();
             with_lines.push("-lineinfo".into());
             let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", &with_lines, false).unwrap_or_else(|e| panic!("{e}"));
-            let path = PathBuf::from(dir).join(if opts.is_empty() { "qec_replay.cubin" } else { "qec_replay_profile.cubin" });
+            let path = PathBuf::from(dir).join(match opts.len() {
+                0 => "qec_replay.cubin",
+                1 => "qec_replay_profile.cubin",
+                _ => "qec_replay_profile_ack.cubin",
+            });
             std::fs::write(&path, &c.cubin).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
     }
