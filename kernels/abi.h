@@ -67,11 +67,14 @@ typedef int int32_t;
  * the first RL_SPEC_BYTES of the slot the peer should write next in the same read. A read of
  * host memory is not one snapshot by contract, so the consumer writes RL_SPEC_POISON into
  * every 32-bit word it may read that way once it has consumed it (CQE bytes 0..47, the slot's
- * first RL_SPEC_BYTES; the host fills them before the launch), ordered before the answer's
+ * first RL_SPEC_BYTES, of which a message rewrites only its own; the host fills them before
+ * the launch), ordered before the answer's
  * doorbell and the receive's re-post: a word still holding the poison was read before the
  * NIC wrote it, and the consumer reads it again after its acquire fence.
  */
-#define RL_SPEC_BYTES 256u
+/* 432: lanes 4..30 of the polling warp, 16 bytes each (lanes 0..3 read the CQE, lane 31 the
+ * exit flag); the consumer poisons only the bytes a message filled (the rest still hold it) */
+#define RL_SPEC_BYTES 432u
 #define RL_SPEC_POISON 0xD1CE5EA5u
 /** CQE bytes the consumer poisons (everything below the chunk that holds op_own). */
 #define RL_SPEC_CQE_BYTES 48u

@@ -88,12 +88,15 @@
 
 /* RL_REG_PATH: when every stage of the chain has a register form (RL_CHAIN_REGS) and the poll
  * brought the whole request into warp 0's registers (the CQE's inline bytes, or the predicted
- * slot's first RL_SPEC_BYTES, no poison), the chain runs on those registers and the answer's
+ * slot's first RL_REG_MAX bytes, no poison), the chain runs on those registers and the answer's
  * WQE is built from them (rl_dev_verbs_wqe_prepare_send_inline_regs_warp): no shared-memory
  * round trip between the poll and the doorbell. 0: every request goes through shared memory. */
 #ifndef RL_REG_PATH
 #define RL_REG_PATH 1
 #endif
+/* The register forms' request and answer: lanes 0..15, 16 bytes each (stage.cuh); a longer
+ * request the poll brought whole (up to RL_SPEC_BYTES) goes through shared memory. */
+#define RL_REG_MAX 256u
 
 /* RL_CHECKED_DOORBELL: inline answers are rung with a checked doorbell (abi.h
  * rl_proxy_doorbell: the proxy word carries a check of the WQE's bytes, and the NIC executes
@@ -259,6 +262,30 @@ __device__ __forceinline__ void rl_reap_sends(struct rl_loop &L) {
     if (L.sq.done > L.sq.pi) L.sq.done = L.sq.pi;
 }
 
+/* Whether request word `wi` (of the `len` bytes at `buf`, read speculatively: at most
+ * RL_SPEC_BYTES) still holds the poison in the bytes the message has. Reads only words the
+ * message has (`buf` may be the 64-byte CQE copy). */
+__device__ __forceinline__ uint32_t rl_poison_word(const uint8_t *buf, uint32_t len, uint32_t wi) {
+    if (wi * 4 >= len || wi >= RL_SPEC_BYTES / 4) return 0;
+    const uint32_t w = ((const uint32_t *)buf)[wi];
+    const uint32_t left = len - wi * 4;
+    const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
+    return ((w ^ RL_SPEC_POISON) & keep) == 0;
+}
+
+/* rl_poison_word for a word of `req` (the request buffer: any of its first 512 bytes may be
+ * read), without a branch: past the message's bytes it keeps none of the word. */
+#if RL_MAX_MSG < 512
+#error "RL_MAX_MSG: the poll's poison check reads the request buffer's first 512 bytes"
+#endif
+__device__ __forceinline__ uint32_t rl_poison_word_req(const uint8_t *req, uint32_t len, uint32_t wi) {
+    const uint32_t w = ((const uint32_t *)req)[wi];
+    const uint32_t at = wi * 4;
+    const uint32_t left = at < len && wi < RL_SPEC_BYTES / 4 ? len - at : 0u;
+    const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
+    return keep != 0 && ((w ^ RL_SPEC_POISON) & keep) == 0;
+}
+
 /* Warp 0: polls for the next message and takes it apart (steps 1+2). Returns 0 with the
  * request in `req` (L.valid: a well-formed receive; else it is dropped), 2 when the block is to
  * load it (longer than RL_WARP_LOAD and not read with the poll; its slot is L.slot), or 1 when
@@ -353,16 +380,11 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     const uint32_t valid = (op_own >> 4) == RL_CQE_RESP_WR_IMM && slot < d.rx_slots && len <= d.rx_slot_stride && len <= RL_MAX_MSG;
     /* words lane, lane + 32, ..: the inline bytes (<= 32) or the speculated slot bytes
      * (<= RL_SPEC_BYTES) */
-    uint32_t poisoned = 0;
+    uint32_t poisoned = rl_poison_word(inl ? cqe_sh : req, len, lane);
 #pragma unroll
-    for (uint32_t k = 0; k < (RL_SPEC_BYTES / 4 + 31) / 32; k++) {
-        const uint32_t wi = lane + 32 * k;
-        if (wi * 4 < len && wi < RL_SPEC_BYTES / 4) {
-            const uint32_t w = ((const uint32_t *)(inl ? cqe_sh : req))[wi];
-            const uint32_t left = len - wi * 4;
-            const uint32_t keep = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
-            poisoned |= ((w ^ RL_SPEC_POISON) & keep) == 0;
-        }
+    for (uint32_t k = 1; k < (RL_SPEC_BYTES / 4 + 31) / 32; k++) {
+        if (len <= 128 * k) break; /* uniform: only the rounds of words the message has */
+        poisoned |= rl_poison_word_req(req, len, lane + 32 * k);
     }
     const uint32_t stale = __any_sync(0xffffffffu, poisoned);
     RL_PMARK(1);
@@ -389,7 +411,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     }
     /* the request is whole in this read's registers: from the CQE unless poisoned (then it
      * was read again), or from the predicted slot when it needs no reload */
-    L.in_regs = !valid ? 0 : inl ? (!recqe && !stale ? 2 : 0) : (!reload ? 1 : 0);
+    L.in_regs = !valid ? 0 : inl ? (!recqe && !stale ? 2 : 0) : (!reload && len <= RL_REG_MAX ? 1 : 0);
     if (valid) {
         L.next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
         L.last_len = len;
@@ -417,7 +439,9 @@ __device__ __forceinline__ void rl_poison(const struct rl_loop &L, const struct 
     const uint32_t k = lane - (32 - RL_SPEC_CQE_BYTES / 16 - RL_SPEC_BYTES / 16);
     if (k < RL_SPEC_CQE_BYTES / 16)
         rl_st16_sys((uint8_t *)cqe + k * 16, poison);
-    else if (L.valid && k < RL_SPEC_CQE_BYTES / 16 + L.spec / 16) /* every slot: any may be speculated on later */
+    else if (L.valid && k < RL_SPEC_CQE_BYTES / 16 + (L.len < L.spec ? (L.len + 15) / 16 : L.spec / 16))
+        /* every slot: any may be speculated on later; only the bytes this message filled (its
+         * other speculated bytes still hold the poison: the NIC writes a message's bytes only) */
         rl_st16_sys((uint8_t *)d.rx_buffer + (size_t)L.slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
 #endif
 }
