@@ -15,27 +15,23 @@ case "${1:-}" in
     mkdir -p .carry
     grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
     strip target/release/rocelink -o .carry/rocelink
-    # test binaries of the root package's GPU tests
-    exe=$(cargo test --release --test gpu --no-run --message-format=json 2>/dev/null \
-          | python3 -c 'import sys,json
+    # test binaries: the root package's GPU tests; the QEC decoder's GPU-vs-CPU test (operator
+    # crate, it reads the committed fixtures); the device verbs layer's WQEs on the GPU,
+    # executed by the software NIC (operator crate)
+    carry_test() { # carry_test TEST OUT [cargo args...]: strips the test binary TEST to .carry/OUT
+      local name=$1 out=$2; shift 2
+      local exe
+      exe=$(cargo test --release "$@" --test "$name" --no-run --message-format=json 2>/dev/null \
+            | python3 -c 'import sys,json
+name=sys.argv[1]
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="gpu" and m.get("executable"): print(m["executable"])')
-    strip "$exe" -o .carry/gpu-tests
-    # the QEC decoder's GPU-vs-CPU test (operator crate); it reads the committed fixtures
-    exe=$(cargo test --release -p rocelink-operator --test qec_gpu_match --no-run --message-format=json 2>/dev/null \
-          | python3 -c 'import sys,json
-for l in sys.stdin:
-    m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="qec_gpu_match" and m.get("executable"): print(m["executable"])')
-    strip "$exe" -o .carry/qec-gpu-tests
-    # the device verbs layer's WQEs on the GPU, executed by the software NIC (operator crate)
-    exe=$(cargo test --release -p rocelink-operator --test verbs_gpu --no-run --message-format=json 2>/dev/null \
-          | python3 -c 'import sys,json
-for l in sys.stdin:
-    m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m["target"]["name"]=="verbs_gpu" and m.get("executable"): print(m["executable"])')
-    strip "$exe" -o .carry/verbs-gpu-tests
+    if m.get("reason")=="compiler-artifact" and m["target"]["name"]==name and m.get("executable"): print(m["executable"])' "$name")
+      strip "$exe" -o ".carry/$out"
+    }
+    carry_test gpu gpu-tests
+    carry_test qec_gpu_match qec-gpu-tests -p rocelink-operator
+    carry_test verbs_gpu verbs-gpu-tests -p rocelink-operator
     # PyMatching for bench-qec's single-shot column: the GPU machine has no network, and its
     # python3 (3.12) has numpy, scipy, networkx and matplotlib but not pymatching
     mkdir -p .carry/wheels
