@@ -169,12 +169,17 @@ impl UdpLink {
     /// comes while the socket is being made may land in it, and is then taken at most
     /// [`EXTRA_SOCKET_POLL_EVERY`] idle calls late, out of order with those around it.
     pub fn connect_to(&mut self, dst: SocketAddrV4) -> std::io::Result<()> {
-        if self.tx_sockets.iter().any(|t| t.src_port == self.local.port() && t.dst == dst) {
+        if self.connected(self.local.port(), dst).is_some() {
             return Ok(());
         }
         self.add_connected(self.local.port(), dst, true)?;
         self.last_route = None;
         Ok(())
+    }
+
+    /// The connected socket of (`src_port`, `dst`), if there is one: its index in `tx_sockets`.
+    fn connected(&self, src_port: u16, dst: SocketAddrV4) -> Option<usize> {
+        self.tx_sockets.iter().position(|t| t.src_port == src_port && t.dst == dst)
     }
 
     /// A socket bound to `src_port` and connected to `dst`; `shared`: the port is already ours
@@ -204,7 +209,7 @@ impl UdpLink {
                 return Ok(r);
             }
         }
-        let r = if let Some(i) = self.tx_sockets.iter().position(|t| t.src_port == src_port && t.dst == dst) {
+        let r = if let Some(i) = self.connected(src_port, dst) {
             Some(i)
         } else if src_port == self.local.port() || self.port_sockets.iter().any(|(p, _)| *p == src_port) {
             None

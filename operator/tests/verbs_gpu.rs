@@ -248,9 +248,10 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
     }
 }
 
-/// rl_dev_verbs_inline_wqebbs.
+/// WQEBBs of an inline SEND of `len` bytes (rl_dev_verbs_inline_wqebbs): control segment,
+/// then the 4-byte inline header and the data, in 16-byte segments.
 fn abi_inline_wqebbs(len: u32) -> u32 {
-    (16 + ((4 + len + 15) & !15)).div_ceil(abi::RL_WQEBB_SIZE)
+    abi::wqebbs((16 + 4 + len).div_ceil(16) as u8)
 }
 
 /// Without a GPU: the probe kernel compiles to sm_90 (when NVRTC is here).
