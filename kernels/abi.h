@@ -218,10 +218,16 @@ struct rl_cq_dbrec {
  *   21..63 are the top 43 bits of the range's check: for each of its WQEs, each 8-byte half
  *   of each 16-byte chunk of its ds segments mixed with the chunk's number (4 x the WQE's
  *   first WQEBB in the range, plus the chunk's in the WQE), all XORed (rl_wqe_chunk_check;
- *   Rust: abi::range_check). The poller executes the range's WQEs it has not yet executed
- *   only once the range's bytes give the same check, re-reading them until they do (NCCL's
- *   "LL" idea, with a hash for the flag). The writer fences before a range would pass 16
+ *   Rust: abi::range_check), and for each of its WQEs with a data (gather) segment, the
+ *   gathered bytes the same way: their 16-byte chunks (the last one zero-padded past the
+ *   length; at most RL_DB_GATHER_MAX bytes), numbered from RL_DB_GATHER_CHUNK(the WQE's first
+ *   WQEBB in the range). The poller executes the range's WQEs it has not yet executed only
+ *   once the range's bytes and the bytes they gather give the same check, re-reading them
+ *   until they do (NCCL's "LL" idea, with a hash for the flag): a gathered payload needs no
+ *   fence in front of the doorbell either. The writer fences before a range would pass 16
  *   WQEBBs, and then starts a new one at the index; a range is never longer than the ring.
+ *   A gather the poller cannot resolve (lkey, bounds) gives no bytes: the check disagrees and
+ *   the range completes in error at the poller's deadline.
  */
 struct rl_proxy_doorbell {
     uint64_t sq_db;
@@ -232,6 +238,10 @@ struct rl_proxy_doorbell {
 #define RL_DB_LAST_MASK 0xfu
 #define RL_DB_CHECKED_BIT 20
 #define RL_DB_CHECK_SHIFT 21
+/* The first chunk number of the bytes gathered by the WQE at WQEBB `pos` (0..15) of a checked
+ * range: past the range's WQE chunks (4 x 16), RL_DB_GATHER_MAX / 16 numbers per WQEBB. */
+#define RL_DB_GATHER_MAX 4096u
+#define RL_DB_GATHER_CHUNK(pos) (64u + (RL_DB_GATHER_MAX / 16u) * (uint32_t)(pos))
 /* rl_wqe_check's constants: two odd multipliers of the chunk index (the golden ratio and
  * xxHash64's second prime) and MurmurHash3's fmix64 */
 #define RL_WQE_CHECK_K0 0x9E3779B97F4A7C15ull

@@ -27,8 +27,8 @@
  *   4. answers up to RL_MAX_INLINE bytes go out as an inline SEND (one store per lane) rung
  *      with a checked doorbell: the proxy word carries a check of the WQE's bytes, so no fence
  *      goes in front of it (RL_CHECKED_DOORBELL); larger ones are copied to the TX slot and
- *      gathered, behind one release fence; the poison stores (rl_poison) go out after a
- *      checked doorbell, before an unchecked one;
+ *      gathered, the check covering the slot's bytes too (no fence either); the poison stores
+ *      (rl_poison) go out after a checked doorbell, before an unchecked one;
  *   5. consume the CQE, stamp the message; re-post the receives (doorbell record) after the
  *      release fence, which with checked doorbells comes every few messages (RL_FENCE_EVERY).
  *   6. unless messages queue, the chain's idle forms (RL_CHAIN_IDLE: a QEC decoder decodes the
@@ -98,9 +98,9 @@
  * request the poll brought whole (up to RL_SPEC_BYTES) goes through shared memory. */
 #define RL_REG_MAX 256u
 
-/* RL_CHECKED_DOORBELL: inline answers are rung with a checked doorbell (abi.h
- * rl_proxy_doorbell: the proxy word carries a check of the WQE's bytes, and the NIC executes
- * the WQE once what it reads agrees), with the release fence after the doorbell instead of in
+/* RL_CHECKED_DOORBELL: answers are rung with a checked doorbell (abi.h rl_proxy_doorbell:
+ * the proxy word carries a check of the WQE's bytes and of the TX slot bytes it gathers, and
+ * the NIC executes the WQE once what it reads agrees), with the release fence after the doorbell instead of in
  * front of it: the fence (~0.55 us, it waits for the WQE's and the poison's stores to land)
  * leaves the round trip. It still orders this message's stores before the re-post and the
  * next WQE. 0: fence, then doorbell (as a real NIC's MMIO doorbell needs). */
@@ -114,6 +114,9 @@
  * message. */
 #ifndef RL_FENCE_EVERY
 #define RL_FENCE_EVERY 8u
+#endif
+#if RL_MAX_MSG > RL_DB_GATHER_MAX
+#error "RL_MAX_MSG: a checked doorbell's check covers at most RL_DB_GATHER_MAX gathered bytes"
 #endif
 /* WQEBBs of the largest inline answer (rl_dev_verbs_inline_wqebbs(RL_MAX_INLINE)) */
 #define RL_MAX_INLINE_BBS ((16u + ((4u + RL_MAX_INLINE + 15u) & ~15u) + RL_WQEBB_SIZE - 1u) / RL_WQEBB_SIZE)
@@ -596,12 +599,23 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
             (void)check;
 #endif
         } else {
+            /* the answer to its TX slot and a SEND that gathers it; with a checked doorbell the
+             * check covers the slot's bytes too (abi.h rl_proxy_doorbell), so no fence goes in
+             * front of this doorbell either */
             uint8_t *txs = (uint8_t *)d.tx_buffer + (size_t)(first & (d.sq.entries - 1)) * d.tx_slot_stride;
-            for (uint32_t off = lane * 16; off < (uint32_t)n; off += 32 * 16) rl_st16_sys(txs + off, *(const uint4 *)(answer + off));
+            uint64_t check = rl_dev_verbs_put_gather_warp(txs, answer, (uint32_t)n, RL_DB_GATHER_CHUNK(first - L.range_first));
             if (lane == 0) {
                 const uint64_t iova = d.tx_buffer_iova + (uint64_t)(first & (d.sq.entries - 1)) * d.tx_slot_stride;
-                rl_dev_verbs_wqe_prepare_send(&L.sq, first, fm_ce_se, iova, d.tx_lkey, (uint32_t)n);
+                check ^= rl_dev_verbs_wqe_prepare_send(&L.sq, first, fm_ce_se, iova, d.tx_lkey, (uint32_t)n, (first - L.range_first) * 4);
             }
+#if RL_CHECKED_DOORBELL
+            RL_PMARK(6);
+            rl_dev_verbs_submit_proxy_checked_warp(&L.sq, L.range_first, L.range_check, check);
+            if (lane == 0) t_db = rl_globaltimer();
+            checked = 1;
+#else
+            (void)check;
+#endif
         }
         if (!checked) {
             rl_poison(L, d, lane);

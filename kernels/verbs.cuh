@@ -10,6 +10,7 @@
  *   rl_dev_verbs_wqe_prepare_send_inline   SEND with the data inline (may span WQEBBs), from
  *                                    memory or from registers (_regs_warp)
  *   rl_dev_verbs_wqe_prepare_write   RDMA WRITE / WRITE with immediate
+ *   rl_dev_verbs_put_gather_warp     write the bytes a WQE gathers (a TX slot), with their check
  *   rl_dev_verbs_submit_proxy        doorbell record + CPU-proxy doorbell (software NIC, or a
  *                                    CPU thread that rings a real NIC)
  *   rl_dev_verbs_submit_proxy_checked_warp   the same without the fence in front: the
@@ -274,17 +275,59 @@ __device__ __forceinline__ uint4 rl_dev_verbs_ctrl(const struct rl_dev_sq *sq, u
     return c;
 }
 
-/** SEND of `len` bytes at `addr` (lkey) in one WQEBB. Thread scope. */
-__device__ __forceinline__ void rl_dev_verbs_wqe_prepare_send(const struct rl_dev_sq *sq, uint32_t index, uint32_t fm_ce_se,
-                                                            uint64_t addr, uint32_t lkey, uint32_t len) {
-    uint8_t *w = rl_dev_verbs_get_wqe_ptr(sq, index);
-    rl_st16_sys(w, rl_dev_verbs_ctrl(sq, index, RL_OPCODE_SEND, 2, fm_ce_se, 0));
+/** A data (gather) segment: `len` bytes at `addr` (lkey). */
+__device__ __forceinline__ uint4 rl_dev_verbs_dseg(uint64_t addr, uint32_t lkey, uint32_t len) {
     uint4 d;
     d.x = rl_bswap32(len & ~RL_INLINE_SEG);
     d.y = rl_bswap32(lkey);
     d.z = rl_bswap32((uint32_t)(addr >> 32));
     d.w = rl_bswap32((uint32_t)addr);
+    return d;
+}
+
+/** SEND of `len` bytes at `addr` (lkey) in one WQEBB. Returns the WQE's check (its chunks
+ * numbered from `check_base`, as rl_dev_verbs_wqe_prepare_send_inline_warp's) for a checked
+ * doorbell, which must also cover the gathered bytes (rl_dev_verbs_put_gather_warp). Thread
+ * scope. */
+__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send(const struct rl_dev_sq *sq, uint32_t index, uint32_t fm_ce_se,
+                                                                uint64_t addr, uint32_t lkey, uint32_t len, uint32_t check_base = 0) {
+    uint8_t *w = rl_dev_verbs_get_wqe_ptr(sq, index);
+    const uint4 c = rl_dev_verbs_ctrl(sq, index, RL_OPCODE_SEND, 2, fm_ce_se, 0);
+    const uint4 d = rl_dev_verbs_dseg(addr, lkey, len);
+    rl_st16_sys(w, c);
     rl_st16_sys(w + 16, d);
+    return rl_wqe_chunk_check(check_base, c) ^ rl_wqe_chunk_check(check_base + 1, d);
+}
+
+/**
+ * Writes the `len` bytes at `src` (16-byte aligned, shared or global memory, readable up to
+ * the next 16-byte boundary) to `dst` (16-byte aligned: a TX slot a WQE will gather), lane k
+ * the 16-byte chunks k, k + 32, ... Returns the lane's part of those bytes' check for a checked
+ * doorbell (abi.h rl_proxy_doorbell): each chunk's rl_wqe_chunk_check, numbered from
+ * `check_base` (RL_DB_GATHER_CHUNK of the gathering WQE's first WQEBB less the range's
+ * first), the last chunk's bytes past `len` taken as zeros (what the NIC hashes; the bytes
+ * stored there are padding it never sends). `len` <= RL_DB_GATHER_MAX. Warp scope.
+ */
+__device__ __forceinline__ uint64_t rl_dev_verbs_put_gather_warp(uint8_t *dst, const uint8_t *src, uint32_t len, uint32_t check_base) {
+    uint64_t check = 0;
+    for (uint32_t off = (threadIdx.x & 31) * 16; off < len; off += 32 * 16) {
+        uint4 v = *(const uint4 *)(src + off);
+        rl_st16_sys(dst + off, v);
+        if (len - off < 16) {
+            /* the bytes past len count as zeros: mask each word by the bytes of it left */
+            const uint32_t left = len - off;
+            const uint32_t m0 = left >= 4 ? 0xffffffffu : (1u << (8 * left)) - 1u;
+            const uint32_t m1 = left >= 8 ? 0xffffffffu : left <= 4 ? 0u : (1u << (8 * (left - 4))) - 1u;
+            const uint32_t m2 = left >= 12 ? 0xffffffffu : left <= 8 ? 0u : (1u << (8 * (left - 8))) - 1u;
+            const uint32_t m3 = left <= 12 ? 0u : (1u << (8 * (left - 12))) - 1u;
+            v.x &= m0;
+            v.y &= m1;
+            v.z &= m2;
+            v.w &= m3;
+        }
+        check ^= rl_wqe_chunk_check(check_base + off / 16, v);
+    }
+    return check;
 }
 
 /** WQEBBs an inline SEND of `len` bytes occupies. */
@@ -361,25 +404,24 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_wa
     return lane * 16 < total ? rl_dev_verbs_wqe_put_chunk(sq, index, lane * 16, v, check_base) : 0;
 }
 
-/** RDMA WRITE (or WRITE with immediate when `with_imm`) of `len` bytes at `addr` to the peer. */
-__device__ __forceinline__ void rl_dev_verbs_wqe_prepare_write(const struct rl_dev_sq *sq, uint32_t index, uint32_t fm_ce_se,
-                                                             int with_imm, uint32_t imm, uint64_t raddr, uint32_t rkey,
-                                                             uint64_t addr, uint32_t lkey, uint32_t len) {
+/** RDMA WRITE (or WRITE with immediate when `with_imm`) of `len` bytes at `addr` to the peer.
+ * Returns the WQE's check, as rl_dev_verbs_wqe_prepare_send's. Thread scope. */
+__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_write(const struct rl_dev_sq *sq, uint32_t index, uint32_t fm_ce_se,
+                                                                 int with_imm, uint32_t imm, uint64_t raddr, uint32_t rkey,
+                                                                 uint64_t addr, uint32_t lkey, uint32_t len, uint32_t check_base = 0) {
     uint8_t *w = rl_dev_verbs_get_wqe_ptr(sq, index);
     uint32_t op = with_imm ? RL_OPCODE_RDMA_WRITE_IMM : RL_OPCODE_RDMA_WRITE;
-    rl_st16_sys(w, rl_dev_verbs_ctrl(sq, index, op, 3, fm_ce_se, with_imm ? rl_bswap32(imm) : 0));
+    const uint4 c = rl_dev_verbs_ctrl(sq, index, op, 3, fm_ce_se, with_imm ? rl_bswap32(imm) : 0);
     uint4 r;
     r.x = rl_bswap32((uint32_t)(raddr >> 32));
     r.y = rl_bswap32((uint32_t)raddr);
     r.z = rl_bswap32(rkey);
     r.w = 0;
+    const uint4 d = rl_dev_verbs_dseg(addr, lkey, len);
+    rl_st16_sys(w, c);
     rl_st16_sys(w + 16, r);
-    uint4 d;
-    d.x = rl_bswap32(len & ~RL_INLINE_SEG);
-    d.y = rl_bswap32(lkey);
-    d.z = rl_bswap32((uint32_t)(addr >> 32));
-    d.w = rl_bswap32((uint32_t)addr);
     rl_st16_sys(w + 32, d);
+    return rl_wqe_chunk_check(check_base, c) ^ rl_wqe_chunk_check(check_base + 1, r) ^ rl_wqe_chunk_check(check_base + 2, d);
 }
 
 /**
@@ -403,9 +445,9 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) 
  * to: every lane's part from rl_dev_verbs_wqe_prepare_send_inline_warp). The NIC executes
  * them once their bytes give that check, so the doorbell need not wait the ~0.55 us a fence
  * takes for the WQE stores to land. The range is at most 16 WQEBBs (the caller fences, after
- * a warp barrier, before it would grow past that, and then starts a new range at sq->pi),
- * and its WQEs gather nothing from memory (inline only). Warp scope: every lane calls it;
- * lane 0 stores.
+ * a warp barrier, before it would grow past that, and then starts a new range at sq->pi).
+ * A WQE that gathers has the gathered bytes' check in `check` too (rl_dev_verbs_put_gather_warp,
+ * written since the last fence as well). Warp scope: every lane calls it; lane 0 stores.
  */
 __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl_dev_sq *sq, uint32_t range_first, uint64_t &range_check,
                                                                       uint64_t check) {

@@ -3,14 +3,15 @@
 //! engine thread (the real [`NicEngine`] running [`SoftNic`]) must still send every answer
 //! exactly once, in order, byte for byte.
 //!
-//! The writer, per message: an inline SEND of 1..=236 payload bytes (1 to 4 WQEBBs) written
-//! word by word in a shuffled order, the doorbell stored after only some of the words (the
-//! rest land after it, as unfenced GPU stores may), the doorbell's range growing message by
-//! message and reset after a "fence" (every few messages, or before it would pass 16 WQEBBs;
-//! at a fence every earlier word has been written, which is what a fence guarantees); one in
-//! eight goes out fenced with an unchecked doorbell, as a gathered answer does. A
-//! wrong NIC either sends a frame whose bytes differ (a torn WQE), sends one twice, skips one,
-//! or gives up on one (`tx_wqe_check_failures`).
+//! The writer, per message: an inline SEND of 1..=236 payload bytes (1 to 4 WQEBBs), or (one in
+//! four) a SEND gathering 1..=1000 bytes from its TX slot, the WQE's and the slot's words
+//! written in a shuffled order, the doorbell stored after only some of them (the rest land
+//! after it, as unfenced GPU stores may), the doorbell's range growing message by message and
+//! reset after a "fence" (every few messages, or before it would pass 16 WQEBBs; at a fence
+//! every earlier word has been written, which is what a fence guarantees); one in eight goes
+//! out fenced with an unchecked doorbell. A wrong NIC either sends a frame whose bytes differ
+//! (a torn WQE or payload), sends one twice, skips one, or gives up on one
+//! (`tx_wqe_check_failures`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::Release};
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use std::time::{Duration, Instant};
 use rocelink_link::{inproc, Link, SpinMode, MAX_FRAME};
 use rocelink_operator::abi;
 use rocelink_operator::mem::SharedMem;
-use rocelink_operator::nic::{MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic};
+use rocelink_operator::nic::{Access, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic};
 use rocelink_operator::rings::{QpMemory, QpSizes};
 use rocelink_wire::roce::{self, Endpoints};
 
@@ -41,14 +42,29 @@ impl Rng {
     }
 }
 
-/// Message `k`'s payload.
-fn payload(k: u32, rng: &mut Rng) -> Vec<u8> {
-    let len = 1 + rng.below(236) as usize;
-    (0..len).map(|i| (k as usize * 131 + i * 7) as u8).collect()
+const TX_STRIDE: u32 = 1024;
+
+/// Message `k`'s payload, and whether it is gathered from its TX slot (else inline).
+fn payload(k: u32, rng: &mut Rng) -> (bool, Vec<u8>) {
+    let gathered = rng.below(4) == 0;
+    let len = 1 + rng.below(if gathered { 1000 } else { 236 }) as usize;
+    (gathered, (0..len).map(|i| (k as usize * 131 + i * 7) as u8).collect())
 }
 
-/// Message `k`'s WQE at WQEBB index `index`, padded to whole WQEBBs.
-fn wqe(index: u32, payload: &[u8]) -> Vec<u8> {
+/// Where the TX slot of the WQE at WQEBB `index` is: its address (as the NIC resolves it) and
+/// its offset in the queue pair's memory.
+fn tx_slot(q: &QpMemory, index: u32) -> (u64, usize) {
+    let off = q.layout.tx_buffer + (index % ENTRIES * TX_STRIDE) as usize;
+    (q.mem.host_addr(off), off)
+}
+
+/// Message `k`'s WQE at WQEBB index `index`, padded to whole WQEBBs: the payload inline, or a
+/// SEND gathering it from the TX slot of `index` (key `lkey`).
+fn wqe(q: &QpMemory, lkey: u32, index: u32, (gathered, payload): &(bool, Vec<u8>)) -> Vec<u8> {
+    if *gathered {
+        let (addr, _) = tx_slot(q, index);
+        return abi::send_gather_wqe(index as u16, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, addr, lkey, payload.len() as u32).to_vec();
+    }
     let ds = (16 + 4 + payload.len()).div_ceil(16);
     let mut w = vec![0u8; ds * 16];
     w[..16].copy_from_slice(&abi::ctrl_seg(abi::RL_OPCODE_SEND as u8, index as u16, QPN, ds as u8, abi::RL_WQE_CTRL_CQ_UPDATE as u8, 0));
@@ -60,15 +76,17 @@ fn wqe(index: u32, payload: &[u8]) -> Vec<u8> {
 
 #[test]
 fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
-    let sizes = QpSizes { sq_entries: ENTRIES, rq_entries: 64, rx_slots: 8, rx_slot_stride: 256, tx_slot_stride: 256, timestamp_entries: 0, signal_every: 8 };
+    let sizes = QpSizes { sq_entries: ENTRIES, rq_entries: 64, rx_slots: 8, rx_slot_stride: 256, tx_slot_stride: TX_STRIDE, timestamp_entries: 0, signal_every: 8 };
     let q = QpMemory::new(sizes, SharedMem::new).expect("valid sizes");
+    let mut mrs = MrTable::default();
+    let lkey = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ).lkey;
     let counters = Arc::new(NicCounters::default());
     let ep = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: [10, 0, 0, 1], dst_ip: [10, 0, 0, 2], src_port: roce::UDP_PORT, dst_port: roce::UDP_PORT };
     let attrs = QpAttrs { qpn: QPN, pkey: 0xffff, endpoints: ep, peer_qpn: 2 };
     // a deadline no scheduling delay on a loaded 2-core machine reaches: a failure here is a
     // wrong check, not a slow writer
     let opts = NicOptions { wqe_check_deadline: Duration::from_secs(30), ..NicOptions::default() };
-    let nic = SoftNic::new(attrs, opts, MrTable::default(), q.clone(), counters.clone());
+    let nic = SoftNic::new(attrs, opts, mrs, q.clone(), counters.clone());
     let (nic_end, mut peer_end) = inproc::pair(64);
     let engine = NicEngine::spawn(nic, Box::new(nic_end), NicEngineConfig { core: None, spin: SpinMode::Shared }).expect("engine thread");
 
@@ -76,7 +94,7 @@ fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
     // back (the writer reuses WQEBBs only after the NIC ran what was in them)
     let received = Arc::new(AtomicU64::new(0));
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let payloads: Vec<Vec<u8>> = (0..MESSAGES).map(|k| payload(k, &mut rng)).collect();
+    let payloads: Vec<(bool, Vec<u8>)> = (0..MESSAGES).map(|k| payload(k, &mut rng)).collect();
     let writer = {
         let q = q.clone();
         let received = received.clone();
@@ -86,25 +104,35 @@ fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
             let (mut pi, mut range_first, mut unfenced) = (0u32, 0u32, 0u32);
             let mut late: Vec<(usize, [u8; 8])> = Vec::new(); // words not yet written
             for (k, p) in payloads.iter().enumerate() {
-                let w = wqe(pi, p);
+                let w = wqe(&q, lkey, pi, p);
                 let bbs = (w.len() / abi::WQEBB) as u32;
                 // room: no WQEBB the NIC has yet to run, or may read again for the open range's
                 // check, is written over
                 while u64::from(pi + bbs) - received.load(Relaxed).min(u64::from(range_first)) > u64::from(ENTRIES) {
                     std::thread::yield_now();
                 }
-                // the words of this WQE, shuffled; some written now, the rest after the doorbell
-                let mut words: Vec<usize> = (0..w.len() / 8).collect();
+                // the words of this WQE and of its TX slot's payload (the last word's bytes past
+                // the payload are garbage, which the check must not see), shuffled; some
+                // written now, the rest after the doorbell
+                let mut words: Vec<(usize, [u8; 8])> = (0..w.len() / 8)
+                    .map(|i| (q.layout.sq + ((pi as usize * abi::WQEBB + i * 8) % (ENTRIES as usize * abi::WQEBB)), w[i * 8..i * 8 + 8].try_into().unwrap()))
+                    .collect();
+                if p.0 {
+                    let (_, at) = tx_slot(&q, pi);
+                    for (i, c) in p.1.chunks(8).enumerate() {
+                        let mut word = [0xee; 8];
+                        word[..c.len()].copy_from_slice(c);
+                        words.push((at + i * 8, word));
+                    }
+                }
                 for i in (1..words.len()).rev() {
                     words.swap(i, rng.below(i as u64 + 1) as usize);
                 }
-                // one in eight goes out as the data path sends an answer gathered from a TX
-                // slot: fence (everything before lands), then an unchecked doorbell
+                // one in eight goes out as a writer without checked doorbells sends (a real
+                // NIC's MMIO doorbell): fence (everything before lands), then an unchecked one
                 let unchecked = rng.below(8) == 0;
                 let now = if unchecked { words.len() } else { rng.below(words.len() as u64 + 1) as usize };
-                for (n, &i) in words.iter().enumerate() {
-                    let at = q.layout.sq + ((pi as usize * abi::WQEBB + i * 8) % (ENTRIES as usize * abi::WQEBB));
-                    let word: [u8; 8] = w[i * 8..i * 8 + 8].try_into().unwrap();
+                for (n, &(at, word)) in words.iter().enumerate() {
                     if n < now {
                         q.mem.write(at, &word);
                     } else {
@@ -122,13 +150,14 @@ fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
                     unfenced = 0;
                     continue;
                 }
-                // the check of the whole range, from the intended bytes of its WQEs
+                // the check of the whole range, from the intended bytes of its WQEs and of the
+                // payloads they gather
                 let mut check = 0u64;
                 let mut b = range_first;
                 let mut m = k - unfenced as usize; // the range's first message
                 while b < pi {
-                    let wm = wqe(b, &payloads[m]);
-                    check ^= abi::range_check(&wm, b - range_first).unwrap();
+                    let wm = wqe(&q, lkey, b, &payloads[m]);
+                    check ^= abi::range_check(&wm, b - range_first, |_, first| Some(abi::gather_check(&payloads[m].1, first))).unwrap();
                     b += (wm.len() / abi::WQEBB) as u32;
                     m += 1;
                 }
@@ -164,8 +193,9 @@ fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
         match peer_end.try_recv(&mut buf).expect("link") {
             Some(n) => {
                 let f = roce::parse_frame(&buf[..n]).expect("a valid RoCEv2 frame");
-                assert_eq!(f.payload, &payloads[got as usize][..], "answer {got}: not the bytes its WQE was to hold");
-                let bbs = ((16 + 4 + f.payload.len()).div_ceil(16) * 16).div_ceil(abi::WQEBB) as u64;
+                let (gathered, p) = &payloads[got as usize];
+                assert_eq!(f.payload, &p[..], "answer {got}: not the bytes its WQE was to hold");
+                let bbs = if *gathered { 1 } else { ((16 + 4 + f.payload.len()).div_ceil(16) * 16).div_ceil(abi::WQEBB) as u64 };
                 got += 1;
                 received.fetch_add(bbs, Relaxed);
             }

@@ -1291,7 +1291,7 @@ fn ring_unchecked(rig: &Rig, pi: u32) {
 /// Stores a checked CPU-proxy doorbell (abi.h `rl_proxy_doorbell`, as the GPU data path does:
 /// no fence in front) whose range is `range` (whole WQEBBs), just below `pi`.
 fn ring_checked(rig: &Rig, pi: u32, range: &[u8]) {
-    let check = abi::range_check(range, 0).expect("well-formed WQEs");
+    let check = abi::range_check(range, 0, |_, _| None).expect("well-formed WQEs");
     rig.q
         .mem
         .atomic_u64(rig.q.layout.proxy_doorbell)
@@ -1394,6 +1394,98 @@ fn a_checked_doorbell_whose_bytes_never_agree_completes_in_error_after_the_deadl
     assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 8)]);
 }
 
+/// A checked doorbell over `range` whose WQEs gather `gathered` (each gathering WQE the same
+/// bytes), just below `pi`.
+fn ring_checked_gathering(rig: &Rig, pi: u32, range: &[u8], gathered: &[u8]) {
+    let check = abi::range_check(range, 0, |_, first| Some(abi::gather_check(gathered, first))).expect("well-formed WQEs");
+    rig.q
+        .mem
+        .atomic_u64(rig.q.layout.proxy_doorbell)
+        .store(abi::ProxyDoorbell::checked(pi, (range.len() / abi::WQEBB) as u32, check), std::sync::atomic::Ordering::Release);
+}
+
+#[test]
+fn a_checked_doorbell_runs_a_gathering_wqe_only_once_the_gathered_bytes_give_the_check() {
+    let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
+    rig.verbs.post_recv(POSTED);
+    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
+    // a SEND of 700 bytes from TX slot 0, whose WQE is whole but whose last 100 bytes still
+    // hold the answer before (they land once the NIC is re-reading): the NIC sends the new
+    // bytes only, after they land
+    let slot = rig.q.layout.tx_buffer;
+    let (old, new) = (pattern(700, 1), pattern(700, 2));
+    let w = abi::send_gather_wqe(0, QPN, fm, rig.tx.addr, rig.tx.lkey, 700);
+    rig.q.mem.write(sq_wqe(&rig, 0), &w);
+    rig.q.mem.write(slot, &new[..600]);
+    rig.q.mem.write(slot + 600, &old[600..]);
+    ring_checked_gathering(&rig, 1, &w, &new);
+    let (mem, counters, rest) = (rig.q.mem.clone(), rig.counters.clone(), new[600..].to_vec());
+    let lander = std::thread::spawn(move || {
+        while counters.tx_wqe_rereads.load(Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        mem.write(slot + 600, &rest);
+    });
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    lander.join().unwrap();
+    assert_eq!(sent_payloads(&mut peer_end), vec![new.clone()]);
+    assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
+    assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
+
+    // In the same range (no fence between), an inline SEND and another gather of 33 bytes
+    // (a partial last chunk, garbage stored past it) from TX slot 2: only the new WQEs are
+    // checked again, both go out at once.
+    let a = abi::send_inline_wqe(1, QPN, 0, &pattern(40, 3)).unwrap();
+    let short = pattern(33, 4);
+    let mut stored = short.clone();
+    stored.extend_from_slice(&[0xee; 15]);
+    let g = abi::send_gather_wqe(2, QPN, fm, rig.tx.addr + 2 * u64::from(rig.q.layout.sizes.tx_slot_stride), rig.tx.lkey, 33);
+    rig.q.mem.write(sq_wqe(&rig, 1), &a);
+    rig.q.mem.write(sq_wqe(&rig, 2), &g);
+    rig.q.mem.write(slot + 2 * rig.q.layout.sizes.tx_slot_stride as usize, &stored);
+    let mut range = w.to_vec();
+    range.extend_from_slice(&a);
+    range.extend_from_slice(&g);
+    let check = abi::range_check(&range, 0, |_, first| Some(abi::gather_check(if first == abi::gather_first_chunk(0) { &new } else { &short }, first))).unwrap();
+    rig.q
+        .mem
+        .atomic_u64(rig.q.layout.proxy_doorbell)
+        .store(abi::ProxyDoorbell::checked(3, 3, check), std::sync::atomic::Ordering::Release);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 2);
+    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 3), short]);
+    assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
+}
+
+#[test]
+fn a_checked_gather_the_nic_cannot_resolve_completes_in_error_after_the_deadline() {
+    let mut rig = Rig::new(); // the default deadline
+    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
+    let bytes = pattern(300, 6);
+    rig.q.mem.write(rig.q.layout.tx_buffer, &bytes);
+    // a wrong lkey, then a region in memory the NIC does not reach: never sent, each
+    // completes in error once the deadline passed, the NIC goes on
+    let bad_key = abi::send_gather_wqe(0, QPN, fm, rig.tx.addr, rig.tx.lkey ^ 0x100, 300);
+    let foreign = abi::send_gather_wqe(1, QPN, fm, rig.foreign.addr, rig.foreign.lkey, 300);
+    for (i, w) in [bad_key, foreign].iter().enumerate() {
+        rig.q.mem.write(sq_wqe(&rig, i as u32), w);
+        let t0 = std::time::Instant::now();
+        ring_checked_gathering(&rig, i as u32 + 1, w, &bytes);
+        assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+        assert!(t0.elapsed() >= rocelink_operator::nic::qp::WQE_CHECK_DEADLINE);
+        assert_eq!(rig.counters.tx_wqe_check_failures.load(Relaxed), i as u64 + 1);
+    }
+    assert_eq!(sent_payloads(&mut peer_end), Vec::<Vec<u8>>::new());
+    assert_eq!(rig.counters.tx_errors.load(Relaxed), 2);
+    // the same gather with the right key goes out
+    let ok = abi::send_gather_wqe(2, QPN, fm, rig.tx.addr, rig.tx.lkey, 300);
+    rig.q.mem.write(sq_wqe(&rig, 2), &ok);
+    ring_checked_gathering(&rig, 3, &ok, &bytes);
+    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(sent_payloads(&mut peer_end), vec![bytes]);
+}
+
 #[test]
 fn a_wqe_running_past_the_doorbell_completes_in_error() {
     let mut rig = Rig::new();
@@ -1465,7 +1557,7 @@ proptest! {
         rig.q
             .mem
             .atomic_u64(rig.q.layout.proxy_doorbell)
-            .store(abi::ProxyDoorbell::checked(bbs as u32, bbs as u32, abi::range_check(&padded, 0).unwrap()), std::sync::atomic::Ordering::Release);
+            .store(abi::ProxyDoorbell::checked(bbs as u32, bbs as u32, abi::range_check(&padded, 0, |_, _| None).unwrap()), std::sync::atomic::Ordering::Release);
         prop_assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
         let sent = sent_payloads(&mut peer_end);
         let whole = ring[..w_new.len()] == w_new[..];

@@ -7,8 +7,9 @@
 //! memory spanning several WQEBBs, an RDMA WRITE and an RDMA WRITE with immediate, each through
 //! the verbs function a data path would call, and rings the CPU-proxy doorbell with
 //! `rl_dev_verbs_submit_proxy` (fenced). A second launch writes inline SENDs, the last one
-//! wrapping the ring's end, and rings with `rl_dev_verbs_submit_proxy_checked_warp` (no fence:
-//! the NIC verifies the range's check). The host runs the NIC's send side onto an in-process
+//! wrapping the ring's end, and a SEND gathering a payload it wrote to a TX slot with
+//! `rl_dev_verbs_put_gather_warp`, and rings with `rl_dev_verbs_submit_proxy_checked_warp` (no
+//! fence: the NIC verifies the range's check, over the WQEs and the gathered bytes). The host runs the NIC's send side onto an in-process
 //! wire and parses every frame that comes out: opcode, RETH (address, key, length), immediate,
 //! PSN and payload bytes must be what the kernel asked for, and the NIC must report no WQE
 //! check failure or send error.
@@ -42,20 +43,25 @@ __device__ __forceinline__ uint8_t pattern(uint32_t s, uint32_t i) { return (uin
  * SEND of 200 bytes (payload 1) from shared memory; RDMA WRITE of 64 bytes from TX slot 2 to
  * raddr; RDMA WRITE with immediate `imm` of 48 bytes from TX slot 3 to raddr + 64; fenced
  * doorbell. Launch 2 (phase 1), from `first`: inline SENDs of 60 and 150 bytes (payloads 4
- * and 5: 2 + 3 WQEBBs), either crossing the ring's end when `first` is near it; checked
- * doorbell.
+ * and 5: 2 + 3 WQEBBs), either crossing the ring's end when `first` is near it, and a SEND of
+ * 333 bytes (payload 6) gathered from the TX slot of its WQEBB, written there by the warp;
+ * checked doorbell over the three WQEs and the gathered bytes.
  * Writes the producer index it rang to `out[0]`. One warp. */
 extern "C" __global__ void rl_verbs_probe(struct rl_transceiver_desc d, uint32_t phase, uint32_t first, uint64_t raddr,
                                           uint32_t rkey, uint32_t imm, uint32_t *out) {
     __shared__ __align__(16) uint8_t msg[2][256];
+    __shared__ __align__(16) uint8_t big[512];
     const uint32_t lane = threadIdx.x & 31u;
     struct rl_dev_sq sq = {(uint8_t *)d.sq.ring, (uint32_t *)d.sq.dbrec, (uint64_t *)d.proxy_doorbell, 0, d.sq.entries, d.qpn, first, first};
     uint8_t *tx = (uint8_t *)d.tx_buffer;
     for (uint32_t i = lane; i < 256; i += 32) {
         msg[0][i] = pattern(phase == 0 ? 1u : 4u, i);
         msg[1][i] = pattern(5u, i);
-        for (uint32_t s = 0; s < 4; s++) tx[(size_t)s * d.tx_slot_stride + i] = pattern(s, i);
+        /* launch 1's gathered payloads (launch 2 writes its own TX slot, which may be one of these) */
+        if (phase == 0)
+            for (uint32_t s = 0; s < 4; s++) tx[(size_t)s * d.tx_slot_stride + i] = pattern(s, i);
     }
+    for (uint32_t i = lane; i < 512; i += 32) big[i] = pattern(6u, i);
     __syncwarp();
     if (phase == 0) {
         long long at = 0;
@@ -87,7 +93,11 @@ extern "C" __global__ void rl_verbs_probe(struct rl_transceiver_desc d, uint32_t
         check ^= rl_dev_verbs_wqe_prepare_send_inline_warp(&sq, a, 0, msg[0], 60, 0);
         const uint32_t b = a + na, nb = rl_dev_verbs_inline_wqebbs(150);
         check ^= rl_dev_verbs_wqe_prepare_send_inline_warp(&sq, b, RL_WQE_CTRL_CQ_UPDATE, msg[1], 150, (b - a) * 4);
-        sq.pi = b + nb;
+        /* the gathered payload in the TX slot of WQEBB c, its check numbered by c's place */
+        const uint32_t c = b + nb, slot = c & (d.sq.entries - 1);
+        check ^= rl_dev_verbs_put_gather_warp(tx + (size_t)slot * d.tx_slot_stride, big, 333, RL_DB_GATHER_CHUNK(c - a));
+        if (lane == 0) check ^= rl_dev_verbs_wqe_prepare_send(&sq, c, 0, d.tx_buffer_iova + (uint64_t)slot * d.tx_slot_stride, d.tx_lkey, 333, (c - a) * 4);
+        sq.pi = c + 1;
         rl_dev_verbs_submit_proxy_checked_warp(&sq, a, range_check, check);
         if (lane == 0) out[0] = sq.pi;
     }
@@ -212,25 +222,27 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
     ];
     check_frames(&frames, &expect, 0, &ep, peer_qpn);
 
-    // Launch 2, again and again: two inline SENDs (2 + 3 WQEBBs) under a checked doorbell,
-    // until one of them crosses the ring's end (from WQEBB 7, in steps of 5, the 25th launch's
-    // first WQE starts at the ring's last WQEBB).
+    // Launch 2, again and again: two inline SENDs (2 + 3 WQEBBs) and a gathering SEND (1)
+    // under a checked doorbell, until an inline one crosses the ring's end (from WQEBB 7, in
+    // steps of 6, the 20th launch's first WQE starts at the ring's last WQEBB).
     let entries = sizes.sq_entries;
-    let per_launch = abi_inline_wqebbs(60) + abi_inline_wqebbs(150);
-    assert_eq!(per_launch, 5);
-    let (mut at, mut psn, mut crossed) = (pi, 4u32, false);
+    let per_launch = abi_inline_wqebbs(60) + abi_inline_wqebbs(150) + 1;
+    assert_eq!(per_launch, 6);
+    let (mut at, mut psn, mut crossed, mut launches) = (pi, 4u32, false, 0u64);
     for _ in 0..2 * entries / per_launch {
         let a = at % entries;
         let crosses = a + abi_inline_wqebbs(60) > entries || (a + abi_inline_wqebbs(60)) % entries + abi_inline_wqebbs(150) > entries;
         let next = launch(&mut desc, 1, at, 0, 0, 0);
         assert_eq!(next, at + per_launch);
-        let frames = frames_out(&mut nic, &mut nic_end, &mut peer_end, 2);
+        let frames = frames_out(&mut nic, &mut nic_end, &mut peer_end, 3);
         let expect = [
             Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(4, 60) },
             Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(5, 150) },
+            Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(6, 333) },
         ];
         check_frames(&frames, &expect, psn, &ep, peer_qpn);
-        psn += 2;
+        psn += 3;
+        launches += 1;
         at = next;
         crossed |= crosses;
     }
@@ -240,7 +252,7 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
     assert_eq!(stats.tx_wqe_check_failures, 0, "no checked range failed its check");
     assert_eq!(stats.tx_errors, 0, "no send completed in error");
     assert_eq!(stats.tx_packets, u64::from(psn));
-    assert_eq!(stats.tx_cqes, 2 + u64::from(psn - 4) / 2, "a send CQE for each WQE that asked for one");
+    assert_eq!(stats.tx_cqes, 2 + launches, "a send CQE for each WQE that asked for one");
     // SAFETY: every launch finished (the stream is idle); nothing uses `out` or the mapping.
     unsafe {
         gpu.unregister(q.mem.base()).unwrap();

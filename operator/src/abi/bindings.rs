@@ -39,6 +39,7 @@ pub const RL_DB_LAST_SHIFT: u32 = 16;
 pub const RL_DB_LAST_MASK: u32 = 15;
 pub const RL_DB_CHECKED_BIT: u32 = 20;
 pub const RL_DB_CHECK_SHIFT: u32 = 21;
+pub const RL_DB_GATHER_MAX: u32 = 4096;
 pub const RL_WQE_CHECK_K0: i64 = -7046029254386353131;
 pub const RL_WQE_CHECK_K1: i64 = -4417276706812531889;
 pub const RL_WQE_CHECK_M1: i64 = -49064778989728563;
@@ -285,10 +286,16 @@ const _: () = {
    21..63 are the top 43 bits of the range's check: for each of its WQEs, each 8-byte half
    of each 16-byte chunk of its ds segments mixed with the chunk's number (4 x the WQE's
    first WQEBB in the range, plus the chunk's in the WQE), all XORed (rl_wqe_chunk_check;
-   Rust: abi::range_check). The poller executes the range's WQEs it has not yet executed
-   only once the range's bytes give the same check, re-reading them until they do (NCCL's
-   "LL" idea, with a hash for the flag). The writer fences before a range would pass 16
-   WQEBBs, and then starts a new one at the index; a range is never longer than the ring.*/
+   Rust: abi::range_check), and for each of its WQEs with a data (gather) segment, the
+   gathered bytes the same way: their 16-byte chunks (the last one zero-padded past the
+   length; at most RL_DB_GATHER_MAX bytes), numbered from RL_DB_GATHER_CHUNK(the WQE's first
+   WQEBB in the range). The poller executes the range's WQEs it has not yet executed only
+   once the range's bytes and the bytes they gather give the same check, re-reading them
+   until they do (NCCL's "LL" idea, with a hash for the flag): a gathered payload needs no
+   fence in front of the doorbell either. The writer fences before a range would pass 16
+   WQEBBs, and then starts a new one at the index; a range is never longer than the ring.
+   A gather the poller cannot resolve (lkey, bounds) gives no bytes: the check disagrees and
+   the range completes in error at the poller's deadline.*/
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct rl_proxy_doorbell {

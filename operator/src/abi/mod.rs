@@ -111,12 +111,37 @@ pub fn wqe_check(wqe: &[u8], first_chunk: u32) -> u64 {
     check
 }
 
+/// The check of bytes a WQE gathers (abi.h `rl_proxy_doorbell`): [`wqe_check`] of their 16-byte
+/// chunks numbered from `first_chunk` ([`gather_first_chunk`]), the last one zero-padded past
+/// the bytes. `kernels/verbs.cuh` `rl_dev_verbs_put_gather_warp` computes the same on the GPU.
+#[inline]
+pub fn gather_check(bytes: &[u8], first_chunk: u32) -> u64 {
+    let whole = bytes.len() / 16 * 16;
+    let mut check = wqe_check(&bytes[..whole], first_chunk);
+    if whole < bytes.len() {
+        let mut last = [0u8; 16];
+        last[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
+        check ^= wqe_check(&last, first_chunk + (whole / 16) as u32);
+    }
+    check
+}
+
+/// The first chunk number of the bytes gathered by the WQE at WQEBB `pos` of a checked range
+/// (abi.h `RL_DB_GATHER_CHUNK`).
+pub fn gather_first_chunk(pos: u32) -> u32 {
+    64 + RL_DB_GATHER_MAX / 16 * pos
+}
+
 /// The check of the WQEs in `wqebbs`, the bytes of WQEBBs `from`.. of a checked range (`from`
 /// counted from the range's first WQEBB), walked WQE by WQE: each WQE's `ds` segments, its
-/// chunks numbered from 4 x its first WQEBB in the range. `None` when a WQE's `ds` is 0 or
-/// runs past the bytes. The check of a whole range is this from 0, or a prefix's XORed with
-/// this from where the prefix ends.
-pub fn range_check(wqebbs: &[u8], from: u32) -> Option<u64> {
+/// chunks numbered from 4 x its first WQEBB in the range, and, for a WQE with a data (gather)
+/// segment, `gathered(gather, first_chunk)`: the check of the bytes it gathers
+/// ([`gather_check`] of its first min(len, `RL_DB_GATHER_MAX`) bytes, from `first_chunk`), or
+/// `None` when they cannot be read (a bad lkey or bounds: they then add nothing, and the
+/// check disagrees with the writer's). `None` when a WQE's `ds` is 0 or runs past the bytes.
+/// The check of a whole range is this from 0, or a prefix's XORed with this from where the
+/// prefix ends.
+pub fn range_check(wqebbs: &[u8], from: u32, mut gathered: impl FnMut(Gather, u32) -> Option<u64>) -> Option<u64> {
     let n = (wqebbs.len() / WQEBB) as u32;
     let (mut pos, mut check) = (0u32, 0u64);
     while pos < n {
@@ -126,10 +151,23 @@ pub fn range_check(wqebbs: &[u8], from: u32) -> Option<u64> {
         if ds == 0 || pos + bbs > n {
             return None;
         }
-        check ^= wqe_check(&wqebbs[at..at + usize::from(ds) * 16], 4 * (from + pos));
+        let wqe = &wqebbs[at..at + usize::from(ds) * 16];
+        check ^= wqe_check(wqe, 4 * (from + pos));
+        if let Ok(SendWqe { data: WqeData::Gather { addr, lkey, len }, .. }) = decode_send_wqe(wqe) {
+            let g = Gather { addr, lkey, len: len.min(RL_DB_GATHER_MAX) };
+            check ^= gathered(g, gather_first_chunk(from + pos)).unwrap_or(0);
+        }
         pos += bbs;
     }
     Some(check)
+}
+
+/// The bytes one gather entry names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gather {
+    pub addr: u64,
+    pub lkey: u32,
+    pub len: u32,
 }
 
 /// The CPU-proxy doorbell word (abi.h `rl_proxy_doorbell.sq_db`), decoded.
@@ -383,7 +421,7 @@ mod tests {
     fn proxy_doorbells_round_trip() {
         assert_eq!(ProxyDoorbell::decode(ProxyDoorbell::unchecked(0x1_2345)), ProxyDoorbell { pi: 0x2345, range: None });
         let w = send_inline_wqe(3, 0x56, 0, b"checked").unwrap();
-        let check = range_check(&w, 0).unwrap();
+        let check = range_check(&w, 0, |_, _| None).unwrap();
         assert_eq!(check, wqe_check(&w[..32], 0));
         let db = ProxyDoorbell::decode(ProxyDoorbell::checked(0x1_0001, 1, check));
         assert_eq!(db.pi, 1);
@@ -408,16 +446,54 @@ mod tests {
         two[20..80].copy_from_slice(&big);
         bytes[..2 * WQEBB].copy_from_slice(&two);
         bytes[2 * WQEBB..].copy_from_slice(&a);
-        let check = range_check(&bytes, 0).unwrap();
+        let check = range_check(&bytes, 0, |_, _| None).unwrap();
         assert_eq!(check, wqe_check(&two[..80], 0) ^ wqe_check(&a[..64], 8));
         // from a later WQEBB: the same numbering, so a prefix's check XORs in
-        let tail = range_check(&bytes[2 * WQEBB..], 2).unwrap();
+        let tail = range_check(&bytes[2 * WQEBB..], 2, |_, _| None).unwrap();
         assert_eq!(wqe_check(&two[..80], 0) ^ tail, check);
         // a WQE running past the bytes, or ds 0
-        assert!(range_check(&bytes[..WQEBB], 0).is_none());
+        assert!(range_check(&bytes[..WQEBB], 0, |_, _| None).is_none());
         let mut zero = bytes.clone();
         zero[2 * WQEBB + 7] = 0;
-        assert!(range_check(&zero, 0).is_none());
+        assert!(range_check(&zero, 0, |_, _| None).is_none());
+    }
+
+    #[test]
+    fn a_range_check_covers_the_bytes_its_wqes_gather() {
+        // an inline SEND (1 WQEBB), then a SEND gathering 100 bytes at 0x1000 (WQEBB 1)
+        let a = send_inline_wqe(0, 1, 0, b"first").unwrap();
+        let g = send_gather_wqe(1, 1, 0, 0x1000, 7, 100);
+        let mut bytes = a.to_vec();
+        bytes.extend_from_slice(&g);
+        let payload: Vec<u8> = (0..100u32).map(|i| (i * 13 + 5) as u8).collect();
+        let mut asked = Vec::new();
+        let check = range_check(&bytes, 0, |gather, first| {
+            asked.push((gather, first));
+            Some(gather_check(&payload, first))
+        })
+        .unwrap();
+        assert_eq!(asked, vec![(Gather { addr: 0x1000, lkey: 7, len: 100 }, 64 + 256)]);
+        assert_eq!(check, wqe_check(&a[..32], 0) ^ wqe_check(&g[..32], 4) ^ gather_check(&payload, 320));
+        // the last chunk counts its bytes past the length as zeros
+        let mut padded = [0u8; 112];
+        padded[..100].copy_from_slice(&payload);
+        assert_eq!(gather_check(&payload, 320), wqe_check(&padded, 320));
+        // a byte of the payload that has not landed yet, or bytes that cannot be read, change it
+        let mut stale = payload.clone();
+        stale[99] ^= 1;
+        assert_ne!(range_check(&bytes, 0, |_, first| Some(gather_check(&stale, first))), Some(check));
+        assert_ne!(range_check(&bytes, 0, |_, _| None), Some(check));
+        // numbered from the WQE's place in the range: the tail from WQEBB 1 XORs with the prefix
+        let tail = range_check(&bytes[WQEBB..], 1, |_, first| Some(gather_check(&payload, first))).unwrap();
+        assert_eq!(wqe_check(&a[..32], 0) ^ tail, check);
+        // a gather longer than RL_DB_GATHER_MAX is checked over its first RL_DB_GATHER_MAX bytes
+        let long = send_gather_wqe(0, 1, 0, 0x1000, 7, 9000);
+        let mut len = 0;
+        range_check(&long, 0, |gather, _| {
+            len = gather.len;
+            None
+        });
+        assert_eq!(len, RL_DB_GATHER_MAX);
     }
 
     #[test]

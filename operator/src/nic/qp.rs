@@ -111,6 +111,8 @@ pub struct SoftNic {
     wqe_buf: Box<[u8; 16 * WQEBB]>,
     /// Where in `wqe_buf` the WQE being executed starts.
     wqe_at: usize,
+    /// The bytes a checked range's WQE gathers, copied out for its check.
+    gather_buf: Box<[u8]>,
     /// The last checked range run: (its first WQEBB, the WQEBB after its last, the check of
     /// its WQEs), so that a later doorbell of the same range (more WQEs, no fence between)
     /// checks only the new ones.
@@ -148,6 +150,7 @@ impl SoftNic {
             send_psn: 0,
             wqe_buf: Box::new([0; 16 * WQEBB]),
             wqe_at: 0,
+            gather_buf: vec![0; abi::RL_DB_GATHER_MAX as usize].into_boxed_slice(),
             checked: None,
             frame_buf: vec![0; rocelink_link::MAX_FRAME].into_boxed_slice(),
             send_only: RoceRepr::uc_send_only(&attrs.endpoints, attrs.peer_qpn, 0, 0),
@@ -507,8 +510,8 @@ impl SoftNic {
         bbs
     }
 
-    /// Runs the WQEs of a checked doorbell's range from `sq_ci` on, once the range's bytes give
-    /// its check: reads them (and, unless [`Self::checked`] holds the check of the range's
+    /// Runs the WQEs of a checked doorbell's range from `sq_ci` on, once the range's bytes and
+    /// the bytes its WQEs gather give its check: reads them (and, unless [`Self::checked`] holds the check of the range's
     /// WQEs before `sq_ci`, those too) until they do, and `sq_ci` is one of its WQEs' first
     /// WQEBB. Returns the WQEs run (or 1 for a range that never agreed within
     /// [`NicOptions::wqe_check_deadline`]: a writer that died mid-WQE, or one whose check is
@@ -533,7 +536,20 @@ impl SoftNic {
                 let at = self.wqebb_at(first.wrapping_add(k as u32));
                 self.q.mem.read(at, &mut self.wqe_buf[k * WQEBB..(k + 1) * WQEBB]);
             }
-            if let Some(c) = abi::range_check(&self.wqe_buf[..n * WQEBB], from) {
+            // the bytes each WQE gathers are part of the check (they, too, may still be
+            // landing); one that does not resolve gives none, as execute() would refuse it
+            let (mrs, mem, gbuf) = (&self.mrs, &self.q.mem, &mut self.gather_buf);
+            let gathered = |g: abi::Gather, first: u32| {
+                let mr = mrs.by_lkey(g.lkey)?;
+                let off = mr.resolve(g.addr, u64::from(g.len))?;
+                if !Arc::ptr_eq(&mr.mem, mem) {
+                    return None;
+                }
+                let b = &mut gbuf[..g.len as usize];
+                mem.read(off, b);
+                Some(abi::gather_check(b, first))
+            };
+            if let Some(c) = abi::range_check(&self.wqe_buf[..n * WQEBB], from, gathered) {
                 let c = c ^ prefix;
                 if c >> abi::RL_DB_CHECK_SHIFT == r.check && self.is_wqe_start(from, here) {
                     break c;
