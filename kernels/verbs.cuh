@@ -231,6 +231,15 @@ __device__ __forceinline__ uint64_t rl_wqe_chunk_check(uint32_t i, uint4 v) {
     return rl_fmix64(a ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0) ^ rl_fmix64(b ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K1);
 }
 
+/** The check of chunk `i` of bytes a WQE gathers (abi.h rl_proxy_doorbell): the two halves,
+ * each XORed with the chunk's number times a constant, multiplied (128 bits), the product's
+ * halves XORed. The same function as the NIC's (Rust: abi::gather_check). */
+__device__ __forceinline__ uint64_t rl_gather_chunk_check(uint32_t i, uint4 v) {
+    const uint64_t x = (((uint64_t)v.y << 32) | v.x) ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0;
+    const uint64_t y = (((uint64_t)v.w << 32) | v.z) ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K1;
+    return (x * y) ^ __umul64hi(x, y);
+}
+
 /** XOR of `v` over the whole warp (redux.sync, sm_80+: one instruction; no memory ordering). */
 __device__ __forceinline__ uint32_t rl_reduce_xor_warp(uint32_t v) {
     uint32_t r;
@@ -303,7 +312,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send(const struct r
  * Writes the `len` bytes at `src` (16-byte aligned, shared or global memory, readable up to
  * the next 16-byte boundary) to `dst` (16-byte aligned: a TX slot a WQE will gather), lane k
  * the 16-byte chunks k, k + 32, ... Returns the lane's part of those bytes' check for a checked
- * doorbell (abi.h rl_proxy_doorbell): each chunk's rl_wqe_chunk_check, numbered from
+ * doorbell (abi.h rl_proxy_doorbell): each chunk's rl_gather_chunk_check, numbered from
  * `check_base` (RL_DB_GATHER_CHUNK of the gathering WQE's first WQEBB less the range's
  * first), the last chunk's bytes past `len` taken as zeros (what the NIC hashes; the bytes
  * stored there are padding it never sends). `len` <= RL_DB_GATHER_MAX. Warp scope.
@@ -325,7 +334,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_put_gather_warp(uint8_t *dst, c
             v.z &= m2;
             v.w &= m3;
         }
-        check ^= rl_wqe_chunk_check(check_base + off / 16, v);
+        check ^= rl_gather_chunk_check(check_base + off / 16, v);
     }
     return check;
 }

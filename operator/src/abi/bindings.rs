@@ -287,9 +287,12 @@ const _: () = {
    of each 16-byte chunk of its ds segments mixed with the chunk's number (4 x the WQE's
    first WQEBB in the range, plus the chunk's in the WQE), all XORed (rl_wqe_chunk_check;
    Rust: abi::range_check), and for each of its WQEs with a data (gather) segment, the
-   gathered bytes the same way: their 16-byte chunks (the last one zero-padded past the
-   length; at most RL_DB_GATHER_MAX bytes), numbered from RL_DB_GATHER_CHUNK(the WQE's first
-   WQEBB in the range). The poller executes the range's WQEs it has not yet executed only
+   gathered bytes: their 16-byte chunks (the last one zero-padded past the length; at most
+   RL_DB_GATHER_MAX bytes), numbered from RL_DB_GATHER_CHUNK(the WQE's first WQEBB in the
+   range), each as its two 8-byte halves, each XORed with the chunk's number times one of the
+   constants below, multiplied as 128 bits and the product's two halves XORed: one multiply a
+   chunk instead of two finalizers, as the NIC hashes every gathered byte in the answer's path
+   (rl_gather_chunk_check; Rust: abi::gather_check). The poller executes the range's WQEs it has not yet executed only
    once the range's bytes and the bytes they gather give the same check, re-reading them
    until they do (NCCL's "LL" idea, with a hash for the flag): a gathered payload needs no
    fence in front of the doorbell either. The writer fences before a range would pass 16

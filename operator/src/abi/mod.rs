@@ -111,17 +111,37 @@ pub fn wqe_check(wqe: &[u8], first_chunk: u32) -> u64 {
     check
 }
 
-/// The check of bytes a WQE gathers (abi.h `rl_proxy_doorbell`): [`wqe_check`] of their 16-byte
-/// chunks numbered from `first_chunk` ([`gather_first_chunk`]), the last one zero-padded past
-/// the bytes. `kernels/verbs.cuh` `rl_dev_verbs_put_gather_warp` computes the same on the GPU.
+/// The check of bytes a WQE gathers (abi.h `rl_proxy_doorbell`), their 16-byte chunks numbered
+/// from `first_chunk` ([`gather_first_chunk`]), the last one zero-padded past the bytes: for
+/// chunk number `i` (from 1) with halves `a`, `b` (little-endian), the 128-bit product of
+/// `a ^ i * K0` and `b ^ i * K1`, its halves XORed; all XORed. One multiply a chunk (the
+/// NIC hashes every gathered byte in the answer's path: ~0.09 us/KiB against ~0.26 for
+/// [`wqe_check`]'s two finalizers). `kernels/verbs.cuh` `rl_gather_chunk_check` computes the
+/// same on the GPU.
 #[inline]
 pub fn gather_check(bytes: &[u8], first_chunk: u32) -> u64 {
-    let whole = bytes.len() / 16 * 16;
-    let mut check = wqe_check(&bytes[..whole], first_chunk);
-    if whole < bytes.len() {
+    const K0: u64 = RL_WQE_CHECK_K0 as u64;
+    const K1: u64 = RL_WQE_CHECK_K1 as u64;
+    let mix = |c: &[u8], k0: u64, k1: u64| {
+        let a = u64::from_le_bytes(c[0..8].try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(c[8..16].try_into().expect("8 bytes"));
+        let p = u128::from(a ^ k0) * u128::from(b ^ k1);
+        p as u64 ^ (p >> 64) as u64
+    };
+    // the chunks' keys by addition: no multiply for them in the loop
+    let i = u64::from(first_chunk) + 1;
+    let (mut k0, mut k1) = (i.wrapping_mul(K0), i.wrapping_mul(K1));
+    let mut check = 0;
+    let mut chunks = bytes.chunks_exact(16);
+    for c in &mut chunks {
+        check ^= mix(c, k0, k1);
+        k0 = k0.wrapping_add(K0);
+        k1 = k1.wrapping_add(K1);
+    }
+    if !chunks.remainder().is_empty() {
         let mut last = [0u8; 16];
-        last[..bytes.len() - whole].copy_from_slice(&bytes[whole..]);
-        check ^= wqe_check(&last, first_chunk + (whole / 16) as u32);
+        last[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+        check ^= mix(&last, k0, k1);
     }
     check
 }
@@ -477,7 +497,21 @@ mod tests {
         // the last chunk counts its bytes past the length as zeros
         let mut padded = [0u8; 112];
         padded[..100].copy_from_slice(&payload);
-        assert_eq!(gather_check(&payload, 320), wqe_check(&padded, 320));
+        assert_eq!(gather_check(&payload, 320), gather_check(&padded, 320));
+        // chunk by chunk: each chunk's mix, numbered from the first, XORed
+        let one = |c: &[u8], i: u64| {
+            let a = u64::from_le_bytes(c[..8].try_into().unwrap()) ^ i.wrapping_mul(RL_WQE_CHECK_K0 as u64);
+            let b = u64::from_le_bytes(c[8..].try_into().unwrap()) ^ i.wrapping_mul(RL_WQE_CHECK_K1 as u64);
+            let p = u128::from(a) * u128::from(b);
+            p as u64 ^ (p >> 64) as u64
+        };
+        let by_chunk = padded.chunks(16).enumerate().fold(0, |acc, (k, c)| acc ^ one(c, 321 + k as u64));
+        assert_eq!(gather_check(&payload, 320), by_chunk);
+        // a flip of the same bit in two chunks does not cancel
+        let mut two = padded;
+        two[7] ^= 0x80;
+        two[23] ^= 0x80;
+        assert_ne!(gather_check(&two, 320), gather_check(&padded, 320));
         // a byte of the payload that has not landed yet, or bytes that cannot be read, change it
         let mut stale = payload.clone();
         stale[99] ^= 1;
