@@ -576,7 +576,10 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
     uint32_t checked = 0; /* rung with a checked doorbell (no fence in front) */
     uint64_t t_db = 0;    /* lane 0: when the doorbell was rung (or the message dropped) */
     if (n >= 0) {
-        const uint32_t nbb = n <= RL_MAX_INLINE ? rl_dev_verbs_inline_wqebbs((uint32_t)n) : 1;
+        /* inline: a register form's answer is at most RL_REG_MAX bytes (stage.cuh), so with
+         * from_regs (a constant where it is called) the gathered branch is not even compiled */
+        const uint32_t inl = n <= RL_MAX_INLINE || (RL_MAX_INLINE >= RL_REG_MAX && from_regs);
+        const uint32_t nbb = inl ? rl_dev_verbs_inline_wqebbs((uint32_t)n) : 1;
         /* The send slots: room for the largest answer was made after the last message (lane 0,
          * below), so the reservation is the producer index, which every lane keeps alike: no
          * lane 0 step and no shuffle on the way to the doorbell. signal_every is a power of two
@@ -585,7 +588,7 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
         L.sq.pi += nbb;
         const uint32_t fm_ce_se = ((first + nbb) >> L.sh != first >> L.sh) ? RL_WQE_CTRL_CQ_UPDATE : 0;
         RL_PMARK(5);
-        if (n <= RL_MAX_INLINE) {
+        if (inl) {
             /* from_regs: the answer is in `regs`, 16 bytes a lane (RL_REG_PATH, n <= 256) */
             const uint64_t check =
                 from_regs ? rl_dev_verbs_wqe_prepare_send_inline_regs_warp(&L.sq, first, fm_ce_se, regs, (uint32_t)n, (first - L.range_first) * 4)
