@@ -588,47 +588,37 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
         L.sq.pi += nbb;
         const uint32_t fm_ce_se = ((first + nbb) >> L.sh != first >> L.sh) ? RL_WQE_CTRL_CQ_UPDATE : 0;
         RL_PMARK(5);
+        uint64_t check; /* the lane's part of the WQE's check (and of the bytes it gathers) */
         if (inl) {
             /* from_regs: the answer is in `regs`, 16 bytes a lane (RL_REG_PATH, n <= 256) */
-            const uint64_t check =
-                from_regs ? rl_dev_verbs_wqe_prepare_send_inline_regs_warp(&L.sq, first, fm_ce_se, regs, (uint32_t)n, (first - L.range_first) * 4)
-                          : rl_dev_verbs_wqe_prepare_send_inline_warp(&L.sq, first, fm_ce_se, answer, (uint32_t)n, (first - L.range_first) * 4);
-#if RL_CHECKED_DOORBELL
-            RL_PMARK(6);
-            rl_dev_verbs_submit_proxy_checked_warp(&L.sq, L.range_first, L.range_check, check);
-            if (lane == 0) t_db = rl_globaltimer();
-            checked = 1;
-#else
-            (void)check;
-#endif
+            check = from_regs ? rl_dev_verbs_wqe_prepare_send_inline_regs_warp(&L.sq, first, fm_ce_se, regs, (uint32_t)n, (first - L.range_first) * 4)
+                              : rl_dev_verbs_wqe_prepare_send_inline_warp(&L.sq, first, fm_ce_se, answer, (uint32_t)n, (first - L.range_first) * 4);
         } else {
             /* the answer to its TX slot and a SEND that gathers it; with a checked doorbell the
              * check covers the slot's bytes too (abi.h rl_proxy_doorbell), so no fence goes in
              * front of this doorbell either */
             uint8_t *txs = (uint8_t *)d.tx_buffer + (size_t)(first & (d.sq.entries - 1)) * d.tx_slot_stride;
-            uint64_t check = rl_dev_verbs_put_gather_warp(txs, answer, (uint32_t)n, RL_DB_GATHER_CHUNK(first - L.range_first));
+            check = rl_dev_verbs_put_gather_warp(txs, answer, (uint32_t)n, RL_DB_GATHER_CHUNK(first - L.range_first));
             if (lane == 0) {
                 const uint64_t iova = d.tx_buffer_iova + (uint64_t)(first & (d.sq.entries - 1)) * d.tx_slot_stride;
                 check ^= rl_dev_verbs_wqe_prepare_send(&L.sq, first, fm_ce_se, iova, d.tx_lkey, (uint32_t)n, (first - L.range_first) * 4);
             }
+        }
 #if RL_CHECKED_DOORBELL
-            RL_PMARK(6);
-            rl_dev_verbs_submit_proxy_checked_warp(&L.sq, L.range_first, L.range_check, check);
-            if (lane == 0) t_db = rl_globaltimer();
-            checked = 1;
+        RL_PMARK(6);
+        rl_dev_verbs_submit_proxy_checked_warp(&L.sq, L.range_first, L.range_check, check);
+        if (lane == 0) t_db = rl_globaltimer();
+        checked = 1;
 #else
-            (void)check;
+        (void)check;
+        rl_poison(L, d, lane);
+        __syncwarp(); /* every lane's WQE, payload and poison stores precede the doorbell's fence */
+        RL_PMARK(6);
+        if (lane == 0) {
+            rl_dev_verbs_submit_proxy(&L.sq);
+            t_db = rl_globaltimer();
+        }
 #endif
-        }
-        if (!checked) {
-            rl_poison(L, d, lane);
-            __syncwarp(); /* every lane's WQE, payload and poison stores precede the doorbell's fence */
-            RL_PMARK(6);
-            if (lane == 0) {
-                rl_dev_verbs_submit_proxy(&L.sq);
-                t_db = rl_globaltimer();
-            }
-        }
     }
     if (n < 0 || checked) rl_poison(L, d, lane);
     /* The release fence: 2 when one already went in front of an unchecked doorbell; 1 when it

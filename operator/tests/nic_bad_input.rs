@@ -1291,11 +1291,7 @@ fn ring_unchecked(rig: &Rig, pi: u32) {
 /// Stores a checked CPU-proxy doorbell (abi.h `rl_proxy_doorbell`, as the GPU data path does:
 /// no fence in front) whose range is `range` (whole WQEBBs), just below `pi`.
 fn ring_checked(rig: &Rig, pi: u32, range: &[u8]) {
-    let check = abi::range_check(range, 0, |_, _| None).expect("well-formed WQEs");
-    rig.q
-        .mem
-        .atomic_u64(rig.q.layout.proxy_doorbell)
-        .store(abi::ProxyDoorbell::checked(pi, (range.len() / abi::WQEBB) as u32, check), std::sync::atomic::Ordering::Release);
+    ring_checked_gathering(rig, pi, range, &[]);
 }
 
 #[test]
@@ -1395,7 +1391,7 @@ fn a_checked_doorbell_whose_bytes_never_agree_completes_in_error_after_the_deadl
 }
 
 /// A checked doorbell over `range` whose WQEs gather `gathered` (each gathering WQE the same
-/// bytes), just below `pi`.
+/// bytes; none for inline WQEs), just below `pi`.
 fn ring_checked_gathering(rig: &Rig, pi: u32, range: &[u8], gathered: &[u8]) {
     let check = abi::range_check(range, 0, |_, first| Some(abi::gather_check(gathered, first))).expect("well-formed WQEs");
     rig.q
