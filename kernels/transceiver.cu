@@ -6,7 +6,7 @@
  * (kernels/stages/stage.cuh) and answers, with warp barriers only; the other warps wait at a
  * block barrier and join only when a stage hands a request to the block (RL_STAGE_TO_BLOCK:
  * a QEC decode of many defects), a message longer than RL_WARP_LOAD bytes must be loaded
- * (RL_BLOCK_LOAD: one load per thread), or the kernel stops. Per message:
+ * (RL_BLOCK_LOAD: the block's loads all in flight), or the kernel stops. Per message:
  *   1+2. warp 0 polls, from a wait after the last doorbell that it tunes itself
  *      (RL_PHASE_LOCK), with one load instruction per iteration: the whole receive CQE line
  *      (lanes 0..3) and, when the last message was 33..RL_SPEC_BYTES bytes, the first bytes of
@@ -236,11 +236,19 @@ __device__ __forceinline__ uint32_t rl_spec_chunks(uint32_t spec, uint32_t last_
 
 /* Loads `len` bytes at `src` (host memory) into `dst` (shared), thread `t` of `nt` loading
  * the 16-byte chunks t, t + nt, ..., every load issued before the first store that uses one.
- * A thread's loads of host memory are not in flight together, measured: a warp that loaded a
- * 1 KiB message with two loads per lane took two PCIe round trips (2.7 us), the same with weak
- * loads. So a message of up to RL_WARP_LOAD bytes is loaded by warp 0 (one load per lane), a
- * longer one by the block (RL_THREADS * 16 bytes per round). */
-#define RL_WARP_LOAD (32 * 16)
+ * How many of a warp's loads of host memory are in flight together, measured on the H200 (the
+ * turnaround of a request loaded after its CQE, latency-reports/poll-probes/ab-warp-load.txt):
+ * two a lane (1 KiB) cost one PCIe round and ~0.1 us, four a lane (2 KiB) a second round
+ * (+1 us). So a message of up to RL_WARP_LOAD bytes (two loads a lane) is loaded by warp 0,
+ * with no hand-over to the block (0.13-0.29 us less turnaround at 700 B and 1 KiB than the
+ * block's load), a longer one by the block (RL_THREADS * 16 bytes a load, up to two a thread:
+ * 4 KiB still takes one round). */
+#ifndef RL_WARP_LOAD
+#define RL_WARP_LOAD (32 * 16 * 2)
+#endif
+#if RL_WARP_LOAD % 512 != 0 || RL_WARP_LOAD > RL_MAX_MSG
+#error "RL_WARP_LOAD: a multiple of 512 bytes (16 a lane a load), at most RL_MAX_MSG"
+#endif
 #define RL_BLOCK_CHUNKS ((RL_MAX_MSG + RL_THREADS * 16 - 1) / (RL_THREADS * 16))
 template <int CHUNKS>
 __device__ __forceinline__ void rl_load(uint8_t *dst, const uint8_t *src, uint32_t len, uint32_t t, uint32_t nt) {
@@ -408,9 +416,9 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     if (reload && !recqe) rl_fence_acquire_sys();
     if (reload && len <= RL_WARP_LOAD) {
         /* the speculated bytes are the message's when the slot and the size fit and no word in
-         * it still holds the poison; else one more round, one load per lane */
+         * it still holds the poison; else one more round (up to two loads a lane) */
         __syncwarp(); /* the poison check read `req` */
-        rl_load<1>(req, slot_base + (size_t)slot * d.rx_slot_stride, len, lane, 32);
+        rl_load<RL_WARP_LOAD / 512>(req, slot_base + (size_t)slot * d.rx_slot_stride, len, lane, 32);
     }
     /* the request is whole in this read's registers: from the CQE unless poisoned (then it
      * was read again), or from the predicted slot when it needs no reload */

@@ -51,6 +51,8 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_THREADS=32"],
         &["-DRL_THREADS=256", "-DRL_PROFILE"],
         &["-DRL_PREPOLL=0"],
+        &["-DRL_WARP_LOAD=512"],
+        &["-DRL_WARP_LOAD=2048"],
         &["-DRL_PROFILE"],
         &["-DRL_FENCE_MODE=0"],
         &["-DRL_DATA_LOAD=1"],
