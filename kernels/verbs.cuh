@@ -211,32 +211,15 @@ __device__ __forceinline__ void rl_dev_verbs_cq_update_ci(struct rl_dev_cq *cq) 
 
 /* ---- the WQE check (abi.h rl_proxy_doorbell) ---------------------------------------- */
 
-/** MurmurHash3's 64-bit finalizer. */
-__device__ __forceinline__ uint64_t rl_fmix64(uint64_t k) {
-    k ^= k >> 33;
-    k *= RL_WQE_CHECK_M1;
-    k ^= k >> 33;
-    k *= RL_WQE_CHECK_M2;
-    k ^= k >> 33;
-    return k;
-}
-
-/** The check of chunk `i` of a WQE (its bytes 16i..16i+15 as stored): a WQE's check is the XOR
- * of its chunks'. The same function as the NIC's (Rust: abi::wqe_check). */
-__device__ __forceinline__ uint64_t rl_wqe_chunk_check(uint32_t i, uint4 v) {
-    const uint64_t a = ((uint64_t)v.y << 32) | v.x; /* bytes 0..7, little-endian */
-    const uint64_t b = ((uint64_t)v.w << 32) | v.z; /* bytes 8..15 */
-    /* two independent mixes, not one after the other: half the dependent chain before the
-     * doorbell */
-    return rl_fmix64(a ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0) ^ rl_fmix64(b ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K1);
-}
-
-/** The check of chunk `i` of bytes a WQE gathers (abi.h rl_proxy_doorbell): the two halves,
- * each XORed with the chunk's number times a constant, multiplied (128 bits), the product's
- * halves XORed. The same function as the NIC's (Rust: abi::gather_check). */
-__device__ __forceinline__ uint64_t rl_gather_chunk_check(uint32_t i, uint4 v) {
-    const uint64_t x = (((uint64_t)v.y << 32) | v.x) ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0;
-    const uint64_t y = (((uint64_t)v.w << 32) | v.z) ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K1;
+/** The check of 16-byte chunk number `i` (abi.h rl_proxy_doorbell: of a WQE, numbered from
+ * 4 x its first WQEBB in the checked range, or of the bytes it gathers, from
+ * RL_DB_GATHER_CHUNK): its two halves, each XORed with (i + 1) times a constant, multiplied
+ * (128 bits), the product's halves XORed; a range's check is the XOR of its chunks'. One
+ * multiply: the NIC hashes every checked byte in the answer's path. The same function as the
+ * NIC's (Rust: abi::wqe_check, abi::gather_check). */
+__device__ __forceinline__ uint64_t rl_check_chunk(uint32_t i, uint4 v) {
+    const uint64_t x = (((uint64_t)v.y << 32) | v.x) ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0; /* bytes 0..7, little-endian */
+    const uint64_t y = (((uint64_t)v.w << 32) | v.z) ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K1; /* bytes 8..15 */
     return (x * y) ^ __umul64hi(x, y);
 }
 
@@ -305,14 +288,14 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send(const struct r
     const uint4 d = rl_dev_verbs_dseg(addr, lkey, len);
     rl_st16_sys(w, c);
     rl_st16_sys(w + 16, d);
-    return rl_wqe_chunk_check(check_base, c) ^ rl_wqe_chunk_check(check_base + 1, d);
+    return rl_check_chunk(check_base, c) ^ rl_check_chunk(check_base + 1, d);
 }
 
 /**
  * Writes the `len` bytes at `src` (16-byte aligned, shared or global memory, readable up to
  * the next 16-byte boundary) to `dst` (16-byte aligned: a TX slot a WQE will gather), lane k
  * the 16-byte chunks k, k + 32, ... Returns the lane's part of those bytes' check for a checked
- * doorbell (abi.h rl_proxy_doorbell): each chunk's rl_gather_chunk_check, numbered from
+ * doorbell (abi.h rl_proxy_doorbell): each chunk's rl_check_chunk, numbered from
  * `check_base` (RL_DB_GATHER_CHUNK of the gathering WQE's first WQEBB less the range's
  * first), the last chunk's bytes past `len` taken as zeros (what the NIC hashes; the bytes
  * stored there are padding it never sends). `len` <= RL_DB_GATHER_MAX. Warp scope.
@@ -334,7 +317,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_put_gather_warp(uint8_t *dst, c
             v.z &= m2;
             v.w &= m3;
         }
-        check ^= rl_gather_chunk_check(check_base + off / 16, v);
+        check ^= rl_check_chunk(check_base + off / 16, v);
     }
     return check;
 }
@@ -347,11 +330,11 @@ __device__ __forceinline__ uint32_t rl_dev_verbs_inline_wqebbs(uint32_t len) {
 
 /** Lane's part of writing a WQE chunk: stores `v` as bytes [off, off+16) of the WQE at WQEBB
  * `index` (a WQE may wrap around the end of the ring: each 64-byte WQEBB maps separately) and
- * returns its check (rl_wqe_chunk_check, chunk numbered check_base + off / 16). */
+ * returns its check (rl_check_chunk, chunk numbered check_base + off / 16). */
 __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_put_chunk(const struct rl_dev_sq *sq, uint32_t index, uint32_t off, uint4 v,
                                                                uint32_t check_base) {
     rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, index + off / RL_WQEBB_SIZE) + off % RL_WQEBB_SIZE, v);
-    return rl_wqe_chunk_check(check_base + off / 16, v);
+    return rl_check_chunk(check_base + off / 16, v);
 }
 
 /**
@@ -362,7 +345,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_put_chunk(const struct rl_d
  *
  * The inline data starts at WQE byte 20, so WQE chunk [off, off+16) holds data bytes
  * [off-20, off-4): four aligned words, no byte shuffling. Bytes past `len` are padding the
- * NIC ignores. Returns the lane's part of the check (rl_wqe_chunk_check of the chunks it
+ * NIC ignores. Returns the lane's part of the check (rl_check_chunk of the chunks it
  * wrote, numbered from `check_base`: 4 x the WQE's first WQEBB less the checked range's
  * first; 0 for none) for rl_dev_verbs_submit_proxy_checked_warp.
  */
@@ -430,7 +413,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_write(const struct 
     rl_st16_sys(w, c);
     rl_st16_sys(w + 16, r);
     rl_st16_sys(w + 32, d);
-    return rl_wqe_chunk_check(check_base, c) ^ rl_wqe_chunk_check(check_base + 1, r) ^ rl_wqe_chunk_check(check_base + 2, d);
+    return rl_check_chunk(check_base, c) ^ rl_check_chunk(check_base + 1, r) ^ rl_check_chunk(check_base + 2, d);
 }
 
 /**

@@ -42,8 +42,6 @@ pub const RL_DB_CHECK_SHIFT: u32 = 21;
 pub const RL_DB_GATHER_MAX: u32 = 4096;
 pub const RL_WQE_CHECK_K0: i64 = -7046029254386353131;
 pub const RL_WQE_CHECK_K1: i64 = -4417276706812531889;
-pub const RL_WQE_CHECK_M1: i64 = -49064778989728563;
-pub const RL_WQE_CHECK_M2: i64 = -4265267296055464877;
 pub const RL_STATE_LAUNCHED: u32 = 0;
 pub const RL_STATE_RUNNING: u32 = 1;
 pub const RL_STATE_EXITED: u32 = 2;
@@ -283,16 +281,15 @@ const _: () = {
    (a release fence across PCIe is ~0.55 us, latency-reports/README.md). Its range, the
    last (bits 16..19) + 1 WQEBBs below the index, holds the WQEs written since the writer's
    last fence: only they may still be landing; every WQE below the range is complete. Bits
-   21..63 are the top 43 bits of the range's check: for each of its WQEs, each 8-byte half
-   of each 16-byte chunk of its ds segments mixed with the chunk's number (4 x the WQE's
-   first WQEBB in the range, plus the chunk's in the WQE), all XORed (rl_wqe_chunk_check;
-   Rust: abi::range_check), and for each of its WQEs with a data (gather) segment, the
-   gathered bytes: their 16-byte chunks (the last one zero-padded past the length; at most
+   21..63 are the top 43 bits of the range's check: the XOR of a mix of every 16-byte chunk
+   of its WQEs' ds segments, numbered 4 x the WQE's first WQEBB in the range plus the
+   chunk's in the WQE, and, for each of its WQEs with a data (gather) segment, of the
+   gathered bytes' chunks (the last one zero-padded past the length; at most
    RL_DB_GATHER_MAX bytes), numbered from RL_DB_GATHER_CHUNK(the WQE's first WQEBB in the
-   range), each as its two 8-byte halves, each XORed with the chunk's number times one of the
-   constants below, multiplied as 128 bits and the product's two halves XORed: one multiply a
-   chunk instead of two finalizers, as the NIC hashes every gathered byte in the answer's path
-   (rl_gather_chunk_check; Rust: abi::gather_check). The poller executes the range's WQEs it has not yet executed only
+   range). A chunk's mix (rl_check_chunk; Rust: abi::wqe_check, abi::gather_check): its two
+   8-byte halves (little-endian), each XORed with (its number + 1) times one of the constants
+   below, multiplied as 128 bits, the product's two halves XORed: one multiply a chunk (the
+   NIC hashes every checked byte in the answer's path; Rust: abi::range_check). The poller executes the range's WQEs it has not yet executed only
    once the range's bytes and the bytes they gather give the same check, re-reading them
    until they do (NCCL's "LL" idea, with a hash for the flag): a gathered payload needs no
    fence in front of the doorbell either. The writer fences before a range would pass 16

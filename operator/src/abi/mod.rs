@@ -84,40 +84,22 @@ pub fn send_gather_wqe(wqe_index: u16, qpn: u32, fm_ce_se: u8, addr: u64, lkey: 
     w
 }
 
-/// MurmurHash3's 64-bit finalizer (for [`wqe_check`]).
-#[inline(always)]
-fn fmix64(mut k: u64) -> u64 {
-    k ^= k >> 33;
-    k = k.wrapping_mul(RL_WQE_CHECK_M1 as u64);
-    k ^= k >> 33;
-    k = k.wrapping_mul(RL_WQE_CHECK_M2 as u64);
-    k ^ (k >> 33)
-}
-
 /// The check of WQE bytes that a checked CPU-proxy doorbell carries (abi.h
 /// `rl_proxy_doorbell`), for the 16-byte chunks of `wqe` numbered from `first_chunk`: each
-/// chunk, as two little-endian words, each mixed with its number, all XORed (bytes past the
-/// last whole chunk are ignored). `kernels/verbs.cuh` `rl_wqe_chunk_check` computes the same
-/// on the GPU.
+/// chunk's mix ([`gather_check`]'s), all XORed (bytes past the last whole chunk are ignored).
+/// `kernels/verbs.cuh` `rl_check_chunk` computes the same on the GPU.
 #[inline]
 pub fn wqe_check(wqe: &[u8], first_chunk: u32) -> u64 {
-    let mut check = 0;
-    for (i, c) in wqe.chunks_exact(16).enumerate() {
-        let a = u64::from_le_bytes(c[0..8].try_into().expect("8 bytes"));
-        let b = u64::from_le_bytes(c[8..16].try_into().expect("8 bytes"));
-        let i = u64::from(first_chunk) + i as u64 + 1;
-        check ^= fmix64(a ^ i.wrapping_mul(RL_WQE_CHECK_K0 as u64)) ^ fmix64(b ^ i.wrapping_mul(RL_WQE_CHECK_K1 as u64));
-    }
-    check
+    gather_check(&wqe[..wqe.len() / 16 * 16], first_chunk)
 }
 
 /// The check of bytes a WQE gathers (abi.h `rl_proxy_doorbell`), their 16-byte chunks numbered
 /// from `first_chunk` ([`gather_first_chunk`]), the last one zero-padded past the bytes: for
 /// chunk number `i` (from 1) with halves `a`, `b` (little-endian), the 128-bit product of
 /// `a ^ i * K0` and `b ^ i * K1`, its halves XORed; all XORed. One multiply a chunk (the
-/// NIC hashes every gathered byte in the answer's path: ~0.09 us/KiB against ~0.26 for
-/// [`wqe_check`]'s two finalizers). `kernels/verbs.cuh` `rl_gather_chunk_check` computes the
-/// same on the GPU.
+/// NIC hashes every checked byte in the answer's path: ~0.09 us/KiB here, against ~0.26 for
+/// the two MurmurHash3 finalizers a chunk the check first used). `kernels/verbs.cuh`
+/// `rl_check_chunk` computes the same on the GPU.
 #[inline]
 pub fn gather_check(bytes: &[u8], first_chunk: u32) -> u64 {
     const K0: u64 = RL_WQE_CHECK_K0 as u64;
