@@ -114,6 +114,21 @@ fn assert_csv_records(path: &Path, count: u32) {
         assert_eq!(r[status], "ok", "{r:?}");
         assert!(r[rtt].parse::<u64>().unwrap() > 0, "{r:?}");
         assert!(!r[loop_ns].is_empty(), "every message has its loop timestamps: {r:?}");
+        // the software NIC's stamps: the CQE written before the data path saw it, the frame
+        // sent after its doorbell; where the peer shares the NIC's clock, the splits fit in
+        // the round trip
+        let num = |c: &str| r[col(c)].parse::<i64>().unwrap_or_else(|e| panic!("{c} in {r:?}: {e}"));
+        let (cqe, sent) = (num("nic_cqe_ns"), num("nic_sent_ns"));
+        assert!(cqe > 0 && sent > cqe, "{r:?}");
+        if !r[col("wire_nic_in_ns")].is_empty() {
+            let (into, out) = (num("wire_nic_in_ns"), num("wire_out_ns"));
+            // (the NIC reads its clock after its send returned, the data path after it rang:
+            // a preempted stamp can come after the next step's, so only these orders hold)
+            assert!(into > 0 && into < num("rtt_ns") && out < num("rtt_ns"), "{r:?}");
+            if !r[col("peer_to_host_ns")].is_empty() {
+                assert!(into <= num("peer_to_host_ns"), "the CQE is written before it is seen: {r:?}");
+            }
+        }
     }
 }
 

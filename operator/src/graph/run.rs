@@ -501,7 +501,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend_name == "cpu";
     {
         let reaction = reaction_samples(&driven.records, driven.first_request_id, per_shot, u64::from(plan.run.warmup));
-        let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, qec_reaction_samples: &reaction, same_clock };
+        let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, qec_reaction_samples: &reaction, same_clock, nic_clock: same_host_clock, send_trace: Some(&send_trace) };
         let mut files = Vec::new();
         for (name, op) in ops.iter_mut() {
             match op.finish(&finished) {

@@ -124,6 +124,11 @@ pub struct Finished<'a> {
     /// The peer stamps with the clock of the data path's records (fpga-sim on this host with
     /// the CPU backend: CLOCK_MONOTONIC), so one-way times can be taken.
     pub same_clock: bool,
+    /// The peer stamps with the software NIC's clock (fpga-sim on this host, whatever the
+    /// backend: CLOCK_MONOTONIC), so the wire and NIC parts of a round trip can be taken.
+    pub nic_clock: bool,
+    /// When each answer's frame left the software NIC (none for a real NIC).
+    pub send_trace: Option<&'a crate::nic::SendTrace>,
 }
 
 /// A host operator.

@@ -5,9 +5,19 @@
 //!
 //! Columns: `request_id, status, warmup, seq, slot, byte_count, sq_index, cqe_seen_ns,
 //! doorbell_ns, loop_ns, sent_ns, arrival_ns, rtt_ns, peer_to_host_ns, host_to_peer_ns,
-//! rpc_status, result_len`. `status` is `ok`, `lost`, `corrupted` or `stale`. The one-way
-//! splits are given only where the peer's clock is the host's (fpga-sim with the CPU
-//! backend); a cell is empty (CSV) or the key absent (JSON) where a value is unknown.
+//! rpc_status, result_len, nic_cqe_ns, nic_sent_ns, wire_nic_in_ns, wire_out_ns`. `status` is
+//! `ok`, `lost`, `corrupted` or `stale`. Clocks: `cqe_seen_ns` and `doorbell_ns` are the data
+//! path's (CLOCK_MONOTONIC on the CPU backend, %globaltimer on the GPU), `sent_ns` and
+//! `arrival_ns` the peer's, `nic_cqe_ns` (the NIC wrote the receive CQE) and `nic_sent_ns` (the
+//! answer's frame left the software NIC, while its send trace still holds it) the NIC's
+//! (CLOCK_MONOTONIC for the software NIC). The one-way splits are given only where two clocks
+//! are one: `peer_to_host_ns` / `host_to_peer_ns` where the peer's clock is the data path's
+//! (fpga-sim with the CPU backend), `wire_nic_in_ns` (request sent to CQE written) and
+//! `wire_out_ns` (frame sent to the peer's arrival stamp) where it is the NIC's (fpga-sim on
+//! this host, any backend: on the GPU the rest of a round trip, `rtt_ns - wire_nic_in_ns -
+//! loop_ns - wire_out_ns`, is the two PCIe hops and the NIC's send work; the NIC reads its
+//! clock after its send returned, so the peer may stamp the frame first and `wire_out_ns` be a
+//! little negative). A cell is empty (CSV) or the key absent (JSON) where a value is unknown.
 //!
 //! The file is created when the run starts (so a path that cannot be written fails the run
 //! before anything is sent) and written at the end. Records are kept in memory until then
@@ -105,8 +115,9 @@ impl HostOperator for Recorder {
     }
 }
 
-const COLUMNS: [&str; 17] = [
+const COLUMNS: [&str; 21] = [
     "request_id", "status", "warmup", "seq", "slot", "byte_count", "sq_index", "cqe_seen_ns", "doorbell_ns", "loop_ns", "sent_ns", "arrival_ns", "rtt_ns", "peer_to_host_ns", "host_to_peer_ns", "rpc_status", "result_len",
+    "nic_cqe_ns", "nic_sent_ns", "wire_nic_in_ns", "wire_out_ns",
 ];
 
 /// One message's row.
@@ -118,11 +129,15 @@ struct Row {
     tap: Option<MsgRecord>,
     capture: Option<CaptureRecord>,
     same_clock: bool,
+    /// The peer's clock is the NIC's.
+    nic_clock: bool,
+    /// When the answer's frame left the NIC (NIC clock).
+    nic_sent: Option<u64>,
 }
 
 impl Row {
     /// Column values, `None` where unknown.
-    fn cells(&self) -> [Option<String>; 17] {
+    fn cells(&self) -> [Option<String>; 21] {
         let t = self.tap.as_ref();
         let c = self.capture.as_ref();
         let s = |v: Option<u64>| v.map(|v| v.to_string());
@@ -145,6 +160,10 @@ impl Row {
             t.zip(c).filter(|_| self.same_clock).map(|(t, c)| signed(c.arrival_timestamp, t.doorbell_ns)),
             c.map(|c| c.rpc_status.to_string()),
             s(c.map(|c| u64::from(c.result_len))),
+            s(t.map(|t| t.nic_cqe_ns).filter(|&v| v != 0)),
+            s(self.nic_sent),
+            t.zip(c).filter(|(t, _)| self.nic_clock && t.nic_cqe_ns != 0).map(|(t, c)| signed(t.nic_cqe_ns, c.echoed_timestamp)),
+            self.nic_sent.zip(c).filter(|_| self.nic_clock).map(|(sent, c)| signed(c.arrival_timestamp, sent)),
         ]
     }
 
@@ -173,6 +192,8 @@ fn join(tap: &[MsgRecord], run: &Finished<'_>) -> Vec<Row> {
     let first = run.first_request_id;
     let warmup = u64::from(run.report.warmup);
     let same_clock = run.same_clock;
+    let nic_clock = run.nic_clock;
+    let nic_sent = |tap: Option<MsgRecord>| tap.and_then(|t| run.send_trace.and_then(|tr| tr.sent_ns(t.sq_index)));
     let mut by_id: HashMap<u32, MsgRecord> = HashMap::with_capacity(tap.len());
     for r in tap {
         by_id.entry(r.request_id).or_insert(*r);
@@ -196,10 +217,12 @@ fn join(tap: &[MsgRecord], run: &Finished<'_>) -> Vec<Row> {
             Some(c) if c.flags & (capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK) != (capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK) => "corrupted",
             Some(_) => "ok",
         };
-        rows.push(Row { request_id: id, status, warmup: i < warmup, tap: by_id.get(&id).copied(), capture, same_clock });
+        let tap = by_id.get(&id).copied();
+        rows.push(Row { request_id: id, status, warmup: i < warmup, tap, capture, same_clock, nic_clock, nic_sent: nic_sent(tap) });
     }
     for c in stale {
-        rows.push(Row { request_id: c.request_id, status: "stale", warmup: false, tap: by_id.get(&c.request_id).copied(), capture: Some(c), same_clock });
+        let tap = by_id.get(&c.request_id).copied();
+        rows.push(Row { request_id: c.request_id, status: "stale", warmup: false, tap, capture: Some(c), same_clock, nic_clock, nic_sent: nic_sent(tap) });
     }
     rows
 }
@@ -217,23 +240,44 @@ mod tests {
     fn joins_by_request_id_with_a_row_per_request() {
         let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
         let tap = vec![
-            MsgRecord { seq: 0, request_id: 1, cqe_seen_ns: 1_100, doorbell_ns: 1_300, ..Default::default() },
-            MsgRecord { seq: 1, request_id: 2, cqe_seen_ns: 2_100, doorbell_ns: 2_300, ..Default::default() },
+            MsgRecord { seq: 0, request_id: 1, cqe_seen_ns: 1_100, doorbell_ns: 1_300, nic_cqe_ns: 1_050, ..Default::default() },
+            MsgRecord { seq: 1, request_id: 2, sq_index: 2, cqe_seen_ns: 2_100, doorbell_ns: 2_300, ..Default::default() },
         ];
+        let trace = crate::nic::SendTrace::new(8);
+        trace.record(0, 1_350); // request 1's answer (sq_index 0) left the NIC
         let capture = vec![cap(1, 1_000, 1_500, ok), cap(3, 3_000, 3_900, capture_flags::HEADER_OK), cap(99, 0, 1, ok)];
         let mut report = RunReport::empty();
         report.counts.sent = 4;
         report.warmup = 1;
-        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: true };
+        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: true, nic_clock: true, send_trace: Some(&trace) };
         let rows = join(&tap, &run);
         let status: Vec<(u32, &str)> = rows.iter().map(|r| (r.request_id, r.status)).collect();
         assert_eq!(status, vec![(1, "ok"), (2, "lost"), (3, "corrupted"), (4, "lost"), (99, "stale")]);
-        assert_eq!(rows[0].csv(), "1,ok,true,0,0,0,0,1100,1300,200,1000,1500,500,100,200,0,40");
-        assert_eq!(rows[1].csv(), "2,lost,false,1,0,0,0,2100,2300,200,,,,,,,");
+        assert_eq!(rows[0].csv(), "1,ok,true,0,0,0,0,1100,1300,200,1000,1500,500,100,200,0,40,1050,1350,50,150");
+        // no capture: no round trip nor one-way splits; no CQE time nor trace entry: empty
+        assert_eq!(rows[1].csv(), "2,lost,false,1,0,0,2,2100,2300,200,,,,,,,,,,,");
         let j: serde_json::Value = serde_json::from_str(&rows[0].json()).unwrap();
         assert_eq!(j["rtt_ns"], 500);
         assert_eq!(j["warmup"], true);
+        assert_eq!((j["wire_nic_in_ns"].as_i64(), j["wire_out_ns"].as_i64()), (Some(50), Some(150)));
         let j: serde_json::Value = serde_json::from_str(&rows[3].json()).unwrap();
         assert!(j.get("rtt_ns").is_none() && j["status"] == "lost");
+    }
+
+    #[test]
+    fn nic_splits_only_where_the_peer_shares_the_nics_clock() {
+        let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
+        let tap = vec![MsgRecord { seq: 0, request_id: 1, cqe_seen_ns: 9_000_100, doorbell_ns: 9_000_600, nic_cqe_ns: 1_050, ..Default::default() }];
+        let trace = crate::nic::SendTrace::new(8);
+        trace.record(0, 1_350);
+        let capture = vec![cap(1, 1_000, 1_500, ok)];
+        let mut report = RunReport::empty();
+        report.counts.sent = 1;
+        // a GPU run with fpga-sim on this host: the data path's clock is the GPU's, the NIC's is the peer's
+        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: false, nic_clock: true, send_trace: Some(&trace) };
+        assert_eq!(join(&tap, &run)[0].csv(), "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,50,150");
+        // a remote FPGA: its clock is its own; the NIC's stamps stay, the splits go
+        let run = Finished { nic_clock: false, ..run };
+        assert_eq!(join(&tap, &run)[0].csv(), "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,,");
     }
 }
