@@ -138,9 +138,15 @@
  * while messages queue (the next one is there), nor after a message that came sooner than
  * the wait plus a read after its doorbell (so a fixed cycle that leaves less slack is not
  * slowed); only samples within RL_PHASE_MAX_NS of the doorbell count (an idle gap says
- * nothing of the phase). 0: poll from the doorbell on. */
+ * nothing of the phase). 0 (the default): poll from the doorbell on. Off since 2026-12-01:
+ * with the data path as it is now (checked doorbell, register path), polling back to back
+ * from the doorbell gave the lower p50 on five hosts (64 B echo 0.2-0.3 us, 32 B 0.3, QEC d=5
+ * reaction 0.2, 22 of 22 alternating pairs; the 1 us cycle with 3 rounds a message kept up
+ * either way, its reaction p99 28 vs 42 us), while the lock's waits, chosen for the least
+ * mean, left two thirds of the messages a read-half later; a wait fixed at 0..800 ns was no
+ * better than none (latency-reports/poll-probes/ab-phase-lock-off.txt). */
 #ifndef RL_PHASE_LOCK
-#define RL_PHASE_LOCK 1
+#define RL_PHASE_LOCK 0
 #endif
 #ifndef RL_PHASE_STEPS
 #define RL_PHASE_STEPS 16u
@@ -554,6 +560,9 @@ __device__ __forceinline__ void rl_phase_update(struct rl_loop &L, struct rl_con
         }
     }
     L.delta = ph.locked ? ph.wait : ph.step * ph.period / RL_PHASE_STEPS;
+#ifdef RL_PHASE_FIXED_NS /* measurement only: this wait after every doorbell, no scan */
+    L.delta = RL_PHASE_FIXED_NS;
+#endif
     /* wait only where the next message should come well after the wait and one more read,
      * as this one did: not under periodic traffic that leaves less (a 3 us syndrome cycle
      * with a 2.5 us decode), where waiting would only add to each message */

@@ -55,13 +55,14 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"],
         &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
         &["-DRL_MAX_INLINE=44"],
-        &["-DRL_PHASE_LOCK=0"],
-        &["-DRL_PHASE_DEBUG"],
+        &["-DRL_PHASE_LOCK=1"],
+        &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_DEBUG"],
+        &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_FIXED_NS=300"],
         &["-DRL_GAP_DEBUG"],
         &["-DRL_CHECKED_DOORBELL=0"],
         &["-DRL_FENCE_EVERY=1"],
         &["-DRL_REG_PATH=0"],
-        &["-DRL_PHASE_STEPS=32u", "-DRL_PHASE_SAMPLES=64u"],
+        &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_STEPS=32u", "-DRL_PHASE_SAMPLES=64u"],
         &["-DRL_PHASE_LOCK=0", "-DRL_PREPOLL=0", "-DRL_THREADS=32"],
     ] {
         let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);

@@ -117,12 +117,14 @@ pub struct RunReport {
 }
 
 /// What the persistent kernel's poll phase lock chose (abi.h rl_control, kernels/transceiver.cu
-/// RL_PHASE_LOCK): the wait after each doorbell before its first poll read, and one read's time.
+/// RL_PHASE_LOCK, off unless built with `-DRL_PHASE_LOCK=1`): the wait after each doorbell
+/// before its first poll read, and one read's time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PollPhase {
     pub wait_ns: u32,
     pub read_ns: u32,
-    /// Scans finished; 0: none (messages queued throughout, or too few of them).
+    /// Scans finished; 0: none (the lock is off, or messages queued throughout, or too few of
+    /// them).
     pub scans: u32,
 }
 
