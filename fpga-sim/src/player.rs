@@ -33,9 +33,11 @@
 //!
 //! Send time: each frame is built ahead ([`Player::prepare`], called by the data plane while it
 //! waits: after a send, before a due time), everything but its send time and ICRC; when it is
-//! sent, [`Player::poll_transmit`] writes `now` into the RPC header and computes the ICRC, as a
-//! hardware generator stamps a frame on its way to the MAC. So the round trip a capture
-//! record measures holds the frame's last step (the ICRC) and nothing of its building.
+//! sent, [`Player::poll_transmit`] writes `now` into the RPC header and updates the ICRC for
+//! those 8 bytes alone (`icrc::FieldPatch`: 8 table lookups, not a hash of the frame; the
+//! tables are built once per frame length and stamp place, off the send), as a hardware
+//! generator stamps a frame on its way to the MAC. So the round trip a capture record measures
+//! holds the frame's last step (the stamp) and nothing of its building.
 //!
 //! Guarantees: no allocation and no panic per frame; all scratch space is allocated in
 //! [`Player::new`].
@@ -46,6 +48,7 @@ use rocelink_wire::bth::Opcode;
 use rocelink_wire::hsb::{capture_flags, scramble_args, CaptureRecord};
 use rocelink_wire::reth::RethRepr;
 use rocelink_wire::roce::{self, Endpoints, RoceRepr};
+use rocelink_wire::icrc::FieldPatch;
 use rocelink_wire::{ethernet, icrc, rpc, Error as WireError};
 
 use crate::capture::{self, CaptureRam};
@@ -194,7 +197,13 @@ pub struct Player {
     prepared: Option<Prepared>,
     /// Holds the prepared frame (roce::MAX_FRAME_LEN bytes).
     frame_buf: Box<[u8]>,
+    /// ICRC patches for the send time, by frame length and stamp place (a run has few).
+    stamp_patches: Vec<FieldPatch>,
 }
+
+/// Distinct (frame length, stamp place) pairs a run keeps ICRC patches for; past them a
+/// stamped frame's ICRC is hashed again (as before the patches).
+const MAX_STAMP_PATCHES: usize = 64;
 
 /// The frame built ahead (always the next one: frame number `sent`, which only
 /// `poll_transmit` moves, after it took this), all but its send time and ICRC.
@@ -246,6 +255,7 @@ impl Player {
             window: Window::new(),
             prepared: None,
             frame_buf: vec![0; roce::MAX_FRAME_LEN].into_boxed_slice(),
+            stamp_patches: Vec::new(),
         }
     }
 
@@ -326,6 +336,15 @@ impl Player {
         let stamp_at = len.filter(|_| stamped && payload.len() >= TIMESTAMP_AT + 8).map(|n| {
             n - icrc::LEN - usize::from(repr.bth.pad_count) - payload.len() + TIMESTAMP_AT
         });
+        // the ICRC patch for this length and stamp place, made now (off the send) if new
+        if let (Some(n), Some(at)) = (len, stamp_at) {
+            let (ip_len, ip_at) = (n - ethernet::HEADER_LEN, at - ethernet::HEADER_LEN);
+            if !self.stamp_patches.iter().any(|p| p.fits(ip_len, ip_at)) && self.stamp_patches.len() < MAX_STAMP_PATCHES {
+                if let Some(p) = FieldPatch::new(&self.frame_buf[ethernet::HEADER_LEN..n], ip_at) {
+                    self.stamp_patches.push(p);
+                }
+            }
+        }
         self.prepared = Some(Prepared { len, stamp_at });
     }
 
@@ -360,13 +379,20 @@ impl Player {
             Some((n, stamp_at)) if n <= out.len() => {
                 let f = &mut self.frame_buf[..n];
                 let ok = match stamp_at {
-                    Some(at) => match f.get_mut(at..at + 8) {
-                        Some(t) => {
-                            t.copy_from_slice(&now.to_le_bytes());
-                            icrc::fill(&mut f[ethernet::HEADER_LEN..]).is_ok()
+                    Some(at) if at + 8 <= n && at >= ethernet::HEADER_LEN => {
+                        // the prepared frame's ICRC is right for its bytes (emit computed it):
+                        // patched for the send time, or computed again without a patch
+                        let ip = &mut f[ethernet::HEADER_LEN..];
+                        let ip_at = at - ethernet::HEADER_LEN;
+                        match self.stamp_patches.iter().find(|p| p.fits(ip.len(), ip_at)) {
+                            Some(p) => p.write(ip, now.to_le_bytes()).is_ok(),
+                            None => {
+                                ip[ip_at..ip_at + 8].copy_from_slice(&now.to_le_bytes());
+                                icrc::fill(ip).is_ok()
+                            }
                         }
-                        None => false,
-                    },
+                    }
+                    Some(_) => false,
                     None => true,
                 };
                 out[..n].copy_from_slice(f);
@@ -688,11 +714,17 @@ mod tests {
             ahead.prepare();
             ahead.prepare(); // idempotent: still frame k
             let now = 1_000_000 * (k + 1) + 3;
+            if k == 2 {
+                // no ICRC patch for this frame: its ICRC is hashed again, to the same bytes
+                inline.prepare();
+                inline.stamp_patches.clear();
+            }
             let a = send(&mut ahead, now, &stats);
             let b = send(&mut inline, now, &stats);
             assert_eq!(a, b, "frame {k}: built ahead or at its send, the same frame");
         }
         assert_eq!(stats.snapshot().malformed, 0);
+        assert_eq!(ahead.stamp_patches.len(), 1, "one frame length, one stamp place: one patch");
         ahead.prepare(); // nothing left to build
         assert_eq!(
             ahead.poll_transmit(u64::MAX, &stats, &mut [0u8; 64]),
