@@ -43,7 +43,7 @@ pub fn echo_text(r: &EchoReport) -> String {
         if p.scans > 0 {
             let _ = writeln!(s, "  poll phase: first read {} us after each doorbell (one read {} us; {} scan{})", us(u64::from(p.wait_ns)), us(u64::from(p.read_ns)), p.scans, if p.scans == 1 { "" } else { "s" });
         } else {
-            let _ = writeln!(s, "  poll phase: no wait chosen (polls from each doorbell on: the phase lock is off, the default, or messages queued, or too few for a scan)");
+            let _ = writeln!(s, "  poll phase: no wait chosen (polls from each doorbell on: the phase lock is off, as by default, or found messages queued or too few for a scan)");
         }
     }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
