@@ -141,7 +141,7 @@
  * nothing of the phase). 0 (the default): poll from the doorbell on. Off since 2026-12-01:
  * with the data path as it is now (checked doorbell, register path), polling back to back
  * from the doorbell gave the lower p50 on five hosts (64 B echo 0.2-0.3 us, 32 B 0.3, QEC d=5
- * reaction 0.2, 22 of 22 alternating pairs; the 1 us cycle with 3 rounds a message kept up
+ * reaction 0.2; 30 of 30 alternating pairs; the 1 us cycle with 3 rounds a message kept up
  * either way, its reaction p99 28 vs 42 us), while the lock's waits, chosen for the least
  * mean, left two thirds of the messages a read-half later; a wait fixed at 0..800 ns was no
  * better than none (latency-reports/poll-probes/ab-phase-lock-off.txt). */
