@@ -5,21 +5,67 @@
 /// or the OS refuses: the thread then runs unpinned, which is slower but still correct.
 pub fn pin_current_thread(core: Option<usize>) -> bool {
     let Some(core) = core else { return true };
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    match ids.into_iter().find(|c| c.id == core) {
-        Some(id) if core_affinity::set_for_current(id) => true,
-        Some(_) => {
-            tracing::warn!(core, "could not pin thread to core; running unpinned");
-            false
-        }
-        None => {
-            tracing::warn!(core, cores = available_cores(), "no such core; running unpinned");
-            false
+    // Not `core_affinity::get_core_ids()`: it lists the cores of the *calling thread's* mask,
+    // so a thread spawned by a pinned thread could never be pinned anywhere else.
+    if core >= configured_cores() {
+        tracing::warn!(core, cores = configured_cores(), "no such core; running unpinned");
+        return false;
+    }
+    if core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+        true
+    } else {
+        tracing::warn!(core, "could not pin thread to core (outside this process's cpuset?); running unpinned");
+        false
+    }
+}
+
+/// Cores the machine has (online or not), by index: the range a core index may name.
+fn configured_cores() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        if n > 0 {
+            return n as usize;
         }
     }
+    available_cores()
 }
 
 /// Cores this process may run on.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_spawned_by_a_pinned_thread_can_be_pinned_elsewhere() {
+        let cores = available_cores();
+        if cores < 2 {
+            return; // nothing to move between
+        }
+        let moved = std::thread::spawn(move || {
+            assert!(pin_current_thread(Some(0)));
+            // the child inherits the mask {0}; pinning it to the last core must still work
+            std::thread::spawn(move || {
+                let ok = pin_current_thread(Some(cores - 1));
+                // SAFETY: sched_getcpu has no preconditions.
+                (ok, unsafe { libc::sched_getcpu() })
+            })
+            .join()
+            .unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(moved, (true, (cores - 1) as i32));
+    }
+
+    #[test]
+    fn a_core_past_the_machine_is_refused() {
+        assert!(!pin_current_thread(Some(100_000)));
+        assert!(pin_current_thread(None));
+    }
 }
