@@ -49,7 +49,10 @@
  * CQE-seen time. Marks, in lane 0 of warp 0: 1 the CQE checked, 2 the request's bytes in
  * shared memory (before the block loads a long one), 3 request loaded (consumed), 4 the stage
  * chain returned, 5 send slots reserved, 6 answer written (before the doorbell's check or
- * fence). Measurement only. */
+ * fence), 7 the doorbell rung; and 8, not from the CQE seen: the time from the last
+ * doorbell to this message's poll's first read (the work between them delays every read of
+ * the poll that follows). The clock is %globaltimer in ns (32 ns ticks), or with
+ * RL_PROFILE_CLK the multiprocessor's cycle counter (clock64: cycles). Measurement only. */
 #ifndef RL_PROFILE_A
 #define RL_PROFILE_A 3
 #endif
@@ -57,10 +60,15 @@
 #define RL_PROFILE_B 6
 #endif
 #ifdef RL_PROFILE
+#ifdef RL_PROFILE_CLK
+#define RL_PCLOCK() ((uint64_t)clock64())
+#else
+#define RL_PCLOCK() rl_globaltimer()
+#endif
 #define RL_PMARK(i)                                                      \
     do {                                                                 \
-        if ((i) == RL_PROFILE_A) L.t_loaded = rl_globaltimer();          \
-        if ((i) == RL_PROFILE_B) L.t_written = rl_globaltimer();         \
+        if ((i) == RL_PROFILE_A) L.t_loaded = RL_PCLOCK();               \
+        if ((i) == RL_PROFILE_B) L.t_written = RL_PCLOCK();              \
     } while (0)
 #else
 #define RL_PMARK(i) \
@@ -204,6 +212,7 @@ struct rl_loop {
     struct rl_phase ph; /* lane 0 */
 #ifdef RL_PROFILE
     uint64_t t_loaded, t_written;
+    uint64_t p_seen, p_db, p_gap; /* the profile clock at the CQE seen and the doorbell; mark 8 */
 #endif
     uint4 tail; /* CQE bytes 48..63 */
     /* the poll's last read (each lane's 16 bytes: the CQE line, then the predicted slot's
@@ -342,6 +351,9 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         if (loads) v = pp->data[lane];
     }
 #endif
+#ifdef RL_PROFILE
+    L.p_gap = RL_PCLOCK() - L.p_db; /* mark 8 */
+#endif
     for (;;) {
         /* every RL_EXIT_POLL_EVERY idle polls, lane RL_EXIT_LANE reads the exit flag with the
          * same round of loads: no PCIe round trip of its own (L.idle is alike in every lane) */
@@ -371,6 +383,9 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
      * such re-read below comes after an acquire fence (warp-uniform), so that it sees what the
      * NIC wrote before the owner byte. The common message costs no fence (~0.1 us). */
     if (lane == 0) L.t_seen = rl_globaltimer();
+#ifdef RL_PROFILE
+    L.p_seen = RL_PCLOCK();
+#endif
     /* the message was already there at the first read: messages are queueing */
     L.busy = reads == 1;
     L.reads = reads;
@@ -625,6 +640,10 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
         RL_PMARK(6);
         rl_dev_verbs_submit_proxy_checked_warp(&L.sq, L.range_first, L.range_check, check);
         if (lane == 0) t_db = rl_globaltimer();
+#ifdef RL_PROFILE
+        L.p_db = RL_PCLOCK();
+        RL_PMARK(7);
+#endif
         checked = 1;
 #else
         (void)check;
@@ -635,6 +654,10 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
             rl_dev_verbs_submit_proxy(&L.sq);
             t_db = rl_globaltimer();
         }
+#ifdef RL_PROFILE
+        L.p_db = RL_PCLOCK();
+        RL_PMARK(7);
+#endif
 #endif
     }
     if (n < 0 || checked) rl_poison(L, d, lane);
@@ -677,8 +700,8 @@ __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_tra
                 c.x = L.len;
                 c.y = first;
 #ifdef RL_PROFILE
-                c.z = (uint32_t)(L.t_loaded - L.t_seen);
-                c.w = (uint32_t)(L.t_written - L.t_seen);
+                c.z = RL_PROFILE_A == 8 ? (uint32_t)L.p_gap : (uint32_t)(L.t_loaded - L.p_seen);
+                c.w = RL_PROFILE_B == 8 ? (uint32_t)L.p_gap : (uint32_t)(L.t_written - L.p_seen);
 #elif defined(RL_GAP_DEBUG)
                 /* measurement only: the PCIe reads this message's poll took (a pre-poll's
                  * included), and the time from the doorbell before to the CQE seen: under load,
@@ -783,6 +806,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     L.valid = 0;
 #ifdef RL_PROFILE
     L.t_loaded = L.t_written = 0;
+    L.p_seen = L.p_db = L.p_gap = 0;
 #endif
     uint32_t have_pre = 0; /* RL_PREPOLL: warp 1 was asked to read the next message */
     L.busy = 0;

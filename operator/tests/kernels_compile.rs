@@ -53,6 +53,8 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_TEST_STALL"],
         &["-DRL_PROFILE", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=2"],
         &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"],
+        &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"],
+        &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_CHECKED_DOORBELL=0", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"],
         &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
         &["-DRL_MAX_INLINE=44"],
         &["-DRL_PHASE_LOCK=1"],
