@@ -151,6 +151,17 @@ impl SharedMem {
         }
     }
 
+    /// Hints the CPU to fetch the line at `off` for writing (x86 `PREFETCHW`).
+    pub fn prefetch_write(&self, off: usize) {
+        self.check(off, 1, 1);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: in bounds (checked); a prefetch reads nothing into the program and cannot fault.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
+            _mm_prefetch::<_MM_HINT_ET0>(self.ptr.as_ptr().add(off) as *const i8);
+        }
+    }
+
     /// Hints the CPU to move the cache lines of `[off, off + len)` out of this core's private
     /// caches into the shared last-level cache (x86 `CLDEMOTE`; it decodes as a NOP where the
     /// CPU lacks it, and does nothing elsewhere). For lines a device reads next across PCIe

@@ -1635,3 +1635,20 @@ fn a_checked_range_runs_each_wqe_once_and_checks_only_what_is_new() {
     assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 5), pattern(20, 6)]);
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
 }
+
+/// `NicOptions::prefetch_next_receive` (on by default) asks for the slot it predicts after
+/// each WRITE (as far past the target as the target was past the last), wherever that falls
+/// (another slot, the TX region: a hint touches nothing; never past the queue pair's memory,
+/// whose accessors panic there). Targets that jump to the region's end, repeat, or go back
+/// land exactly as without it, and only where they should.
+#[test]
+fn the_next_receive_prefetch_is_only_a_hint() {
+    for prefetch in [true, false] {
+        let mut rig = Rig::with_options(NicOptions { prefetch_next_receive: prefetch, ..NicOptions::default() });
+        rig.verbs.post_recv(POSTED);
+        for (k, slot) in [0, 1, SLOTS - 1, SLOTS - 1, 0, 2, SLOTS - 1, SLOTS - 2].into_iter().enumerate() {
+            let len = 32 + 8 * k;
+            rig.check_good_write(slot, len, &format!("prefetch {prefetch}: write {k} to slot {slot}"));
+        }
+    }
+}

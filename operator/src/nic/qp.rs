@@ -54,11 +54,20 @@ pub struct NicOptions {
     /// How long a checked doorbell's range is re-read while its bytes do not give the
     /// doorbell's check before its WQEs complete in error ([`WQE_CHECK_DEADLINE`]).
     pub wqe_check_deadline: std::time::Duration,
+    /// After each receive completion, ask for the next receive's CQE line and the next
+    /// WRITE's first two lines (the slot after the last, predicted from the last two targets)
+    /// for writing (`PREFETCHW`), while the wire is quiet: the data path's poison stores (or
+    /// its reads) took them out of this core, and the next completion's stores, whose order
+    /// ends with the CQE's owner byte, then need not fetch them first. A hint: nothing the
+    /// program sees changes. Measured on the H200 (64 B, GPU): p50 ~0.08 us lower in 10 of
+    /// 12 alternating rounds; the CPU backend unchanged
+    /// (`latency-reports/poll-probes/ab-nic-prefetch-next-receive.txt`).
+    pub prefetch_next_receive: bool,
 }
 
 impl Default for NicOptions {
     fn default() -> Self {
-        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU, wqe_check_deadline: WQE_CHECK_DEADLINE }
+        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU, wqe_check_deadline: WQE_CHECK_DEADLINE, prefetch_next_receive: true }
     }
 }
 
@@ -125,6 +134,8 @@ pub struct SoftNic {
     send_only: RoceRepr,
     /// When each WQE's frame left, for the report's breakdown (`set_send_trace`).
     send_trace: Option<Arc<super::trace::SendTrace>>,
+    /// The last completed WRITE's target offset ([`NicOptions::prefetch_next_receive`]).
+    last_write_at: usize,
 }
 
 const PSN_MASK: u32 = 0xff_ffff;
@@ -155,6 +166,7 @@ impl SoftNic {
             frame_buf: vec![0; rocelink_link::MAX_FRAME].into_boxed_slice(),
             send_only: RoceRepr::uc_send_only(&attrs.endpoints, attrs.peer_qpn, 0, 0),
             send_trace: None,
+            last_write_at: 0,
         }
     }
 
@@ -279,6 +291,16 @@ impl SoftNic {
                     self.complete_recv(abi::RL_CQE_RESP_WR_IMM, immdt, dma_len as u32, Some(payload));
                     // the data path reads the slot next (with the CQE, RL_SPEC_BYTES of it)
                     self.q.mem.demote(offset, payload.len());
+                    if self.opts.prefetch_next_receive {
+                        // peers cycle their slots in order: the next target is as far past this
+                        // one as this one was past the last (none across the ring's wrap)
+                        let next = offset.wrapping_add(offset.wrapping_sub(self.last_write_at));
+                        if next > offset && next.checked_add(128).is_some_and(|end| end <= self.q.mem.len()) {
+                            self.q.mem.prefetch_write(next);
+                            self.q.mem.prefetch_write(next + 64);
+                        }
+                        self.last_write_at = offset;
+                    }
                     Delivery::Completed
                 } else {
                     if !only {
@@ -384,6 +406,9 @@ impl SoftNic {
         // the data path polls this line: let its next read find it in the shared cache
         self.q.mem.demote(at, CQE);
         self.rcq_pi = self.rcq_pi.wrapping_add(1);
+        if self.opts.prefetch_next_receive {
+            self.q.mem.prefetch_write(self.q.layout.rcq + (self.rcq_pi & (entries - 1)) as usize * CQE);
+        }
         self.rq_ci = self.rq_ci.wrapping_add(1);
         add_single_writer(&self.counters.rx_cqes, 1);
     }
