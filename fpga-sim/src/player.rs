@@ -214,6 +214,8 @@ struct Prepared {
     len: Option<usize>,
     /// Where in the frame the 8-byte send time goes (`None`: not stamped).
     stamp_at: Option<usize>,
+    /// Its ICRC patch for the send time in `Player::stamp_patches` (`None`: hash it again).
+    patch: Option<usize>,
 }
 
 impl Player {
@@ -312,7 +314,7 @@ impl Player {
             }
         };
         let Some(payload) = len.and_then(|n| self.payload.get(..n)) else {
-            self.prepared = Some(Prepared { len: None, stamp_at: None });
+            self.prepared = Some(Prepared { len: None, stamp_at: None, patch: None });
             return;
         };
         let slot = frame % self.cfg.slots;
@@ -337,15 +339,17 @@ impl Player {
             n - icrc::LEN - usize::from(repr.bth.pad_count) - payload.len() + TIMESTAMP_AT
         });
         // the ICRC patch for this length and stamp place, made now (off the send) if new
-        if let (Some(n), Some(at)) = (len, stamp_at) {
+        let patch = len.zip(stamp_at).and_then(|(n, at)| {
             let (ip_len, ip_at) = (n - ethernet::HEADER_LEN, at - ethernet::HEADER_LEN);
-            if !self.stamp_patches.iter().any(|p| p.fits(ip_len, ip_at)) && self.stamp_patches.len() < MAX_STAMP_PATCHES {
-                if let Some(p) = FieldPatch::new(&self.frame_buf[ethernet::HEADER_LEN..n], ip_at) {
-                    self.stamp_patches.push(p);
+            self.stamp_patches.iter().position(|p| p.fits(ip_len, ip_at)).or_else(|| {
+                if self.stamp_patches.len() >= MAX_STAMP_PATCHES {
+                    return None;
                 }
-            }
-        }
-        self.prepared = Some(Prepared { len, stamp_at });
+                self.stamp_patches.push(FieldPatch::new(&self.frame_buf[ethernet::HEADER_LEN..n], ip_at)?);
+                Some(self.stamp_patches.len() - 1)
+            })
+        });
+        self.prepared = Some(Prepared { len, stamp_at, patch });
     }
 
     /// Puts the next frame into `out` (at least its length, `roce::MAX_FRAME_LEN` will do) if
@@ -375,8 +379,8 @@ impl Player {
         }
         // The frame counts as sent even if it cannot be built (a buffer the caller made too
         // small): the run then moves on instead of retrying forever.
-        let emitted = match p.and_then(|p| p.len.map(|n| (n, p.stamp_at))) {
-            Some((n, stamp_at)) if n <= out.len() => {
+        let emitted = match p.and_then(|p| p.len.map(|n| (n, p.stamp_at, p.patch))) {
+            Some((n, stamp_at, patch)) if n <= out.len() => {
                 let f = &mut self.frame_buf[..n];
                 let ok = match stamp_at {
                     Some(at) if at + 8 <= n && at >= ethernet::HEADER_LEN => {
@@ -384,7 +388,7 @@ impl Player {
                         // patched for the send time, or computed again without a patch
                         let ip = &mut f[ethernet::HEADER_LEN..];
                         let ip_at = at - ethernet::HEADER_LEN;
-                        match self.stamp_patches.iter().find(|p| p.fits(ip.len(), ip_at)) {
+                        match patch.and_then(|i| self.stamp_patches.get(i)) {
                             Some(p) => p.write(ip, now.to_le_bytes()).is_ok(),
                             None => {
                                 ip[ip_at..ip_at + 8].copy_from_slice(&now.to_le_bytes());

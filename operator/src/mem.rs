@@ -37,6 +37,10 @@ unsafe impl Sync for SharedMem {}
 
 pub const PAGE: usize = 4096;
 
+/// `_mm_prefetch` hints (x86 T0 and ET0; unused elsewhere).
+const PREFETCH_READ: i32 = 3;
+const PREFETCH_WRITE: i32 = 7;
+
 impl SharedMem {
     /// Allocates `len` zeroed bytes aligned to a page.
     pub fn new(len: usize) -> SharedMem {
@@ -142,23 +146,20 @@ impl SharedMem {
     /// where the architecture has no prefetch, and none is needed for correctness). Lets the
     /// NIC's miss on a WQE's second line overlap the first's instead of following it.
     pub fn prefetch(&self, off: usize) {
-        self.check(off, 1, 1);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: in bounds (checked); a prefetch reads nothing into the program and cannot fault.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(self.ptr.as_ptr().add(off) as *const i8);
-        }
+        self.prefetch_hint::<{ PREFETCH_READ }>(off);
     }
 
-    /// Hints the CPU to fetch the line at `off` for writing (x86 `PREFETCHW`).
+    /// The same for a line about to be written (x86 `PREFETCHW`: fetched for ownership).
     pub fn prefetch_write(&self, off: usize) {
+        self.prefetch_hint::<{ PREFETCH_WRITE }>(off);
+    }
+
+    fn prefetch_hint<const HINT: i32>(&self, off: usize) {
         self.check(off, 1, 1);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: in bounds (checked); a prefetch reads nothing into the program and cannot fault.
         unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-            _mm_prefetch::<_MM_HINT_ET0>(self.ptr.as_ptr().add(off) as *const i8);
+            std::arch::x86_64::_mm_prefetch::<HINT>(self.ptr.as_ptr().add(off) as *const i8);
         }
     }
 
