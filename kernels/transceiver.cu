@@ -20,6 +20,10 @@
  *      mispredicted slot or a longer message, one more round of loads, all in flight.
  *      While messages queue up, warp 1 issues the next message's polling read while warp 0
  *      processes this one (RL_PREPOLL), so back to back a poll costs no round trip of its own.
+ *      The common message (the read holds it whole: the predicted slot's bytes or the CQE's
+ *      inline bytes, no poison, a chain with register forms) is checked in the registers the
+ *      read filled, one vote, and goes to step 3's register forms (RL_FAST_PATH); any other
+ *      takes the general path, through shared memory.
  *   3. the warp forms of the stage chain (generated from the graph into rl_chain.cuh) turn the
  *      request into the answer in shared memory; or, when every stage has a register form and
  *      the poll's read holds the whole request (RL_REG_PATH), the register forms turn it into
@@ -105,6 +109,22 @@
 /* The register forms' request and answer: lanes 0..15, 16 bytes each (stage.cuh); a longer
  * request the poll brought whole (up to RL_SPEC_BYTES) goes through shared memory. */
 #define RL_REG_MAX 256u
+
+/* RL_FAST_PATH: the common message decided in registers. When the chain has register forms
+ * (RL_REG_PATH, RL_CHAIN_REGS), the poll's read is checked where it landed: the CQE's
+ * immediate and byte count shuffled from lane 2, each lane testing its own 16 bytes of the
+ * request for the poison, one vote; a well-formed message that is whole in the read (the
+ * predicted slot's bytes, or the CQE's inline bytes when the poll read no slot) goes straight
+ * to the register forms, with none of the general path's shared-memory round trips (the CQE
+ * and the request stored, a warp barrier, read back, checked word by word): the doorbell
+ * 1,060 instead of 1,280 cycles after the CQE seen at 64 B, the round trip ~0.1 us lower
+ * (latency-reports/poll-probes/ab-fast-path.txt). Any
+ * other message (poisoned, mispredicted, longer, malformed) takes the general path below,
+ * which checks it again from the start. The decisions are the general path's (same message,
+ * same answer); only where they are made differs. 0: the general path for every message. */
+#ifndef RL_FAST_PATH
+#define RL_FAST_PATH 1
+#endif
 
 /* RL_CHECKED_DOORBELL: answers are rung with a checked doorbell (abi.h rl_proxy_doorbell:
  * the proxy word carries a check of the WQE's bytes and of the TX slot bytes it gathers, and
@@ -218,7 +238,7 @@ struct rl_loop {
     /* the poll's last read (each lane's 16 bytes: the CQE line, then the predicted slot's
      * bytes) and whether it holds the whole request, valid and unpoisoned (RL_REG_PATH):
      * in_regs 1 from the slot's bytes (lane 4 + m holds bytes 16m..), 2 from the CQE's inline
-     * bytes (lane m) */
+     * bytes (lane m); 3 (RL_FAST_PATH): `v` is the request itself, lane m bytes 16m.. */
     uint4 v;
     uint32_t in_regs;
     /* lane 0 */
@@ -312,6 +332,21 @@ __device__ __forceinline__ uint32_t rl_poison_word_req(const uint8_t *req, uint3
     return keep != 0 && ((w ^ RL_SPEC_POISON) & keep) == 0;
 }
 
+/* Whether any word of the 16 request bytes in `v` (of which `left` belong to the message,
+ * left >= 1) still holds the poison in the bytes the message has (rl_poison_word, four words
+ * at once, from registers). */
+__device__ __forceinline__ uint32_t rl_poison_chunk(uint4 v, uint32_t left) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t p = 0;
+#pragma unroll
+    for (uint32_t k = 0; k < 4; k++) {
+        const uint32_t l = left > 4 * k ? left - 4 * k : 0u;
+        const uint32_t keep = l >= 4 ? 0xffffffffu : (1u << (8 * l)) - 1u;
+        p |= keep != 0 && ((w[k] ^ RL_SPEC_POISON) & keep) == 0;
+    }
+    return p;
+}
+
 /* Warp 0: polls for the next message and takes it apart (steps 1+2). Returns 0 with the
  * request in `req` (L.valid: a well-formed receive; else it is dropped), 2 when the block is to
  * load it (longer than RL_WARP_LOAD and not read with the poll; its slot is L.slot), or 1 when
@@ -331,6 +366,12 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     const uint32_t parity = (ci / L.rcq.entries) & 1;
     uint32_t reads = 0;
     uint4 v = make_uint4(0, 0, 0, 0);
+    uint32_t w3; /* CQE bytes 60..63 (lane 3's v.w: the owner byte's word) */
+#if RL_FAST_PATH && RL_REG_PATH && RL_CHAIN_REGS
+    /* RL_FAST_PATH is tried when a message like the last would take it (uniform: L.last_len
+     * and spec_chunks are alike in every lane): a stream of long messages pays nothing for it */
+    const uint32_t fast = spec_chunks != 0 ? spec_chunks * 16u <= RL_REG_MAX : L.last_len <= RL_CQE_INLINE_MAX;
+#endif
 #if RL_PHASE_LOCK
     /* the poll's first read `delta` after the last doorbell (uniform: t_db and delta are
      * shuffled from lane 0), unless messages queue */
@@ -366,13 +407,73 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         }
         have_pre = 0;
         ++reads;
-        const uint32_t own = __shfl_sync(0xffffffffu, v.w, 3) >> 24;
+        w3 = __shfl_sync(0xffffffffu, v.w, 3);
+        const uint32_t own = w3 >> 24;
         if ((own >> 4) != RL_CQE_INVALID && (own & RL_CQE_OWNER_MASK) == parity) break;
         const uint32_t quit = __shfl_sync(0xffffffffu, v.x, RL_EXIT_LANE);
         ++L.idle;
         if (lane == 0 && (L.idle % RL_HEARTBEAT_EVERY) == 0) rl_st64_sys(&ctl->heartbeat, ++L.heartbeat);
         if (check_exit && quit != 0) return 1;
     }
+    /* the CQE seen: stamped here, before either path's checks (the turnaround the report
+     * splits out is from this point to the doorbell, whichever path the message takes) */
+#ifndef RL_EXPERIMENT_NO_TSEEN /* measurement only: what reading the stamp costs the turnaround */
+    if (lane == 0) L.t_seen = rl_globaltimer();
+#else
+    L.t_seen = 0;
+#endif
+#ifdef RL_PROFILE
+    L.p_seen = RL_PCLOCK();
+#endif
+#if RL_FAST_PATH && RL_REG_PATH && RL_CHAIN_REGS
+    if (fast) {
+        /* RL_FAST_PATH: the general path's checks below, made on the registers the poll
+         * filled. `base`: the lane holding the request's first 16 bytes (4 when the poll read
+         * the predicted slot, else 0: the CQE's inline bytes). */
+        const uint32_t imm_be = __shfl_sync(0xffffffffu, v.y, 2);
+        const uint32_t bc_be = __shfl_sync(0xffffffffu, v.w, 2);
+        const uint32_t own = w3 >> 24;
+        const uint32_t base = spec_chunks != 0 ? 4u : 0u;
+        const uint32_t flen = rl_bswap32(bc_be);
+        const uint32_t fslot = rl_bswap32(imm_be) & 0xfffu;
+        const uint32_t finl = (own & RL_CQE_INLINE_SCATTER_32) != 0 && flen <= RL_CQE_INLINE_MAX;
+        uint32_t bad = imm_be == RL_SPEC_POISON || bc_be == RL_SPEC_POISON || (own >> 4) != RL_CQE_RESP_WR_IMM || fslot >= d.rx_slots ||
+                       flen > d.rx_slot_stride || flen > RL_MAX_MSG || flen > RL_REG_MAX ||
+                       (base != 0 ? (finl || fslot != pslot || flen > spec_chunks * 16u || flen < 4u) : !finl);
+        const uint32_t at = (lane - base) * 16u; /* the request's bytes in this lane's read (wraps below base) */
+        if (lane >= base && at < flen) bad |= rl_poison_chunk(v, flen - at);
+        /* lane m's 16 request bytes 16m.. for the register forms, moved while the checks run
+         * (wasted when they fail: the general path starts again from `v`) */
+        const uint32_t src = (base + lane) & 31u;
+        uint4 c;
+        c.x = __shfl_sync(0xffffffffu, v.x, src);
+        c.y = __shfl_sync(0xffffffffu, v.y, src);
+        c.z = __shfl_sync(0xffffffffu, v.z, src);
+        c.w = __shfl_sync(0xffffffffu, v.w, src);
+        if (!__any_sync(0xffffffffu, bad)) {
+            L.v = c;
+            L.busy = reads == 1;
+            L.reads = reads;
+            L.ci = ci;
+            L.tail.x = __shfl_sync(0xffffffffu, v.x, 3);
+            L.tail.y = __shfl_sync(0xffffffffu, v.y, 3);
+            L.tail.z = __shfl_sync(0xffffffffu, v.z, 3);
+            L.tail.w = w3;
+            RL_PMARK(1);
+            L.valid = 1;
+            L.slot = fslot;
+            L.len = flen;
+            L.in_regs = 3;
+            L.next_slot = fslot + 1 == d.rx_slots ? 0 : fslot + 1;
+            L.last_len = flen;
+            L.ci_next = ci + 1;
+            L.predicted = L.next_slot;
+            L.spec_chunks = rl_spec_chunks(L.spec, flen);
+            RL_PMARK(2);
+            return 0;
+        }
+    }
+#endif
     if (lane < 4)
         *(uint4 *)(cqe_sh + lane * 16) = v;
     else if (loads)
@@ -382,10 +483,6 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
      * the poison), and nothing is read from host memory again unless a check fails; every
      * such re-read below comes after an acquire fence (warp-uniform), so that it sees what the
      * NIC wrote before the owner byte. The common message costs no fence (~0.1 us). */
-    if (lane == 0) L.t_seen = rl_globaltimer();
-#ifdef RL_PROFILE
-    L.p_seen = RL_PCLOCK();
-#endif
     /* the message was already there at the first read: messages are queueing */
     L.busy = reads == 1;
     L.reads = reads;
@@ -478,10 +575,11 @@ __device__ __forceinline__ void rl_poison(const struct rl_loop &L, const struct 
 #endif
 }
 
-/* Warp 0, the request in `req`: its id for the stamp, and the pre-poll request. */
-__device__ __forceinline__ void rl_consumed(struct rl_loop &L, const struct rl_transceiver_desc &d, const uint8_t *req,
+/* Warp 0, the request loaded (in `req`, or in registers): its id for the stamp, and the
+ * pre-poll request. */
+__device__ __forceinline__ void rl_consumed(struct rl_loop &L, const struct rl_transceiver_desc &d, uint32_t request_id,
                                             struct rl_prepoll *pp, uint32_t &have_pre, uint32_t lane) {
-    L.request_id = ((const uint32_t *)req)[3];
+    L.request_id = request_id; /* lane 0's: the request's bytes 12..15 */
     /* (the CQE and the slot are poisoned when the message is answered: rl_poison) */
 #if RL_PREPOLL
     /* While messages queue up (this one was there at the first read), warp 1 reads the next
@@ -857,17 +955,19 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     if (rl_globaltimer() == 0) break;
                 }
 #endif
-                rl_consumed(L, d, buf_a, &pp, have_pre, lane);
 #if RL_REG_PATH && RL_CHAIN_REGS
                 if (L.in_regs) {
                     /* 3+4 in registers: lane m takes the request's bytes 16m.. from the lane of the
                      * poll's read that holds them (lanes 0..15 matter: <= 256 bytes) */
-                    const uint32_t src = ((L.in_regs == 1 ? 4u : 0u) + lane) & 31u;
-                    uint4 c;
-                    c.x = __shfl_sync(0xffffffffu, L.v.x, src);
-                    c.y = __shfl_sync(0xffffffffu, L.v.y, src);
-                    c.z = __shfl_sync(0xffffffffu, L.v.z, src);
-                    c.w = __shfl_sync(0xffffffffu, L.v.w, src);
+                    uint4 c = L.v;
+                    if (L.in_regs != 3) {
+                        const uint32_t src = ((L.in_regs == 1 ? 4u : 0u) + lane) & 31u;
+                        c.x = __shfl_sync(0xffffffffu, L.v.x, src);
+                        c.y = __shfl_sync(0xffffffffu, L.v.y, src);
+                        c.z = __shfl_sync(0xffffffffu, L.v.z, src);
+                        c.w = __shfl_sync(0xffffffffu, L.v.w, src);
+                    }
+                    rl_consumed(L, d, c.w, &pp, have_pre, lane);
                     const int rn = rl_run_chain_regs(c, (int)L.len);
                     RL_PMARK(4);
 #if RL_MAX_INLINE >= 256
@@ -888,6 +988,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     continue;
                 }
 #endif
+                rl_consumed(L, d, ((const uint32_t *)buf_a)[3], &pp, have_pre, lane);
                 const uint8_t *answer = 0;
                 int resume = 0, rlen = 0;
                 const int n = L.valid ? rl_run_chain_warp(buf_a, (int)L.len, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state, &resume, &rlen) : -1;
@@ -928,7 +1029,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
              * flight; then warp 0 takes it as consumed and the block runs the whole chain */
             rl_load<RL_BLOCK_CHUNKS>(buf_a, h.src, (uint32_t)h.rlen, tid, RL_THREADS);
             __syncthreads();
-            if (tid < 32) rl_consumed(L, d, buf_a, &pp, have_pre, lane);
+            if (tid < 32) rl_consumed(L, d, ((const uint32_t *)buf_a)[3], &pp, have_pre, lane);
             n = rl_run_chain(buf_a, h.rlen, buf_b, RL_MAX_MSG, &answer, (void *)d.stage_state);
         } else {
             /* 3, the block's part: a stage's continuation, then the rest of the chain */

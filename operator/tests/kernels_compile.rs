@@ -56,6 +56,7 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"],
         &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_CHECKED_DOORBELL=0", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"],
         &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
+        &["-DRL_EXPERIMENT_NO_TSEEN"],
         &["-DRL_MAX_INLINE=44"],
         &["-DRL_PHASE_LOCK=1"],
         &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_DEBUG"],
@@ -64,6 +65,8 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_CHECKED_DOORBELL=0"],
         &["-DRL_FENCE_EVERY=1"],
         &["-DRL_REG_PATH=0"],
+        &["-DRL_FAST_PATH=0"],
+        &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_FAST_PATH=0", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=7"],
         &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_STEPS=32u", "-DRL_PHASE_SAMPLES=64u"],
         &["-DRL_PHASE_LOCK=0", "-DRL_PREPOLL=0", "-DRL_THREADS=32"],
     ] {
