@@ -17,7 +17,8 @@ case "${1:-}" in
     strip target/release/rocelink -o .carry/rocelink
     # test binaries: the root package's GPU tests; the QEC decoder's GPU-vs-CPU test (operator
     # crate, it reads the committed fixtures); the device verbs layer's WQEs on the GPU,
-    # executed by the software NIC (operator crate)
+    # executed by the software NIC (operator crate); the transceiver kernel against the CPU's
+    # echo stage on a stream of changing sizes (operator crate)
     carry_test() { # carry_test TEST OUT [cargo args...]: strips the test binary TEST to .carry/OUT
       local name=$1 out=$2; shift 2
       local exe
@@ -32,6 +33,7 @@ for l in sys.stdin:
     carry_test gpu gpu-tests
     carry_test qec_gpu_match qec-gpu-tests -p rocelink-operator
     carry_test verbs_gpu verbs-gpu-tests -p rocelink-operator
+    carry_test transceiver_gpu transceiver-gpu-tests -p rocelink-operator
     # PyMatching for bench-qec's single-shot column: the GPU machine has no network, and its
     # python3 (3.12) has numpy, scipy, networkx and matplotlib but not pymatching
     mkdir -p .carry/wheels
@@ -47,6 +49,7 @@ for l in sys.stdin:
     # run from the operator folder: the test finds its fixtures relative to it
     (cd operator && ../.carry/qec-gpu-tests --ignored --test-threads 1)
     ./.carry/verbs-gpu-tests --ignored --test-threads 1
+    ./.carry/transceiver-gpu-tests --ignored --test-threads 1
     ;;
   bench)
     out=${2:?out dir}; name=${3:-gpu-echo}

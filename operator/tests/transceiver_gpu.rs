@@ -1,0 +1,305 @@
+//! The persistent transceiver kernel (`kernels/transceiver.cu`) against the CPU's echo stage,
+//! message by message, on a stream built to cross every branch of its receive: sizes that
+//! change from one message to the next (the poll reads the slot it predicts from the last
+//! message's size: a wrong guess, an inline request where a slot was read, a longer one, one the
+//! warp or the block must load), a slot out of turn, request bytes that hold the poison the
+//! kernel writes behind each message (`abi.h` `RL_SPEC_POISON`: a word of it, and the last
+//! bytes of a message whose length is not a multiple of four), requests the stage refuses
+//! (no RPC header, a bad magic: no answer, counted as dropped) or answers with an error
+//! status (an argument length past the message), and bursts of messages that queue up (the
+//! pre-poll). The common message takes the register fast path (`RL_FAST_PATH`), the others the
+//! general path; each answer must be exactly the CPU stage's answer to the same bytes.
+//!
+//! One thread plays the peer and the software NIC, as `nic_step_times` does: it builds each
+//! RDMA WRITE with immediate, hands it to [`SoftNic::receive`], pumps [`SoftNic::poll_send`]
+//! until the kernel's SEND comes out on the in-process wire, parses it (headers, ICRC) and
+//! compares its payload with [`Echo`]'s.
+//!
+//! The same stream runs on the CPU backend in every test run (its answers are its own stage's:
+//! that checks the stream's expectations and the rig); the GPU test is ignored here and run on
+//! the GPU machine (`bash scripts/gpu-tests.sh run` runs it):
+//! ```text
+//! cargo test -p rocelink-operator --release --test transceiver_gpu -- --ignored
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rocelink_link::{inproc, InprocLink, Link, SpinMode, MAX_FRAME};
+use rocelink_operator::abi;
+use rocelink_operator::backend::{spawn_backend, BackendKind, CpuBackendConfig, RunningBackend};
+use rocelink_operator::mem::SharedMem;
+use rocelink_operator::nic::{Access, MrTable, NicCounters, NicOptions, QpAttrs, SoftNic};
+use rocelink_operator::rings::{QpMemory, QpSizes};
+use rocelink_operator::stage::{Echo, Outcome, Stage, StageSpec};
+use rocelink_wire::bth::Opcode;
+use rocelink_wire::reth::RethRepr;
+use rocelink_wire::roce::{self, Endpoints, RoceRepr};
+use rocelink_wire::rpc::{self, RequestRepr};
+
+const HOST_QPN: u32 = 0x101;
+const PEER_QPN: u32 = 2;
+/// How long one answer may take before the test calls the kernel stuck.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the test waits to be sure that a refused request gets no answer.
+const NO_ANSWER_WAIT: Duration = Duration::from_millis(20);
+
+/// One request of the stream.
+#[derive(Clone, Debug)]
+struct Msg {
+    bytes: Vec<u8>,
+    /// The RX slot the peer writes (None: the next in turn).
+    slot: Option<u32>,
+}
+
+/// An echo request of `size` bytes (the RPC header and `size - 24` argument bytes), argument
+/// byte i = f(seed, i).
+fn request(size: usize, id: u32, seed: u8) -> Vec<u8> {
+    assert!(size >= rpc::HEADER_LEN);
+    let mut m = vec![0u8; size];
+    RequestRepr { function_id: rpc::function_id::ECHO, arg_len: (size - rpc::HEADER_LEN) as u32, request_id: id, ptp_timestamp: 0 }
+        .emit(&mut m[..rpc::HEADER_LEN])
+        .expect("header fits");
+    for (i, b) in m[rpc::HEADER_LEN..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(29).wrapping_add(seed);
+    }
+    m
+}
+
+/// Writes the poison word at byte `at` (little-endian, as the kernel compares words), as far as
+/// the message goes.
+fn poison_at(m: &mut [u8], at: usize) {
+    for (k, b) in abi::RL_SPEC_POISON.to_le_bytes().into_iter().enumerate() {
+        if let Some(x) = m.get_mut(at + k) {
+            *x = b;
+        }
+    }
+}
+
+/// The stream: see the module docs. Sizes are bytes of the RDMA payload (the request).
+fn stream() -> Vec<Msg> {
+    let mut out = Vec::new();
+    let mut id = 1u32;
+    let push = |bytes: Vec<u8>, slot: Option<u32>, out: &mut Vec<Msg>| out.push(Msg { bytes, slot });
+    let mut next = |size: usize| {
+        id += 1;
+        request(size, id, (id as u8).wrapping_mul(7))
+    };
+    // Sizes around every boundary the receive cares about: inline in the CQE (<= 32), the
+    // register forms (<= 256), the poll's speculative read (<= 432), the warp's own load
+    // (<= 1 KiB), the block's; each followed by other sizes, so that the next poll guesses wrong.
+    let sizes = [
+        64, 64, 64, 32, 32, 24, 64, 33, 48, 100, 128, 129, 255, 256, 257, 64, 300, 432, 433, 64, 1000, 1024, 1025, 32, 4096, 64,
+        200, 31, 200, 25, 250, 64, 64,
+    ];
+    for _round in 0..3 {
+        for &s in &sizes {
+            let m = next(s);
+            push(m, None, &mut out);
+        }
+    }
+    // The poison in the request's own bytes: a whole word in the arguments (slot path and
+    // inline path), the last two and three bytes of messages whose length is not a multiple of
+    // four, a message that is all poison after the header.
+    for (size, at) in [(64usize, 28usize), (64, 60), (32, 24), (32, 28), (66, 64), (67, 64), (29, 25), (200, 196), (256, 100)] {
+        let mut m = next(size);
+        poison_at(&mut m, at);
+        push(m.clone(), None, &mut out);
+        // the same again, now predicted (the same size as the last)
+        let mut m2 = next(size);
+        poison_at(&mut m2, at);
+        push(m2, None, &mut out);
+    }
+    let mut all = next(96);
+    for at in (rpc::HEADER_LEN..96).step_by(4) {
+        poison_at(&mut all, at);
+    }
+    push(all, None, &mut out);
+    // A slot out of turn (the peer skips one), then back in turn.
+    let m = next(64);
+    push(m, Some(u32::MAX), &mut out);
+    for _ in 0..4 {
+        let m = next(64);
+        push(m, None, &mut out);
+    }
+    // Requests the stage refuses: too short for an RPC header, a bad magic (no answer); and
+    // one it answers with an error status: an argument length past the message's end.
+    push(vec![0x5a; 16], None, &mut out);
+    let mut bad = next(64);
+    bad[0] ^= 0xff;
+    push(bad, None, &mut out);
+    let mut long_args = next(64);
+    long_args[8..12].copy_from_slice(&1000u32.to_le_bytes());
+    push(long_args, None, &mut out);
+    let m = next(64);
+    push(m, None, &mut out);
+    out
+}
+
+/// The expected answer: the CPU echo stage's, or None when it drops the request.
+fn cpu_answer(req: &[u8]) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; MAX_FRAME];
+    match Echo.process(req, &mut out) {
+        Outcome::Answer(n) => Some(out[..n].to_vec()),
+        Outcome::Drop => None,
+    }
+}
+
+struct Rig {
+    nic: SoftNic,
+    counters: Arc<NicCounters>,
+    nic_end: InprocLink,
+    peer_end: InprocLink,
+    peer: Endpoints,
+    rx_addr: u64,
+    rx_rkey: u32,
+    sizes: QpSizes,
+    psn: u32,
+    next_slot: u32,
+    buf: Vec<u8>,
+}
+
+impl Rig {
+    /// Hands the request to the NIC as the peer's RDMA WRITE with immediate into its slot.
+    fn send(&mut self, m: &Msg) {
+        let slot = match m.slot {
+            Some(u32::MAX) => (self.next_slot + 1) % self.sizes.rx_slots, // one out of turn
+            Some(s) => s,
+            None => self.next_slot,
+        };
+        self.next_slot = (slot + 1) % self.sizes.rx_slots;
+        let va = self.rx_addr + u64::from(slot) * u64::from(self.sizes.rx_slot_stride);
+        let reth = RethRepr { va, rkey: self.rx_rkey, dma_len: m.bytes.len() as u32 };
+        let repr = RoceRepr::uc_write_imm(&self.peer, HOST_QPN, self.psn, reth, (self.psn & 0xfffff) << 12 | slot, m.bytes.len());
+        self.psn = self.psn.wrapping_add(1) & 0xff_ffff;
+        let mut frame = vec![0u8; MAX_FRAME];
+        let n = repr.emit(&m.bytes, &mut frame).expect("frame");
+        self.nic.receive(&frame[..n]).unwrap_or_else(|e| panic!("the NIC refused request {:?}: {e:?}", &m.bytes[..m.bytes.len().min(16)]));
+    }
+
+    /// The next answer on the wire, or None when none comes within `wait`.
+    fn answer(&mut self, wait: Duration) -> Option<Vec<u8>> {
+        let t0 = Instant::now();
+        loop {
+            self.nic.poll_send(&mut self.nic_end);
+            if let Some(n) = self.peer_end.try_recv(&mut self.buf).expect("the wire") {
+                let f = roce::parse_frame(&self.buf[..n]).unwrap_or_else(|e| panic!("an answer that does not parse: {e:?}"));
+                assert_eq!(f.repr.bth.opcode, Opcode::UcSendOnly, "answers are SEND Only");
+                assert_eq!(f.repr.bth.dest_qp, PEER_QPN, "answers go to the peer's QP");
+                return Some(f.payload.to_vec());
+            }
+            if t0.elapsed() > wait {
+                return None;
+            }
+        }
+    }
+}
+
+/// The queue pair, the NIC and the wire; the backend is spawned on `q` with `tx_lkey`.
+fn rig() -> (Rig, QpMemory, u32) {
+    let sizes = QpSizes { rx_slots: 16, ..QpSizes::default() };
+    let q = QpMemory::new(sizes, SharedMem::new).expect("queue pair memory");
+    let mut mrs = MrTable::default();
+    let rx = mrs.register(q.mem.clone(), q.layout.rx_buffer, q.layout.rx_buffer_len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    let tx = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
+    let host = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: [10, 0, 0, 1], dst_ip: [10, 0, 0, 2], src_port: 49152, dst_port: roce::UDP_PORT };
+    let peer = Endpoints { src_port: 12288, dst_port: roce::UDP_PORT, ..host.reversed() };
+    let attrs = QpAttrs { qpn: HOST_QPN, pkey: 0xffff, endpoints: host, peer_qpn: PEER_QPN };
+    let counters = Arc::new(NicCounters::default());
+    let nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
+    let (nic_end, peer_end) = inproc::pair(256);
+    let rig = Rig { nic, counters, nic_end, peer_end, peer, rx_addr: rx.addr, rx_rkey: rx.rkey, sizes, psn: 0, next_slot: 0, buf: vec![0; MAX_FRAME] };
+    (rig, q, tx.lkey)
+}
+
+fn backend_config(tx_lkey: u32) -> CpuBackendConfig {
+    CpuBackendConfig { qpn: HOST_QPN, tx_lkey, core: None, spin: SpinMode::Shared }
+}
+
+/// Plays the stream through `backend` (closed loop, then in bursts) and checks every answer
+/// against the CPU echo stage's, and the counters.
+fn play(mut rig: Rig, backend: Box<dyn RunningBackend>) {
+    let msgs = stream();
+    let (mut answered, mut refused) = (0u64, 0u32);
+    // Closed loop: each answer before the next request.
+    for (k, m) in msgs.iter().enumerate() {
+        rig.send(m);
+        let want = cpu_answer(&m.bytes);
+        let wait = if want.is_some() { ANSWER_TIMEOUT } else { NO_ANSWER_WAIT };
+        let got = rig.answer(wait);
+        assert!(
+            got == want,
+            "message {k} ({} bytes, slot {:?}): {} answered {:?}, the CPU stage {:?}",
+            m.bytes.len(),
+            m.slot,
+            backend.name(),
+            got.as_ref().map(|g| &g[..g.len().min(48)]),
+            want.as_ref().map(|w| &w[..w.len().min(48)])
+        );
+        if want.is_some() {
+            answered += 1;
+        } else {
+            refused += 1;
+        }
+        if let Some(e) = backend.failure() {
+            panic!("{} failed at message {k}: {e}", backend.name());
+        }
+    }
+    // Bursts: messages that queue up (the kernel's poll finds the next one at its first read,
+    // and warp 1 reads ahead), sizes changing within the burst; answers come in order.
+    let answerable: Vec<&Msg> = msgs.iter().filter(|m| cpu_answer(&m.bytes).is_some()).collect();
+    for burst in answerable.chunks(6) {
+        for m in burst {
+            rig.send(m);
+        }
+        for (k, m) in burst.iter().enumerate() {
+            let want = cpu_answer(&m.bytes);
+            let got = rig.answer(ANSWER_TIMEOUT);
+            assert!(got == want, "burst message {k} ({} bytes): {} answered {:?}", m.bytes.len(), backend.name(), got.as_ref().map(|g| &g[..g.len().min(48)]));
+            answered += 1;
+        }
+    }
+    assert!(rig.answer(NO_ANSWER_WAIT).is_none(), "no answer beyond the requests");
+
+    // The loop's own counters agree; the NIC saw no malformed WQE or failed send.
+    let t0 = Instant::now();
+    while backend.processed() < answered && t0.elapsed() < ANSWER_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(backend.processed(), answered, "messages answered");
+    assert_eq!(backend.dropped(), refused, "messages refused");
+    let s = rig.counters.snapshot();
+    assert_eq!(s.tx_errors, 0, "no send completed in error");
+    assert_eq!(s.tx_wqe_check_failures, 0, "no checked range failed for good");
+    assert!(s.drops.values().all(|&n| n == 0), "the NIC dropped nothing: {:?}", s.drops);
+    backend.stop(Duration::from_secs(5)).expect("the loop stops");
+}
+
+/// The harness and the stream on the CPU backend (no GPU needed): its answers are its own
+/// stage's, so this checks the stream's expectations (what is answered, what is refused) and
+/// the rig, which the GPU test below relies on.
+#[test]
+fn the_cpu_backend_answers_the_stream_as_its_stage_does() {
+    let (rig, q, tx_lkey) = rig();
+    let backend = spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend");
+    play(rig, backend);
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
+    if let Some(why) = rocelink_operator::backend::gpu::unavailable_reason() {
+        panic!("this test needs a GPU: {why}");
+    }
+    // The kernel as built by default (the common message on the register fast path), then
+    // with every message on the general path (`RL_FAST_PATH=0`): both must answer as the CPU
+    // stage does. The defines reach the kernel's compile through the environment, as for
+    // `rocelink echo`; this is the test binary's only test that sets it.
+    for defines in ["", "-DRL_FAST_PATH=0"] {
+        std::env::set_var("ROCELINK_KERNEL_DEFINES", defines);
+        let (rig, q, tx_lkey) = rig();
+        let backend = spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).unwrap_or_else(|e| panic!("{defines}: {e}"));
+        play(rig, backend);
+    }
+    std::env::remove_var("ROCELINK_KERNEL_DEFINES");
+}
