@@ -291,11 +291,13 @@ fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
     if let Some(why) = rocelink_operator::backend::gpu::unavailable_reason() {
         panic!("this test needs a GPU: {why}");
     }
-    // The kernel as built by default (the common message on the register fast path), then
-    // with every message on the general path (`RL_FAST_PATH=0`): both must answer as the CPU
-    // stage does. The defines reach the kernel's compile through the environment, as for
+    // The kernel as built by default (the common message answered on the fast path, straight to
+    // the doorbell), with the fast path's checks only (`RL_FAST_PATH=1`), and with every message
+    // on the general path (`RL_FAST_PATH=0`); and a build whose inline answers stop at 44 bytes
+    // (`RL_MAX_INLINE=44`: longer register-path answers go out through a TX slot): each must
+    // answer as the CPU stage does. The defines reach the kernel's compile through the environment, as for
     // `rocelink echo`; this is the test binary's only test that sets it.
-    for defines in ["", "-DRL_FAST_PATH=0"] {
+    for defines in ["", "-DRL_FAST_PATH=1", "-DRL_FAST_PATH=0", "-DRL_MAX_INLINE=44"] {
         std::env::set_var("ROCELINK_KERNEL_DEFINES", defines);
         let (rig, q, tx_lkey) = rig();
         let backend = spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).unwrap_or_else(|e| panic!("{defines}: {e}"));
