@@ -131,6 +131,12 @@
 #ifndef RL_FAST_PATH
 #define RL_FAST_PATH 2
 #endif
+/* The fast path's two forms: the register forms answer (RL_FAST_REGS), or, for a chain without
+ * them (a QEC decoder), the checks in registers and the request stored to shared memory from
+ * them, for the chain's warp forms (the general path's parse and barriers skipped). */
+#define RL_FAST_REGS (RL_FAST_PATH && RL_REG_PATH && RL_CHAIN_REGS)
+/* the longest message the fast path takes: what the register forms hold, or the poll's read */
+#define RL_FAST_MAX (RL_FAST_REGS ? RL_REG_MAX : RL_SPEC_BYTES)
 
 /* RL_CHECKED_DOORBELL: answers are rung with a checked doorbell (abi.h rl_proxy_doorbell:
  * the proxy word carries a check of the WQE's bytes and of the TX slot bytes it gathers, and
@@ -388,10 +394,10 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     uint32_t reads = 0;
     uint4 v = make_uint4(0, 0, 0, 0);
     uint32_t w3; /* CQE bytes 60..63 (lane 3's v.w: the owner byte's word) */
-#if RL_FAST_PATH && RL_REG_PATH && RL_CHAIN_REGS
+#if RL_FAST_PATH
     /* RL_FAST_PATH is tried when a message like the last would take it (uniform: L.last_len
      * and spec_chunks are alike in every lane): a stream of long messages pays nothing for it */
-    const uint32_t fast = spec_chunks != 0 ? spec_chunks * 16u <= RL_REG_MAX : L.last_len <= RL_CQE_INLINE_MAX;
+    const uint32_t fast = spec_chunks != 0 ? spec_chunks * 16u <= RL_FAST_MAX : L.last_len <= RL_CQE_INLINE_MAX;
 #endif
 #if RL_PHASE_LOCK
     /* the poll's first read `delta` after the last doorbell (uniform: t_db and delta are
@@ -446,7 +452,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
 #ifdef RL_PROFILE
     L.p_seen = RL_PCLOCK();
 #endif
-#if RL_FAST_PATH && RL_REG_PATH && RL_CHAIN_REGS
+#if RL_FAST_PATH
     if (fast) {
         /* RL_FAST_PATH: the general path's checks below, made on the registers the poll
          * filled. `base`: the lane holding the request's first 16 bytes (4 when the poll read
@@ -459,10 +465,11 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         const uint32_t fslot = rl_bswap32(imm_be) & 0xfffu;
         const uint32_t finl = (own & RL_CQE_INLINE_SCATTER_32) != 0 && flen <= RL_CQE_INLINE_MAX;
         uint32_t bad = imm_be == RL_SPEC_POISON || bc_be == RL_SPEC_POISON || (own >> 4) != RL_CQE_RESP_WR_IMM || fslot >= d.rx_slots ||
-                       flen > d.rx_slot_stride || flen > RL_MAX_MSG || flen > RL_REG_MAX ||
+                       flen > d.rx_slot_stride || flen > RL_MAX_MSG || flen > RL_FAST_MAX ||
                        (base != 0 ? (finl || fslot != pslot || flen > spec_chunks * 16u || flen < 4u) : !finl);
         const uint32_t at = (lane - base) * 16u; /* the request's bytes in this lane's read (wraps below base) */
         if (lane >= base && at < flen) bad |= rl_poison_chunk(v, flen - at);
+#if RL_FAST_REGS
         /* lane m's 16 request bytes 16m.. for the register forms, moved while the checks run
          * (wasted when they fail: the general path starts again from `v`) */
         const uint32_t src = (base + lane) & 31u;
@@ -471,7 +478,8 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         c.y = __shfl_sync(0xffffffffu, v.y, src);
         c.z = __shfl_sync(0xffffffffu, v.z, src);
         c.w = __shfl_sync(0xffffffffu, v.w, src);
-#if RL_FAST_PATH >= 2
+#endif
+#if RL_FAST_REGS && RL_FAST_PATH >= 2
         if (!__any_sync(0xffffffffu, bad)) {
             /* RL_FAST_PATH 2: from here straight to the doorbell, the loop's state set around it:
              * what the next poll and the pre-poll need first, the rest after the doorbell */
@@ -507,7 +515,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
             rl_answer_after(L, d, ctl, rn, sent, lane);
             return 3;
         }
-#else
+#elif RL_FAST_REGS
         if (!__any_sync(0xffffffffu, bad)) {
             L.v = c;
             L.busy = reads == 1;
@@ -527,6 +535,32 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
             L.ci_next = ci + 1;
             L.predicted = L.next_slot;
             L.spec_chunks = rl_spec_chunks(L.spec, flen);
+            RL_PMARK(2);
+            return 0;
+        }
+#else
+        if (!__any_sync(0xffffffffu, bad)) {
+            /* a chain without register forms: each lane stores its request bytes to `req`
+             * straight from the read (for the inline case lanes 0 and 1, the CQE's bytes) */
+            if (lane >= base && at < flen) *(uint4 *)(req + at) = v;
+            L.busy = reads == 1;
+            L.reads = reads;
+            L.ci = ci;
+            L.tail.x = __shfl_sync(0xffffffffu, v.x, 3);
+            L.tail.y = __shfl_sync(0xffffffffu, v.y, 3);
+            L.tail.z = __shfl_sync(0xffffffffu, v.z, 3);
+            L.tail.w = w3;
+            RL_PMARK(1);
+            L.valid = 1;
+            L.slot = fslot;
+            L.len = flen;
+            L.in_regs = 0;
+            L.next_slot = fslot + 1 == d.rx_slots ? 0 : fslot + 1;
+            L.last_len = flen;
+            L.ci_next = ci + 1;
+            L.predicted = L.next_slot;
+            L.spec_chunks = rl_spec_chunks(L.spec, flen);
+            __syncwarp(); /* every lane's request bytes are in `req` */
             RL_PMARK(2);
             return 0;
         }
@@ -1005,7 +1039,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             /* Warp 0 serves messages until one needs the block, or the host says stop. */
             for (;;) {
                 const uint32_t got = rl_receive(L, d, ctl, buf_a, cqe_sh, &pp, have_pre, lane);
-#if RL_FAST_PATH >= 2 && RL_REG_PATH && RL_CHAIN_REGS
+#if RL_FAST_PATH >= 2 && RL_FAST_REGS
                 /* the common message, answered on the fast path (RL_FAST_PATH 2) */
                 if (__builtin_expect(got == 3, 1)) {
 #ifdef RL_TEST_STALL
