@@ -127,7 +127,9 @@
  * poll and the pre-poll need before, the rest after the doorbell): no return to the main loop
  * and its branches first (doorbell 930 instead of 1,060 cycles, turnaround 0.42 instead of 0.51
  * us). 1: the checks only, then the main loop's register path. 0: the general path for every
- * message. */
+ * message. A chain without register forms (a QEC decoder) gets the checks too: a message that
+ * passes is stored to shared memory from the registers for the chain's warp forms (QEC d=5
+ * reaction ~0.1-0.2 us lower, latency-reports/poll-probes/ab-fast-path-qec.txt). */
 #ifndef RL_FAST_PATH
 #define RL_FAST_PATH 2
 #endif
