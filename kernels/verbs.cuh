@@ -217,11 +217,21 @@ __device__ __forceinline__ void rl_dev_verbs_cq_update_ci(struct rl_dev_cq *cq) 
  * (128 bits), the product's halves XORed; a range's check is the XOR of its chunks'. One
  * multiply: the NIC hashes every checked byte in the answer's path. The same function as the
  * NIC's (Rust: abi::wqe_check, abi::gather_check). */
-__device__ __forceinline__ uint64_t rl_check_chunk(uint32_t i, uint4 v) {
-    const uint64_t x = (((uint64_t)v.y << 32) | v.x) ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K0; /* bytes 0..7, little-endian */
-    const uint64_t y = (((uint64_t)v.w << 32) | v.z) ^ (uint64_t)(i + 1) * RL_WQE_CHECK_K1; /* bytes 8..15 */
+struct rl_check_keys {
+    uint64_t x, y; /* (i + 1) times each constant */
+};
+/** Chunk i's two keys, for rl_check_chunk_keyed: a caller that knows i ahead (the next WQE's
+ * position) computes them off its critical path. */
+__device__ __forceinline__ struct rl_check_keys rl_check_keys_of(uint32_t i) {
+    struct rl_check_keys k = {(uint64_t)(i + 1) * RL_WQE_CHECK_K0, (uint64_t)(i + 1) * RL_WQE_CHECK_K1};
+    return k;
+}
+__device__ __forceinline__ uint64_t rl_check_chunk_keyed(struct rl_check_keys k, uint4 v) {
+    const uint64_t x = (((uint64_t)v.y << 32) | v.x) ^ k.x; /* bytes 0..7, little-endian */
+    const uint64_t y = (((uint64_t)v.w << 32) | v.z) ^ k.y; /* bytes 8..15 */
     return (x * y) ^ __umul64hi(x, y);
 }
+__device__ __forceinline__ uint64_t rl_check_chunk(uint32_t i, uint4 v) { return rl_check_chunk_keyed(rl_check_keys_of(i), v); }
 
 /** XOR of `v` over the whole warp (redux.sync, sm_80+: one instruction; no memory ordering). */
 __device__ __forceinline__ uint32_t rl_reduce_xor_warp(uint32_t v) {
@@ -381,9 +391,11 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_warp(co
  * goes out with no shared-memory round trip. Returns the lane's part of the check, as above.
  * Warp scope.
  */
-__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_warp(const struct rl_dev_sq *sq, uint32_t index,
-                                                                                  uint32_t fm_ce_se, uint4 data, uint32_t len,
-                                                                                  uint32_t check_base) {
+/* The same with the lane's check keys given (rl_check_keys_of(check_base + lane), computed ahead
+ * by a caller that knows where its next WQE goes). */
+__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_warp_keyed(const struct rl_dev_sq *sq, uint32_t index,
+                                                                                        uint32_t fm_ce_se, uint4 data, uint32_t len,
+                                                                                        struct rl_check_keys keys) {
     const uint32_t lane = threadIdx.x & 31;
     const uint32_t total = 16 + ((4 + len + 15) & ~15u);
     uint4 v;
@@ -393,7 +405,14 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_wa
     v.w = __shfl_up_sync(0xffffffffu, data.z, 1);
     if (lane == 1) v.x = rl_bswap32(len | RL_INLINE_SEG);
     if (lane == 0) v = rl_dev_verbs_ctrl(sq, index, RL_OPCODE_SEND, total / 16, fm_ce_se, 0);
-    return lane * 16 < total ? rl_dev_verbs_wqe_put_chunk(sq, index, lane * 16, v, check_base) : 0;
+    if (lane * 16 >= total) return 0;
+    rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, index + lane / 4) + (lane % 4) * 16, v);
+    return rl_check_chunk_keyed(keys, v);
+}
+__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_warp(const struct rl_dev_sq *sq, uint32_t index,
+                                                                                  uint32_t fm_ce_se, uint4 data, uint32_t len,
+                                                                                  uint32_t check_base) {
+    return rl_dev_verbs_wqe_prepare_send_inline_regs_warp_keyed(sq, index, fm_ce_se, data, len, rl_check_keys_of(check_base + (threadIdx.x & 31)));
 }
 
 /** RDMA WRITE (or WRITE with immediate when `with_imm`) of `len` bytes at `addr` to the peer.
