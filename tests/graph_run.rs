@@ -191,7 +191,10 @@ fn a_duration_run_stops_on_time_without_counting_the_last_request_lost() {
     let (_, r) = run_graph("echo-duration", "echo.ron", &["run.stop=Duration(1)".into()]);
     assert_eq!(r["stopped_by"], "duration", "{r}");
     assert_eq!(r["lost"].as_u64(), Some(0), "{r}");
-    assert!(r["received"].as_u64().unwrap() > 1000, "{r}");
+    // It ran (how many it answered in that second is the machine's speed, not the test's: a
+    // CI host busy with other work answered 211 once).
+    assert!(r["received"].as_u64().unwrap() > 10, "{r}");
+    assert_eq!(r["sent"].as_u64(), Some(r["received"].as_u64().unwrap() + r["in_flight_at_stop"].as_u64().unwrap()), "{r}");
     let elapsed = r["elapsed_s"].as_f64().unwrap();
     assert!((1.0..1.5).contains(&elapsed), "{elapsed}");
 }
