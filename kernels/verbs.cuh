@@ -8,7 +8,8 @@
  *   rl_dev_verbs_get_wqe_ptr         address of a reserved WQEBB
  *   rl_dev_verbs_wqe_prepare_send    SEND with one gather entry
  *   rl_dev_verbs_wqe_prepare_send_inline   SEND with the data inline (may span WQEBBs), from
- *                                    memory or from registers (_regs_warp)
+ *                                    memory or from registers (_regs_warp; _regs_warp_keyed with
+ *                                    the check's keys computed ahead, rl_check_keys_of)
  *   rl_dev_verbs_wqe_prepare_write   RDMA WRITE / WRITE with immediate
  *   rl_dev_verbs_put_gather_warp     write the bytes a WQE gathers (a TX slot), with their check
  *   rl_dev_verbs_submit_proxy        doorbell record + CPU-proxy doorbell (software NIC, or a
