@@ -379,6 +379,33 @@ __device__ __forceinline__ uint32_t rl_poison_chunk(uint4 v, uint32_t left) {
     return p;
 }
 
+/* RL_FAST_PATH, a message taken (uniform values): the loop's state the next poll and the
+ * pre-poll need: this message's CQE, slot and length, and the next poll's CQE, slot and reads. */
+__device__ __forceinline__ void rl_fast_taken(struct rl_loop &L, const struct rl_transceiver_desc &d, uint32_t ci, uint32_t reads,
+                                              uint32_t slot, uint32_t len) {
+    L.busy = reads == 1;
+    L.ci = ci;
+    L.valid = 1;
+    L.slot = slot;
+    L.len = len;
+    L.next_slot = slot + 1 == d.rx_slots ? 0 : slot + 1;
+    L.last_len = len;
+    L.ci_next = ci + 1;
+    L.predicted = L.next_slot;
+    L.spec_chunks = rl_spec_chunks(L.spec, len);
+}
+
+/* RL_FAST_PATH, the rest of the taken message's state: its reads, where its request is, and the
+ * CQE's bytes 48..63 (the stamp's NIC time), from lane 3 of the poll's read. Warp scope. */
+__device__ __forceinline__ void rl_fast_rest(struct rl_loop &L, uint4 v, uint32_t w3, uint32_t reads, uint32_t in_regs) {
+    L.reads = reads;
+    L.in_regs = in_regs;
+    L.tail.x = __shfl_sync(0xffffffffu, v.x, 3);
+    L.tail.y = __shfl_sync(0xffffffffu, v.y, 3);
+    L.tail.z = __shfl_sync(0xffffffffu, v.z, 3);
+    L.tail.w = w3;
+}
+
 /* Warp 0: polls for the next message and takes it apart (steps 1+2). Returns 0 with the
  * request in `req` (L.valid: a well-formed receive; else it is dropped) or in registers
  * (L.in_regs), 2 when the block is to load it (longer than RL_WARP_LOAD and not read with the
@@ -497,16 +524,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         if (!__any_sync(0xffffffffu, bad)) {
             /* RL_FAST_PATH 2: from here straight to the doorbell, the loop's state set around it:
              * what the next poll and the pre-poll need first, the rest after the doorbell */
-            L.busy = reads == 1;
-            L.ci = ci;
-            L.valid = 1;
-            L.slot = fslot;
-            L.len = flen;
-            L.next_slot = fslot + 1 == d.rx_slots ? 0 : fslot + 1;
-            L.last_len = flen;
-            L.ci_next = ci + 1;
-            L.predicted = L.next_slot;
-            L.spec_chunks = rl_spec_chunks(L.spec, flen);
+            rl_fast_taken(L, d, ci, reads, fslot, flen);
             rl_consumed(L, d, c.w, pp, have_pre, lane);
             RL_PMARK(1);
             RL_PMARK(2);
@@ -520,35 +538,16 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
             __syncwarp();
             const struct rl_sent sent = rn <= RL_MAX_INLINE ? rl_answer_send(L, d, rn, 0, lane, 1, c) : rl_answer_send(L, d, rn, req + RL_MAX_MSG - 256, lane, 0, c);
 #endif
-            L.reads = reads;
-            L.in_regs = 3;
-            L.tail.x = __shfl_sync(0xffffffffu, v.x, 3);
-            L.tail.y = __shfl_sync(0xffffffffu, v.y, 3);
-            L.tail.z = __shfl_sync(0xffffffffu, v.z, 3);
-            L.tail.w = w3;
+            rl_fast_rest(L, v, w3, reads, 3);
             rl_answer_after(L, d, ctl, rn, sent, lane);
             return 3;
         }
 #elif RL_FAST_REGS
         if (!__any_sync(0xffffffffu, bad)) {
             L.v = c;
-            L.busy = reads == 1;
-            L.reads = reads;
-            L.ci = ci;
-            L.tail.x = __shfl_sync(0xffffffffu, v.x, 3);
-            L.tail.y = __shfl_sync(0xffffffffu, v.y, 3);
-            L.tail.z = __shfl_sync(0xffffffffu, v.z, 3);
-            L.tail.w = w3;
+            rl_fast_taken(L, d, ci, reads, fslot, flen);
+            rl_fast_rest(L, v, w3, reads, 3);
             RL_PMARK(1);
-            L.valid = 1;
-            L.slot = fslot;
-            L.len = flen;
-            L.in_regs = 3;
-            L.next_slot = fslot + 1 == d.rx_slots ? 0 : fslot + 1;
-            L.last_len = flen;
-            L.ci_next = ci + 1;
-            L.predicted = L.next_slot;
-            L.spec_chunks = rl_spec_chunks(L.spec, flen);
             RL_PMARK(2);
             return 0;
         }
@@ -557,23 +556,9 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
             /* a chain without register forms: each lane stores its request bytes to `req`
              * straight from the read (for the inline case lanes 0 and 1, the CQE's bytes) */
             if (lane >= base && at < flen) *(uint4 *)(req + at) = v;
-            L.busy = reads == 1;
-            L.reads = reads;
-            L.ci = ci;
-            L.tail.x = __shfl_sync(0xffffffffu, v.x, 3);
-            L.tail.y = __shfl_sync(0xffffffffu, v.y, 3);
-            L.tail.z = __shfl_sync(0xffffffffu, v.z, 3);
-            L.tail.w = w3;
+            rl_fast_taken(L, d, ci, reads, fslot, flen);
+            rl_fast_rest(L, v, w3, reads, 0);
             RL_PMARK(1);
-            L.valid = 1;
-            L.slot = fslot;
-            L.len = flen;
-            L.in_regs = 0;
-            L.next_slot = fslot + 1 == d.rx_slots ? 0 : fslot + 1;
-            L.last_len = flen;
-            L.ci_next = ci + 1;
-            L.predicted = L.next_slot;
-            L.spec_chunks = rl_spec_chunks(L.spec, flen);
             __syncwarp(); /* every lane's request bytes are in `req` */
             RL_PMARK(2);
             return 0;

@@ -341,11 +341,16 @@ __device__ __forceinline__ uint32_t rl_dev_verbs_inline_wqebbs(uint32_t len) {
 
 /** Lane's part of writing a WQE chunk: stores `v` as bytes [off, off+16) of the WQE at WQEBB
  * `index` (a WQE may wrap around the end of the ring: each 64-byte WQEBB maps separately) and
- * returns its check (rl_check_chunk, chunk numbered check_base + off / 16). */
+ * returns its check with the chunk's keys given (rl_check_chunk_keyed); rl_dev_verbs_wqe_put_chunk
+ * numbers the chunk check_base + off / 16. */
+__device__ __forceinline__ uint64_t rl_dev_verbs_wqe_put_chunk_keyed(const struct rl_dev_sq *sq, uint32_t index, uint32_t off, uint4 v,
+                                                                     struct rl_check_keys keys) {
+    rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, index + off / RL_WQEBB_SIZE) + off % RL_WQEBB_SIZE, v);
+    return rl_check_chunk_keyed(keys, v);
+}
 __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_put_chunk(const struct rl_dev_sq *sq, uint32_t index, uint32_t off, uint4 v,
                                                                uint32_t check_base) {
-    rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, index + off / RL_WQEBB_SIZE) + off % RL_WQEBB_SIZE, v);
-    return rl_check_chunk(check_base + off / 16, v);
+    return rl_dev_verbs_wqe_put_chunk_keyed(sq, index, off, v, rl_check_keys_of(check_base + off / 16));
 }
 
 /**
@@ -406,9 +411,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_wa
     v.w = __shfl_up_sync(0xffffffffu, data.z, 1);
     if (lane == 1) v.x = rl_bswap32(len | RL_INLINE_SEG);
     if (lane == 0) v = rl_dev_verbs_ctrl(sq, index, RL_OPCODE_SEND, total / 16, fm_ce_se, 0);
-    if (lane * 16 >= total) return 0;
-    rl_st16_sys(rl_dev_verbs_get_wqe_ptr(sq, index + lane / 4) + (lane % 4) * 16, v);
-    return rl_check_chunk_keyed(keys, v);
+    return lane * 16 < total ? rl_dev_verbs_wqe_put_chunk_keyed(sq, index, lane * 16, v, keys) : 0;
 }
 __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_warp(const struct rl_dev_sq *sq, uint32_t index,
                                                                                   uint32_t fm_ce_se, uint4 data, uint32_t len,
