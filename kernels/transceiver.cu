@@ -262,6 +262,9 @@ struct rl_loop {
     struct rl_dev_rq rq;
     uint64_t idle, heartbeat, processed;
     uint32_t dropped, send_errors, sh;
+    /* the host asked to stop while the send queue had no room (the NIC stopped completing
+     * sends): set by lane 0, broadcast after each answer; the next receive returns "exit" */
+    uint32_t stop;
     /* the checked range (RL_CHECKED_DOORBELL): WQEs since the last fence start at range_first
      * (alike in every lane); their check, the messages answered and the receives consumed
      * since it, and how many messages may go between fences */
@@ -459,10 +462,13 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
 #ifdef RL_PROFILE
     L.p_gap = RL_PCLOCK() - L.p_db; /* mark 8 */
 #endif
+    if (__builtin_expect(L.stop != 0, 0)) return 1;
+    uint32_t check_exit;
     for (;;) {
-        /* every RL_EXIT_POLL_EVERY idle polls, lane RL_EXIT_LANE reads the exit flag with the
-         * same round of loads: no PCIe round trip of its own (L.idle is alike in every lane) */
-        const uint32_t check_exit = (L.idle % RL_EXIT_POLL_EVERY) == RL_EXIT_POLL_EVERY - 1;
+        /* every RL_EXIT_POLL_EVERY polls, lane RL_EXIT_LANE reads the exit flag with the same
+         * round of loads: no PCIe round trip of its own (L.idle, the polls so far, idle or not,
+         * is alike in every lane) */
+        check_exit = (L.idle % RL_EXIT_POLL_EVERY) == RL_EXIT_POLL_EVERY - 1;
         if (!have_pre) {
             if (loads)
                 v = rl_ld16_sys(src);
@@ -484,6 +490,11 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         if (lane == 0 && (L.idle % RL_HEARTBEAT_EVERY) == 0) rl_st64_sys(&ctl->heartbeat, ++L.heartbeat);
         if (check_exit && quit != 0) return 1;
     }
+    /* a poll that found a message counts too, and its exit flag is looked at: a stream that
+     * never leaves the data path idle (a flood, an FPGA faster than the loop) still stops.
+     * The message is then left unanswered, in flight at the stop. */
+    ++L.idle;
+    if (__builtin_expect(check_exit, 0) && __shfl_sync(0xffffffffu, v.x, RL_EXIT_LANE) != 0) return 1;
     /* the CQE seen: stamped here, before either path's checks (the turnaround the report
      * splits out is from this point to the doorbell, whichever path the message takes) */
 #ifndef RL_EXPERIMENT_NO_TSEEN /* measurement only: what reading the stamp costs the turnaround */
@@ -931,12 +942,22 @@ __device__ __forceinline__ void rl_answer_after(struct rl_loop &L, const struct 
         /* reclaim send-queue space between messages, not while one waits, and make room for
          * the next answer, whatever its size (its reservation above does not look) */
         if (L.sq.pi - L.sq.done > L.sq.entries / 2) rl_reap_sends(L);
-        while (L.sq.pi - L.sq.done + RL_MAX_INLINE_BBS > L.sq.entries) rl_reap_sends(L);
+        while (L.sq.pi - L.sq.done + RL_MAX_INLINE_BBS > L.sq.entries) {
+            rl_reap_sends(L);
+            /* a NIC that stopped completing sends must not hold the kernel here for ever: the
+             * host's stop ends the wait (each turn is a PCIe round already), with the error */
+            if (L.sq.pi - L.sq.done + RL_MAX_INLINE_BBS > L.sq.entries && rl_ld32_sys(&ctl->exit_flag) != 0) {
+                rl_st32_sys(&ctl->error, RL_ERR_SQ_FULL);
+                L.stop = 1;
+                break;
+            }
+        }
 #if RL_PHASE_LOCK
         rl_phase_update(L, ctl);
 #endif
     }
     L.range_first = __shfl_sync(0xffffffffu, L.range_first, 0);
+    L.stop = __shfl_sync(0xffffffffu, L.stop, 0);
     L.ck = rl_check_keys_of((L.sq.pi - L.range_first) * 4 + lane);
 #if RL_PHASE_LOCK
     L.t_db = __shfl_sync(0xffffffffu, t_db, 0);
@@ -948,6 +969,10 @@ __device__ __forceinline__ void rl_answer_after(struct rl_loop &L, const struct 
 /* Warp 0: answers (step 4), then re-posts, consumes and stamps (step 5). */
 __device__ __forceinline__ void rl_answer(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl, int n,
                                           const uint8_t *answer, uint32_t lane, uint32_t from_regs = 0, uint4 regs = uint4()) {
+    /* an answer that neither goes inline nor fits a TX slot (the host makes the slots as long
+     * as the requests', so only a stage that answers longer than its request could make one)
+     * is dropped and counted, never written past its slot (from_regs: a constant, <= 256) */
+    if (!from_regs && n > RL_MAX_INLINE && n > (int)d.tx_slot_stride) n = -1;
     const struct rl_sent sent = rl_answer_send(L, d, n, answer, lane, from_regs, regs);
     rl_answer_after(L, d, ctl, n, sent, lane);
 }
@@ -993,7 +1018,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     L.sq = {(uint8_t *)d.sq.ring, (uint32_t *)d.sq.dbrec, (uint64_t *)d.proxy_doorbell, 0, d.sq.entries, d.qpn, 0, 0};
     L.rq = {(uint8_t *)d.rq.ring, (uint32_t *)d.rq.dbrec, d.rq.entries, 0};
     L.idle = L.heartbeat = L.processed = 0;
-    L.dropped = L.send_errors = 0;
+    L.dropped = L.send_errors = L.stop = 0;
     L.sh = 31u - (uint32_t)__clz(d.signal_every | 1u);
     L.range_first = L.unfenced = L.unposted = 0;
     L.range_check = 0;
@@ -1170,7 +1195,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     }
     if (tid == 0) {
         rl_fence_release_sys();
-        rl_st32_sys(&ctl->state, L.send_errors ? RL_STATE_FAILED : RL_STATE_EXITED);
-        if (L.send_errors) rl_st32_sys(&ctl->error, RL_ERR_CQE_ERROR);
+        rl_st32_sys(&ctl->state, (L.send_errors || L.stop) ? RL_STATE_FAILED : RL_STATE_EXITED);
+        if (L.send_errors && !L.stop) rl_st32_sys(&ctl->error, RL_ERR_CQE_ERROR);
     }
 }

@@ -266,10 +266,26 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("rocelink: error: {e:#}");
+            eprintln!("rocelink: error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose text the message
+/// already holds (many of ours put their source's text in their own).
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if text.is_empty() {
+            text = c;
+        } else if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
@@ -320,17 +336,21 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 peer: peer_mode,
                 host_ip,
                 peer_ip: None,
-                cores: cores_of(&cores),
+                cores: cores_of(&cores)?,
                 spin: spin_mode(spin),
                 timeout: timeout.map(Duration::from_secs_f64),
                 progress: !quiet,
                 backend,
                 ..EchoConfig::default()
             };
+            if let Some(dir) = json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
+                // before the run, not after it: a report that cannot be written is known now
+                std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--json: cannot make the folder {}: {e}", dir.display()))?;
+            }
             let r = echo::run_echo(&cfg)?;
             print!("{}", report::echo_text(&r));
             if let Some(p) = json {
-                report::write_json(&r, &p)?;
+                report::write_json(&r, &p).map_err(|e| anyhow::anyhow!("--json: cannot write {}: {e}", p.display()))?;
                 eprintln!("report written to {}", p.display());
             }
             // What did not stop cleanly (a kernel left running, a thread left behind) is an
@@ -357,7 +377,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 sizes,
                 count,
                 warmup,
-                cores: cores_of(&cores),
+                cores: cores_of(&cores)?,
                 spin: spin_mode(spin),
                 out_dir: out,
                 name,
@@ -445,8 +465,12 @@ fn spin_mode(s: Spin) -> Option<SpinMode> {
     }
 }
 
-fn cores_of(cores: &[usize]) -> Cores {
-    Cores { nic: cores.first().copied(), backend: cores.get(1).copied(), peer: cores.get(2).copied() }
+/// `--cores nic[,backend[,peer]]`: up to three cores, the threads not named unpinned.
+fn cores_of(cores: &[usize]) -> anyhow::Result<Cores> {
+    if cores.len() > 3 {
+        anyhow::bail!("--cores takes at most three cores, `nic,backend,peer` (got {}: {:?})", cores.len(), cores);
+    }
+    Ok(Cores { nic: cores.first().copied(), backend: cores.get(1).copied(), peer: cores.get(2).copied() })
 }
 
 /// Where `rocelink decode` decodes.

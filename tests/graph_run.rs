@@ -2,7 +2,7 @@
 //! and draws as Graphviz; `echo.ron` and `echo_udp.ron` run end to end with zero loss and
 //! write their reports; `fpga_echo.ron` runs against a standalone `fpga-sim` process at the
 //! address given with `--set`; SIGINT stops a run within 2 s and the report of what ran is
-//! still written. Runs are small (20,000 messages) and one at a time (CI has 2 cores).
+//! still written, as it is when the peer dies in the middle of a run (a fault, exit 1). Runs are small (20,000 messages) and one at a time (CI has 2 cores).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -310,4 +310,43 @@ fn sigint_stops_the_run_within_2_s_and_the_report_is_written() {
     assert_reports(&dir, "echo");
     let rows = std::fs::read_to_string(dir.join("records.csv")).unwrap().lines().count() - 1;
     assert_eq!(rows as u64, sent, "one row per request sent");
+}
+
+#[test]
+fn a_peer_that_dies_mid_run_ends_it_with_a_fault_and_the_report_of_what_ran() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (peer, host) = test_addresses();
+    let mut sim = StandaloneSim::start(&peer);
+    let dir = out_dir("peer_dies");
+    let json = dir.join("run.json");
+    let child = rocelink()
+        .args(["run", "graphs/fpga_echo.ron", "--quiet", "--set", "run.stop=Duration(60)", "--json"])
+        .arg(&json)
+        .args(["--set", &format!("peer.address={peer}:8192"), "--set", &format!("nic.wire.bind={host}:4791")])
+        .arg("--set")
+        .arg(format!("outputs.dir={}", dir.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // the peer goes away without a word (SIGKILL)
+    let _ = sim.0.kill();
+    let _ = sim.0.wait();
+    let out = child.wait_with_output().unwrap();
+    let shown = show("peer_dies", &out);
+    assert_eq!(out.status.code(), Some(1), "a fault: {shown}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("rocelink: error:").count(), 1, "said once: {shown}");
+    assert!(stderr.contains("peer control (ECB) failed"), "{shown}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("report written")).unwrap();
+    assert_eq!(r["stopped_by"], "fault", "{r}");
+    assert!(r["fault"].as_str().unwrap().contains("no ECB reply"), "{r}");
+    let answered = r["backend_processed"].as_u64().unwrap();
+    assert!(answered > 0, "{r}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("transceiver loop: answered {answered}")), "{shown}");
+    assert_reports(&dir, "fpga_echo");
+    // the answers the data path made are in the records, though the peer's capture is gone
+    let csv = std::fs::read_to_string(dir.join("records.csv")).unwrap();
+    assert!(csv.lines().filter(|l| l.split(',').nth(1) == Some("uncaptured")).count() as u64 > 0, "{}", &csv[..csv.len().min(500)]);
 }

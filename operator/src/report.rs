@@ -15,7 +15,12 @@ pub fn echo_text(r: &EchoReport) -> String {
     let c = &r.counts;
     let t = &r.rtt_ns;
     let _ = writeln!(s, "rocelink echo: {} wire, {} B, {}, backend {}, spin {}", r.env.wire, r.env.payload_size, r.mode, r.env.backend, r.env.spin_mode);
-    let _ = writeln!(s, "  round trip (us, full RTT, {} samples): min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
+    if t.count == 0 {
+        // no zeros that read like figures
+        let _ = writeln!(s, "  round trip: no samples (nothing answered after the warm-up of {} round trips)", r.warmup);
+    } else {
+        let _ = writeln!(s, "  round trip (us, full RTT, {} samples): min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
+    }
     let _ = writeln!(s, "  sent {}  received {}  lost {}  duplicated {}  reordered {}  corrupted {}", c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted);
     if let Some(b) = &r.breakdown_ns {
         let _ = writeln!(
@@ -48,6 +53,9 @@ pub fn echo_text(r: &EchoReport) -> String {
     }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(s, "  NIC: rx {} tx {} drops: {}", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") });
+    // what the NIC delivered, the transceiver loop answered or refused (a request it could
+    // not take: no RPC header, bad magic, an argument past the end, a slot out of range)
+    let _ = writeln!(s, "  transceiver loop: answered {}  refused {}", r.backend_processed, r.backend_dropped);
     if r.nic.tx_wqe_rereads > 0 || r.nic.tx_wqe_check_failures > 0 {
         // checked doorbells (abi.h rl_proxy_doorbell): how often a WQE was still landing
         let _ = writeln!(s, "  NIC: {} checked doorbells re-read until their check held, {} never held (sent in error)", r.nic.tx_wqe_rereads, r.nic.tx_wqe_check_failures);

@@ -72,7 +72,9 @@ impl GpuBackend {
                     let r = host_thread(&q, &chain, ordinal, cfg, &stop, &tx, &failure);
                     let code = if r.is_ok() { 1 } else { 2 };
                     if let Err(e) = r {
-                        tracing::error!("GPU backend: {e}");
+                        // Reported once, by whoever started or runs the backend (the start's
+                        // error, or the run's fault): not logged here too.
+                        tracing::debug!("GPU backend: {e}");
                         *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
                         let _ = tx.send(Err(e));
                     }
@@ -216,6 +218,8 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
         }
         if t0.elapsed() > START_TIMEOUT {
             m.atomic_u32(l.exit_flag()).store(1, Ordering::Release);
+            // It may still start: leave what it may touch (see the stop below).
+            gpu.abandon();
             return Err("the transceiver kernel did not report RUNNING within 10 s".into());
         }
         std::thread::sleep(Duration::from_micros(100));
@@ -267,8 +271,10 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
                 break;
             }
             StreamState::Running if t0.elapsed() > Duration::from_secs(2) => {
-                // Leave the memory registered and the module loaded: the kernel may still
+                // Leave the memory registered, the module loaded and the context retained
+                // (Gpu::abandon: releasing it may wait for the kernel): the kernel may still
                 // touch them. The process can exit; the driver reclaims everything then.
+                gpu.abandon();
                 return Err(error.unwrap_or_else(|| "the transceiver kernel did not stop within 2 s of the exit flag".into()));
             }
             StreamState::Running => std::thread::sleep(Duration::from_micros(200)),

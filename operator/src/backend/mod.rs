@@ -86,7 +86,9 @@ pub fn spawn_backend(kind: BackendKind, q: QpMemory, chain: &[StageSpec], cfg: C
         BackendKind::Auto => match gpu::unavailable_reason().or_else(|| crate::gpu::kernels::gpu_unsupported(chain)) {
             None => Ok(Box::new(gpu::GpuBackend::spawn(q, chain, 0, cfg)?)),
             Some(why) => {
-                tracing::info!("backend Auto: using the CPU backend because {why}");
+                // The one line saying why (shown at the default log level: a user who
+                // expected the GPU learns at once why it is not used).
+                tracing::warn!("backend Auto: using the CPU backend because {why}");
                 spawn_backend(BackendKind::Cpu, q, chain, cfg)
             }
         },

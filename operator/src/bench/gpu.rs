@@ -70,6 +70,10 @@ fn mapped_pingpong_here(ordinal: usize, iters: u32, warmup: u32) -> Result<Floor
             }
             if lost >= 3 {
                 mem.atomic_u32(ping).store(u32::MAX, Ordering::Release);
+                // The kernel may still run: its page stays registered and allocated, the
+                // context retained (Gpu::abandon), until the process exits.
+                std::mem::forget(mem);
+                gpu.abandon();
                 return Err("the ping-pong kernel stopped answering (3 round trips lost)".into());
             }
             continue;
@@ -82,7 +86,9 @@ fn mapped_pingpong_here(ordinal: usize, iters: u32, warmup: u32) -> Result<Floor
     let t0 = Instant::now();
     while stream.query() == StreamState::Running {
         if t0.elapsed() > Duration::from_secs(2) {
-            return Err("the ping-pong kernel did not exit".into());
+            std::mem::forget(mem);
+            gpu.abandon();
+            return Err("the ping-pong kernel did not exit within 2 s".into());
         }
         std::thread::sleep(Duration::from_micros(100));
     }

@@ -238,6 +238,16 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Gives the context up without releasing it: for a host side whose kernel did not stop.
+    /// Releasing the primary context (what dropping does) may wait for that kernel, which
+    /// would turn a clear error into a hang; left retained, the kernel runs on until the
+    /// process exits, when the driver reclaims everything.
+    pub fn abandon(self) {
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for Gpu {
     fn drop(&mut self) {
         // SAFETY: releases the retain of `open`.

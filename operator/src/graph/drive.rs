@@ -190,8 +190,23 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
     let mut shown = Progress::new(progress, messages, stop_after, window, per_shot, qec.is_some());
     let mut records: Vec<CaptureRecord> = Vec::new();
     let mut rtt = new_histogram();
+    // The peer's control channel failing during the run (the peer died, the link went) is a
+    // fault of the run, not a failure to run: what was captured and read so far is reported.
+    let mut peer_lost = false;
+    macro_rules! ecb {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(e) => {
+                    peer_lost = true;
+                    fault.raise(format!("peer control (ECB) failed during the run: {e}"));
+                    break StopReason::Fault;
+                }
+            }
+        };
+    }
     let stopped_by = loop {
-        if host.capture_done()? {
+        if ecb!(host.capture_done()) {
             break StopReason::Count;
         }
         if crate::interrupted() {
@@ -207,7 +222,7 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
         if stop_after.is_some_and(|d| now >= started + d) {
             break StopReason::Duration;
         }
-        let n = host.capture_count()?;
+        let n = ecb!(host.capture_count());
         if n != answered {
             (answered, last_answer) = (n, now);
         }
@@ -216,9 +231,9 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
         }
         if shown.due() {
             // Count and counters back to back, so `sent - answered` is what is in flight.
-            let sent = host.read_stats()?.map_or(u64::from(n), |s| u64::from(s.sent));
+            let sent = ecb!(host.read_stats()).map_or(u64::from(n), |s| u64::from(s.sent));
             let upto = n.min(records.len() as u32 + PROGRESS_READ);
-            let fresh = read_capture_range(&mut host, records.len() as u32, upto)?;
+            let fresh = ecb!(read_capture_range(&mut host, records.len() as u32, upto));
             let high = rtt.high();
             for r in &fresh {
                 let _ = rtt.record(r.round_trip().clamp(1, high));
@@ -229,30 +244,56 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
         std::thread::sleep(POLL);
     };
     shown.end();
-    if stopped_by != StopReason::Count {
-        host.stop_player()?;
-        // The data plane finishes the run it was in and marks the capture done; wait for it
-        // so the count read below is final.
-        let until = Instant::now() + Duration::from_millis(500);
-        while !host.capture_done()? && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+    // After the loop too: a peer that went away (its process killed, its link down) ends the
+    // run with a fault and the records read so far, not with an error that reports nothing.
+    let lost = |stopped_by: StopReason, records: Vec<CaptureRecord>, host: &HsbHost| Driven {
+        sent: records.len() as u64,
+        records,
+        stats: None,
+        missing_extensions: host.missing_extensions.clone(),
+        first_request_id,
+        window,
+        stopped_by,
+        elapsed: started.elapsed(),
+        qec: None,
+    };
+    if peer_lost {
+        return Ok(lost(stopped_by, records, &host));
     }
+    let finish = |host: &mut HsbHost, records: &mut Vec<CaptureRecord>| -> Result<(Option<PeerStats>, Option<QecDriven>, Duration), EcbError> {
+        if stopped_by != StopReason::Count {
+            host.stop_player()?;
+            // The data plane finishes the run it was in and marks the capture done; wait for
+            // it so the count read below is final.
+            let until = Instant::now() + Duration::from_millis(500);
+            while !host.capture_done()? && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let elapsed = started.elapsed();
+        let n = host.capture_count()?;
+        let rest = read_capture_range(host, records.len() as u32, n)?;
+        records.extend(rest);
+        let stats = host.read_stats()?;
+        let qec = match qec_info {
+            Some(info) => Some(QecDriven { info, counters: host.read_qec_counters()?, interval_clocks, closed_loop }),
+            None => None,
+        };
+        Ok((stats, qec, elapsed))
+    };
+    let (stats, qec, elapsed) = match finish(&mut host, &mut records) {
+        Ok(x) => x,
+        Err(e) => {
+            fault.raise(format!("peer control (ECB) failed at the end of the run: {e}"));
+            return Ok(lost(if stopped_by == StopReason::Count { StopReason::Fault } else { stopped_by }, records, &host));
+        }
+    };
     if stopped_by == StopReason::Timeout {
         tracing::warn!("the peer did not finish in time; reporting what it captured");
     }
-    let elapsed = started.elapsed();
-    let n = host.capture_count()?;
-    let rest = read_capture_range(&mut host, records.len() as u32, n)?;
-    records.extend(rest);
-    let stats = host.read_stats()?;
     // A peer without the counters extension (a real FPGA) does not say how many it sent: a
     // finished run sent them all; of a run cut short we know only the answers.
     let sent = stats.map_or(if stopped_by == StopReason::Count { u64::from(messages) } else { records.len() as u64 }, |s| u64::from(s.sent));
-    let qec = match qec_info {
-        Some(info) => Some(QecDriven { info, counters: host.read_qec_counters()?, interval_clocks, closed_loop }),
-        None => None,
-    };
     Ok(Driven {
         records,
         stats,

@@ -1,12 +1,14 @@
 //! `Recorder`: one row per message to a file (CSV or JSON lines): what the transceiver loop
 //! recorded (from the tap) joined, after the run, with what the peer captured, by
 //! `request_id`. Every request the peer sent has a row, answered or not, in request order;
-//! answers the peer captured for requests it did not send (stale or forged) come last.
+//! answers the peer captured for requests it did not send (stale or forged) come next, then
+//! messages the transceiver loop answered beyond the peer's count (`uncaptured`: a run whose
+//! peer went away before its capture could be read).
 //!
 //! Columns: `request_id, status, warmup, seq, slot, byte_count, sq_index, cqe_seen_ns,
 //! doorbell_ns, loop_ns, sent_ns, arrival_ns, rtt_ns, peer_to_host_ns, host_to_peer_ns,
 //! rpc_status, result_len, nic_cqe_ns, nic_sent_ns, wire_nic_in_ns, wire_out_ns`. `status` is
-//! `ok`, `lost`, `corrupted` or `stale`. Clocks: `cqe_seen_ns` and `doorbell_ns` are the data
+//! `ok`, `lost`, `corrupted`, `stale` or `uncaptured`. Clocks: `cqe_seen_ns` and `doorbell_ns` are the data
 //! path's (CLOCK_MONOTONIC on the CPU backend, %globaltimer on the GPU), `sent_ns` and
 //! `arrival_ns` the peer's, `nic_cqe_ns` (the NIC wrote the receive CQE) and `nic_sent_ns` (the
 //! answer's frame left the software NIC, while its send trace still holds it) the NIC's
@@ -186,7 +188,8 @@ impl Row {
     }
 }
 
-/// One row per request sent (request order), then the stale answers.
+/// One row per request sent (request order), then the stale answers, then the messages the
+/// tap saw beyond `sent`.
 fn join(tap: &[MsgRecord], run: &Finished<'_>) -> Vec<Row> {
     let sent = run.report.counts.sent;
     let first = run.first_request_id;
@@ -220,9 +223,20 @@ fn join(tap: &[MsgRecord], run: &Finished<'_>) -> Vec<Row> {
         let tap = by_id.get(&id).copied();
         rows.push(Row { request_id: id, status, warmup: i < warmup, tap, capture, same_clock, nic_clock, nic_sent: nic_sent(tap) });
     }
+    let mut listed: std::collections::HashSet<u32> = stale.iter().map(|c| c.request_id).collect();
     for c in stale {
         let tap = by_id.get(&c.request_id).copied();
         rows.push(Row { request_id: c.request_id, status: "stale", warmup: false, tap, capture: Some(c), same_clock, nic_clock, nic_sent: nic_sent(tap) });
+    }
+    // Messages the data path answered that the peer's counts do not cover (a run whose peer
+    // went away before its capture was read: `sent` is then what was read): listed, with
+    // the data path's side only, not dropped from the file.
+    for r in tap {
+        let idx = u64::from(r.request_id.wrapping_sub(first));
+        if idx >= sent && listed.insert(r.request_id) {
+            let t = Some(*r);
+            rows.push(Row { request_id: r.request_id, status: "uncaptured", warmup: idx < warmup, tap: t, capture: None, same_clock, nic_clock, nic_sent: nic_sent(t) });
+        }
     }
     rows
 }
@@ -234,6 +248,18 @@ mod tests {
 
     fn cap(id: u32, sent: u64, arrival: u64, flags: u32) -> CaptureRecord {
         CaptureRecord { request_id: id, echoed_timestamp: sent, arrival_timestamp: arrival, flags, result_len: 40, rpc_status: 0 }
+    }
+
+    #[test]
+    fn answers_beyond_the_peers_count_are_listed_as_uncaptured() {
+        // the peer went away: its count (what was read of its capture) is 1, the tap saw 3
+        let tap: Vec<MsgRecord> = (1..=3).map(|id| MsgRecord { seq: u64::from(id), request_id: id, ..Default::default() }).chain([MsgRecord { seq: 9, request_id: 3, ..Default::default() }]).collect();
+        let capture = vec![cap(1, 1_000, 1_500, capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK)];
+        let mut report = RunReport::empty();
+        report.counts.sent = 1;
+        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: true, nic_clock: false, send_trace: None };
+        let status: Vec<(u32, &str)> = join(&tap, &run).iter().map(|r| (r.request_id, r.status)).collect();
+        assert_eq!(status, vec![(1, "ok"), (2, "uncaptured"), (3, "uncaptured")]);
     }
 
     #[test]
