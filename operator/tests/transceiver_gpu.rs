@@ -162,6 +162,21 @@ struct Rig {
 impl Rig {
     /// Hands the request to the NIC as the peer's RDMA WRITE with immediate into its slot.
     fn send(&mut self, m: &Msg) {
+        self.try_send(m).unwrap_or_else(|e| panic!("the NIC refused request {:?}: {e:?}", &m.bytes[..m.bytes.len().min(16)]));
+    }
+
+    /// As `send`, but a request the NIC refuses (no receive posted: the loop is behind) is
+    /// left out (the slot and the PSN are not used up) and said.
+    fn try_send(&mut self, m: &Msg) -> Result<(), rocelink_operator::nic::DropReason> {
+        let (next_slot, psn) = (self.next_slot, self.psn);
+        let r = self.try_send_inner(m);
+        if r.is_err() {
+            (self.next_slot, self.psn) = (next_slot, psn);
+        }
+        r
+    }
+
+    fn try_send_inner(&mut self, m: &Msg) -> Result<(), rocelink_operator::nic::DropReason> {
         let slot = match m.slot {
             Some(u32::MAX) => (self.next_slot + 1) % self.sizes.rx_slots, // one out of turn
             Some(s) => s,
@@ -174,7 +189,7 @@ impl Rig {
         self.psn = self.psn.wrapping_add(1) & 0xff_ffff;
         let mut frame = vec![0u8; MAX_FRAME];
         let n = repr.emit(&m.bytes, &mut frame).expect("frame");
-        self.nic.receive(&frame[..n]).unwrap_or_else(|e| panic!("the NIC refused request {:?}: {e:?}", &m.bytes[..m.bytes.len().min(16)]));
+        self.nic.receive(&frame[..n]).map(|_| ())
     }
 
     /// The next answer on the wire, or None when none comes within `wait`.
@@ -304,4 +319,83 @@ fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
         play(rig, backend);
     }
     std::env::remove_var("ROCELINK_KERNEL_DEFINES");
+}
+
+/// Messages keep coming faster than the loop answers them (the NIC refuses those with no
+/// receive posted), and the loop is stopped in the middle: it must stop (read its exit flag
+/// though it is never idle), and every answer it made must be the stage's.
+fn stop_under_a_flood(mut rig: Rig, backend: Box<dyn RunningBackend>) {
+    let msg = Msg { bytes: request(64, 7, 3), slot: None };
+    let want = cpu_answer(&msg.bytes).expect("an echo request is answered");
+    let pumping = std::sync::atomic::AtomicBool::new(true);
+    let name = backend.name();
+    let (stopped, answered) = std::thread::scope(|s| {
+        let rig = &mut rig;
+        let pump = s.spawn(|| {
+            let mut answered = 0u64;
+            while pumping.load(std::sync::atomic::Ordering::Relaxed) {
+                for _ in 0..8 {
+                    let _ = rig.try_send(&msg);
+                }
+                while let Some(a) = rig.answer(Duration::ZERO) {
+                    assert!(a == want, "an answer under the flood is not the stage's: {:?}", &a[..a.len().min(32)]);
+                    answered += 1;
+                }
+            }
+            answered
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let stopped = backend.stop(Duration::from_secs(2));
+        pumping.store(false, std::sync::atomic::Ordering::Relaxed);
+        (stopped, pump.join().expect("the pump"))
+    });
+    stopped.unwrap_or_else(|e| panic!("{name} did not stop under a flood: {e}"));
+    assert!(answered > 100, "{name} answered only {answered} under the flood");
+    assert!(rig.counters.snapshot().drops.values().sum::<u64>() > 0, "not a flood: the NIC never had to refuse a request");
+}
+
+/// The NIC takes requests but never executes the loop's sends: no send completion comes
+/// back, the loop fills its send queue and waits for room. Stopped then, it must stop, with
+/// the error that says why (not hang, not be abandoned).
+fn stop_with_a_stalled_nic(mut rig: Rig, backend: Box<dyn RunningBackend>) {
+    let msg = Msg { bytes: request(64, 7, 3), slot: None };
+    let name = backend.name();
+    let sq_entries = u64::from(rig.sizes.sq_entries);
+    // More requests than the send queue has room for answers (each takes a WQEBB or more);
+    // no `poll_send`: the answers stay in the send queue.
+    let mut taken = 0u64;
+    let t0 = Instant::now();
+    while taken < 2 * sq_entries && t0.elapsed() < Duration::from_secs(5) {
+        if rig.try_send(&msg).is_ok() {
+            taken += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let processed = backend.processed();
+    assert!(processed < taken, "{name} answered {processed} of {taken} with no send completing: where did the answers go?");
+    let e = backend.stop(Duration::from_secs(2)).expect_err("a loop stopped with its send queue full reports it");
+    assert!(e.contains("send queue full"), "{name}: {e}");
+    assert!(!e.contains("did not stop"), "{name} had to be abandoned: {e}");
+}
+
+#[test]
+fn the_cpu_backend_stops_under_a_flood_and_with_a_stalled_nic() {
+    let (r, q, tx_lkey) = rig();
+    stop_under_a_flood(r, spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"));
+    let (r, q, tx_lkey) = rig();
+    stop_with_a_stalled_nic(r, spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"));
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
+fn the_kernel_stops_under_a_flood_and_with_a_stalled_nic() {
+    if let Some(why) = rocelink_operator::backend::gpu::unavailable_reason() {
+        panic!("this test needs a GPU: {why}");
+    }
+    let (r, q, tx_lkey) = rig();
+    stop_under_a_flood(r, spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"));
+    let (r, q, tx_lkey) = rig();
+    stop_with_a_stalled_nic(r, spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"));
 }

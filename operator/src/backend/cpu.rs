@@ -105,6 +105,13 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
         };
         backoff.reset();
         let seen = monotonic_ns();
+        // A poll that found a message counts too (as in the kernel): a stream that never
+        // leaves the loop idle still sees the exit flag; the message is then left unanswered,
+        // in flight at the stop.
+        idle = idle.wrapping_add(1);
+        if idle.is_multiple_of(abi::RL_EXIT_POLL_EVERY) && m.atomic_u32(l.exit_flag()).load(Relaxed) != 0 {
+            break;
+        }
         let cqe = rc.cqe;
         let slot = cqe.imm & 0xfff;
         let len = cqe.byte_cnt as usize;

@@ -287,12 +287,29 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     }
     module.unload();
     if m.atomic_u32(l.state()).load(Ordering::Acquire) == abi::RL_STATE_FAILED {
-        error.get_or_insert(format!("the transceiver kernel reported error {}", m.atomic_u32(l.error()).load(Ordering::Relaxed)));
+        // the kernel's own error, after the watchdog's if that spoke first
+        let said = format!("the transceiver kernel reported {}", kernel_error_text(m.atomic_u32(l.error()).load(Ordering::Relaxed)));
+        error = Some(match error {
+            Some(e) => format!("{e}; {said}"),
+            None => said,
+        });
     }
     match error {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// What `rl_control.error` (abi.h `RL_ERR_*`) says, in words.
+fn kernel_error_text(code: u32) -> String {
+    let what = match code {
+        abi::RL_ERR_NONE => "no error code",
+        abi::RL_ERR_BAD_SLOT => "a request named a slot outside the RX buffer",
+        abi::RL_ERR_CQE_ERROR => "the NIC completed a send in error",
+        abi::RL_ERR_SQ_FULL => "send queue full: no send completion came back (the NIC stopped executing sends)",
+        _ => "an unknown error code",
+    };
+    format!("error {code} ({what})")
 }
 
 impl RunningBackend for GpuBackend {
