@@ -2,8 +2,9 @@
 //! before anything starts.
 //!
 //! Refused, each error naming the operator, port or setting and where it is written:
-//! unknown kinds, bad or duplicate names, unknown or ill-typed parameters, flows naming
-//! operators or ports that do not exist or going the wrong way, device stages fed by host
+//! unknown kinds, bad or duplicate names, unknown or ill-typed parameters, output file names
+//! with folders in them, flows naming operators or ports that do not exist or going the wrong
+//! way, a flow written twice, device stages fed by host
 //! operators, host operators fed from inside the fused chain, port type mismatches, cycles
 //! (among device stages, and among host operators, which could never drain), required ports
 //! left unconnected, and a device chain that is not one path from the transceiver's `rx` to
@@ -15,7 +16,7 @@
 //! flows with their capacities and policies, host operators with their resolved parameters
 //! and cores, the peer and wire, the run's control, the output paths, the QEC replay.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
@@ -25,7 +26,7 @@ use rocelink_link::SpinMode;
 use rocelink_wire::{roce, rpc};
 
 use super::error::{At, GraphError, GraphErrors};
-use super::model::{Graph, Load, NicSpec, PeerSpec, Policy, SimMode, SpinSpec, Stop, WireSpec};
+use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode, SpinSpec, Stop, WireSpec};
 use super::qec::{self, QecRun};
 use crate::backend::BackendKind;
 use crate::echo::{Cores, WireKind};
@@ -172,12 +173,13 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
 
     // Host flows: every flow ending at a host operator.
     let mut host_flows = Vec::new();
-    let mut host_ops: Vec<HostOpPlan> = ops
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| o.decl.domain() == Domain::Host)
-        .map(|(i, o)| HostOpPlan { name: o.name.to_string(), decl: o.decl, params: o.params.clone(), core: g.operators[i].core.or(g.cores.host), inputs: Vec::new(), outputs: Vec::new() })
-        .collect();
+    let mut host_ops: Vec<HostOpPlan> = Vec::new();
+    // Index in `host_ops` of each operator that is one.
+    let mut host_index: Vec<Option<usize>> = vec![None; ops.len()];
+    for (i, o) in ops.iter().enumerate().filter(|(_, o)| o.decl.domain() == Domain::Host) {
+        host_index[i] = Some(host_ops.len());
+        host_ops.push(HostOpPlan { name: o.name.to_string(), decl: o.decl, params: o.params.clone(), core: g.operators[i].core.or(g.cores.host), inputs: Vec::new(), outputs: Vec::new() });
+    }
     for (fi, f) in g.flows.iter().enumerate() {
         let (a, b) = ends[fi];
         if ops[b.op].decl.domain() != Domain::Host {
@@ -191,11 +193,11 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
             policy: f.policy.unwrap_or(Policy::Pop),
             from_tap: ops[a.op].decl.domain() == Domain::Transceiver,
         });
-        if let Some(h) = host_ops.iter_mut().find(|h| h.name == ops[b.op].name) {
-            h.inputs.push(idx);
+        if let Some(h) = host_index[b.op] {
+            host_ops[h].inputs.push(idx);
         }
-        if let Some(h) = host_ops.iter_mut().find(|h| h.name == ops[a.op].name) {
-            h.outputs.push(idx);
+        if let Some(h) = host_index[a.op] {
+            host_ops[h].outputs.push(idx);
         }
     }
     if tcfg.tap_ring == 0 && host_flows.iter().any(|f| f.from_tap) {
@@ -374,7 +376,12 @@ fn operators<'g>(g: &'g Graph, errors: &mut Vec<GraphError>) -> Option<Vec<Op<'g
         };
         let given: Vec<(String, ops::ParamValue)> = o.params.iter().map(|p| (p.name.clone(), p.value.clone())).collect();
         match Params::resolve(decl.params, &given) {
-            Ok(params) => ops.push(Op { name: &o.name, decl, params, at: &o.at }),
+            Ok(params) => {
+                if let Err((at, msg)) = output_names(g, o, decl, &params) {
+                    errors.push(GraphError::new(at, format!("operator `{}` ({}): {msg}", o.name, o.kind)));
+                }
+                ops.push(Op { name: &o.name, decl, params, at: &o.at })
+            }
             Err((i, msg)) => {
                 let at = i.and_then(|i| o.params.get(i)).map_or(o.at.clone(), |p| p.at.clone());
                 errors.push(GraphError::new(at, format!("operator `{}` ({}): {msg}", o.name, o.kind)));
@@ -393,26 +400,60 @@ fn operators<'g>(g: &'g Graph, errors: &mut Vec<GraphError>) -> Option<Vec<Op<'g
     Some(ops)
 }
 
-/// Each flow's two ends, checked for existence and direction.
+/// File names that operators build from their parameters (or from the graph's name), checked
+/// here so that `check` refuses what the operator would refuse when the run starts, after
+/// other operators have already written their files. `Err`: where, and why.
+fn output_names(g: &Graph, o: &OperatorDef, decl: &OperatorDecl, params: &Params) -> Result<(), (At, String)> {
+    // LatencyReport writes `<name>.md`, `.json` and `.svg` in outputs.dir; `name` defaults to
+    // the graph's name (the rule of `ops::latency_report`).
+    if decl.kind != ops::latency_report::DECL.kind {
+        return Ok(());
+    }
+    let (name, at, what) = match params.str("name") {
+        Some(n) => (n, o.params.iter().find(|p| p.name == "name").map_or_else(|| o.at.clone(), |p| p.at.clone()), "parameter `name`"),
+        None => (g.name.as_str(), if g.places.has("name") { g.places.at("name") } else { o.at.clone() }, "the graph's name (the default of its parameter `name`)"),
+    };
+    if name.is_empty() || name.contains(['/', '\\']) {
+        return Err((at, format!("{what} is `{name}`, but it names the report files (<name>.md, .json, .svg in outputs.dir): it must be a file name without folders")));
+    }
+    Ok(())
+}
+
+/// Each flow's two ends, checked for existence and direction; a flow written twice is
+/// refused at its second entry.
 fn flow_ends(g: &Graph, ops: &[Op<'_>], errors: &mut Vec<GraphError>) -> Vec<(End, End)> {
+    let by_name: HashMap<&str, usize> = ops.iter().enumerate().map(|(i, o)| (o.name, i)).collect();
+    let mut seen: HashMap<(usize, &str, usize, &str), &At> = HashMap::new();
     let mut out = Vec::new();
     for f in &g.flows {
-        let a = end(ops, &f.from, &f.from_at, PortDir::Out, errors);
-        let b = end(ops, &f.to, &f.to_at, PortDir::In, errors);
+        let a = end(ops, &by_name, &f.from, &f.from_at, PortDir::Out, errors);
+        let b = end(ops, &by_name, &f.to, &f.to_at, PortDir::In, errors);
         if let (Some(a), Some(b)) = (a, b) {
+            match seen.entry((a.op, a.port.name, b.op, b.port.name)) {
+                std::collections::hash_map::Entry::Occupied(first) => {
+                    let first = match first.get() {
+                        At::File { line, col, .. } => format!(" (first at line {line}, column {col})"),
+                        _ => String::new(),
+                    };
+                    errors.push(GraphError::new(f.at.clone(), format!("duplicate flow {} -> {}{first}: each connection is written once", f.from, f.to)));
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(&f.at);
+                }
+            }
             out.push((a, b));
         }
     }
     out
 }
 
-fn end(ops: &[Op<'_>], text: &str, at: &At, dir: PortDir, errors: &mut Vec<GraphError>) -> Option<End> {
+fn end(ops: &[Op<'_>], by_name: &HashMap<&str, usize>, text: &str, at: &At, dir: PortDir, errors: &mut Vec<GraphError>) -> Option<End> {
     let side = if dir == PortDir::Out { "from" } else { "to" };
     let Some((op, port)) = text.split_once('.').filter(|(o, p)| !o.is_empty() && !p.is_empty() && !p.contains('.')) else {
         errors.push(GraphError::new(at.clone(), format!("flow {side} `{text}`: expected `operator.port`")));
         return None;
     };
-    let Some(i) = ops.iter().position(|o| o.name == op) else {
+    let Some(&i) = by_name.get(op) else {
         errors.push(GraphError::new(at.clone(), format!("flow {side} `{text}`: dangling: there is no operator named `{op}`")));
         return None;
     };
@@ -468,10 +509,10 @@ fn structure(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)], errors: &mut Vec<Gr
             ));
         }
     }
+    let connected: HashSet<(usize, &str)> = ends.iter().flat_map(|(a, b)| [(a.op, a.port.name), (b.op, b.port.name)]).collect();
     for (i, o) in ops.iter().enumerate() {
         for p in o.decl.ports.iter().filter(|p| p.required) {
-            let connected = ends.iter().any(|(a, b)| (a.op == i && a.port.name == p.name) || (b.op == i && b.port.name == p.name));
-            if !connected {
+            if !connected.contains(&(i, p.name)) {
                 let dir = if p.dir == PortDir::In { "input" } else { "output" };
                 errors.push(GraphError::new(o.at.clone(), format!("operator `{}` ({}): required {dir} port `{}` ({}) is not connected", o.name, o.decl.kind, p.name, p.doc)));
             }
@@ -480,48 +521,65 @@ fn structure(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)], errors: &mut Vec<Gr
 }
 
 /// A cycle among operators of `domain` (the transceiver's rx and tx are the chain's two
-/// ends, not a cycle).
+/// ends, not a cycle). Depth-first, without recursion (a chain of any length), each flow
+/// looked at once.
 fn cycles(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)], domain: Domain, errors: &mut Vec<GraphError>) {
     let inside = |i: usize| ops[i].decl.domain() == domain;
+    // Flows out of each operator, to operators of `domain`.
+    let mut next: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
+    for (fi, (a, b)) in ends.iter().enumerate() {
+        if inside(a.op) && inside(b.op) {
+            next[a.op].push(fi);
+        }
+    }
     // 0: unvisited, 1: on the stack, 2: done.
     let mut state = vec![0u8; ops.len()];
-    let mut stack: Vec<usize> = Vec::new();
-    fn visit(v: usize, ends: &[(End, End)], inside: &dyn Fn(usize) -> bool, state: &mut [u8], stack: &mut Vec<usize>) -> Option<(Vec<usize>, usize)> {
+    // The path: each operator with how many of its flows have been followed.
+    let mut stack: Vec<(usize, usize)> = Vec::new();
+    for v in 0..ops.len() {
+        if !inside(v) || state[v] != 0 {
+            continue;
+        }
         state[v] = 1;
-        stack.push(v);
-        for (fi, (a, b)) in ends.iter().enumerate() {
-            if a.op != v || !inside(b.op) {
+        stack.push((v, 0));
+        while let Some(top) = stack.last_mut() {
+            let (u, k) = *top;
+            let Some(&fi) = next[u].get(k) else {
+                state[u] = 2;
+                stack.pop();
                 continue;
-            }
-            match state[b.op] {
+            };
+            top.1 += 1;
+            let w = ends[fi].1.op;
+            match state[w] {
                 1 => {
-                    let from = stack.iter().position(|&x| x == b.op).unwrap_or(0);
-                    let mut cycle = stack[from..].to_vec();
-                    cycle.push(b.op);
-                    return Some((cycle, fi));
+                    let from = stack.iter().position(|&(x, _)| x == w).unwrap_or(0);
+                    let mut names: Vec<&str> = stack[from..].iter().map(|&(x, _)| ops[x].name).collect();
+                    names.push(ops[w].name);
+                    let what = if domain == Domain::Device { "device stages" } else { "host operators (they could never drain)" };
+                    errors.push(GraphError::new(g.flows[fi].at.clone(), format!("flow {} -> {} closes a cycle among {what}: {}", g.flows[fi].from, g.flows[fi].to, abridged(&names, " -> "))));
+                    return;
                 }
                 0 => {
-                    if let Some(c) = visit(b.op, ends, inside, state, stack) {
-                        return Some(c);
-                    }
+                    state[w] = 1;
+                    stack.push((w, 0));
                 }
                 _ => {}
             }
         }
-        stack.pop();
-        state[v] = 2;
-        None
     }
-    for v in 0..ops.len() {
-        if inside(v) && state[v] == 0 {
-            if let Some((cycle, fi)) = visit(v, ends, &inside, &mut state, &mut stack) {
-                let names: Vec<&str> = cycle.iter().map(|&i| ops[i].name).collect();
-                let what = if domain == Domain::Device { "device stages" } else { "host operators (they could never drain)" };
-                errors.push(GraphError::new(g.flows[fi].at.clone(), format!("flow {} -> {} closes a cycle among {what}: {}", g.flows[fi].from, g.flows[fi].to, names.join(" -> "))));
-                return;
-            }
-        }
+}
+
+/// `items` joined by `sep`, the middle left out when there are many (an error stays short
+/// whatever the size of the graph).
+fn abridged<S: AsRef<str>>(items: &[S], sep: &str) -> String {
+    const HEAD: usize = 6;
+    const TAIL: usize = 3;
+    let join = |part: &[S]| part.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(sep);
+    if items.len() <= HEAD + TAIL + 1 {
+        return join(items);
     }
+    format!("{}{sep}... ({} more){sep}{}", join(&items[..HEAD]), items.len() - HEAD - TAIL, join(&items[items.len() - TAIL..]))
 }
 
 /// The device stages from the transceiver's rx to its tx, in order: one path, every device
@@ -533,13 +591,22 @@ fn chain(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)]) -> Result<Vec<usize>, G
         At::File { line, .. } => format!("line {line}"),
         _ => format!("flow {fi}"),
     };
+    // Data flows by the port they leave, and by the port they enter.
+    let mut leaving: HashMap<(usize, &str), Vec<usize>> = HashMap::new();
+    let mut entering: HashMap<(usize, &str), Vec<usize>> = HashMap::new();
+    for &fi in &data_flows {
+        let (a, b) = ends[fi];
+        leaving.entry((a.op, a.port.name)).or_default().push(fi);
+        entering.entry((b.op, b.port.name)).or_default().push(fi);
+    }
     let mut order = Vec::new();
+    let mut on_chain = vec![false; ops.len()];
     let (mut op, mut port) = (t, "rx");
     loop {
-        let out: Vec<usize> = data_flows.iter().copied().filter(|&fi| ends[fi].0.op == op && ends[fi].0.port.name == port).collect();
+        let out: &[usize] = leaving.get(&(op, port)).map_or(&[], Vec::as_slice);
         if out.len() > 1 {
             let lines: Vec<String> = out.iter().map(|&fi| line_of(fi)).collect();
-            return Err(GraphError::new(g.flows[out[1]].at.clone(), format!("`{}.{port}` feeds {} device flows ({}); the fused chain is a single path", ops[op].name, out.len(), lines.join(", "))).into());
+            return Err(GraphError::new(g.flows[out[1]].at.clone(), format!("`{}.{port}` feeds {} device flows ({}); the fused chain is a single path", ops[op].name, out.len(), abridged(&lines, ", "))).into());
         }
         let Some(&fi) = out.first() else {
             // Checked before: every required port is connected, so this is a stage whose
@@ -547,17 +614,18 @@ fn chain(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)]) -> Result<Vec<usize>, G
             return Err(GraphError::new(ops[op].at.clone(), format!("`{}.{port}` does not lead back to `{}` (the transceiver's tx)", ops[op].name, ops[t].name)).into());
         };
         let next = ends[fi].1;
-        let fan_in: Vec<usize> = data_flows.iter().copied().filter(|&f| ends[f].1.op == next.op && ends[f].1.port.name == next.port.name).collect();
+        let fan_in: &[usize] = entering.get(&(next.op, next.port.name)).map_or(&[], Vec::as_slice);
         if fan_in.len() > 1 {
             let lines: Vec<String> = fan_in.iter().map(|&f| line_of(f)).collect();
-            return Err(GraphError::new(g.flows[fan_in[1]].at.clone(), format!("`{}.{}` is fed by {} device flows ({}); the fused chain is a single path", ops[next.op].name, next.port.name, fan_in.len(), lines.join(", "))).into());
+            return Err(GraphError::new(g.flows[fan_in[1]].at.clone(), format!("`{}.{}` is fed by {} device flows ({}); the fused chain is a single path", ops[next.op].name, next.port.name, fan_in.len(), abridged(&lines, ", "))).into());
         }
         if next.op == t {
             break;
         }
-        if order.contains(&next.op) {
+        if on_chain[next.op] {
             return Err(GraphError::new(g.flows[fi].at.clone(), format!("device stage `{}` appears twice on the chain", ops[next.op].name)).into());
         }
+        on_chain[next.op] = true;
         order.push(next.op);
         op = next.op;
         port = match ops[op].decl.ports.iter().find(|p| p.dir == PortDir::Out && p.ty != ops::MsgType::MsgRecord) {
@@ -570,7 +638,7 @@ fn chain(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)]) -> Result<Vec<usize>, G
         return Err(GraphError::new(g.flows.get(fi).map_or(ops[t].at.clone(), |f| f.at.clone()), format!("no device stage between `{0}.rx` and `{0}.tx`: the transceiver would answer nothing; put a stage such as Echo between them", ops[t].name)).into());
     }
     for (i, o) in ops.iter().enumerate() {
-        if o.decl.domain() == Domain::Device && !order.contains(&i) {
+        if o.decl.domain() == Domain::Device && !on_chain[i] {
             return Err(GraphError::new(o.at.clone(), format!("device stage `{}` is not on the path from `{1}.rx` to `{1}.tx`", o.name, ops[t].name)).into());
         }
     }

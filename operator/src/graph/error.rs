@@ -1,18 +1,36 @@
 //! Errors of a graph that is refused before anything starts: what is wrong, which operator,
 //! port or field, and where (`file:line:col`, or the `--set` it came from), with the line of
-//! the file under it the way compilers show it.
+//! the file under it the way compilers show it (cut around the column when the line is
+//! long). A position keeps a byte offset into the shared [`SourceFile`]; the line's text is
+//! read only for the errors shown, and at most [`MAX_SHOWN`] errors are shown.
 
 use std::fmt;
+use std::sync::Arc;
+
+pub use super::source::SourceFile;
+
+/// Errors [`GraphErrors`] shows; the rest are counted.
+pub const MAX_SHOWN: usize = 20;
+/// Characters of a source line shown under an error (the rest cut off around the column).
+pub const SNIPPET_CHARS: usize = 120;
 
 /// Where an error points.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum At {
-    /// Line and column (from 1, columns in characters) in `file`, with that line's text.
-    File { file: String, line: usize, col: usize, text: String },
+    /// Byte `offset` of `src`, at `line` and `col` (from 1, columns in characters).
+    File { src: Arc<SourceFile>, offset: usize, line: usize, col: usize },
     /// The value given by `--set` (its `path=value`).
     Set(String),
     /// A graph built in memory (no file).
     Nowhere,
+}
+
+impl At {
+    /// Byte `offset` of `src`.
+    pub fn file(src: &Arc<SourceFile>, offset: usize) -> At {
+        let (line, col) = src.line_col(offset);
+        At::File { src: Arc::clone(src), offset, line, col }
+    }
 }
 
 /// A graph that cannot run.
@@ -30,7 +48,7 @@ impl GraphError {
     /// `file:line:col`, when it points into a file.
     pub fn location(&self) -> Option<String> {
         match &self.at {
-            At::File { file, line, col, .. } => Some(format!("{file}:{line}:{col}")),
+            At::File { src, line, col, .. } => Some(format!("{}:{line}:{col}", src.name)),
             _ => None,
         }
     }
@@ -39,13 +57,13 @@ impl GraphError {
 impl fmt::Display for GraphError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.at {
-            At::File { file, line, col, text } => {
-                writeln!(f, "{file}:{line}:{col}: {}", self.message)?;
+            At::File { src, offset, line, col } => {
+                writeln!(f, "{}:{line}:{col}: {}", src.name, self.message)?;
                 let gutter = line.to_string().len();
+                let (text, pad) = src.snippet(*offset, SNIPPET_CHARS);
                 writeln!(f, "{:gutter$} |", "")?;
                 writeln!(f, "{line} | {text}")?;
-                // The caret sits under column `col`; tabs are kept so it lines up.
-                let pad: String = text.chars().take(col.saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+                // The caret sits under column `col`.
                 write!(f, "{:gutter$} | {pad}^", "")
             }
             At::Set(s) => write!(f, "--set {s}: {}", self.message),
@@ -68,11 +86,15 @@ impl GraphErrors {
 
 impl fmt::Display for GraphErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, e) in self.0.iter().enumerate() {
+        for (i, e) in self.0.iter().take(MAX_SHOWN).enumerate() {
             if i > 0 {
                 writeln!(f)?;
             }
             write!(f, "{e}")?;
+        }
+        if self.0.len() > MAX_SHOWN {
+            let more = self.0.len() - MAX_SHOWN;
+            write!(f, "\n... and {more} more error{}", if more == 1 { "" } else { "s" })?;
         }
         if self.0.len() > 1 {
             write!(f, "\n({} errors)", self.0.len())?;
@@ -95,9 +117,47 @@ mod tests {
 
     #[test]
     fn points_a_caret_at_the_column() {
-        let e = GraphError::new(At::File { file: "g.ron".into(), line: 12, col: 5, text: "    (name: \"x\")".into() }, "unknown kind");
+        let src = Arc::new(SourceFile::new("g.ron", &format!("{}    (name: \"x\")\n", "\n".repeat(11))));
+        let e = GraphError::new(At::file(&src, 15), "unknown kind");
         let s = e.to_string();
         assert_eq!(s, "g.ron:12:5: unknown kind\n   |\n12 |     (name: \"x\")\n   |     ^");
         assert_eq!(e.location().as_deref(), Some("g.ron:12:5"));
+    }
+
+    #[test]
+    fn keeps_tabs_and_counts_characters() {
+        let src = Arc::new(SourceFile::new("g.ron", "\tçé x\r\n"));
+        let e = GraphError::new(At::file(&src, 1 + 2 + 2 + 1), "here");
+        assert_eq!(e.to_string(), "g.ron:1:5: here\n  |\n1 | \tçé x\n  | \t   ^");
+    }
+
+    #[test]
+    fn long_lines_are_cut_around_the_column() {
+        let line = format!("{}HERE{}", "a".repeat(10_000), "b".repeat(10_000));
+        let src = Arc::new(SourceFile::new("g.ron", &line));
+        let e = GraphError::new(At::file(&src, 10_000), "x");
+        let shown = e.to_string();
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(lines[0], "g.ron:1:10001: x");
+        assert!(lines[2].starts_with("1 | ...aaa") && lines[2].ends_with("bbb..."), "{shown}");
+        assert!(lines[2].chars().count() <= SNIPPET_CHARS + 10, "{shown}");
+        // The caret is under the `H`.
+        let caret = lines[3].find('^').unwrap();
+        assert_eq!(&lines[2][caret..caret + 4], "HERE", "{shown}");
+        // Near either end of the line only that end is cut.
+        let e = GraphError::new(At::file(&src, 3), "x").to_string();
+        assert!(e.lines().nth(2).unwrap().starts_with("1 | aaa") && e.lines().nth(3).unwrap() == "  |    ^", "{e}");
+        let e = GraphError::new(At::file(&src, line.len() - 1), "x").to_string();
+        assert!(e.lines().nth(2).unwrap().starts_with("1 | ...") && e.lines().nth(2).unwrap().ends_with('b'), "{e}");
+    }
+
+    #[test]
+    fn shows_the_first_errors_and_counts_the_rest() {
+        let src = Arc::new(SourceFile::new("g.ron", &"x".repeat(1000)));
+        let errors = GraphErrors((0..1000).map(|i| GraphError::new(At::file(&src, i), format!("error {i}"))).collect());
+        let s = errors.to_string();
+        assert_eq!(s.matches(": error ").count(), MAX_SHOWN, "{s}");
+        assert!(s.ends_with(&format!("... and {} more errors\n(1000 errors)", 1000 - MAX_SHOWN)), "{s}");
+        assert!(s.len() < MAX_SHOWN * 400, "{} bytes", s.len());
     }
 }

@@ -3,8 +3,9 @@
 //! line:column of each operator, flow and parameter, so later checks can point at them.
 
 use std::path::Path;
+use std::sync::Arc;
 
-use super::error::{At, GraphError, GraphErrors};
+use super::error::{At, GraphError, GraphErrors, SourceFile};
 use super::model::{FlowDef, Graph, GraphFile, OperatorDef, ParamDef, Places};
 use super::set::{self, Origin, Override, Patched};
 use super::source::{self, Atom, Body, Node, NodeKind};
@@ -17,14 +18,29 @@ fn options() -> ron::Options {
 
 /// Reads and parses the graph file at `path` with `sets` applied.
 pub fn load_file(path: &Path, sets: &[Override]) -> Result<Graph, GraphErrors> {
-    let text = std::fs::read_to_string(path).map_err(|e| GraphError::new(At::Nowhere, format!("cannot read graph file {}: {e}", path.display())))?;
+    let cannot = |e: &dyn std::fmt::Display| GraphError::new(At::Nowhere, format!("cannot read graph file {}: {e}", path.display()));
+    // Not read at all when it is too big (a file that grows meanwhile is caught below).
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.is_file() && m.len() > MAX_FILE_BYTES as u64 {
+            return Err(too_big(&path.display().to_string(), m.len()).into());
+        }
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| cannot(&e))?;
     load_str(&path.display().to_string(), &text, sets)
+}
+
+/// Largest graph file read (16 MiB: hundreds of thousands of operators).
+pub const MAX_FILE_BYTES: usize = 16 << 20;
+/// Most operators, and most flows, a graph may have.
+pub const MAX_ENTRIES: usize = 100_000;
+
+fn too_big(file: &str, len: u64) -> GraphError {
+    GraphError::new(At::Nowhere, format!("graph file {file} is {len} bytes; graph files are read up to {} MiB", MAX_FILE_BYTES >> 20))
 }
 
 /// Maps offsets of the edited text back to the file (or to a `--set`).
 struct Locator<'a> {
-    file: &'a str,
-    original: &'a str,
+    original: &'a Arc<SourceFile>,
     patched: &'a Patched,
     sets: &'a [Override],
 }
@@ -36,10 +52,7 @@ impl Locator<'_> {
 
     fn at_origin(&self, origin: Origin) -> At {
         match origin {
-            Origin::File(o) => {
-                let (line, col) = source::line_col(self.original, o);
-                At::File { file: self.file.to_string(), line, col, text: source::line_text(self.original, line).to_string() }
-            }
+            Origin::File(o) => At::file(self.original, o),
             Origin::Set(i) => At::Set(self.sets.get(i).map_or_else(String::new, |s| format!("{}={}", s.path, s.value))),
         }
     }
@@ -64,14 +77,22 @@ fn ron_offset(text: &str, e: &ron::error::SpannedError) -> usize {
 /// Parses graph text; `file` names it in errors; the graph's name defaults to the file's
 /// stem.
 pub fn load_str(file: &str, text: &str, sets: &[Override]) -> Result<Graph, GraphErrors> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(too_big(file, text.len() as u64).into());
+    }
+    let original = Arc::new(SourceFile::new(file, text));
     // Overrides need the file's structure; a file that is not RON is reported as `ron` sees it.
-    if let Err(scan) = source::parse(text) {
-        let unpatched = Patched::new(text);
-        let loc = Locator { file, original: text, patched: &unpatched, sets };
-        return Err(match options().from_str::<ron::Value>(text) {
-            Err(e) => loc.ron_error(&e).into(),
-            Ok(_) => GraphError::new(loc.at(scan.offset), format!("cannot follow the file here: {}", scan.message)).into(),
-        });
+    match source::parse(text) {
+        Err(scan) => {
+            let unpatched = Patched::new(text);
+            let loc = Locator { original: &original, patched: &unpatched, sets };
+            return Err(match options().from_str::<ron::Value>(text) {
+                Err(e) => loc.ron_error(&e).into(),
+                Ok(_) => GraphError::new(loc.at(scan.offset), format!("cannot follow the file here: {}", scan.message)).into(),
+            });
+        }
+        // Too many entries are refused before `ron` reads them all.
+        Ok(tree) => too_many(&tree, &|o| At::file(&original, o))?,
     }
 
     // Values given without quotes (`--set peer.address=10.0.0.2:8192`) are retried as
@@ -80,7 +101,7 @@ pub fn load_str(file: &str, text: &str, sets: &[Override]) -> Result<Graph, Grap
     let mut effective = sets.to_vec();
     let (parsed, patched) = loop {
         let patched = set::apply(text, &effective).map_err(|e| GraphError::new(At::Nowhere, e))?;
-        let loc = Locator { file, original: text, patched: &patched, sets };
+        let loc = Locator { original: &original, patched: &patched, sets };
         match options().from_str::<GraphFile>(&patched.text) {
             Ok(g) => break (g, patched),
             Err(e) => {
@@ -98,9 +119,20 @@ pub fn load_str(file: &str, text: &str, sets: &[Override]) -> Result<Graph, Grap
             }
         }
     };
-    let loc = Locator { file, original: text, patched: &patched, sets };
+    let loc = Locator { original: &original, patched: &patched, sets };
     let tree = source::parse(&patched.text).map_err(|e| GraphError::new(loc.at(e.offset), format!("cannot follow the file here: {}", e.message)))?;
+    too_many(&tree, &|o| loc.at(o))?;
     build(file, parsed, &tree, &loc)
+}
+
+/// Refuses more than [`MAX_ENTRIES`] operators or flows, at the first one too many.
+fn too_many(tree: &Node, at: &dyn Fn(usize) -> At) -> Result<(), GraphError> {
+    for list in ["operators", "flows"] {
+        if let Some(extra) = tree.field(list).and_then(|f| f.value.unwrap_some().items().get(MAX_ENTRIES)) {
+            return Err(GraphError::new(at(extra.span.start), format!("more than {MAX_ENTRIES} {list}: a graph has at most {MAX_ENTRIES}")));
+        }
+    }
+    Ok(())
 }
 
 /// The typed graph, with positions from `tree`.
@@ -277,6 +309,25 @@ Graph(
         assert!(e.to_string().contains("t.ron:2:3: Unexpected field named `bogus`"), "{e}");
         let e = load_str("t.ron", "Graph(\n  operators: [(name: \"a\", kind: \"K\", params: [1])],\n)", &[]).unwrap_err();
         assert!(e.to_string().contains("t.ron:2:46: operator `a`: params must be written"), "{e}");
+    }
+
+    #[test]
+    fn huge_files_and_too_many_entries_are_refused() {
+        let big = format!("Graph(name: \"{}\")", "x".repeat(MAX_FILE_BYTES));
+        let e = load_str("t.ron", &big, &[]).unwrap_err();
+        assert!(e.to_string().contains("graph files are read up to 16 MiB"), "{e}");
+        let path = std::env::temp_dir().join(format!("rocelink-huge-{}.ron", std::process::id()));
+        std::fs::write(&path, &big).unwrap();
+        let e = load_file(&path, &[]).unwrap_err();
+        let _ = std::fs::remove_file(&path);
+        assert!(e.to_string().contains("graph files are read up to 16 MiB"), "{e}");
+
+        let many = |n: usize| format!("Graph(operators: [\n{}])", "(name: \"s\", kind: \"Sink\"),\n".repeat(n));
+        assert!(load_str("t.ron", &many(MAX_ENTRIES), &[]).is_ok());
+        let e = load_str("t.ron", &many(MAX_ENTRIES + 1), &[]).unwrap_err();
+        assert_eq!(e.0.len(), 1);
+        assert_eq!(e.first().location().as_deref(), Some(&*format!("t.ron:{}:1", MAX_ENTRIES + 2)), "{e}");
+        assert!(e.first().message.contains("more than 100000 operators"), "{e}");
     }
 
     #[test]

@@ -150,6 +150,149 @@ pub fn line_text(text: &str, line: usize) -> &str {
     text.split('\n').nth(line.saturating_sub(1)).unwrap_or("").trim_end_matches('\r')
 }
 
+/// Bytes between two marks of [`SourceFile`]'s character count.
+const CHAR_MARK: usize = 256;
+
+/// A graph file's text, shared by every position that points into it, with an index of
+/// where its lines start: the line and column of an offset cost a binary search (and at most
+/// [`CHAR_MARK`] bytes of counting on a line that is not ASCII), whatever the file's size or
+/// the length of its lines; the text around a position is cut out only when an error is
+/// shown ([`SourceFile::snippet`]).
+pub struct SourceFile {
+    /// The file's name as errors give it.
+    pub name: String,
+    pub text: String,
+    /// Byte offset of the start of each line (the first is 0).
+    line_starts: Vec<usize>,
+    /// Characters in `text[..k * CHAR_MARK]` (empty when the text is ASCII).
+    char_marks: Vec<usize>,
+}
+
+impl SourceFile {
+    pub fn new(name: &str, text: &str) -> SourceFile {
+        let b = text.as_bytes();
+        let mut line_starts = vec![0];
+        line_starts.extend(b.iter().enumerate().filter(|(_, &c)| c == b'\n').map(|(i, _)| i + 1));
+        let char_marks = if text.is_ascii() {
+            Vec::new()
+        } else {
+            let mut marks = Vec::with_capacity(b.len() / CHAR_MARK + 1);
+            let mut n = 0;
+            for chunk in b.chunks(CHAR_MARK) {
+                marks.push(n);
+                n += chunk.iter().filter(|&&c| !is_continuation(c)).count();
+            }
+            marks.push(n);
+            marks
+        };
+        SourceFile { name: name.to_string(), text: text.to_string(), line_starts, char_marks }
+    }
+
+    /// `offset` clamped to the text and moved back to a character boundary.
+    fn clamp(&self, offset: usize) -> usize {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        offset
+    }
+
+    /// Characters in `text[..offset]`.
+    fn chars_before(&self, offset: usize) -> usize {
+        if self.char_marks.is_empty() {
+            return offset;
+        }
+        let k = offset / CHAR_MARK;
+        self.char_marks[k] + self.text.as_bytes()[k * CHAR_MARK..offset].iter().filter(|&&c| !is_continuation(c)).count()
+    }
+
+    /// Line and column (both from 1; columns in characters) of byte `offset`, as
+    /// [`line_col`] counts them.
+    pub fn line_col(&self, offset: usize) -> (usize, usize) {
+        let offset = self.clamp(offset);
+        let line = self.line_starts.partition_point(|&s| s <= offset);
+        let start = self.line_starts[line - 1];
+        (line, 1 + self.chars_before(offset) - self.chars_before(start))
+    }
+
+    /// Byte range of line `line` (from 1), without its newline (and `\r`).
+    fn line_range(&self, line: usize) -> (usize, usize) {
+        let i = line.clamp(1, self.line_starts.len()) - 1;
+        let start = self.line_starts[i];
+        let end = self.line_starts.get(i + 1).map_or(self.text.len(), |&next| next - 1);
+        let end = if end > start && self.text.as_bytes()[end - 1] == b'\r' { end - 1 } else { end };
+        (start, end)
+    }
+
+    /// The line holding byte `offset`, cut to at most `max` characters around it (`...`
+    /// marks the cuts), and the characters before `offset` in what is returned (where a
+    /// caret goes). Costs `max` characters, not the line's length.
+    pub fn snippet(&self, offset: usize, max: usize) -> (String, String) {
+        let offset = self.clamp(offset);
+        let (line, _) = self.line_col(offset);
+        let (ls, le) = self.line_range(line);
+        let offset = offset.clamp(ls, le);
+        let t = &self.text;
+        let back = |from: usize, n: usize| -> (usize, usize) {
+            let (mut at, mut taken) = (from, 0);
+            while at > ls && taken < n {
+                at -= 1;
+                while !t.is_char_boundary(at) {
+                    at -= 1;
+                }
+                taken += 1;
+            }
+            (at, taken)
+        };
+        let forward = |from: usize, n: usize| -> (usize, usize) {
+            let (mut at, mut taken) = (from, 0);
+            while at < le && taken < n {
+                at += t[at..].chars().next().map_or(1, char::len_utf8);
+                taken += 1;
+            }
+            (at, taken)
+        };
+        let (mut start, before) = back(offset, max / 2);
+        let (end, after) = forward(offset, max - before);
+        if before + after < max {
+            start = back(start, max - before - after).0;
+        }
+        let cut_start = start > ls;
+        let cut_end = end < le;
+        let mut shown = String::with_capacity(end - start + 6);
+        let mut pad = String::new();
+        if cut_start {
+            shown.push_str("...");
+            pad.push_str("   ");
+        }
+        shown.push_str(&t[start..end]);
+        if cut_end {
+            shown.push_str("...");
+        }
+        // Tabs are kept so the caret lines up under them.
+        pad.extend(t[start..offset].chars().map(|c| if c == '\t' { '\t' } else { ' ' }));
+        (shown, pad)
+    }
+}
+
+fn is_continuation(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
+impl fmt::Debug for SourceFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SourceFile({}, {} bytes)", self.name, self.text.len())
+    }
+}
+
+impl PartialEq for SourceFile {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other) || (self.name == other.name && self.text == other.text)
+    }
+}
+
+impl Eq for SourceFile {}
+
 /// Scans a whole RON document (attributes like `#![enable(..)]`, one value, trailing
 /// whitespace and comments).
 pub fn parse(text: &str) -> Result<Node, ScanError> {
@@ -561,6 +704,35 @@ Graph(
         }
         assert_eq!(line_col(t, 6), (2, 3)); // `(` after the two-byte ç: columns count characters
         assert_eq!(line_text(t, 3), "  x");
+    }
+
+    #[test]
+    fn the_line_index_agrees_with_line_col() {
+        // Lines longer than a mark, characters of 1 to 4 bytes across marks, `\r\n`, an empty
+        // last line.
+        let long: String = (0..3000).map(|i| ['a', 'ç', '€', '😀', '\t'][i % 5]).collect();
+        let texts = [String::new(), "x".into(), "ab\nçd(\n  x".into(), format!("{long}\r\n{long}\n\n{long}\n"), "a".repeat(5000)];
+        for t in &texts {
+            let f = SourceFile::new("t", t);
+            for off in (0..=t.len()).chain([t.len() + 7]) {
+                assert_eq!(f.line_col(off), line_col(t, off), "offset {off} of a {}-byte text", t.len());
+            }
+        }
+    }
+
+    #[test]
+    fn snippets_are_the_line_around_the_offset() {
+        let f = SourceFile::new("t", "first\r\n\tsecond line\nlast");
+        assert_eq!(f.snippet(8, 120), ("\tsecond line".to_string(), "\t".to_string()));
+        assert_eq!(f.snippet(5, 120), ("first".to_string(), "     ".to_string()));
+        assert_eq!(f.snippet(100, 120), ("last".to_string(), "    ".to_string()));
+        let long = format!("{}X{}", "é".repeat(1000), "b".repeat(1000));
+        let f = SourceFile::new("t", &long);
+        let (shown, pad) = f.snippet(2000, 20);
+        assert_eq!(shown, format!("...{}X{}...", "é".repeat(10), "b".repeat(9)));
+        assert_eq!(pad.len(), 13);
+        let (shown, pad) = f.snippet(long.len(), 20);
+        assert_eq!((shown, pad.len()), (format!("...{}", "b".repeat(20)), 23));
     }
 
     #[test]
