@@ -262,9 +262,13 @@ struct rl_loop {
     struct rl_dev_rq rq;
     uint64_t idle, heartbeat, processed;
     uint32_t dropped, send_errors, sh;
-    /* the host asked to stop while the send queue had no room (the NIC stopped completing
-     * sends): set by lane 0, broadcast after each answer; the next receive returns "exit" */
+    /* the host asked to stop (1) and the poll that found a message read it, or it asked
+     * while the send queue had no room (2: the NIC stopped completing sends): set by lane 0,
+     * alike in every lane after each answer; the next receive returns "exit" */
     uint32_t stop;
+    /* the exit flag as the message's poll read it (lane RL_EXIT_LANE's; exit_due: it did),
+     * looked at after the message's doorbell: a flood still stops, its message answered */
+    uint32_t exit_v, exit_due;
     /* the checked range (RL_CHECKED_DOORBELL): WQEs since the last fence start at range_first
      * (alike in every lane); their check, the messages answered and the receives consumed
      * since it, and how many messages may go between fences */
@@ -469,12 +473,13 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
          * round of loads: no PCIe round trip of its own (L.idle, the polls so far, idle or not,
          * is alike in every lane) */
         check_exit = (L.idle % RL_EXIT_POLL_EVERY) == RL_EXIT_POLL_EVERY - 1;
-        if (!have_pre) {
-            if (loads)
-                v = rl_ld16_sys(src);
-            else if (lane == RL_EXIT_LANE && check_exit)
-                v.x = rl_ld32_sys(&ctl->exit_flag);
-        }
+        /* (a pre-poll's read has no exit lane: under a flood every message is found by one,
+         * so the exit lane reads the flag on its own then, a round of its own once in
+         * RL_EXIT_POLL_EVERY polls) */
+        if (!have_pre && loads)
+            v = rl_ld16_sys(src);
+        else if (lane == RL_EXIT_LANE && check_exit)
+            v.x = rl_ld32_sys(&ctl->exit_flag);
         have_pre = 0;
         ++reads;
         w3 = __shfl_sync(0xffffffffu, v.w, 3);
@@ -490,11 +495,12 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         if (lane == 0 && (L.idle % RL_HEARTBEAT_EVERY) == 0) rl_st64_sys(&ctl->heartbeat, ++L.heartbeat);
         if (check_exit && quit != 0) return 1;
     }
-    /* a poll that found a message counts too, and its exit flag is looked at: a stream that
-     * never leaves the data path idle (a flood, an FPGA faster than the loop) still stops.
-     * The message is then left unanswered, in flight at the stop. */
+    /* a poll that found a message counts too, and the exit flag it read is looked at after
+     * this message's doorbell (rl_answer_after): a stream that never leaves the data path
+     * idle (a flood, an FPGA faster than the loop) still stops. */
     ++L.idle;
-    if (__builtin_expect(check_exit, 0) && __shfl_sync(0xffffffffu, v.x, RL_EXIT_LANE) != 0) return 1;
+    L.exit_v = v.x;
+    L.exit_due = check_exit;
     /* the CQE seen: stamped here, before either path's checks (the turnaround the report
      * splits out is from this point to the doorbell, whichever path the message takes) */
 #ifndef RL_EXPERIMENT_NO_TSEEN /* measurement only: what reading the stamp costs the turnaround */
@@ -948,7 +954,7 @@ __device__ __forceinline__ void rl_answer_after(struct rl_loop &L, const struct 
              * host's stop ends the wait (each turn is a PCIe round already), with the error */
             if (L.sq.pi - L.sq.done + RL_MAX_INLINE_BBS > L.sq.entries && rl_ld32_sys(&ctl->exit_flag) != 0) {
                 rl_st32_sys(&ctl->error, RL_ERR_SQ_FULL);
-                L.stop = 1;
+                L.stop = 2;
                 break;
             }
         }
@@ -958,6 +964,10 @@ __device__ __forceinline__ void rl_answer_after(struct rl_loop &L, const struct 
     }
     L.range_first = __shfl_sync(0xffffffffu, L.range_first, 0);
     L.stop = __shfl_sync(0xffffffffu, L.stop, 0);
+    if (__builtin_expect(L.exit_due, 0)) {
+        L.exit_due = 0;
+        if (__shfl_sync(0xffffffffu, L.exit_v, RL_EXIT_LANE) != 0 && L.stop == 0) L.stop = 1;
+    }
     L.ck = rl_check_keys_of((L.sq.pi - L.range_first) * 4 + lane);
 #if RL_PHASE_LOCK
     L.t_db = __shfl_sync(0xffffffffu, t_db, 0);
@@ -1018,7 +1028,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     L.sq = {(uint8_t *)d.sq.ring, (uint32_t *)d.sq.dbrec, (uint64_t *)d.proxy_doorbell, 0, d.sq.entries, d.qpn, 0, 0};
     L.rq = {(uint8_t *)d.rq.ring, (uint32_t *)d.rq.dbrec, d.rq.entries, 0};
     L.idle = L.heartbeat = L.processed = 0;
-    L.dropped = L.send_errors = L.stop = 0;
+    L.dropped = L.send_errors = L.stop = L.exit_due = 0;
     L.sh = 31u - (uint32_t)__clz(d.signal_every | 1u);
     L.range_first = L.unfenced = L.unposted = 0;
     L.range_check = 0;
@@ -1195,7 +1205,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     }
     if (tid == 0) {
         rl_fence_release_sys();
-        rl_st32_sys(&ctl->state, (L.send_errors || L.stop) ? RL_STATE_FAILED : RL_STATE_EXITED);
-        if (L.send_errors && !L.stop) rl_st32_sys(&ctl->error, RL_ERR_CQE_ERROR);
+        rl_st32_sys(&ctl->state, (L.send_errors || L.stop == 2) ? RL_STATE_FAILED : RL_STATE_EXITED);
+        if (L.send_errors && L.stop != 2) rl_st32_sys(&ctl->error, RL_ERR_CQE_ERROR);
     }
 }
