@@ -95,6 +95,12 @@
 #ifndef RL_PREPOLL
 #define RL_PREPOLL (RL_THREADS >= 64)
 #endif
+/* A poll that finds a message reads the exit flag too, once in RL_EXIT_POLL_EVERY polls, so
+ * a stream that never leaves the loop idle still stops (0: only idle polls do, as before;
+ * for measurement: the loop under a flood then never stops) */
+#ifndef RL_FLOOD_EXIT
+#define RL_FLOOD_EXIT 1
+#endif
 #if RL_PREPOLL && RL_THREADS < 64
 #error "RL_PREPOLL needs a second warp (RL_THREADS >= 64)"
 #endif
@@ -498,9 +504,11 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     /* a poll that found a message counts too, and the exit flag it read is looked at after
      * this message's doorbell (rl_answer_after): a stream that never leaves the data path
      * idle (a flood, an FPGA faster than the loop) still stops. */
+#if RL_FLOOD_EXIT
     ++L.idle;
     L.exit_v = v.x;
     L.exit_due = check_exit;
+#endif
     /* the CQE seen: stamped here, before either path's checks (the turnaround the report
      * splits out is from this point to the doorbell, whichever path the message takes) */
 #ifndef RL_EXPERIMENT_NO_TSEEN /* measurement only: what reading the stamp costs the turnaround */
@@ -964,10 +972,12 @@ __device__ __forceinline__ void rl_answer_after(struct rl_loop &L, const struct 
     }
     L.range_first = __shfl_sync(0xffffffffu, L.range_first, 0);
     L.stop = __shfl_sync(0xffffffffu, L.stop, 0);
+#if RL_FLOOD_EXIT
     if (__builtin_expect(L.exit_due, 0)) {
         L.exit_due = 0;
         if (__shfl_sync(0xffffffffu, L.exit_v, RL_EXIT_LANE) != 0 && L.stop == 0) L.stop = 1;
     }
+#endif
     L.ck = rl_check_keys_of((L.sq.pi - L.range_first) * 4 + lane);
 #if RL_PHASE_LOCK
     L.t_db = __shfl_sync(0xffffffffu, t_db, 0);

@@ -57,6 +57,7 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_CHECKED_DOORBELL=0", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"],
         &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
         &["-DRL_EXPERIMENT_NO_TSEEN"],
+        &["-DRL_FLOOD_EXIT=0"],
         &["-DRL_MAX_INLINE=44"],
         &["-DRL_PHASE_LOCK=1"],
         &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_DEBUG"],
