@@ -293,6 +293,8 @@ fn verbs_nic_is_validated_then_refused_at_run_time() {
     let text = graph(ECHO_OP, ECHO_FLOWS).replace("Soft(wire: Inproc)", "Verbs(device: \"mlx5_0\", port: 1, gid_index: 3)").replace("FpgaSim(mode: InProcess)", "Fpga(address: \"127.0.0.1:8192\")");
     let plan = compile(load::load_str("t.ron", &text, &[]).unwrap()).unwrap();
     assert!(plan.to_string().contains("verbs: mlx5_0 port 1 GID index 3"), "{plan}");
+    // `check` says so too, before anything runs
+    assert!(plan.warnings.iter().any(|w| w.contains("`run` refuses this graph")), "{:?}", plan.warnings);
     let e = rocelink_operator::graph::run(&plan, &Default::default()).unwrap_err().to_string();
     assert!(e.contains("`verbs` feature") && e.contains("ConnectX"), "{e}");
     let bad = text.replace("port: 1", "port: 0");

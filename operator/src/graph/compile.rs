@@ -258,6 +258,8 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
             if *port == 0 {
                 err("nic.port", "nic: Verbs ports are numbered from 1".into());
             }
+            // valid, but not runnable here: said by `check` too, not first by `run`
+            warnings.push(format!("nic: Verbs(device: \"{device}\", port: {port}) needs a ConnectX NIC with rdma-core and rocelink's `verbs` NIC, which this build does not have: `run` refuses this graph"));
             NicPlan::Verbs { device: device.clone(), port: *port, gid_index: *gid_index }
         }
     };
@@ -306,7 +308,7 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
         Load::ClosedLoop => (None, None),
         Load::Rate(x) if x > 0.0 && x.is_finite() && x <= 1e9 => (Some(x), None),
         Load::Rate(x) => {
-            err("run.load", format!("run.load: Rate({x}) must be a positive number of messages per second"));
+            err("run.load", format!("run.load: Rate({x}) must be a number of messages per second above 0 and at most 1e9"));
             (None, None)
         }
         // Whether the graph is a QEC graph is checked with the chain (`qec::check`).
