@@ -259,7 +259,11 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
                 err("nic.port", "nic: Verbs ports are numbered from 1".into());
             }
             // valid, but not runnable here: said by `check` too, not first by `run`
-            warnings.push(format!("nic: Verbs(device: \"{device}\", port: {port}) needs a ConnectX NIC with rdma-core and rocelink's `verbs` NIC, which this build does not have: `run` refuses this graph"));
+            warnings.push(if cfg!(feature = "verbs") {
+                format!("nic: Verbs(device: \"{device}\", port: {port}): this version of the verbs NIC brings the device up but does not run the data path on it: `run` refuses this graph (after bringing it up)")
+            } else {
+                format!("nic: Verbs(device: \"{device}\", port: {port}) needs a ConnectX NIC with rdma-core and rocelink's `verbs` feature, which this build does not have: `run` refuses this graph")
+            });
             NicPlan::Verbs { device: device.clone(), port: *port, gid_index: *gid_index }
         }
     };

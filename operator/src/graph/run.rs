@@ -308,11 +308,41 @@ impl Running {
     }
 }
 
+/// `nic: Verbs(..)`: without the `verbs` feature, what it needs; with it, the device brought
+/// up as far as this version goes (`nic::verbs`), then what is missing. Always an error: the
+/// transceiver loop does not drive a ConnectX's rings yet.
+fn verbs_nic(plan: &Plan, device: &str, port: u8, gid_index: u32) -> RunError {
+    let asked = format!("nic: Verbs(device: \"{device}\", port: {port})");
+    #[cfg(not(feature = "verbs"))]
+    {
+        let _ = (plan, gid_index);
+        RunError::Config(format!("{asked} needs rocelink built with the `verbs` feature (`cargo build --release --features verbs`: rdma-core's development files), and a ConnectX NIC; this build has only the software NIC (use `nic: Soft(wire: Udp())`)"))
+    }
+    #[cfg(feature = "verbs")]
+    {
+        let ip = match &plan.peer {
+            PeerPlan::Remote { roce, .. } => *roce.ip(),
+            _ => return RunError::Config(format!("{asked}: the verbs NIC talks to an FPGA on the network: `peer: Fpga(address: ..)`")),
+        };
+        let Ok(gid_index) = u8::try_from(gid_index) else {
+            return RunError::Config(format!("{asked}: GID index {gid_index} is past what a queue pair's route can name (0..=255)"));
+        };
+        let peer = crate::nic::verbs::Peer { qpn: rocelink_fpga_sim::DEFAULT_QP, ip, psn: 0 };
+        let stride = plan.slot_stride() as usize;
+        let mut buffer = vec![0u8; stride * plan.transceiver.1.slots as usize];
+        match crate::nic::verbs::bring_up(device, port, gid_index, peer, &mut buffer) {
+            Err(e) => RunError::Config(format!("{asked}: {e}")),
+            Ok(done) => RunError::Config(format!(
+                "{asked}: brought up {done}; this version stops there: the transceiver loop does not drive a ConnectX's rings yet (the GPU kernel would write them and ring the UAR through rl_dev_verbs_ring_db_mmio): use `nic: Soft(wire: Udp(..))`"
+            )),
+        }
+    }
+}
+
 /// Runs `plan` to its end and reports what it measured.
 pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
-    if let NicPlan::Verbs { device, port, .. } = &plan.nic {
-        let why = if cfg!(feature = "verbs") { "the verbs NIC is not implemented in this build yet" } else { "this build has only the software NIC (use `nic: Soft(wire: Udp())`)" };
-        return Err(RunError::Config(format!("nic: Verbs(device: \"{device}\", port: {port}) needs rocelink built with the `verbs` feature, rdma-core and a ConnectX NIC; {why}")));
+    if let NicPlan::Verbs { device, port, gid_index } = &plan.nic {
+        return Err(verbs_nic(plan, device, *port, *gid_index));
     }
     for w in &plan.warnings {
         tracing::warn!("{w}");

@@ -16,6 +16,8 @@ pub mod engine;
 pub mod mr;
 pub mod qp;
 pub mod trace;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use counters::{DropReason, NicCounters, NicStats};
 pub use engine::{NicEngine, NicEngineConfig};
