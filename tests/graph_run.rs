@@ -267,20 +267,23 @@ fn fpga_echo_ron_against_a_standalone_fpga_sim() {
     assert_csv_records(&dir.join("records.csv"), COUNT);
 }
 
+/// `rocelink run FILE --quiet` with `sets`, its outputs in `dir` and its report at `json`,
+/// started (output piped) and left running.
+fn spawn_run(file: &str, sets: &[String], dir: &Path, json: &Path) -> Child {
+    let mut c = rocelink();
+    c.args(["run", file, "--quiet", "--json"]).arg(json);
+    for s in sets.iter().cloned().chain([format!("outputs.dir={}", dir.display())]) {
+        c.arg("--set").arg(s);
+    }
+    c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
 #[test]
 fn sigint_stops_the_run_within_2_s_and_the_report_is_written() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = out_dir("sigint");
     let json = dir.join("run.json");
-    let mut child = rocelink()
-        .args(["run", "graphs/echo.ron", "--quiet", "--set", "run.stop=Count(4000000)", "--json"])
-        .arg(&json)
-        .arg("--set")
-        .arg(format!("outputs.dir={}", dir.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run("graphs/echo.ron", &["run.stop=Count(4000000)".into()], &dir, &json);
     std::thread::sleep(Duration::from_secs(1));
     assert!(child.try_wait().unwrap().is_none(), "the run ended before the signal");
     let sent_at = Instant::now();
@@ -319,16 +322,7 @@ fn a_peer_that_dies_mid_run_ends_it_with_a_fault_and_the_report_of_what_ran() {
     let mut sim = StandaloneSim::start(&peer);
     let dir = out_dir("peer_dies");
     let json = dir.join("run.json");
-    let child = rocelink()
-        .args(["run", "graphs/fpga_echo.ron", "--quiet", "--set", "run.stop=Duration(60)", "--json"])
-        .arg(&json)
-        .args(["--set", &format!("peer.address={peer}:8192"), "--set", &format!("nic.wire.bind={host}:4791")])
-        .arg("--set")
-        .arg(format!("outputs.dir={}", dir.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_run("graphs/fpga_echo.ron", &["run.stop=Duration(60)".into(), format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")], &dir, &json);
     std::thread::sleep(Duration::from_millis(1500));
     // the peer goes away without a word (SIGKILL)
     let _ = sim.0.kill();
