@@ -285,11 +285,12 @@ struct rl_index_line {
 
 /**
  * Run control, in host-mapped memory.
- * exit_flag -- writer: host (1 = stop); poller: the data path, every RL_EXIT_POLL_EVERY idle
- *   polls only (each read of host memory costs a PCIe round trip).
- * heartbeat, processed, state, error -- writer: the data path (plain stores, then a system
- *   fence every RL_HEARTBEAT_EVERY idle polls); reader: the host watchdog, which declares the
- *   data path stuck when heartbeat stops moving.
+ * exit_flag -- writer: host (1 = stop); poller: the data path, every RL_EXIT_POLL_EVERY polls
+ *   only, idle or not (each read of host memory costs a PCIe round trip), and in a wait for
+ *   send-queue room.
+ * heartbeat, processed, state, error -- writer: the data path (plain stores; heartbeat on an
+ *   idle poll whose count, idle or not, is a multiple of RL_HEARTBEAT_EVERY); reader: the host
+ *   watchdog, which declares the data path stuck when neither heartbeat nor processed moves.
  */
 #define RL_EXIT_POLL_EVERY 1024u
 #define RL_HEARTBEAT_EVERY 4096u

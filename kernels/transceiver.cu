@@ -11,8 +11,8 @@
  *      (RL_PHASE_LOCK), with one load instruction per iteration: the whole receive CQE line
  *      (lanes 0..3) and, when the last message was 33..RL_SPEC_BYTES bytes, the first bytes of
  *      the slot the peer should write next (lanes 4..; peers cycle their slots in order); the
- *      exit flag is read by one more lane every RL_EXIT_POLL_EVERY idle polls, in the same
- *      round (PERF.md: every extra poller or dependent read of host memory costs ~1 us; reads
+ *      exit flag is read by one more lane every RL_EXIT_POLL_EVERY polls (idle or not), in the
+ *      same round, or on its own when warp 1's pre-poll read the message (PERF.md: every extra poller or dependent read of host memory costs ~1 us; reads
  *      by other multiprocessors also slow the doorbell's fence, latency-reports/README.md).
  *      Words of that read which may predate the
  *      NIC's write are trusted only when they no longer hold the poison written there after
@@ -94,6 +94,11 @@
  * queue. Another warp's loads, so that they are not in front of warp 0's doorbell fence. */
 #ifndef RL_PREPOLL
 #define RL_PREPOLL (RL_THREADS >= 64)
+#endif
+/* How long a send queue with no room may take to make some once the host asked to stop,
+ * before the NIC counts as stopped (RL_ERR_SQ_FULL) */
+#ifndef RL_SQ_FULL_GRACE_NS
+#define RL_SQ_FULL_GRACE_NS 100000000ull
 #endif
 /* A poll that finds a message reads the exit flag too, once in RL_EXIT_POLL_EVERY polls, so
  * a stream that never leaves the loop idle still stops (0: only idle polls do, as before;
@@ -482,10 +487,17 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         /* (a pre-poll's read has no exit lane: under a flood every message is found by one,
          * so the exit lane reads the flag on its own then, a round of its own once in
          * RL_EXIT_POLL_EVERY polls) */
-        if (!have_pre && loads)
-            v = rl_ld16_sys(src);
-        else if (lane == RL_EXIT_LANE && check_exit)
+        if (!have_pre) {
+            if (loads)
+                v = rl_ld16_sys(src);
+            else if (lane == RL_EXIT_LANE && check_exit)
+                v.x = rl_ld32_sys(&ctl->exit_flag);
+        }
+#if RL_FLOOD_EXIT
+        else if (lane == RL_EXIT_LANE && check_exit) {
             v.x = rl_ld32_sys(&ctl->exit_flag);
+        }
+#endif
         have_pre = 0;
         ++reads;
         w3 = __shfl_sync(0xffffffffu, v.w, 3);
@@ -557,14 +569,18 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
             RL_PMARK(4);
 #if RL_MAX_INLINE >= 256
             const struct rl_sent sent = rl_answer_send(L, d, rn, 0, lane, 1, c);
-#else
-            /* too long to go inline in this build: through shared memory and a TX slot */
-            if (rn > RL_MAX_INLINE && lane < 16) *(uint4 *)(req + RL_MAX_MSG - 256 + lane * 16) = c;
-            __syncwarp();
-            const struct rl_sent sent = rn <= RL_MAX_INLINE ? rl_answer_send(L, d, rn, 0, lane, 1, c) : rl_answer_send(L, d, rn, req + RL_MAX_MSG - 256, lane, 0, c);
-#endif
             rl_fast_rest(L, v, w3, reads, 3);
             rl_answer_after(L, d, ctl, rn, sent, lane);
+#else
+            /* too long to go inline in this build: through shared memory and a TX slot (one
+             * longer than a slot is dropped and counted, as rl_answer does) */
+            const int an = rn > RL_MAX_INLINE && rn > (int)d.tx_slot_stride ? -1 : rn;
+            if (an > RL_MAX_INLINE && lane < 16) *(uint4 *)(req + RL_MAX_MSG - 256 + lane * 16) = c;
+            __syncwarp();
+            const struct rl_sent sent = an <= RL_MAX_INLINE ? rl_answer_send(L, d, an, 0, lane, 1, c) : rl_answer_send(L, d, an, req + RL_MAX_MSG - 256, lane, 0, c);
+            rl_fast_rest(L, v, w3, reads, 3);
+            rl_answer_after(L, d, ctl, an, sent, lane);
+#endif
             return 3;
         }
 #elif RL_FAST_REGS
@@ -956,16 +972,25 @@ __device__ __forceinline__ void rl_answer_after(struct rl_loop &L, const struct 
         /* reclaim send-queue space between messages, not while one waits, and make room for
          * the next answer, whatever its size (its reservation above does not look) */
         if (L.sq.pi - L.sq.done > L.sq.entries / 2) rl_reap_sends(L);
+        uint64_t give_up = 0; /* once the host asked to stop: when a NIC that still
+                               * completes nothing counts as stopped */
         while (L.sq.pi - L.sq.done + RL_MAX_INLINE_BBS > L.sq.entries) {
             rl_reap_sends(L);
             /* a NIC that stopped completing sends must not hold the kernel here for ever: the
-             * host's stop ends the wait (each turn is a PCIe round already), with the error */
-            if (L.sq.pi - L.sq.done + RL_MAX_INLINE_BBS > L.sq.entries && rl_ld32_sys(&ctl->exit_flag) != 0) {
+             * host's stop ends the wait (each turn is a PCIe round already). A NIC that is only
+             * slow gets RL_SQ_FULL_GRACE_NS to make room; the loop then stops as asked (no
+             * WQE is written after: the next receive returns "exit"); one that made none by
+             * then is reported (RL_ERR_SQ_FULL) */
+            if (L.sq.pi - L.sq.done + RL_MAX_INLINE_BBS <= L.sq.entries) break;
+            if (give_up == 0) {
+                if (rl_ld32_sys(&ctl->exit_flag) != 0) give_up = rl_globaltimer() + RL_SQ_FULL_GRACE_NS;
+            } else if (rl_globaltimer() > give_up) {
                 rl_st32_sys(&ctl->error, RL_ERR_SQ_FULL);
                 L.stop = 2;
                 break;
             }
         }
+        if (give_up != 0 && L.stop == 0) L.stop = 1;
 #if RL_PHASE_LOCK
         rl_phase_update(L, ctl);
 #endif

@@ -324,7 +324,9 @@ fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
 /// Messages keep coming faster than the loop answers them (the NIC refuses those with no
 /// receive posted), and the loop is stopped in the middle: it must stop (read its exit flag
 /// though it is never idle), and every answer it made must be the stage's.
-fn stop_under_a_flood(mut rig: Rig, backend: Box<dyn RunningBackend>) {
+/// `flood`: the loop is slower than the pump (the GPU's round trips), so the NIC must have had
+/// to refuse requests; the CPU loop may keep up on a loaded machine, and is only stopped.
+fn stop_under_a_flood(mut rig: Rig, backend: Box<dyn RunningBackend>, flood: bool) {
     let msg = Msg { bytes: request(64, 7, 3), slot: None };
     let want = cpu_answer(&msg.bytes).expect("an echo request is answered");
     let pumping = std::sync::atomic::AtomicBool::new(true);
@@ -350,8 +352,10 @@ fn stop_under_a_flood(mut rig: Rig, backend: Box<dyn RunningBackend>) {
         (stopped, pump.join().expect("the pump"))
     });
     stopped.unwrap_or_else(|e| panic!("{name} did not stop under a flood: {e}"));
-    assert!(answered > 100, "{name} answered only {answered} under the flood");
-    assert!(rig.counters.snapshot().drops.values().sum::<u64>() > 0, "not a flood: the NIC never had to refuse a request");
+    assert!(answered > 0, "{name} answered nothing under the flood");
+    if flood {
+        assert!(rig.counters.snapshot().drops.values().sum::<u64>() > 0, "not a flood: the NIC never had to refuse a request");
+    }
 }
 
 /// The NIC takes requests but never executes the loop's sends: no send completion comes
@@ -363,27 +367,30 @@ fn stop_with_a_stalled_nic(mut rig: Rig, backend: Box<dyn RunningBackend>) {
     let sq_entries = u64::from(rig.sizes.sq_entries);
     // More requests than the send queue has room for answers (each takes a WQEBB or more);
     // no `poll_send`: the answers stay in the send queue.
+    // Until the loop takes no more (its send queue full, it re-posts no receive), well within
+    // the GPU backend's 2 s watchdog: the stop, not the watchdog, must end it.
     let mut taken = 0u64;
-    let t0 = Instant::now();
-    while taken < 2 * sq_entries && t0.elapsed() < Duration::from_secs(5) {
+    let mut last_taken = Instant::now();
+    while taken < 2 * sq_entries && last_taken.elapsed() < Duration::from_millis(100) {
         if rig.try_send(&msg).is_ok() {
             taken += 1;
+            last_taken = Instant::now();
         } else {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    std::thread::sleep(Duration::from_millis(100));
     let processed = backend.processed();
     assert!(processed < taken, "{name} answered {processed} of {taken} with no send completing: where did the answers go?");
     let e = backend.stop(Duration::from_secs(2)).expect_err("a loop stopped with its send queue full reports it");
     assert!(e.contains("send queue full"), "{name}: {e}");
     assert!(!e.contains("did not stop"), "{name} had to be abandoned: {e}");
+    assert!(!e.contains("watchdog"), "{name}: the watchdog, not the stop, ended it: {e}");
 }
 
 #[test]
 fn the_cpu_backend_stops_under_a_flood_and_with_a_stalled_nic() {
     let (r, q, tx_lkey) = rig();
-    stop_under_a_flood(r, spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"));
+    stop_under_a_flood(r, spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"), false);
     let (r, q, tx_lkey) = rig();
     stop_with_a_stalled_nic(r, spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"));
 }
@@ -395,7 +402,7 @@ fn the_kernel_stops_under_a_flood_and_with_a_stalled_nic() {
         panic!("this test needs a GPU: {why}");
     }
     let (r, q, tx_lkey) = rig();
-    stop_under_a_flood(r, spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"));
+    stop_under_a_flood(r, spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"), true);
     let (r, q, tx_lkey) = rig();
     stop_with_a_stalled_nic(r, spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"));
 }

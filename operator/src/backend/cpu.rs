@@ -4,7 +4,8 @@
 //! doorbell, re-post the receive WQE, stamp the message.
 //!
 //! It stops through the same control block as the GPU kernel (`rl_control.exit_flag`, read
-//! every `RL_EXIT_POLL_EVERY` idle polls) and publishes the same heartbeat.
+//! every `RL_EXIT_POLL_EVERY` polls, idle or not, and in a wait for send-queue room) and
+//! publishes the same heartbeat.
 
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::thread::JoinHandle;
@@ -81,6 +82,9 @@ impl Drop for CpuBackend {
     }
 }
 
+/// See the send-queue wait in [`run_loop`].
+const SQ_FULL_GRACE: Duration = Duration::from_millis(100);
+
 fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: SpinMode) -> Result<(), String> {
     let l = q.layout;
     let m = &q.mem;
@@ -118,12 +122,19 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
         let mut answered = None;
         if u32::from(cqe.opcode) == abi::RL_CQE_RESP_WR_IMM && slot < l.sizes.rx_slots && len <= l.sizes.rx_slot_stride as usize {
             // Make room in the send queue (completions are signaled every `signal_every`).
+            // Asked to stop while waiting, a NIC that is only slow gets SQ_FULL_GRACE to make
+            // room (as in the kernel, RL_SQ_FULL_GRACE_NS); one that made none is reported.
+            let mut give_up: Option<Instant> = None;
             while verbs.sq_free() == 0 {
                 if verbs.poll_send_completions() == 0 {
-                    if m.atomic_u32(l.exit_flag()).load(Relaxed) != 0 {
-                        m.atomic_u32(l.error()).store(abi::RL_ERR_SQ_FULL, Relaxed);
-                        m.atomic_u32(l.state()).store(abi::RL_STATE_FAILED, Release);
-                        return Err("send queue full and no completions".into());
+                    match give_up {
+                        None if m.atomic_u32(l.exit_flag()).load(Relaxed) != 0 => give_up = Some(Instant::now() + SQ_FULL_GRACE),
+                        Some(t) if Instant::now() > t => {
+                            m.atomic_u32(l.error()).store(abi::RL_ERR_SQ_FULL, Relaxed);
+                            m.atomic_u32(l.state()).store(abi::RL_STATE_FAILED, Release);
+                            return Err("send queue full: no send completion came back (the NIC stopped executing sends)".into());
+                        }
+                        _ => {}
                     }
                     backoff.idle();
                 }

@@ -219,6 +219,7 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
         if t0.elapsed() > START_TIMEOUT {
             m.atomic_u32(l.exit_flag()).store(1, Ordering::Release);
             // It may still start: leave what it may touch (see the stop below).
+            std::mem::forget(q.mem.clone());
             gpu.abandon();
             return Err("the transceiver kernel did not report RUNNING within 10 s".into());
         }
@@ -272,8 +273,11 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
             }
             StreamState::Running if t0.elapsed() > Duration::from_secs(2) => {
                 // Leave the memory registered, the module loaded and the context retained
-                // (Gpu::abandon: releasing it may wait for the kernel): the kernel may still
-                // touch them. The process can exit; the driver reclaims everything then.
+                // (Gpu::abandon: releasing it may wait for the kernel), and the queue pair's
+                // memory allocated (a reference left behind: the kernel may still write its
+                // state, WQEs and poison there). The process can exit; the driver and the OS
+                // reclaim everything then.
+                std::mem::forget(q.mem.clone());
                 gpu.abandon();
                 return Err(error.unwrap_or_else(|| "the transceiver kernel did not stop within 2 s of the exit flag".into()));
             }

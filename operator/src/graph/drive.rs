@@ -193,6 +193,8 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
     // The peer's control channel failing during the run (the peer died, the link went) is a
     // fault of the run, not a failure to run: what was captured and read so far is reported.
     let mut peer_lost = false;
+    // what the peer said it had sent, at the last progress read (for a report without it)
+    let mut sent_seen = 0u64;
     macro_rules! ecb {
         ($e:expr) => {
             match $e {
@@ -232,6 +234,7 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
         if shown.due() {
             // Count and counters back to back, so `sent - answered` is what is in flight.
             let sent = ecb!(host.read_stats()).map_or(u64::from(n), |s| u64::from(s.sent));
+            sent_seen = sent_seen.max(sent);
             let upto = n.min(records.len() as u32 + PROGRESS_READ);
             let fresh = ecb!(read_capture_range(&mut host, records.len() as u32, upto));
             let high = rtt.high();
@@ -246,8 +249,10 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
     shown.end();
     // After the loop too: a peer that went away (its process killed, its link down) ends the
     // run with a fault and the records read so far, not with an error that reports nothing.
+    // What was sent is at least what the peer last said, and every request answered: a gap
+    // before the last answer is a loss, not answers to requests never sent.
     let lost = |stopped_by: StopReason, records: Vec<CaptureRecord>, host: &HsbHost| Driven {
-        sent: records.len() as u64,
+        sent: records.iter().map(|r| u64::from(r.request_id.wrapping_sub(first_request_id)) + 1).filter(|&k| k <= u64::from(messages)).max().unwrap_or(0).max(records.len() as u64).max(sent_seen),
         records,
         stats: None,
         missing_extensions: host.missing_extensions.clone(),

@@ -28,6 +28,7 @@ pub fn bring_up(device: &str, port: u8, gid_index: u8, peer: Peer, buffer: &mut 
     let dev = Device::open(device, port, gid_index)?;
     let mut qp = VerbsQp::create(&dev, &QpConfig::default())?;
     qp.connect(&dev, &peer)?;
+    let len = buffer.len();
     let (lkey, rkey) = qp.register(buffer, true)?;
     let rings = qp.rings()?;
     Ok(format!(
@@ -39,7 +40,7 @@ pub fn bring_up(device: &str, port: u8, gid_index: u8, peer: Peer, buffer: &mut 
         qp.qpn(),
         peer.qpn,
         peer.ip,
-        buffer.len(),
+        len,
         rings
     ))
 }

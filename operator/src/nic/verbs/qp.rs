@@ -146,8 +146,9 @@ impl fmt::Display for MlxRings {
 }
 
 /// A UC queue pair with its protection domain, completion queues and memory registrations,
-/// all released on drop (before the [`Device`], which must outlive it).
-pub struct VerbsQp {
+/// all released on drop. It borrows the [`Device`] (its context must outlive them) and the
+/// buffers it registered (a registration must not outlive its memory).
+pub struct VerbsQp<'d> {
     pd: NonNull<ibv_pd>,
     scq: NonNull<ibv_cq>,
     rcq: NonNull<ibv_cq>,
@@ -155,21 +156,22 @@ pub struct VerbsQp {
     mrs: Vec<NonNull<ibv_mr>>,
     /// Inline bytes the device granted.
     pub max_inline: u32,
+    _borrows: std::marker::PhantomData<&'d Device>,
 }
 
 // SAFETY: verbs objects may be used from any thread.
-unsafe impl Send for VerbsQp {}
+unsafe impl Send for VerbsQp<'_> {}
 
-impl VerbsQp {
+impl<'d> VerbsQp<'d> {
     /// Creates the PD, the two CQs and the UC queue pair (RESET), then moves it to INIT.
-    pub fn create(dev: &Device, cfg: &QpConfig) -> Result<VerbsQp, VerbsError> {
+    pub fn create(dev: &'d Device, cfg: &QpConfig) -> Result<VerbsQp<'d>, VerbsError> {
         // SAFETY: an open context.
         let pd = NonNull::new(unsafe { ibv_alloc_pd(dev.ctx()) }).ok_or_else(|| VerbsError::null("ibv_alloc_pd"))?;
         let cq = |what| {
             // SAFETY: an open context; no completion channel (the data path polls).
             NonNull::new(unsafe { ibv_create_cq(dev.ctx(), cfg.cq_entries as c_int, null_mut(), null_mut(), 0) }).ok_or_else(|| VerbsError::null(what))
         };
-        let mut made = VerbsQp { pd, scq: NonNull::dangling(), rcq: NonNull::dangling(), qp: None, mrs: Vec::new(), max_inline: 0 };
+        let mut made = VerbsQp { pd, scq: NonNull::dangling(), rcq: NonNull::dangling(), qp: None, mrs: Vec::new(), max_inline: 0, _borrows: std::marker::PhantomData };
         // (dangling CQs are never destroyed: `qp` None and the CQs set before it is made)
         let scq = match cq("ibv_create_cq (send)") {
             Ok(c) => c,
@@ -238,13 +240,13 @@ impl VerbsQp {
     }
 
     /// Registers `buf` (remote-writable when `remote_write`: the FPGA's target); (lkey, rkey).
-    pub fn register(&mut self, buf: &mut [u8], remote_write: bool) -> Result<(u32, u32), VerbsError> {
+    pub fn register(&mut self, buf: &'d mut [u8], remote_write: bool) -> Result<(u32, u32), VerbsError> {
         let mut access = ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         if remote_write {
             access |= ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
         }
-        // SAFETY: `buf` is valid for its length; the caller keeps it alive while the queue
-        // pair exists (it is deregistered on drop).
+        // SAFETY: `buf` is valid for its length and stays borrowed while the queue pair
+        // exists (it is deregistered on drop).
         let mr = unsafe { ibv_reg_mr(self.pd.as_ptr(), buf.as_mut_ptr().cast(), buf.len(), access as c_int) };
         let mr = NonNull::new(mr).ok_or_else(|| VerbsError::null("ibv_reg_mr"))?;
         self.mrs.push(mr);
@@ -298,7 +300,7 @@ impl VerbsQp {
     }
 }
 
-impl Drop for VerbsQp {
+impl Drop for VerbsQp<'_> {
     fn drop(&mut self) {
         // SAFETY: each object made by `create`/`register`, released once, dependents first.
         unsafe {
