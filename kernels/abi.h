@@ -356,6 +356,8 @@ struct rl_transceiver_desc {
     uint32_t timestamp_entries; /* a power of two, or 0 */
     uint32_t signal_every;    /* request a send CQE every this many WQEs (a power of two) */
     uint32_t rsvd;
+    uint64_t uar;             /* the 8-byte MMIO doorbell register (a ConnectX's UAR, or the
+                               * software NIC's emulation of one), for RL_DOORBELL_MMIO builds */
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -378,6 +380,6 @@ RL_STATIC_ASSERT(sizeof(struct rl_control) == 2 * RL_LINE_SIZE, "control lines")
 RL_OFFSET_ASSERT(struct rl_control, heartbeat, RL_LINE_SIZE, "control: host line / device line");
 RL_STATIC_ASSERT(sizeof(struct rl_msg_timestamp) == 48, "timestamp record");
 RL_STATIC_ASSERT(sizeof(struct rl_queue_desc) == 24, "queue desc");
-RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 7 * 8 + 8 * 4, "transceiver desc");
+RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 7 * 8 + 8 * 4 + 8, "transceiver desc");
 
 #endif /* ROCELINK_ABI_H */

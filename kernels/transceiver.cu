@@ -158,8 +158,19 @@
  * front of it: the fence (~0.55 us, it waits for the WQE's and the poison's stores to land)
  * leaves the round trip. It still orders this message's stores before the re-post and the
  * next WQE. 0: fence, then doorbell (as a real NIC's MMIO doorbell needs). */
+/* RL_DOORBELL_MMIO: answers are rung the way a ConnectX's doorbell is (PROTOCOLS.md 4,
+ * rl_dev_verbs_ring_db_mmio): release fence, the doorbell record, fence, the first 8 bytes of
+ * the WQE's control segment into the UAR register (desc.uar), fence. No checked doorbell then
+ * (a ConnectX does not re-read a WQE until a check holds). The software NIC emulates the UAR
+ * with NicOptions::doorbell = Mmio (a word it watches where a ConnectX has a register). */
+#ifndef RL_DOORBELL_MMIO
+#define RL_DOORBELL_MMIO 0
+#endif
 #ifndef RL_CHECKED_DOORBELL
-#define RL_CHECKED_DOORBELL 1
+#define RL_CHECKED_DOORBELL (!RL_DOORBELL_MMIO)
+#endif
+#if RL_DOORBELL_MMIO && RL_CHECKED_DOORBELL
+#error "RL_DOORBELL_MMIO needs RL_CHECKED_DOORBELL=0: a ConnectX executes what the doorbell record says, at once"
 #endif
 /* RL_FENCE_EVERY: with checked doorbells, the release fence is due at least every this many
  * messages (sooner with few slots or CQEs, or when the checked range would pass 16 WQEBBs):
@@ -882,7 +893,11 @@ __device__ __forceinline__ struct rl_sent rl_answer_send(struct rl_loop &L, cons
         __syncwarp(); /* every lane's WQE, payload and poison stores precede the doorbell's fence */
         RL_PMARK(6);
         if (lane == 0) {
+#if RL_DOORBELL_MMIO
+            rl_dev_verbs_ring_db_mmio(&L.sq, first);
+#else
             rl_dev_verbs_submit_proxy(&L.sq);
+#endif
             t_db = rl_globaltimer();
         }
 #ifdef RL_PROFILE
@@ -1060,7 +1075,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     struct rl_loop L;
     L.rcq = {(uint8_t *)d.rcq.ring, (uint32_t *)d.rcq.dbrec, d.rcq.entries, 0};
     L.scq = {(uint8_t *)d.scq.ring, (uint32_t *)d.scq.dbrec, d.scq.entries, 0};
-    L.sq = {(uint8_t *)d.sq.ring, (uint32_t *)d.sq.dbrec, (uint64_t *)d.proxy_doorbell, 0, d.sq.entries, d.qpn, 0, 0};
+    L.sq = {(uint8_t *)d.sq.ring, (uint32_t *)d.sq.dbrec, (uint64_t *)d.proxy_doorbell, (volatile uint64_t *)d.uar, d.sq.entries, d.qpn, 0, 0};
     L.rq = {(uint8_t *)d.rq.ring, (uint32_t *)d.rq.dbrec, d.rq.entries, 0};
     L.idle = L.heartbeat = L.processed = 0;
     L.dropped = L.send_errors = L.stop = L.exit_due = 0;

@@ -84,6 +84,9 @@ pub struct QpLayout {
     pub scq_dbrec: usize,
     pub rcq_dbrec: usize,
     pub proxy_doorbell: usize,
+    /// The emulated UAR doorbell register (8 bytes, its own line): where a kernel built with
+    /// RL_DOORBELL_MMIO rings, and a software NIC with `DoorbellMode::Mmio` watches.
+    pub uar: usize,
     pub control: usize,
     pub timestamps: usize,
     pub rx_buffer: usize,
@@ -102,6 +105,7 @@ impl QpLayout {
         let scq_dbrec = c.take(8, LINE);
         let rcq_dbrec = c.take(8, LINE);
         let proxy_doorbell = c.take(LINE, LINE);
+        let uar = c.take(LINE, LINE);
         let control = c.take(2 * LINE, LINE);
         let timestamps = c.take(sizes.timestamp_entries as usize * abi::TIMESTAMP, LINE);
         let rx_buffer = c.take(sizes.rx_slots as usize * sizes.rx_slot_stride as usize, PAGE);
@@ -117,6 +121,7 @@ impl QpLayout {
             scq_dbrec,
             rcq_dbrec,
             proxy_doorbell,
+            uar,
             control,
             timestamps,
             rx_buffer,
@@ -248,6 +253,7 @@ impl QpMemory {
             timestamp_entries: l.sizes.timestamp_entries,
             signal_every: l.sizes.signal_every,
             rsvd: 0,
+            uar: dev(l.uar),
         }
     }
 }

@@ -9,6 +9,7 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::abi::{self, Cqe, CQE, RECV_WQE, WQEBB};
+use crate::nic::DoorbellMode;
 use crate::rings::QpMemory;
 
 /// The data path's indices into the queue pair's rings.
@@ -24,6 +25,11 @@ pub struct HostVerbs {
     sq_done: u32,
     /// Send CQEs with an error status seen.
     pub send_errors: u64,
+    /// How sends are rung: the proxy word (the default), or the doorbell record and the UAR
+    /// ([`HostVerbs::with_doorbell`], matching the NIC's `NicOptions::doorbell`).
+    doorbell: DoorbellMode,
+    /// The last WQE's first 8 bytes (what an MMIO doorbell writes to the UAR).
+    last_ctrl: u64,
 }
 
 /// A receive completion, with where its bytes are.
@@ -36,7 +42,13 @@ pub struct RecvCompletion {
 
 impl HostVerbs {
     pub fn new(q: QpMemory, qpn: u32, tx_lkey: u32) -> HostVerbs {
-        HostVerbs { q, qpn, tx_lkey, rcq_ci: 0, scq_ci: 0, rq_pi: 0, sq_pi: 0, sq_done: 0, send_errors: 0 }
+        HostVerbs { q, qpn, tx_lkey, rcq_ci: 0, scq_ci: 0, rq_pi: 0, sq_pi: 0, sq_done: 0, send_errors: 0, doorbell: DoorbellMode::Proxy, last_ctrl: 0 }
+    }
+
+    /// Rings sends with `d` (the NIC must answer to the same: `NicOptions::doorbell`).
+    pub fn with_doorbell(mut self, d: DoorbellMode) -> HostVerbs {
+        self.doorbell = d;
+        self
     }
 
     pub fn memory(&self) -> &QpMemory {
@@ -127,6 +139,7 @@ impl HostVerbs {
         let entries = self.q.layout.sizes.sq_entries;
         let at = self.q.layout.sq + (self.sq_pi & (entries - 1)) as usize * WQEBB;
         self.q.mem.write(at, wqe);
+        self.last_ctrl = u64::from_le_bytes(wqe[..8].try_into().expect("8 bytes"));
         self.sq_pi = self.sq_pi.wrapping_add(1);
     }
 
@@ -149,7 +162,16 @@ impl HostVerbs {
     /// Rings the doorbell: the doorbell record, then the CPU-proxy word, Release (an unchecked
     /// doorbell, abi.h `rl_proxy_doorbell`: on the CPU a release store costs nothing).
     pub fn ring_send_doorbell(&mut self) {
-        self.q.mem.atomic_u32(self.q.layout.sq_dbrec_counter()).store((self.sq_pi & 0xffff).to_be(), Relaxed);
-        self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).store(abi::ProxyDoorbell::unchecked(self.sq_pi), Release);
+        match self.doorbell {
+            DoorbellMode::Proxy => {
+                self.q.mem.atomic_u32(self.q.layout.sq_dbrec_counter()).store((self.sq_pi & 0xffff).to_be(), Relaxed);
+                self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).store(abi::ProxyDoorbell::unchecked(self.sq_pi), Release);
+            }
+            DoorbellMode::Mmio => {
+                // a ConnectX's order: the record (after the WQE), then the UAR
+                self.q.mem.atomic_u32(self.q.layout.sq_dbrec_counter()).store((self.sq_pi & 0xffff).to_be(), Release);
+                self.q.mem.atomic_u64(self.q.layout.uar).store(self.last_ctrl, Release);
+            }
+        }
     }
 }

@@ -58,6 +58,8 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
         &["-DRL_EXPERIMENT_NO_TSEEN"],
         &["-DRL_FLOOD_EXIT=0"],
+        &["-DRL_DOORBELL_MMIO=1"],
+        &["-DRL_DOORBELL_MMIO=1", "-DRL_MAX_INLINE=44"],
         &["-DRL_MAX_INLINE=44"],
         &["-DRL_PHASE_LOCK=1"],
         &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_DEBUG"],

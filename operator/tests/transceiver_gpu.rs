@@ -29,7 +29,7 @@ use rocelink_link::{inproc, InprocLink, Link, SpinMode, MAX_FRAME};
 use rocelink_operator::abi;
 use rocelink_operator::backend::{spawn_backend, BackendKind, CpuBackendConfig, RunningBackend};
 use rocelink_operator::mem::SharedMem;
-use rocelink_operator::nic::{Access, MrTable, NicCounters, NicOptions, QpAttrs, SoftNic};
+use rocelink_operator::nic::{Access, DoorbellMode, MrTable, NicCounters, NicOptions, QpAttrs, SoftNic};
 use rocelink_operator::rings::{QpMemory, QpSizes};
 use rocelink_operator::stage::{Echo, Outcome, Stage, StageSpec};
 use rocelink_wire::bth::Opcode;
@@ -210,8 +210,9 @@ impl Rig {
     }
 }
 
-/// The queue pair, the NIC and the wire; the backend is spawned on `q` with `tx_lkey`.
-fn rig() -> (Rig, QpMemory, u32) {
+/// The queue pair, the NIC (answering to `doorbell`) and the wire; the backend is spawned on
+/// `q` with `tx_lkey`.
+fn rig_with(doorbell: DoorbellMode) -> (Rig, QpMemory, u32) {
     let sizes = QpSizes { rx_slots: 16, ..QpSizes::default() };
     let q = QpMemory::new(sizes, SharedMem::new).expect("queue pair memory");
     let mut mrs = MrTable::default();
@@ -221,14 +222,19 @@ fn rig() -> (Rig, QpMemory, u32) {
     let peer = Endpoints { src_port: 12288, dst_port: roce::UDP_PORT, ..host.reversed() };
     let attrs = QpAttrs { qpn: HOST_QPN, pkey: 0xffff, endpoints: host, peer_qpn: PEER_QPN };
     let counters = Arc::new(NicCounters::default());
-    let nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
+    let nic = SoftNic::new(attrs, NicOptions { doorbell, ..NicOptions::default() }, mrs, q.clone(), counters.clone());
     let (nic_end, peer_end) = inproc::pair(256);
     let rig = Rig { nic, counters, nic_end, peer_end, peer, rx_addr: rx.addr, rx_rkey: rx.rkey, sizes, psn: 0, next_slot: 0, buf: vec![0; MAX_FRAME] };
     (rig, q, tx.lkey)
 }
 
+/// The rig with the CPU-proxy doorbell.
+fn rig() -> (Rig, QpMemory, u32) {
+    rig_with(DoorbellMode::Proxy)
+}
+
 fn backend_config(tx_lkey: u32) -> CpuBackendConfig {
-    CpuBackendConfig { qpn: HOST_QPN, tx_lkey, core: None, spin: SpinMode::Shared }
+    CpuBackendConfig { qpn: HOST_QPN, tx_lkey, core: None, spin: SpinMode::Shared, doorbell: DoorbellMode::Proxy }
 }
 
 /// Plays the stream through `backend` (closed loop, then in bursts) and checks every answer
@@ -300,6 +306,16 @@ fn the_cpu_backend_answers_the_stream_as_its_stage_does() {
     play(rig, backend);
 }
 
+/// The same stream with a ConnectX's doorbell (the doorbell record, then the last WQE's first
+/// 8 bytes to the UAR, which the software NIC watches: `DoorbellMode::Mmio`), rung by the CPU
+/// loop: the NIC's side of the MMIO doorbell, in every test run.
+#[test]
+fn the_cpu_backend_answers_the_stream_through_an_mmio_doorbell() {
+    let (rig, q, tx_lkey) = rig_with(DoorbellMode::Mmio);
+    let backend = spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], CpuBackendConfig { doorbell: DoorbellMode::Mmio, ..backend_config(tx_lkey) }).expect("the CPU backend");
+    play(rig, backend);
+}
+
 #[test]
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
@@ -312,10 +328,15 @@ fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
     // (`RL_MAX_INLINE=44`: longer register-path answers go out through a TX slot): each must
     // answer as the CPU stage does. The defines reach the kernel's compile through the environment, as for
     // `rocelink echo`; this is the test binary's only test that sets it.
-    for defines in ["", "-DRL_FAST_PATH=1", "-DRL_FAST_PATH=0", "-DRL_MAX_INLINE=44"] {
+    // And the kernel ringing a ConnectX's doorbell (`RL_DOORBELL_MMIO`: fence, the doorbell
+    // record, the WQE's first 8 bytes to the UAR; `rl_dev_verbs_ring_db_mmio`), which the
+    // software NIC watches (`DoorbellMode::Mmio`), with inline answers up to 256 and 44 bytes.
+    let proxy = DoorbellMode::Proxy;
+    let mmio = DoorbellMode::Mmio;
+    for (defines, doorbell) in [("", proxy), ("-DRL_FAST_PATH=1", proxy), ("-DRL_FAST_PATH=0", proxy), ("-DRL_MAX_INLINE=44", proxy), ("", mmio), ("-DRL_MAX_INLINE=44", mmio)] {
         std::env::set_var("ROCELINK_KERNEL_DEFINES", defines);
-        let (rig, q, tx_lkey) = rig();
-        let backend = spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).unwrap_or_else(|e| panic!("{defines}: {e}"));
+        let (rig, q, tx_lkey) = rig_with(doorbell);
+        let backend = spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], CpuBackendConfig { doorbell, ..backend_config(tx_lkey) }).unwrap_or_else(|e| panic!("{defines} {doorbell:?}: {e}"));
         play(rig, backend);
     }
     std::env::remove_var("ROCELINK_KERNEL_DEFINES");

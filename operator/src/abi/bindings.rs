@@ -491,12 +491,13 @@ pub struct rl_transceiver_desc {
     pub timestamp_entries: u32,
     pub signal_every: u32,
     pub rsvd: u32,
+    pub uar: u64,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of rl_transceiver_desc",
-    ][::core::mem::size_of::<rl_transceiver_desc>() - 184usize];
+    ][::core::mem::size_of::<rl_transceiver_desc>() - 192usize];
     [
         "Alignment of rl_transceiver_desc",
     ][::core::mem::align_of::<rl_transceiver_desc>() - 8usize];
@@ -557,4 +558,7 @@ const _: () = {
     [
         "Offset of field: rl_transceiver_desc::rsvd",
     ][::core::mem::offset_of!(rl_transceiver_desc, rsvd) - 180usize];
+    [
+        "Offset of field: rl_transceiver_desc::uar",
+    ][::core::mem::offset_of!(rl_transceiver_desc, uar) - 184usize];
 };

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use rocelink_link::{affinity, clock::monotonic_ns, Backoff, SpinMode};
 
 use crate::abi::{self, rl_msg_timestamp};
+use crate::nic::DoorbellMode;
 use crate::rings::QpMemory;
 use crate::stage::{Outcome, Stage};
 use crate::verbs::HostVerbs;
@@ -24,6 +25,9 @@ pub struct CpuBackendConfig {
     pub tx_lkey: u32,
     pub core: Option<usize>,
     pub spin: SpinMode,
+    /// How the loop rings sends (the NIC must answer to the same, `NicOptions::doorbell`);
+    /// for the GPU backend, how its kernel is built to ring them (`RL_DOORBELL_MMIO`).
+    pub doorbell: DoorbellMode,
 }
 
 /// A running CPU transceiver loop.
@@ -35,7 +39,7 @@ pub struct CpuBackend {
 impl CpuBackend {
     /// Posts the receive queue full and starts the loop.
     pub fn spawn(q: QpMemory, mut stage: Box<dyn Stage>, cfg: CpuBackendConfig) -> std::io::Result<CpuBackend> {
-        let mut verbs = HostVerbs::new(q.clone(), cfg.qpn, cfg.tx_lkey);
+        let mut verbs = HostVerbs::new(q.clone(), cfg.qpn, cfg.tx_lkey).with_doorbell(cfg.doorbell);
         verbs.post_recv(q.layout.sizes.rq_entries);
         let qq = q.clone();
         let thread = std::thread::Builder::new().name("rocelink-cpu".into()).spawn(move || {

@@ -150,6 +150,11 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
         // they are part of the cache key.
         options.extend(extra.split_whitespace().map(String::from));
     }
+    if cfg.doorbell == crate::nic::DoorbellMode::Mmio {
+        // the NIC watches the UAR (NicOptions::doorbell): the kernel rings it the way a
+        // ConnectX's doorbell is rung
+        options.push("-DRL_DOORBELL_MMIO=1".into());
+    }
     if std::env::var_os("ROCELINK_TEST_STALL_KERNEL").is_some() {
         // Test hook: a kernel that stops answering and beating after its first message, to
         // prove the watchdog ends the run with a clear error instead of a hang.

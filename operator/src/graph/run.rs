@@ -33,7 +33,7 @@ use crate::env::Environment;
 use crate::hsb::PeerStats;
 use crate::latency::{analyze, Analysis, Counts, Summary};
 use crate::mem::SharedMem;
-use crate::nic::{Access, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, NicStats, QpAttrs, SoftNic};
+use crate::nic::{Access, DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, NicStats, QpAttrs, SoftNic};
 use crate::ops::host::{self, HostThread};
 use crate::ops::{Build, Finished, HostContext, HostOperator, Live, Message, Outputs};
 use crate::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
@@ -406,7 +406,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
 
     // 3. The backend, running the fused chain.
     let chain: Vec<_> = plan.chain.iter().map(|(_, s)| s.clone()).collect();
-    match spawn_backend(plan.backend, q.clone(), &chain, CpuBackendConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin }) {
+    match spawn_backend(plan.backend, q.clone(), &chain, CpuBackendConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: DoorbellMode::from_env() }) {
         Ok(b) => running.backend = Some(b),
         Err(e) => return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() })),
     }

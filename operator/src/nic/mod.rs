@@ -22,5 +22,5 @@ pub mod verbs;
 pub use counters::{DropReason, NicCounters, NicStats};
 pub use engine::{NicEngine, NicEngineConfig};
 pub use mr::{Access, MemoryRegion, MrTable};
-pub use qp::{NicOptions, QpAttrs, SoftNic};
+pub use qp::{DoorbellMode, NicOptions, QpAttrs, SoftNic};
 pub use trace::SendTrace;

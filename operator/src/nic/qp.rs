@@ -63,11 +63,39 @@ pub struct NicOptions {
     /// 12 alternating rounds; the CPU backend unchanged
     /// (`latency-reports/poll-probes/ab-nic-prefetch-next-receive.txt`).
     pub prefetch_next_receive: bool,
+    /// How the data path tells the NIC to send: the CPU-proxy word (the default) or the
+    /// doorbell a ConnectX has ([`DoorbellMode::Mmio`]).
+    pub doorbell: DoorbellMode,
+}
+
+/// Which doorbell the NIC answers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoorbellMode {
+    /// The CPU-proxy word (abi.h `rl_proxy_doorbell`, checked or not): GPUNetIO's
+    /// CPU-assisted mode, and the CPU backend's.
+    Proxy,
+    /// A ConnectX's: the doorbell record's send counter, then 8 bytes (the last WQE's control
+    /// segment's first 8) written to the UAR register, which the NIC watches here as a word of
+    /// memory (`QpLayout::uar`). For a kernel built with `RL_DOORBELL_MMIO` (the CPU backend
+    /// rings the proxy word only).
+    Mmio,
+}
+
+impl DoorbellMode {
+    /// `ROCELINK_DOORBELL=mmio` in the environment asks for [`DoorbellMode::Mmio`] (an
+    /// experiment switch, like `ROCELINK_KERNEL_DEFINES`; the GPU backend then builds its
+    /// kernel with `RL_DOORBELL_MMIO`).
+    pub fn from_env() -> DoorbellMode {
+        match std::env::var("ROCELINK_DOORBELL").as_deref() {
+            Ok("mmio") => DoorbellMode::Mmio,
+            _ => DoorbellMode::Proxy,
+        }
+    }
 }
 
 impl Default for NicOptions {
     fn default() -> Self {
-        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU, wqe_check_deadline: WQE_CHECK_DEADLINE, prefetch_next_receive: true }
+        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU, wqe_check_deadline: WQE_CHECK_DEADLINE, prefetch_next_receive: true, doorbell: DoorbellMode::from_env() }
     }
 }
 
@@ -136,6 +164,10 @@ pub struct SoftNic {
     send_trace: Option<Arc<super::trace::SendTrace>>,
     /// The last completed WRITE's target offset ([`NicOptions::prefetch_next_receive`]).
     last_write_at: usize,
+    /// [`DoorbellMode::Mmio`]: the UAR word last seen, and the producer index the doorbell
+    /// record said then.
+    last_uar: u64,
+    mmio_pi: u16,
 }
 
 const PSN_MASK: u32 = 0xff_ffff;
@@ -167,6 +199,8 @@ impl SoftNic {
             send_only: RoceRepr::uc_send_only(&attrs.endpoints, attrs.peer_qpn, 0, 0),
             send_trace: None,
             last_write_at: 0,
+            last_uar: 0,
+            mmio_pi: 0,
         }
     }
 
@@ -446,7 +480,10 @@ impl SoftNic {
     pub fn poll_send(&mut self, link: &mut dyn Link) -> usize {
         // Acquire pairs with the data path's store of the doorbell: Release (or after a
         // system-scope release fence) for an unchecked one.
-        let db = abi::ProxyDoorbell::decode(self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).load(Acquire));
+        let db = match self.opts.doorbell {
+            DoorbellMode::Proxy => abi::ProxyDoorbell::decode(self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).load(Acquire)),
+            DoorbellMode::Mmio => self.mmio_doorbell(),
+        };
         if self.sq_ci as u16 == db.pi {
             // Nothing new: ask for the next WQE's lines meanwhile (a hint; two: an inline
             // answer of 45..108 bytes takes two WQEBBs). The data path's stores to them come
@@ -478,6 +515,26 @@ impl SoftNic {
             }
         }
         ran
+    }
+
+    /// [`DoorbellMode::Mmio`]: a new value in the UAR word rings the doorbell: the send
+    /// counter of the doorbell record (written, then fenced, before the UAR) is the producer
+    /// index. The value is the last WQE's control segment's first 8 bytes; one that names
+    /// another queue pair rings nothing here (counted as unusual). Every WQE below the index
+    /// is complete (the writer fenced before the record): an unchecked doorbell.
+    fn mmio_doorbell(&mut self) -> abi::ProxyDoorbell {
+        let uar = self.q.mem.atomic_u64(self.q.layout.uar).load(Acquire);
+        if uar != self.last_uar {
+            self.last_uar = uar;
+            // bytes 4..7 of the control segment: qpn_ds, big-endian (qpn << 8 | ds)
+            let qpn = u32::from_be_bytes(uar.to_le_bytes()[4..8].try_into().expect("4 bytes")) >> 8;
+            if qpn == self.attrs.qpn {
+                self.mmio_pi = u32::from_be(self.q.mem.atomic_u32(self.q.layout.sq_dbrec_counter()).load(Acquire)) as u16;
+            } else {
+                self.counters.unusual.fetch_add(1, Relaxed);
+            }
+        }
+        abi::ProxyDoorbell { pi: self.mmio_pi, range: None }
     }
 
     /// WQEBB `i`'s offset in the shared memory.
