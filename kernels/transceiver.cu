@@ -894,7 +894,9 @@ __device__ __forceinline__ struct rl_sent rl_answer_send(struct rl_loop &L, cons
         RL_PMARK(6);
         if (lane == 0) {
 #if RL_DOORBELL_MMIO
-            rl_dev_verbs_ring_db_mmio(&L.sq, first);
+            /* the WQE's first 8 bytes from registers, not read back from the ring */
+            const uint4 c0 = rl_dev_verbs_ctrl(&L.sq, first, RL_OPCODE_SEND, inl ? (16u + ((4u + (uint32_t)n + 15u) & ~15u)) / 16u : 2u, fm_ce_se, 0);
+            rl_dev_verbs_ring_db_mmio_ctrl(&L.sq, ((uint64_t)c0.y << 32) | c0.x);
 #else
             rl_dev_verbs_submit_proxy(&L.sq);
 #endif

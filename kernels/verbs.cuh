@@ -17,7 +17,8 @@
  *   rl_dev_verbs_submit_proxy_checked_warp   the same without the fence in front: the
  *                                    doorbell carries a check of the WQEs since the last fence
  *   rl_dev_verbs_ring_db_mmio        doorbell record + MMIO doorbell (a real ConnectX whose UAR
- *                                    is mapped into the GPU)
+ *                                    is mapped into the GPU); _ctrl: the WQE's first 8 bytes
+ *                                    given, not read back from the ring
  *   rl_dev_verbs_post_recv           re-post receive WQEs through the doorbell record
  *
  * Scope: every function is called by one thread (thread scope) unless its name ends in
@@ -477,17 +478,26 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl
 }
 
 /**
- * Submits with the MMIO doorbell of a real ConnectX (UAR mapped into the GPU): doorbell
- * record, release fence, then the first 8 bytes of the last WQE's control segment into the
- * UAR (PROTOCOLS.md 4). `last` is the index of the last WQE's first WQEBB. Thread scope.
+ * Submits with the MMIO doorbell of a real ConnectX (UAR mapped into the GPU): release fence,
+ * doorbell record, release fence, then `ctrl8`, the last WQE's first 8 control-segment bytes
+ * as they lie in memory (rl_dev_verbs_ctrl's .x then .y), into the UAR (PROTOCOLS.md 4), and a
+ * fence. Thread scope.
  */
-__device__ __forceinline__ void rl_dev_verbs_ring_db_mmio(struct rl_dev_sq *sq, uint32_t last) {
+__device__ __forceinline__ void rl_dev_verbs_ring_db_mmio_ctrl(struct rl_dev_sq *sq, uint64_t ctrl8) {
     rl_fence_release_sys();
     rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
     rl_fence_release_sys();
-    const uint64_t *ctrl = (const uint64_t *)rl_dev_verbs_get_wqe_ptr(sq, last);
-    *sq->uar = *ctrl;
+    *sq->uar = ctrl8;
     rl_fence_release_sys();
+}
+
+/**
+ * The same, the 8 bytes read back from the last WQE (`last`: its first WQEBB's index). Where
+ * the ring is host memory, that read is a PCIe round trip of its own: a caller that has the
+ * control segment in registers uses rl_dev_verbs_ring_db_mmio_ctrl. Thread scope.
+ */
+__device__ __forceinline__ void rl_dev_verbs_ring_db_mmio(struct rl_dev_sq *sq, uint32_t last) {
+    rl_dev_verbs_ring_db_mmio_ctrl(sq, *(const uint64_t *)rl_dev_verbs_get_wqe_ptr(sq, last));
 }
 
 /** Send CQ entries read per reap, all in one PCIe round. */
