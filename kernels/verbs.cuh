@@ -478,17 +478,20 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl
 }
 
 /**
- * Submits with the MMIO doorbell of a real ConnectX (UAR mapped into the GPU): release fence,
- * doorbell record, release fence, then `ctrl8`, the last WQE's first 8 control-segment bytes
- * as they lie in memory (rl_dev_verbs_ctrl's .x then .y), into the UAR (PROTOCOLS.md 4), and a
- * fence. Thread scope.
+ * Submits with the MMIO doorbell of a real ConnectX (UAR mapped into the GPU): release fence
+ * (the WQEs and what they gather are visible first), doorbell record, release fence (the
+ * record before the doorbell: they go to different places, host memory and the device's
+ * BAR), then `ctrl8`, the last WQE's first 8 control-segment bytes as they lie in memory
+ * (rl_dev_verbs_ctrl's .x then .y), into the UAR (PROTOCOLS.md 4). No fence after it: nothing
+ * the NIC reads for this doorbell is written later, and the next doorbell's first fence
+ * orders this one before anything after (a GPU has no write-combining buffer to flush, which
+ * is what rdma-core's CPU path flushes there). Thread scope.
  */
 __device__ __forceinline__ void rl_dev_verbs_ring_db_mmio_ctrl(struct rl_dev_sq *sq, uint64_t ctrl8) {
     rl_fence_release_sys();
     rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
     rl_fence_release_sys();
-    *sq->uar = ctrl8;
-    rl_fence_release_sys();
+    rl_st64_sys((uint64_t *)sq->uar, ctrl8);
 }
 
 /**
