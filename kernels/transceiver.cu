@@ -895,7 +895,7 @@ __device__ __forceinline__ struct rl_sent rl_answer_send(struct rl_loop &L, cons
         if (lane == 0) {
 #if RL_DOORBELL_MMIO
             /* the WQE's first 8 bytes from registers, not read back from the ring */
-            const uint4 c0 = rl_dev_verbs_ctrl(&L.sq, first, RL_OPCODE_SEND, inl ? (16u + ((4u + (uint32_t)n + 15u) & ~15u)) / 16u : 2u, fm_ce_se, 0);
+            const uint4 c0 = rl_dev_verbs_ctrl(&L.sq, first, RL_OPCODE_SEND, inl ? rl_dev_verbs_inline_bytes((uint32_t)n) / 16u : 2u, fm_ce_se, 0);
             rl_dev_verbs_ring_db_mmio_ctrl(&L.sq, ((uint64_t)c0.y << 32) | c0.x);
 #else
             rl_dev_verbs_submit_proxy(&L.sq);

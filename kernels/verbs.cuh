@@ -334,10 +334,14 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_put_gather_warp(uint8_t *dst, c
     return check;
 }
 
+/** Bytes an inline SEND of `len` bytes occupies: the control segment, then the 4-byte count
+ * and the data, in 16-byte segments (its `ds` is this / 16). */
+__device__ __forceinline__ uint32_t rl_dev_verbs_inline_bytes(uint32_t len) {
+    return 16 + ((4 + len + 15) & ~15u);
+}
 /** WQEBBs an inline SEND of `len` bytes occupies. */
 __device__ __forceinline__ uint32_t rl_dev_verbs_inline_wqebbs(uint32_t len) {
-    uint32_t bytes = 16 + ((4 + len + 15) & ~15u);
-    return (bytes + RL_WQEBB_SIZE - 1) / RL_WQEBB_SIZE;
+    return (rl_dev_verbs_inline_bytes(len) + RL_WQEBB_SIZE - 1) / RL_WQEBB_SIZE;
 }
 
 /** Lane's part of writing a WQE chunk: stores `v` as bytes [off, off+16) of the WQE at WQEBB
@@ -370,7 +374,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_warp(co
                                                                              uint32_t fm_ce_se, const uint8_t *src, uint32_t len,
                                                                              uint32_t check_base) {
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t total = 16 + ((4 + len + 15) & ~15u);
+    const uint32_t total = rl_dev_verbs_inline_bytes(len);
     const uint32_t ds = total / 16;
     const uint32_t *d32 = (const uint32_t *)src;
     uint64_t check = 0;
@@ -404,7 +408,7 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_send_inline_regs_wa
                                                                                         uint32_t fm_ce_se, uint4 data, uint32_t len,
                                                                                         struct rl_check_keys keys) {
     const uint32_t lane = threadIdx.x & 31;
-    const uint32_t total = 16 + ((4 + len + 15) & ~15u);
+    const uint32_t total = rl_dev_verbs_inline_bytes(len);
     uint4 v;
     v.x = __shfl_up_sync(0xffffffffu, data.w, 2);
     v.y = __shfl_up_sync(0xffffffffu, data.x, 1);

@@ -24,8 +24,11 @@ fn pin(core: usize) {
     core_affinity::set_for_current(core_affinity::CoreId { id: core });
 }
 
-fn ring(sq_core: usize) -> IoUring {
-    IoUring::builder().setup_sqpoll(10_000).setup_sqpoll_cpu(sq_core as u32).build(64).expect("io_uring with SQPOLL")
+/// A ring with its submission thread on `sq_core`, `sock` registered as file 0.
+fn ring(sq_core: usize, sock: &UdpSocket) -> IoUring {
+    let r = IoUring::builder().setup_sqpoll(10_000).setup_sqpoll_cpu(sq_core as u32).build(64).expect("io_uring with SQPOLL");
+    r.submitter().register_files(&[sock.as_raw_fd()]).expect("register the socket");
+    r
 }
 
 /// Posts one receive into `buf` on the ring's registered file 0.
@@ -103,10 +106,7 @@ fn main() {
     let samples = std::thread::scope(|s| {
         let resp = s.spawn(|| {
             pin(cb);
-            let mut r = uring.then(|| ring(sb));
-            if let Some(r) = r.as_mut() {
-                r.submitter().register_files(&[sock_b.as_raw_fd()]).unwrap();
-            }
+            let mut r = uring.then(|| ring(sb, &sock_b));
             let mut buf = vec![0u8; 2048];
             let mut out = vec![0u8; 2048];
             if let Some(r) = r.as_mut() {
@@ -137,10 +137,7 @@ fn main() {
         });
         let init = s.spawn(|| {
             pin(ca);
-            let mut r = uring.then(|| ring(sa));
-            if let Some(r) = r.as_mut() {
-                r.submitter().register_files(&[sock_a.as_raw_fd()]).unwrap();
-            }
+            let mut r = uring.then(|| ring(sa, &sock_a));
             let mut buf = vec![0u8; 2048];
             let mut out = vec![0u8; size];
             let mut samples = Vec::with_capacity(count as usize);

@@ -419,7 +419,7 @@ fn output_names(g: &Graph, o: &OperatorDef, decl: &OperatorDecl, params: &Params
         Some(n) => (n, o.params.iter().find(|p| p.name == "name").map_or_else(|| o.at.clone(), |p| p.at.clone()), "parameter `name`"),
         None => (g.name.as_str(), if g.places.has("name") { g.places.at("name") } else { o.at.clone() }, "the graph's name (the default of its parameter `name`)"),
     };
-    if name.is_empty() || name.contains(['/', '\\']) {
+    if !ops::latency_report::valid_name(name) {
         return Err((at, format!("{what} is `{name}`, but it names the report files (<name>.md, .json, .svg in outputs.dir): it must be a file name without folders")));
     }
     Ok(())

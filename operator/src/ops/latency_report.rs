@@ -28,9 +28,14 @@ pub static DECL: OperatorDecl = OperatorDecl {
     build: Build::Host(build),
 };
 
+/// Whether `name` can stem the report files: a file name, no folders.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(['/', '\\'])
+}
+
 fn build(p: &Params, ctx: &HostContext) -> Result<Box<dyn HostOperator>, String> {
     let name = p.str("name").unwrap_or(&ctx.graph).to_string();
-    if name.is_empty() || name.contains(['/', '\\']) {
+    if !valid_name(&name) {
         return Err(format!("name `{name}` must be a file name without folders"));
     }
     std::fs::create_dir_all(&ctx.out_dir).map_err(|e| format!("cannot create {}: {e}", ctx.out_dir.display()))?;
