@@ -51,7 +51,7 @@ use rocelink_wire::roce::{self, Endpoints, RoceRepr};
 use rocelink_wire::icrc::FieldPatch;
 use rocelink_wire::{ethernet, icrc, rpc, Error as WireError};
 
-use crate::capture::{self, CaptureRam};
+use crate::capture::CaptureRam;
 use crate::qec::QecPlan;
 use crate::regs::MAX_IN_FLIGHT;
 use crate::stats::Stats;
@@ -183,7 +183,10 @@ pub struct Player {
     /// The frame now due was already counted as a stall.
     stall_counted: bool,
     window: Window,
-    /// One bit per frame (up to the capture limit): answered at least once.
+    /// One bit per frame of the last [`ANSWERED_WINDOW`] sent (frame `f` at bit
+    /// `f % ANSWERED_WINDOW`, cleared when `f` is sent): answered at least once. Constant
+    /// memory for a run of any length; an answer to a frame older than the window is far
+    /// past its response timeout and is not flagged as a duplicate.
     answered: Vec<u64>,
     /// Payload being built (room for the template and for the largest QEC message).
     payload: Vec<u8>,
@@ -200,6 +203,10 @@ pub struct Player {
     /// ICRC patches for the send time, by frame length and stamp place (a run has few).
     stamp_patches: Vec<FieldPatch>,
 }
+
+/// Frames whose answers the duplicate check remembers (a multiple of 64, far above the 64 in
+/// flight).
+const ANSWERED_WINDOW: u32 = 1 << 16;
 
 /// Distinct (frame length, stamp place) pairs a run keeps ICRC patches for; past them a
 /// stamped frame's ICRC is hashed again (as before the patches).
@@ -230,7 +237,6 @@ impl Player {
         cfg.arg_len = cfg.arg_len.min(cfg.template.len() - rpc::HEADER_LEN);
         cfg.max_in_flight = cfg.max_in_flight.clamp(1, MAX_IN_FLIGHT);
         cfg.slots = cfg.slots.max(1);
-        let tracked = (cfg.frames as usize).min(capture::MAX_RECORDS);
         let room = cfg
             .qec
             .as_ref()
@@ -248,7 +254,7 @@ impl Player {
             write_imm,
             payload: vec![0; room],
             expected: vec![0; cfg.arg_len],
-            answered: vec![0; tracked.div_ceil(64)],
+            answered: vec![0; ANSWERED_WINDOW as usize / 64],
             cfg,
             sent: 0,
             psn: psn & PSN_MASK,
@@ -404,6 +410,7 @@ impl Player {
             }
             _ => None,
         };
+        self.answered[(frame % ANSWERED_WINDOW) as usize / 64] &= !(1u64 << (frame % 64));
         self.sent += 1;
         self.psn = (self.psn + 1) & PSN_MASK;
         self.next_due_ns = match &self.cfg.qec {
@@ -477,7 +484,7 @@ impl Player {
             }
         }
         if let Some(c) = &self.cfg.capture {
-            // A full capture RAM drops the record; the counters still tell.
+            // A full ring overwrites its oldest record (the host reads it during the run).
             let _ = c.push(&record);
         }
     }
@@ -496,7 +503,8 @@ impl Player {
             return 0;
         }
         let mut flags = 0;
-        if let Some(word) = self.answered.get_mut(frame as usize / 64) {
+        if self.sent - frame <= ANSWERED_WINDOW {
+            let word = &mut self.answered[(frame % ANSWERED_WINDOW) as usize / 64];
             let bit = 1u64 << (frame % 64);
             if *word & bit != 0 {
                 flags |= capture_flags::DUPLICATE;

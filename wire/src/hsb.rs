@@ -106,8 +106,15 @@ pub mod reg {
     pub const CAPTURE_DONE: u32 = 2;
     /// Number of records captured.
     pub const CAPTURE_COUNT: u32 = 0x4000_0084;
-    /// Capture RAM: record `i` at `CAPTURE_RAM + 32 * i` (see [`super::CaptureRecord`]).
+    /// Capture RAM: a ring of [`CAPTURE_RAM_RECORDS`] records; record `i` (counted from the
+    /// arm, as CAPTURE_COUNT counts) at `CAPTURE_RAM + 32 * (i % CAPTURE_RAM_RECORDS)` (see
+    /// [`super::CaptureRecord`]).
     pub const CAPTURE_RAM: u32 = 0x4010_0000;
+    /// Records the capture RAM holds: its region of the HSB map (0x4010_0000-0x401F_FFFF,
+    /// PROTOCOLS.md 2.2) of 32-byte records. Record `i` overwrites record
+    /// `i - CAPTURE_RAM_RECORDS`: a host that reads the capture while the run goes on keeps
+    /// any number of answers in constant memory on both sides.
+    pub const CAPTURE_RAM_RECORDS: u32 = 0x10_0000 / 32;
 }
 
 /// rocelink peer extensions. A real HSB FPGA answers them with status 0x03 (invalid address).
@@ -302,9 +309,15 @@ impl CaptureRecord {
     /// Bytes per record in capture RAM.
     pub const STRIDE: u32 = 32;
 
-    /// ECB address of record `i` (wrapping).
+    /// ECB address of record `i` of a capture (counted from the arm): its place in the ring.
     pub const fn address(i: u32) -> u32 {
-        reg::CAPTURE_RAM.wrapping_add(Self::STRIDE.wrapping_mul(i))
+        reg::CAPTURE_RAM + Self::STRIDE * (i % reg::CAPTURE_RAM_RECORDS)
+    }
+
+    /// A record of all zeros is no record: what a peer without capture RAM reads back
+    /// (PROTOCOLS.md 2.2: a register it lacks may read 0 with status OK).
+    pub fn is_blank(&self) -> bool {
+        *self == CaptureRecord::default()
     }
 
     /// The 8 words, in the documented order.
@@ -437,6 +450,11 @@ mod tests {
         assert_eq!(reg::hif(0, reg::DP_VP_MASK), 0x0200_030C);
         assert_eq!(reg::hif(1, reg::DP_PACKET_SIZE), 0x0201_0304);
         assert_eq!(CaptureRecord::address(2), 0x4010_0040);
+        // the ring: record CAPTURE_RAM_RECORDS + 2 overwrites record 2
+        assert_eq!(CaptureRecord::address(reg::CAPTURE_RAM_RECORDS + 2), 0x4010_0040);
+        assert_eq!(CaptureRecord::address(reg::CAPTURE_RAM_RECORDS - 1), 0x401F_FFE0);
+        assert!(CaptureRecord::default().is_blank());
+        assert!(!CaptureRecord { request_id: 1, ..Default::default() }.is_blank());
         assert_eq!(reg::vp(u32::MAX, u32::MAX), reg::vp(u32::MAX, u32::MAX));
         assert_eq!(CaptureRecord::WORDS * 4, CaptureRecord::STRIDE as usize);
     }
