@@ -288,6 +288,19 @@ fn error_text(e: &anyhow::Error) -> String {
     text
 }
 
+/// How a run that got under way ends, for `run` and `echo` alike: its fault and problems
+/// said on stderr (what did not stop cleanly is an error even when every answer came back),
+/// and its exit status.
+fn ended(r: &graph::RunReport) -> ExitCode {
+    if let Some(f) = &r.fault {
+        eprintln!("rocelink: error: the run failed: {f}");
+    }
+    for p in &r.problems {
+        eprintln!("rocelink: error: {p}");
+    }
+    ExitCode::from(graph::run::exit_code(r))
+}
+
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Run { graph, sets, json, quiet } => {
@@ -297,13 +310,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             let r = graph::run(&plan, &graph::RunOptions { progress: !quiet })?;
             print!("{}", graph::run::summary_text(&r));
-            if let Some(f) = &r.fault {
-                eprintln!("rocelink: error: the run failed: {f}");
-            }
-            for p in &r.problems {
-                eprintln!("rocelink: error: {p}");
-            }
-            Ok(ExitCode::from(graph::run::exit_code(&r)))
+            Ok(ended(&r))
         }
         Cmd::Check { graph, sets } => {
             let plan = graph::plan_file(&graph, &overrides(&sets)?)?;
@@ -353,12 +360,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 report::write_json(&r, &p).map_err(|e| anyhow::anyhow!("--json: cannot write {}: {e}", p.display()))?;
                 eprintln!("report written to {}", p.display());
             }
-            // What did not stop cleanly (a kernel left running, a thread left behind) is an
-            // error even when every answer came back: say it, and exit 1 like `rocelink run`.
-            for p in &r.problems {
-                eprintln!("rocelink: problem: {p}");
-            }
-            Ok(ExitCode::from(graph::run::exit_code(&r)))
+            Ok(ended(&r))
         }
         Cmd::Bench { wires, sizes, count, warmup, cores, spin, out, name, gpu } => {
             let gpu = match gpu.as_str() {

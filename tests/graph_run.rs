@@ -222,12 +222,13 @@ fn full_flows_follow_their_policy_at_run_time() {
     assert_reports(&dir, "echo");
 }
 
-/// A loopback pair of this test process: 127.250.x.{2,3} (fresh_loopback_pair uses
-/// 127.10-209.x.x, so runs of other test binaries never collide with it).
-fn test_addresses() -> (String, String) {
+/// Loopback pair `k` of this test process: 127.250.x.{2+2k, 3+2k} (fresh_loopback_pair uses
+/// 127.10-209.x.x, so runs of other test binaries never collide with it; tests that run at the
+/// same time take different `k`).
+fn test_addresses(k: u8) -> (String, String) {
     let pid = std::process::id();
     let b = pid % 250;
-    (format!("127.250.{b}.2"), format!("127.250.{b}.3"))
+    (format!("127.250.{b}.{}", 2 + 2 * k), format!("127.250.{b}.{}", 3 + 2 * k))
 }
 
 /// `rocelink fpga-sim` listening at `ip`, stopped on drop.
@@ -257,9 +258,10 @@ impl Drop for StandaloneSim {
 
 #[test]
 fn fpga_echo_ron_against_a_standalone_fpga_sim() {
-    let (peer, host) = test_addresses();
+    let (peer, host) = test_addresses(1);
     let _sim = StandaloneSim::start(&peer);
     let (dir, r) = run_graph("fpga_echo", "fpga_echo.ron", &[format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")]);
+    assert_unconfigured(&peer);
     assert_clean(&r, COUNT);
     assert_eq!(r["env"]["wire"], format!("udp {host}:4791 <-> {peer}:4791"), "{r}");
     assert!(r["peer_missing_extensions"].as_array().unwrap().is_empty(), "{r}");
@@ -318,7 +320,7 @@ fn sigint_stops_the_run_within_2_s_and_the_report_is_written() {
 #[test]
 fn a_peer_that_dies_mid_run_ends_it_with_a_fault_and_the_report_of_what_ran() {
     let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (peer, host) = test_addresses();
+    let (peer, host) = test_addresses(2);
     let mut sim = StandaloneSim::start(&peer);
     let dir = out_dir("peer_dies");
     let json = dir.join("run.json");
@@ -343,4 +345,188 @@ fn a_peer_that_dies_mid_run_ends_it_with_a_fault_and_the_report_of_what_ran() {
     // the answers the data path made are in the records, though the peer's capture is gone
     let csv = std::fs::read_to_string(dir.join("records.csv")).unwrap();
     assert!(csv.lines().filter(|l| l.split(',').nth(1) == Some("uncaptured")).count() as u64 > 0, "{}", &csv[..csv.len().min(500)]);
+}
+
+/// `rocelink` with SIGINT and SIGTERM blocked across `exec`: a signal sent while it starts
+/// waits, pending, until its handler is installed (`signal::install` unblocks them), as a
+/// signal at any moment of a run must end it the same way.
+fn rocelink_signals_held() -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = rocelink();
+    // SAFETY: between fork and exec only async-signal-safe calls (sigemptyset, sigaddset,
+    // sigprocmask) on a local set.
+    unsafe {
+        c.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    c
+}
+
+/// SIGINT at any moment of a run, start included: every run exits 130 within 2 s, with its
+/// summary on stdout and its JSON report, and says nothing is wrong but the interrupt.
+#[test]
+fn runs_interrupted_at_random_moments_each_exit_130_with_their_summary_and_report() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = out_dir("sigint-random");
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let mut x = seed | 1;
+    let mut delays = Vec::new();
+    for k in 0..50 {
+        // xorshift: a new set of moments each run, the seed shown on failure
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let delay = Duration::from_millis(x % 501);
+        delays.push(delay.as_millis());
+        let json = dir.join(format!("run{k}.json"));
+        let mut c = rocelink_signals_held();
+        c.args(["run", "graphs/echo.ron", "--quiet", "--json"]).arg(&json);
+        for s in ["backend=Cpu".to_string(), "run.stop=Count(4000000)".into(), format!("outputs.dir={}", dir.join(format!("run{k}")).display())] {
+            c.arg("--set").arg(s);
+        }
+        let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        std::thread::sleep(delay);
+        // SAFETY: kill(2) on our child's pid.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+        let sent_at = Instant::now();
+        let exit = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if sent_at.elapsed() > Duration::from_secs(5) {
+                let _ = child.kill();
+                panic!("run {k} (SIGINT after {delay:?}, seed {seed}) still running 5 s after SIGINT");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let out = child.wait_with_output().unwrap();
+        let shown = format!("run {k}, SIGINT after {delay:?} (seed {seed}): {exit}\n--- stdout\n{}--- stderr\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(exit.code(), Some(130), "{shown}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("rocelink run echo:"), "the summary: {shown}");
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("report: {e}\n{shown}"))).unwrap();
+        assert_eq!(r["interrupted"], true, "{shown}");
+        assert!(r["fault"].is_null() && r["problems"].as_array().unwrap().is_empty(), "{r}\n{shown}");
+    }
+    eprintln!("50 runs interrupted after {delays:?} ms: each exited 130 with its summary and report");
+}
+
+/// The ECB proxy of a peer built as a plain HSB FPGA (PROTOCOLS.md 2.2): between the host and
+/// a standalone fpga-sim, it answers every read of the capture RAM and of the counters block
+/// with 0 and status OK, as a peer without rocelink's extensions may.
+struct PlainFpgaProxy {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PlainFpgaProxy {
+    fn start(listen: &str, peer_ecb: &str) -> PlainFpgaProxy {
+        use rocelink_wire::hsb::{ext, reg};
+        let sock = std::net::UdpSocket::bind(listen).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        let up = std::net::UdpSocket::bind((listen.split(':').next().unwrap(), 0)).unwrap();
+        up.connect(peer_ecb).unwrap();
+        up.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let addr = sock.local_addr().unwrap();
+        let s2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 9000];
+            let zeroed = |a: u32| (reg::CAPTURE_RAM..reg::CAPTURE_RAM + 0x10_0000).contains(&a) || (ext::STATS_BASE..ext::STATS_BASE + 0x40).contains(&a);
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else { continue };
+                up.send(&buf[..n]).unwrap();
+                let Ok(m) = up.recv(&mut buf) else { continue };
+                // reply: 6 header bytes, then (address, value) pairs, big-endian
+                let mut off = 6;
+                while off + 8 <= m {
+                    let a = u32::from_be_bytes(buf[off..off + 4].try_into().unwrap());
+                    if zeroed(a) {
+                        buf[off + 4..off + 8].fill(0);
+                    }
+                    off += 8;
+                }
+                let _ = sock.send_to(&buf[..m], from);
+            }
+        });
+        PlainFpgaProxy { addr, stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for PlainFpgaProxy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A peer whose capture RAM and counters read 0 (status OK) is detected by content: the run
+/// says that the peer's figures are missing, gives the host side's own figure, counts nothing
+/// as corrupted, and does not pass (exit 2).
+#[test]
+fn a_peer_without_capture_and_counters_is_detected_by_content_and_the_run_does_not_pass() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (peer, host) = test_addresses(3);
+    let _sim = StandaloneSim::start(&peer);
+    let proxy = PlainFpgaProxy::start(&format!("{host}:0"), &format!("{peer}:8192"));
+    let dir = out_dir("plain_fpga");
+    let json = dir.join("echo.json");
+    let out = rocelink()
+        .args(["echo", "--wire", "udp", "--count", "2000", "--quiet", "--backend", "cpu", "--peer", &proxy.addr.to_string(), "--peer-roce", &format!("{peer}:4791"), "--host-ip", &host, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let shown = show("plain_fpga", &out);
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(shown.contains("NOT VERIFIED: the peer's capture RAM holds no records"), "{shown}");
+    assert!(shown.contains("NOT VERIFIED: the peer has no counters"), "{shown}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["corrupted"].as_u64(), Some(0), "blank records are no records, not corrupt ones: {r}");
+    assert_eq!(r["backend_processed"].as_u64(), Some(2000), "{r}");
+    assert!(r["host_side_ns"]["count"].as_u64().unwrap() > 1000, "the host side's own figure: {r}");
+    assert_eq!(r["not_verified"].as_array().unwrap().len(), 2, "{r}");
+}
+
+/// A run whose answers all die on the way back (the host sends them to a port nobody
+/// listens at) does not pass: no answer came back, said in words, exit 2.
+#[test]
+fn a_run_whose_answers_all_died_does_not_pass() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (peer, host) = test_addresses(4);
+    let _sim = StandaloneSim::start(&peer);
+    let dir = out_dir("answers_die");
+    let json = dir.join("echo.json");
+    let out = rocelink()
+        .args(["echo", "--wire", "udp", "--count", "2000", "--quiet", "--backend", "cpu", "--timeout", "1.5", "--peer", &format!("{peer}:8192"), "--peer-roce", &format!("{peer}:9"), "--host-ip", &host, "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let shown = show("answers_die", &out);
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(shown.contains("NOT VERIFIED: no answer came back: 0 of"), "{shown}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["received"].as_u64(), Some(0), "{r}");
+    assert!(r["sent"].as_u64().unwrap() >= 1, "{r}");
+    let (sent, lost, in_flight) = (r["sent"].as_u64().unwrap(), r["lost"].as_u64().unwrap(), r["in_flight_at_stop"].as_u64().unwrap());
+    assert_eq!(lost + in_flight, sent, "every request sent and unanswered is lost or was in flight at the stop: {r}");
+    assert_unconfigured(&peer);
+}
+
+/// The peer at `peer`:8192 as the run left it: unconfigured (PROTOCOLS.md 2.2), player
+/// stopped, VP mask clear, the data plane's QP register zeroed.
+fn assert_unconfigured(peer: &str) {
+    use rocelink_wire::hsb::reg;
+    let mut ecb = rocelink_operator::hsb::EcbClient::connect(format!("{peer}:8192").parse().unwrap()).unwrap();
+    assert_eq!(ecb.read(reg::PLAYER_ENABLE).unwrap(), 0, "player stopped");
+    assert_eq!(ecb.read(reg::hif(0, reg::DP_VP_MASK)).unwrap(), 0, "VP mask cleared");
+    assert_eq!(ecb.read(reg::vp(0, reg::DP_QP)).unwrap(), 0, "data plane zeroed");
+    assert_eq!(ecb.read(reg::vp(0, reg::DP_HOST_IP)).unwrap(), 0, "data plane zeroed");
 }

@@ -223,6 +223,7 @@ fn watch_stdin() -> std::io::Result<()> {
             let mut stdin = std::io::stdin();
             loop {
                 match stdin.read(&mut buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
                 }

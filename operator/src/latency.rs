@@ -18,6 +18,9 @@ pub struct Counts {
     pub reordered: u64,
     /// Answers whose header or payload differ from what was sent.
     pub corrupted: u64,
+    /// Answers the peer captured but overwrote (its capture RAM is a ring) before the host
+    /// read them: answered, not measured.
+    pub uncaptured: u64,
 }
 
 /// Percentiles of a distribution, in nanoseconds.
@@ -61,48 +64,148 @@ pub fn new_histogram() -> Histogram<u64> {
 pub struct Analysis {
     pub counts: Counts,
     pub rtt: Histogram<u64>,
-    /// Round trips in arrival order (ns), warm-up excluded, for plots.
+    /// Round trips in arrival order (ns), warm-up excluded, for plots: the first
+    /// [`MAX_SAMPLES`] of them.
     pub samples: Vec<u64>,
+    /// Capture records that were all zeros (no record: a peer without capture RAM).
+    pub blank: u64,
+    /// Records read, blank ones included.
+    pub records: u64,
+}
+
+impl Analysis {
+    /// The peer's capture held no record at all, though records were read: its capture RAM
+    /// is missing (it reads 0 with status OK), not its answers.
+    pub fn capture_missing(&self) -> bool {
+        self.records > 0 && self.blank == self.records
+    }
+}
+
+/// Round trips [`Analysis::samples`] keeps (8 MiB); the histogram holds every one.
+pub const MAX_SAMPLES: usize = 1 << 20;
+
+/// Request ids the duplicate check remembers behind the highest one answered (a multiple of
+/// 64; 128 KiB), far more than can be in flight: an answer to an older request is stale.
+const SEEN_WINDOW: u64 = 1 << 20;
+
+/// The capture analysed as it is read, in constant memory: counts, the round-trip histogram,
+/// the first [`MAX_SAMPLES`] round trips, and a sliding window of the request ids answered.
+#[derive(Debug, Clone)]
+pub struct Analyzer {
+    first_request_id: u32,
+    /// Requests the run may send: an answer to a request beyond them is stale or forged.
+    planned: u64,
+    warmup: u64,
+    counts: Counts,
+    rtt: Histogram<u64>,
+    samples: Vec<u64>,
+    /// Bit `i % SEEN_WINDOW`: request `i` answered, for `i` in `highest - SEEN_WINDOW + 1 ..= highest`.
+    seen: Vec<u64>,
+    highest: Option<u64>,
+    blank: u64,
+    records: u64,
+}
+
+impl Analyzer {
+    /// For a run of at most `planned` requests numbered from `first_request_id`; the first
+    /// `warmup` are counted but left out of the latency distribution.
+    pub fn new(first_request_id: u32, planned: u64, warmup: u64) -> Analyzer {
+        Analyzer { first_request_id, planned, warmup, counts: Counts::default(), rtt: new_histogram(), samples: Vec::new(), seen: vec![0; (SEEN_WINDOW / 64) as usize], highest: None, blank: 0, records: 0 }
+    }
+
+    /// Bit of request `idx` in the window.
+    fn bit(&mut self, idx: u64) -> (&mut u64, u64) {
+        let i = idx % SEEN_WINDOW;
+        (&mut self.seen[(i / 64) as usize], 1 << (i % 64))
+    }
+
+    /// Moves the window's top to `idx`, clearing the bits of the requests it takes in.
+    fn advance(&mut self, idx: u64) {
+        let from = self.highest.map_or(0, |h| h + 1);
+        if idx < from {
+            return;
+        }
+        if idx - from >= SEEN_WINDOW {
+            self.seen.iter_mut().for_each(|w| *w = 0);
+        } else {
+            for k in from..=idx {
+                let (w, b) = self.bit(k);
+                *w &= !b;
+            }
+        }
+        self.highest = Some(idx);
+    }
+
+    /// One capture record, in arrival order.
+    pub fn push(&mut self, r: &CaptureRecord) {
+        self.records += 1;
+        if r.is_blank() {
+            self.blank += 1;
+            return;
+        }
+        let idx = u64::from(r.request_id.wrapping_sub(self.first_request_id));
+        let too_old = self.highest.is_some_and(|h| idx + SEEN_WINDOW <= h);
+        if idx >= self.planned || too_old {
+            // Not a request of this run (stale or forged), or older than any in flight.
+            self.counts.corrupted += 1;
+            return;
+        }
+        let before = self.highest;
+        self.advance(idx);
+        let (w, b) = self.bit(idx);
+        if *w & b != 0 || r.flags & capture_flags::DUPLICATE != 0 {
+            self.counts.duplicated += 1;
+            return;
+        }
+        *w |= b;
+        self.counts.received += 1;
+        if before.is_some_and(|h| idx < h) {
+            self.counts.reordered += 1;
+        }
+        let ok = r.flags & capture_flags::PAYLOAD_OK != 0 && r.flags & capture_flags::HEADER_OK != 0;
+        if !ok {
+            self.counts.corrupted += 1;
+            return;
+        }
+        if idx >= self.warmup {
+            let t = r.round_trip().max(1);
+            let _ = self.rtt.record(t.min(self.rtt.high()));
+            if self.samples.len() < MAX_SAMPLES {
+                self.samples.push(t);
+            }
+        }
+    }
+
+    /// The round trips so far (for a progress line).
+    pub fn rtt(&self) -> &Histogram<u64> {
+        &self.rtt
+    }
+
+    /// Requests up to the highest one answered (0 before any answer).
+    pub fn answered_upto(&self) -> u64 {
+        self.highest.map_or(0, |h| h + 1)
+    }
+
+    /// The analysis of a run that sent `sent` requests, of whose answers `uncaptured` were
+    /// counted by the peer but overwritten before they could be read (neither received nor
+    /// lost).
+    pub fn finish(self, sent: u64, uncaptured: u64) -> Analysis {
+        let mut counts = self.counts;
+        counts.sent = sent;
+        counts.uncaptured = uncaptured;
+        counts.lost = sent.saturating_sub(counts.received + uncaptured);
+        Analysis { counts, rtt: self.rtt, samples: self.samples, blank: self.blank, records: self.records }
+    }
 }
 
 /// Analyses the records of a run of `sent` requests numbered from `first_request_id`;
 /// the first `warmup` requests are counted but left out of the latency distribution.
 pub fn analyze(records: &[CaptureRecord], sent: u64, first_request_id: u32, warmup: u64) -> Analysis {
-    let mut seen = vec![false; sent as usize];
-    let mut counts = Counts { sent, ..Default::default() };
-    let mut rtt = new_histogram();
-    let mut samples = Vec::with_capacity(records.len());
-    let mut highest: Option<u64> = None;
+    let mut a = Analyzer::new(first_request_id, sent, warmup);
     for r in records {
-        let idx = u64::from(r.request_id.wrapping_sub(first_request_id));
-        if idx >= sent {
-            // Not a request of this run: a stale or forged answer.
-            counts.corrupted += 1;
-            continue;
-        }
-        if seen[idx as usize] || r.flags & capture_flags::DUPLICATE != 0 {
-            counts.duplicated += 1;
-            continue;
-        }
-        seen[idx as usize] = true;
-        counts.received += 1;
-        if highest.is_some_and(|h| idx < h) {
-            counts.reordered += 1;
-        }
-        highest = Some(highest.map_or(idx, |h| h.max(idx)));
-        let ok = r.flags & capture_flags::PAYLOAD_OK != 0 && r.flags & capture_flags::HEADER_OK != 0;
-        if !ok {
-            counts.corrupted += 1;
-            continue;
-        }
-        if idx >= warmup {
-            let t = r.round_trip().max(1);
-            let _ = rtt.record(t.min(rtt.high()));
-            samples.push(t);
-        }
+        a.push(r);
     }
-    counts.lost = sent - counts.received;
-    Analysis { counts, rtt, samples }
+    a.finish(sent, 0)
 }
 
 /// Where the round trips went, from the peer's capture joined by request id with the data
@@ -243,7 +346,7 @@ mod tests {
         let a = analyze(&records, 5, 100, 0);
         assert_eq!(
             a.counts,
-            Counts { sent: 5, received: 4, lost: 1, duplicated: 1, reordered: 1, corrupted: 2 }
+            Counts { sent: 5, received: 4, lost: 1, duplicated: 1, reordered: 1, corrupted: 2, uncaptured: 0 }
         );
         let s = Summary::of(&a.rtt);
         assert_eq!(s.count, 3);
@@ -258,5 +361,39 @@ mod tests {
         assert_eq!(a.counts.received, 10);
         assert_eq!(Summary::of(&a.rtt).count, 6);
         assert_eq!(Summary::of(&a.rtt).min, 104);
+    }
+
+    #[test]
+    fn blank_records_are_no_records() {
+        let records = vec![CaptureRecord::default(); 5];
+        let a = analyze(&records, 5, 1, 0);
+        assert!(a.capture_missing());
+        assert_eq!((a.counts.received, a.counts.corrupted, a.counts.lost, a.blank), (0, 0, 5, 5));
+        let mut mixed = records.clone();
+        mixed.push(rec(1, 0, 10, OK));
+        assert!(!analyze(&mixed, 5, 1, 0).capture_missing());
+        assert!(!analyze(&[], 5, 1, 0).capture_missing(), "nothing read is not a missing capture");
+    }
+
+    #[test]
+    fn a_long_run_keeps_constant_memory_and_still_finds_duplicates() {
+        let n = 3 * SEEN_WINDOW;
+        let mut a = Analyzer::new(0, n + 10, 0);
+        for i in 0..n {
+            a.push(&rec(i as u32, i, 100 + i % 7, OK));
+            if i % 100_000 == 99_999 {
+                // an answer again, long after the first
+                a.push(&rec((i - 1000) as u32, i, 100, OK));
+            }
+        }
+        // far older than the window: stale
+        a.push(&rec(5, 0, 100, OK));
+        let f = a.finish(n + 10, 4);
+        assert_eq!(f.counts.received, n);
+        assert_eq!(f.counts.duplicated, n / 100_000);
+        assert_eq!(f.counts.corrupted, 1);
+        assert_eq!(f.counts.lost, 6, "sent - received - uncaptured");
+        assert_eq!(f.samples.len(), MAX_SAMPLES);
+        assert_eq!(f.rtt.len(), n);
     }
 }

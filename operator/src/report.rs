@@ -22,6 +22,12 @@ pub fn echo_text(r: &EchoReport) -> String {
         let _ = writeln!(s, "  round trip (us, full RTT, {} samples): min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
     }
     let _ = writeln!(s, "  sent {}  received {}  lost {}  duplicated {}  reordered {}  corrupted {}", c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted);
+    if c.uncaptured > 0 {
+        let _ = writeln!(s, "  uncaptured {} (answered, but overwritten in the peer's capture ring before they were read: not measured)", c.uncaptured);
+    }
+    if let Some(h) = &r.host_side_ns {
+        let _ = writeln!(s, "  host side (us, request in -> answer out at the NIC, {} messages): p50 {}  p99 {}", h.count, us(h.p50), us(h.p99));
+    }
     if let Some(b) = &r.breakdown_ns {
         let _ = writeln!(
             s,
@@ -65,6 +71,9 @@ pub fn echo_text(r: &EchoReport) -> String {
     }
     if !r.peer_missing_extensions.is_empty() {
         let _ = writeln!(s, "  peer lacks rocelink extensions: {}", r.peer_missing_extensions.join(", "));
+    }
+    for w in &r.not_verified {
+        let _ = writeln!(s, "  NOT VERIFIED: {w}");
     }
     s
 }

@@ -1,24 +1,29 @@
 //! Driving the peer through a run, as an HSB host does over ECB: configure its data plane,
 //! program and start its traffic player, arm its capture, then watch until the run is over
 //! (the count is captured, the duration has passed, SIGINT, a fault, the timeout, or no
-//! answer for 10 s), stop
-//! the player and read the capture back.
+//! answer for 10 s), stop the player, read the rest of the capture, and unconfigure the peer
+//! (player stopped, VP mask cleared, data-plane registers zeroed: PROTOCOLS.md 2.2) whatever
+//! ended the run, within a bounded time.
 //!
-//! With progress on, it also reads the capture records that arrived since the last look a
-//! few times a second, so the progress line can show the round trips so far (p50/p99); with
-//! progress off it leaves the peer alone until the end.
+//! The capture RAM is a ring (`hsb::reg::CAPTURE_RAM_RECORDS`): the records that arrived
+//! since the last look are read every [`POLL`] while the run goes on and fed to a streaming
+//! [`Analyzer`], so a run of any length keeps constant memory on both sides. Raw records are
+//! kept only up to [`KEEP_RECORDS`] (the first ones, for `records.csv` and the QEC report)
+//! and [`TAIL_RECORDS`] (the last ones, joined with the data path's own record ring). Records
+//! the peer overwrote before they were read are counted as `uncaptured`.
 //!
 //! A QEC graph runs in shots: the peer's replay is turned on with the decoder's rounds per
 //! message, each player window is one shot (its messages, one capture record each), the
 //! syndrome cycle is the player interval per round (closed loop: one message in flight), and
 //! the peer's QEC counters are read at the end.
 
+use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rocelink_wire::hsb::CaptureRecord;
+use rocelink_wire::hsb::{reg, CaptureRecord};
 
 use super::compile::RunPlan;
 use super::model::Stop;
@@ -26,7 +31,7 @@ use super::qec::{self, QecDriven, QecRun};
 use super::RunError;
 use crate::echo::echo_template;
 use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig, QecPlayerConfig};
-use crate::latency::new_histogram;
+use crate::latency::Analyzer;
 use crate::peer::HOST_MAC;
 use crate::tap::{Fault, TapStats};
 
@@ -68,7 +73,14 @@ pub struct Target {
 
 /// What the peer saw.
 pub struct Driven {
+    /// The first [`KEEP_RECORDS`] capture records, in arrival order.
     pub records: Vec<CaptureRecord>,
+    /// The last [`TAIL_RECORDS`] capture records, in arrival order.
+    pub tail: Vec<CaptureRecord>,
+    /// Every capture record read, analysed (not yet finished: `sent` is below).
+    pub analyzer: Analyzer,
+    /// Answers the peer captured and overwrote before they were read.
+    pub uncaptured: u64,
     pub stats: Option<PeerStats>,
     pub missing_extensions: Vec<&'static str>,
     /// Requests the peer sent.
@@ -80,19 +92,49 @@ pub struct Driven {
     pub elapsed: Duration,
     /// A QEC run's replay, settings and counters.
     pub qec: Option<QecDriven>,
+    /// The peer's control channel failed during or at the end of the run.
+    pub peer_lost: bool,
+}
+
+impl Driven {
+    fn empty() -> Driven {
+        Driven {
+            records: Vec::new(),
+            tail: Vec::new(),
+            analyzer: Analyzer::new(1, 0, 0),
+            uncaptured: 0,
+            stats: None,
+            missing_extensions: Vec::new(),
+            sent: 0,
+            first_request_id: 1,
+            window: 1,
+            stopped_by: StopReason::Count,
+            elapsed: Duration::ZERO,
+            qec: None,
+            peer_lost: false,
+        }
+    }
 }
 
 /// UDP source port of the peer's frames (HSB hosts write 12288 into DP_PACKET_UDP_PORT).
 const PEER_SRC_PORT: u16 = 12288;
-/// Most requests a capture holds: fpga-sim's capture RAM (4 Mi records) less some slack.
-const MAX_RUN: u32 = 4_000_000;
+/// Most requests a duration run plans for (request ids are 32-bit).
+const MAX_RUN: u32 = 4_000_000_000;
+/// Raw capture records kept from the start of a run (32 MiB).
+pub const KEEP_RECORDS: usize = 1 << 20;
+/// Raw capture records kept from the end of a run (4 MiB; the data path's record ring holds
+/// the last 131,072 messages by default).
+pub const TAIL_RECORDS: usize = 1 << 17;
 /// A run without an explicit timeout gives up when no answer has come back for this long.
 pub const STALL: Duration = Duration::from_secs(10);
 /// How often the run's end conditions are checked.
 const POLL: Duration = Duration::from_millis(20);
-/// Most capture records read per progress update (260 ECB block reads): enough to keep up
-/// with about 60,000 answers a second at 4 updates a second, few enough not to slow the run.
-const PROGRESS_READ: u32 = 16_384;
+/// Capture records read between two reads of the count (the check for records overwritten
+/// while they were read).
+const READ_CHUNK: u32 = 4_096;
+/// Most records read in one look at the capture before the run's end conditions are checked
+/// again; a look that leaves records behind is followed by another without the sleep.
+const LOOK_READ: u32 = 16_384;
 /// Open loop keeps at most this many requests in flight (the player's window).
 const OPEN_LOOP_WINDOW: u64 = 64;
 
@@ -104,6 +146,36 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
     let client = EcbClient::connect(ecb).map_err(|e| RunError::Start { what: "the ECB client".into(), detail: e.to_string() })?;
     let mut host = HsbHost::new(client);
     host.check_version().map_err(RunError::Peer)?;
+    let driven = drive_peer(&mut host, target, run, qec, progress, fault, failure, tap);
+    // Whatever ended the run (its end, an error, SIGINT, a fault), the peer is left as it was
+    // found: player stopped, VP mask cleared, data-plane registers zeroed. Bounded: a peer
+    // that no longer answers costs at most CLEANUP_TIMEOUT per register, the first failure
+    // ends the cleanup.
+    let peer_gone = driven.as_ref().is_ok_and(|d| d.peer_lost);
+    if !peer_gone {
+        if let Err(e) = unconfigure(&mut host) {
+            let what = format!("the peer could not be unconfigured at the end of the run (its player may still run): {e}");
+            match &driven {
+                Ok(_) => fault.raise(what),
+                Err(_) => tracing::warn!("{what}"),
+            }
+        }
+    }
+    driven
+}
+
+/// Each ECB exchange of the cleanup waits this long for its reply, once.
+const CLEANUP_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Stops the player and undoes the data-plane configuration ([`HsbHost::unconfigure`]).
+fn unconfigure(host: &mut HsbHost) -> Result<(), EcbError> {
+    host.ecb().set_timeout(CLEANUP_TIMEOUT, 1).map_err(EcbError::from)?;
+    host.stop_player()?;
+    host.unconfigure(0, 0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&QecRun>, progress: bool, fault: &Fault, failure: &dyn Fn() -> Option<String>, tap: Option<&TapStats>) -> Result<Driven, RunError> {
     // The replay first: its largest message sizes the frames configured below.
     let qec_info = match qec {
         None => {
@@ -188,8 +260,8 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
     let (mut answered, mut last_answer) = (0u32, started);
     let window = if closed_loop { 1 } else { OPEN_LOOP_WINDOW };
     let mut shown = Progress::new(progress, messages, stop_after, window, per_shot, qec.is_some());
-    let mut records: Vec<CaptureRecord> = Vec::new();
-    let mut rtt = new_histogram();
+    let warmup = u64::from(run.warmup) * u64::from(per_shot);
+    let mut capture = CaptureReader::new(Analyzer::new(first_request_id, u64::from(messages), warmup));
     // The peer's control channel failing during the run (the peer died, the link went) is a
     // fault of the run, not a failure to run: what was captured and read so far is reported.
     let mut peer_lost = false;
@@ -231,41 +303,41 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
         if deadline.map_or(now.duration_since(last_answer) > STALL, |d| now > d) {
             break StopReason::Timeout;
         }
+        let caught_up = ecb!(capture.read(host, n, LOOK_READ));
         if shown.due() {
             // Count and counters back to back, so `sent - answered` is what is in flight.
             let sent = ecb!(host.read_stats()).map_or(u64::from(n), |s| u64::from(s.sent));
             sent_seen = sent_seen.max(sent);
-            let upto = n.min(records.len() as u32 + PROGRESS_READ);
-            let fresh = ecb!(read_capture_range(&mut host, records.len() as u32, upto));
-            let high = rtt.high();
-            for r in &fresh {
-                let _ = rtt.record(r.round_trip().clamp(1, high));
-            }
-            records.extend(fresh);
-            shown.show(started.elapsed(), n, sent, &rtt, tap);
+            shown.show(started.elapsed(), n, sent, capture.analyzer.rtt(), tap);
         }
-        std::thread::sleep(POLL);
+        if caught_up {
+            std::thread::sleep(POLL);
+        }
     };
     shown.end();
     // After the loop too: a peer that went away (its process killed, its link down) ends the
     // run with a fault and the records read so far, not with an error that reports nothing.
     // What was sent is at least what the peer last said, and every request answered: a gap
     // before the last answer is a loss, not answers to requests never sent.
-    let lost = |stopped_by: StopReason, records: Vec<CaptureRecord>, host: &HsbHost| Driven {
-        sent: records.iter().map(|r| u64::from(r.request_id.wrapping_sub(first_request_id)) + 1).filter(|&k| k <= u64::from(messages)).max().unwrap_or(0).max(records.len() as u64).max(sent_seen),
-        records,
-        stats: None,
-        missing_extensions: host.missing_extensions.clone(),
-        first_request_id,
-        window,
-        stopped_by,
-        elapsed: started.elapsed(),
-        qec: None,
+    let lost = |stopped_by: StopReason, capture: CaptureReader, host: &HsbHost, peer_lost: bool| {
+        let sent = capture.analyzer.answered_upto().min(u64::from(messages)).max(capture.analyzer_records()).max(sent_seen);
+        capture.into_driven(Driven {
+            sent,
+            stats: None,
+            missing_extensions: host.missing_extensions.clone(),
+            first_request_id,
+            window,
+            stopped_by,
+            elapsed: started.elapsed(),
+            qec: None,
+            peer_lost,
+            ..Driven::empty()
+        })
     };
     if peer_lost {
-        return Ok(lost(stopped_by, records, &host));
+        return Ok(lost(stopped_by, capture, host, true));
     }
-    let finish = |host: &mut HsbHost, records: &mut Vec<CaptureRecord>| -> Result<(Option<PeerStats>, Option<QecDriven>, Duration), EcbError> {
+    let finish = |host: &mut HsbHost, capture: &mut CaptureReader| -> Result<(Option<PeerStats>, Option<QecDriven>, Duration), EcbError> {
         if stopped_by != StopReason::Count {
             host.stop_player()?;
             // The data plane finishes the run it was in and marks the capture done; wait for
@@ -277,20 +349,24 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
         }
         let elapsed = started.elapsed();
         let n = host.capture_count()?;
-        let rest = read_capture_range(host, records.len() as u32, n)?;
-        records.extend(rest);
-        let stats = host.read_stats()?;
+        while !capture.read(host, n, LOOK_READ)? {}
+        // Counters that all read 0 after a run that captured answers are no counters (a
+        // peer without rocelink's STAT_* registers may read 0 with status OK).
+        let stats = host.read_stats()?.filter(|s| !(*s == PeerStats::default() && n > 0));
+        if stats.is_none() && !host.missing_extensions.contains(&"counters") {
+            host.missing_extensions.push("counters");
+        }
         let qec = match qec_info {
             Some(info) => Some(QecDriven { info, counters: host.read_qec_counters()?, interval_clocks, closed_loop }),
             None => None,
         };
         Ok((stats, qec, elapsed))
     };
-    let (stats, qec, elapsed) = match finish(&mut host, &mut records) {
+    let (stats, qec, elapsed) = match finish(host, &mut capture) {
         Ok(x) => x,
         Err(e) => {
             fault.raise(format!("peer control (ECB) failed at the end of the run: {e}"));
-            return Ok(lost(if stopped_by == StopReason::Count { StopReason::Fault } else { stopped_by }, records, &host));
+            return Ok(lost(if stopped_by == StopReason::Count { StopReason::Fault } else { stopped_by }, capture, host, true));
         }
     };
     if stopped_by == StopReason::Timeout {
@@ -298,18 +374,74 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
     }
     // A peer without the counters extension (a real FPGA) does not say how many it sent: a
     // finished run sent them all; of a run cut short we know only the answers.
-    let sent = stats.map_or(if stopped_by == StopReason::Count { u64::from(messages) } else { records.len() as u64 }, |s| u64::from(s.sent));
-    Ok(Driven {
-        records,
-        stats,
-        missing_extensions: host.missing_extensions.clone(),
-        sent,
-        first_request_id,
-        window,
-        stopped_by,
-        elapsed,
-        qec,
-    })
+    let sent = stats.map_or(if stopped_by == StopReason::Count { u64::from(messages) } else { capture.analyzer_records() }, |s| u64::from(s.sent));
+    Ok(capture.into_driven(Driven { stats, missing_extensions: host.missing_extensions.clone(), sent, first_request_id, window, stopped_by, elapsed, qec, ..Driven::empty() }))
+}
+
+/// Reads the peer's capture ring as the run goes on (the module's doc): every record into the
+/// analyzer, the first [`KEEP_RECORDS`] and the last [`TAIL_RECORDS`] kept as they are.
+struct CaptureReader {
+    /// The next record to read (counted from the arm, as CAPTURE_COUNT counts).
+    next: u32,
+    uncaptured: u64,
+    analyzer: Analyzer,
+    kept: Vec<CaptureRecord>,
+    tail: VecDeque<CaptureRecord>,
+}
+
+impl CaptureReader {
+    fn new(analyzer: Analyzer) -> CaptureReader {
+        CaptureReader { next: 0, uncaptured: 0, analyzer, kept: Vec::new(), tail: VecDeque::new() }
+    }
+
+    /// Records read (blank ones included).
+    fn analyzer_records(&self) -> u64 {
+        u64::from(self.next) - self.uncaptured
+    }
+
+    /// Reads records up to `count` (the CAPTURE_COUNT just read), at most `most` of them;
+    /// true when it caught up. Records the ring overwrote before or while they were read are
+    /// counted as uncaptured: the count is read again after each chunk, and a record that was
+    /// no longer among the ring's last `CAPTURE_RAM_RECORDS` then is not trusted.
+    fn read(&mut self, host: &mut HsbHost, count: u32, most: u32) -> Result<bool, EcbError> {
+        let ring = reg::CAPTURE_RAM_RECORDS;
+        let stop = count.min(self.next.saturating_add(most));
+        while self.next < stop {
+            if count - self.next > ring {
+                self.uncaptured += u64::from(count - ring - self.next);
+                self.next = count - ring;
+            }
+            let upto = stop.min(self.next + READ_CHUNK);
+            let records = read_capture_range(host, self.next, upto)?;
+            let now = host.capture_count()?;
+            let intact_from = now.saturating_sub(ring);
+            for (i, r) in (self.next..upto).zip(records) {
+                if i < intact_from {
+                    self.uncaptured += 1;
+                } else {
+                    self.take(r);
+                }
+            }
+            self.next = upto;
+        }
+        Ok(self.next >= count)
+    }
+
+    fn take(&mut self, r: CaptureRecord) {
+        self.analyzer.push(&r);
+        if self.kept.len() < KEEP_RECORDS {
+            self.kept.push(r);
+        }
+        if self.tail.len() == TAIL_RECORDS {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(r);
+    }
+
+    /// `d` with what was read.
+    fn into_driven(self, d: Driven) -> Driven {
+        Driven { records: self.kept, tail: self.tail.into(), analyzer: self.analyzer, uncaptured: self.uncaptured, ..d }
+    }
 }
 
 /// Capture records `from..to`.

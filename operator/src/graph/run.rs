@@ -31,7 +31,7 @@ use super::qec::QecReport;
 use crate::backend::{spawn_backend, CpuBackendConfig, RunningBackend};
 use crate::env::Environment;
 use crate::hsb::PeerStats;
-use crate::latency::{analyze, Analysis, Counts, Summary};
+use crate::latency::{Analysis, Counts, Summary};
 use crate::mem::SharedMem;
 use crate::nic::{Access, DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, NicStats, QpAttrs, SoftNic};
 use crate::ops::host::{self, HostThread};
@@ -102,6 +102,14 @@ pub struct RunReport {
     pub tap: Option<TapReport>,
     /// Why the run failed, if a flow or operator failed it.
     pub fault: Option<String>,
+    /// Why the run does not pass though nothing failed (no answer came back, the peer's
+    /// capture or counters are missing, it did not finish in time), in words: empty for a run
+    /// whose answers demonstrably came back. See [`verdict`].
+    pub not_verified: Vec<String>,
+    /// The host's own view of each message, from the data path's record ring and the NIC's
+    /// send trace: request in (CQE written) -> answer out (frame sent), ns. The only round-trip
+    /// figure of a run whose peer has no capture.
+    pub host_side_ns: Option<Summary>,
     /// Threads that did not stop in time, operators that could not write their files.
     pub problems: Vec<String>,
     /// Files written (reports, records).
@@ -189,6 +197,8 @@ impl RunReport {
             elapsed_s: 0.0,
             tap: None,
             fault: None,
+            not_verified: Vec::new(),
+            host_side_ns: None,
             problems: Vec::new(),
             files: Vec::new(),
             qec: None,
@@ -225,17 +235,56 @@ pub fn summary_text(r: &RunReport) -> String {
 }
 
 /// The exit status of `rocelink run` for `r`: 1 for a fault or a problem, 130 when
-/// interrupted, 2 when messages were lost, duplicated or corrupted, else 0.
+/// interrupted, 2 when messages were lost, duplicated or corrupted or the answers could not be
+/// verified ([`RunReport::not_verified`]), else 0.
 pub fn exit_code(r: &RunReport) -> u8 {
     if r.fault.is_some() || !r.problems.is_empty() {
         1
     } else if r.interrupted {
         130
-    } else if !r.is_clean() {
+    } else if !r.is_clean() || !r.not_verified.is_empty() {
         2
     } else {
         0
     }
+}
+
+/// Why a run's answers are not shown to have come back (empty: they are). A run passes only
+/// on evidence: answers in the peer's capture, and the peer's own count of what it sent.
+pub fn verdict(r: &RunReport, analysis: &Analysis, stopped_by: StopReason) -> Vec<String> {
+    let mut why = Vec::new();
+    let c = &r.counts;
+    if stopped_by == StopReason::Timeout {
+        why.push("the peer did not finish the run in time (stopped by the timeout)".to_string());
+    }
+    if analysis.capture_missing() {
+        why.push(format!(
+            "the peer's capture RAM holds no records ({} read, all zeros): it lacks rocelink's capture layout, so its round trips and answer checks are missing{}",
+            analysis.records,
+            r.host_side_ns.as_ref().map_or(String::new(), |h| format!("; the host side measured request in -> answer out p50 {:.2} us over {} messages", h.p50 as f64 / 1000.0, h.count))
+        ));
+    } else if c.received == 0 && !r.interrupted {
+        why.push(if c.sent == 0 { "the peer sent no request".to_string() } else { format!("no answer came back: 0 of {} requests answered", c.sent) });
+    }
+    if r.peer.is_none() {
+        why.push("the peer has no counters (rocelink's STAT_* registers, absent or reading 0): how many requests it sent is not known, so losses are not counted".into());
+    }
+    why
+}
+
+/// Request in (the NIC wrote its CQE) -> answer out (the NIC sent its frame), per message of
+/// the data path's record ring whose answer the send trace holds: the host's own share of the
+/// round trip, on the host's clock.
+fn host_side(stamps: &[crate::abi::rl_msg_timestamp], trace: &crate::nic::SendTrace) -> Option<Summary> {
+    let mut h = crate::latency::new_histogram();
+    for s in stamps {
+        if let Some(sent) = trace.sent_ns(s.sq_index) {
+            if sent >= s.nic_cqe_ns {
+                let _ = h.record((sent - s.nic_cqe_ns).clamp(1, h.high()));
+            }
+        }
+    }
+    (!h.is_empty()).then(|| Summary::of(&h))
 }
 
 /// Joins `t`, waiting until `deadline`.
@@ -384,9 +433,8 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // 1. The peer and its wire.
     let pw = peer::start(&plan.nic, &plan.peer, plan.qec.as_ref().and_then(|q| q.replay.as_ref()), plan.cores.peer, spin)?;
     running.peer = Some(pw.peer);
-    if crate::interrupted() {
-        return Err(fail(&mut running, RunError::Peer("interrupted while starting".into())));
-    }
+    // SIGINT from here on ends the run as an interrupt with its report: the drive below sees
+    // it at its first look, stops and unconfigures the peer.
 
     // 2. The NIC, connected to the peer's QP.
     let attrs = QpAttrs {
@@ -466,14 +514,18 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // A QEC run's warm-up is in shots; the per-message figures leave out the same messages.
     let per_shot = driven.qec.as_ref().map_or(1, |d| u64::from(d.info.messages_per_shot.max(1)));
     let warmup_messages = u64::from(plan.run.warmup) * per_shot;
-    let breakdown_ns = same_host_clock.then(|| crate::latency::breakdown(&driven.records, &ring, driven.first_request_id, warmup_messages, Some(&send_trace)));
-    let mut analysis = analyze(&driven.records, driven.sent, driven.first_request_id, warmup_messages);
+    let breakdown_ns = same_host_clock.then(|| crate::latency::breakdown(&driven.tail, &ring, driven.first_request_id, warmup_messages, Some(&send_trace)));
+    let mut analysis = driven.analyzer.clone().finish(driven.sent, driven.uncaptured);
     let qec_report = match (&plan.qec, &driven.qec) {
         (Some(q), Some(d)) => Some(super::qec::report(q, d, &driven.records, driven.first_request_id, plan.run.warmup, &ring)),
         _ => None,
     };
-    let in_flight_at_stop = if matches!(driven.stopped_by, StopReason::Count) { 0 } else { unanswered_tail(&driven.records, driven.sent, driven.first_request_id, driven.window) };
+    let in_flight_at_stop = if matches!(driven.stopped_by, StopReason::Count) { 0 } else { unanswered_tail(&driven.tail, driven.sent, driven.first_request_id, driven.window) };
     analysis.counts.lost -= in_flight_at_stop.min(analysis.counts.lost);
+    if analysis.capture_missing() {
+        // Without records nothing is known of the answers: not lost, unverified (the verdict).
+        analysis.counts.lost = 0;
+    }
     let payload_size = driven.qec.as_ref().map_or(plan.run.size, |d| d.info.max_message_bytes as usize);
     let mut env = Environment::here(&backend_name, &pw.wire, payload_size, spin.as_str());
     if backend_name.starts_with("gpu") {
@@ -522,12 +574,16 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         elapsed_s: driven.elapsed.as_secs_f64(),
         tap,
         fault: fault.reason(),
+        not_verified: Vec::new(),
+        host_side_ns: host_side(&ring, &send_trace),
         problems: Vec::new(),
         files: Vec::new(),
         qec: qec_report,
         poll_phase: backend_name.starts_with("gpu").then(|| PollPhase::read(&q)),
         analysis: None,
     };
+
+    report.not_verified = verdict(&report, &analysis, driven.stopped_by);
 
     // 8. Files: host operators, then the JSON report.
     let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend_name == "cpu";

@@ -72,7 +72,12 @@ impl EcbClient {
             let seq = self.next_seq;
             let fl = flags::ACK_REQUEST | if self.checked { flags::SEQUENCE_CHECK } else { 0 };
             let n = ecb::emit_request(command, fl, seq, pairs, &mut self.tx).expect("request fits its buffer");
-            self.sock.send_to(&self.tx[..n], self.peer)?;
+            // A signal (SIGINT) interrupts the call, not the exchange: make it again.
+            while let Err(e) = self.sock.send_to(&self.tx[..n], self.peer) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e.into());
+                }
+            }
             let deadline = Instant::now() + self.timeout;
             let reply = loop {
                 if Instant::now() > deadline {
@@ -92,6 +97,8 @@ impl EcbClient {
                     Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                         break None;
                     }
+                    // A signal cut the wait short: wait again, until the same deadline.
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e.into()),
                 }
             };
