@@ -44,7 +44,7 @@ pub static DECL: OperatorDecl = OperatorDecl {
     params: &[
         ParamDecl { name: "path", kind: ParamKind::Path, default: ParamDefault::Str("records.csv"), doc: "the file, relative to outputs.dir" },
         ParamDecl { name: "format", kind: ParamKind::Choice(&["csv", "jsonl"]), default: ParamDefault::Unset, doc: "csv or jsonl (default: jsonl for a .jsonl or .json path, csv otherwise)" },
-        ParamDecl { name: "max_records", kind: ParamKind::Int { min: 1, max: 1 << 30 }, default: ParamDefault::Int(10_000_000), doc: "records kept in memory until the run ends" },
+        ParamDecl { name: "max_records", kind: ParamKind::Int { min: 1, max: 1 << 30 }, default: ParamDefault::Int(1 << 20), doc: "rows at most: records kept in memory until the run ends, and requests listed (the first ones); the rest are counted and left out" },
     ],
     build: Build::Host(build),
 };
@@ -93,7 +93,7 @@ impl HostOperator for Recorder {
 
     fn finish(&mut self, run: &Finished<'_>) -> Result<Vec<PathBuf>, String> {
         let Some(file) = self.file.take() else { return Ok(Vec::new()) };
-        let rows = join(&self.records, run);
+        let rows = join(&self.records, run, self.max as u64);
         let mut w = BufWriter::new(file);
         let io = |e: std::io::Error| format!("writing {}: {e}", self.path.display());
         match self.format {
@@ -190,8 +190,12 @@ impl Row {
 
 /// One row per request sent (request order), then the stale answers, then the messages the
 /// tap saw beyond `sent`.
-fn join(tap: &[MsgRecord], run: &Finished<'_>) -> Vec<Row> {
-    let sent = run.report.counts.sent;
+/// At most `max_rows` requests are listed (the first ones; the run keeps the first
+/// `graph::drive::KEEP_RECORDS` capture records raw, so a longer list would call answers lost
+/// that were only not kept).
+fn join(tap: &[MsgRecord], run: &Finished<'_>, max_rows: u64) -> Vec<Row> {
+    let all_sent = run.report.counts.sent;
+    let sent = all_sent.min(max_rows);
     let first = run.first_request_id;
     let warmup = u64::from(run.report.warmup);
     let same_clock = run.same_clock;
@@ -205,7 +209,7 @@ fn join(tap: &[MsgRecord], run: &Finished<'_>) -> Vec<Row> {
     let mut stale = Vec::new();
     for c in run.capture {
         let idx = u64::from(c.request_id.wrapping_sub(first));
-        if idx >= sent {
+        if idx >= all_sent {
             stale.push(*c);
         } else if c.flags & capture_flags::DUPLICATE == 0 {
             answers.entry(c.request_id).or_insert(*c);
@@ -233,7 +237,7 @@ fn join(tap: &[MsgRecord], run: &Finished<'_>) -> Vec<Row> {
     // the data path's side only, not dropped from the file.
     for r in tap {
         let idx = u64::from(r.request_id.wrapping_sub(first));
-        if idx >= sent && listed.insert(r.request_id) {
+        if idx >= all_sent && listed.insert(r.request_id) {
             let t = Some(*r);
             rows.push(Row { request_id: r.request_id, status: "uncaptured", warmup: idx < warmup, tap: t, capture: None, same_clock, nic_clock, nic_sent: nic_sent(t) });
         }
@@ -258,7 +262,7 @@ mod tests {
         let mut report = RunReport::empty();
         report.counts.sent = 1;
         let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: true, nic_clock: false, send_trace: None };
-        let status: Vec<(u32, &str)> = join(&tap, &run).iter().map(|r| (r.request_id, r.status)).collect();
+        let status: Vec<(u32, &str)> = join(&tap, &run, u64::MAX).iter().map(|r| (r.request_id, r.status)).collect();
         assert_eq!(status, vec![(1, "ok"), (2, "uncaptured"), (3, "uncaptured")]);
     }
 
@@ -276,7 +280,7 @@ mod tests {
         report.counts.sent = 4;
         report.warmup = 1;
         let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: true, nic_clock: true, send_trace: Some(&trace) };
-        let rows = join(&tap, &run);
+        let rows = join(&tap, &run, u64::MAX);
         let status: Vec<(u32, &str)> = rows.iter().map(|r| (r.request_id, r.status)).collect();
         assert_eq!(status, vec![(1, "ok"), (2, "lost"), (3, "corrupted"), (4, "lost"), (99, "stale")]);
         assert_eq!(rows[0].csv(), "1,ok,true,0,0,0,0,1100,1300,200,1000,1500,500,100,200,0,40,1050,1350,50,150");
@@ -301,9 +305,9 @@ mod tests {
         report.counts.sent = 1;
         // a GPU run with fpga-sim on this host: the data path's clock is the GPU's, the NIC's is the peer's
         let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: false, nic_clock: true, send_trace: Some(&trace) };
-        assert_eq!(join(&tap, &run)[0].csv(), "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,50,150");
+        assert_eq!(join(&tap, &run, u64::MAX)[0].csv(), "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,50,150");
         // a remote FPGA: its clock is its own; the NIC's stamps stay, the splits go
         let run = Finished { nic_clock: false, ..run };
-        assert_eq!(join(&tap, &run)[0].csv(), "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,,");
+        assert_eq!(join(&tap, &run, u64::MAX)[0].csv(), "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,,");
     }
 }
