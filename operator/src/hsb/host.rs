@@ -282,7 +282,8 @@ impl HsbHost {
                 let mut w = Vec::new();
                 let reason = match self.ecb.read_block(&[ext::PLAYER_START_ERROR, ext::PLAYER_START_DETAIL, ext::PLAYER_START_DETAIL + 4], &mut w) {
                     Ok(()) => PlayerRefusal::from_words(w[0], [w[1], w[2]]),
-                    Err(e) if matches!(e, EcbError::Status { .. }) => None,
+                    // A peer without the register (0x03, or another status): no reason.
+                    Err(EcbError::Status { .. }) => None,
                     Err(e) => return Err(e),
                 };
                 Err(EcbError::PlayerRefused { peer, reason })
