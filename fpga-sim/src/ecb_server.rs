@@ -7,6 +7,7 @@
 //! - a write without the ACK flag gets no reply, a read always gets one (`write_without_ack_is_silent`);
 //! - write replies carry value 0, not the written value (`write_reply_carries_zero`);
 //! - a DWORD reply is 18 bytes: pair, latched sequence, 2 pad bytes (`dword_read_reply_layout`);
+//!   a block reply of n pairs is 6 + 8n + 2 bytes, unpadded (`block_reply_lengths`);
 //! - an unknown command is answered with the raw command byte | 0x80 and status 0x04
 //!   (`unknown_command`);
 //! - flags other than bits 0-1 give 0x06 (`bad_flags`);
@@ -21,11 +22,20 @@
 //! - requests shorter than a header and one address (or a write without a whole pair) are
 //!   dropped and counted (`short_requests_dropped`).
 //!
+//! The address map (PROTOCOLS.md 2.2, by region) is the register model's
+//! ([`Registers`]): every region stores and reads back, outside them 0x03
+//! (`every_region_reads_back_and_nothing_outside`).
+//!
 //! Choices where the sources are silent: an error (any status other than 0x00) is always
 //! answered, even for a write without ACK, so a host can see why nothing happened; error
 //! replies echo the request's addresses with value 0 (an unknown command echoes only its
 //! first); a reset inside a block ends the block; a request with more than 511 pairs is
 //! served for its first 511.
+//!
+//! A player start that cannot play (rocelink's convention, `hsb::ext::PLAYER_START_ERROR`):
+//! the write is stored and accepted (the latched sequence moves), but the reply's status is
+//! `Status::Refused` (0x02), sent even without the ACK flag; the rest of a block is still
+//! written, and a later bad address makes it 0x03 as usual (`player_start_refusal`).
 //!
 //! Guarantees: `handle` never panics and never allocates; the shell keeps serving after any
 //! request, good or bad, and exits within its poll interval of shutdown.
@@ -38,6 +48,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rocelink_wire::ecb::{self, flags, Command, Reply, Request, Status};
+use rocelink_wire::hsb::PlayerRefusal;
 
 use crate::dataplane::Command as DataPlaneCommand;
 use crate::regs::{Effect, PeerShared, Registers};
@@ -130,6 +141,7 @@ impl EcbServer {
 
         let mut status = check;
         let mut answered = pairs;
+        let mut refused = false;
         if check == Status::Ok {
             for i in 0..pairs {
                 let address = req.address(i);
@@ -146,7 +158,7 @@ impl EcbServer {
                             return None;
                         }
                         Ok(effect) => {
-                            self.apply(effect);
+                            refused |= !self.apply(effect);
                             Ok(0) // "write replies carry value 0"
                         }
                         Err(e) => Err(e),
@@ -167,6 +179,9 @@ impl EcbServer {
                 // "the latched sequence updates on every accepted request, checked or not,
                 // and does not move on an invalid address"
                 self.latched = sequence;
+                if refused {
+                    status = Status::Refused;
+                }
             }
         } else {
             for i in 0..pairs {
@@ -194,18 +209,25 @@ impl EcbServer {
         Some(len)
     }
 
-    fn apply(&mut self, effect: Effect) {
+    /// Delivers a write's effect; false when it was a player start that cannot play.
+    fn apply(&mut self, effect: Effect) -> bool {
         match effect {
-            Effect::None | Effect::Reset => {}
+            Effect::None | Effect::Reset => true,
             Effect::Start(cfg) => {
                 let frames = cfg.frames;
-                if !self.deliver(DataPlaneCommand::Start(cfg)) {
-                    self.regs.shared().running.store(false, Ordering::Release);
-                } else {
+                if self.deliver(DataPlaneCommand::Start(cfg)) {
                     tracing::debug!(frames, "player started");
+                    true
+                } else {
+                    self.regs.refuse_start(PlayerRefusal::NoDataPlane);
+                    tracing::warn!("player run refused: no data plane");
+                    false
                 }
             }
-            Effect::Refused(e) => tracing::warn!(error = %e, "player run refused"),
+            Effect::Refused(e) => {
+                tracing::warn!(error = %e, "player run refused");
+                false
+            }
         }
     }
 
@@ -435,23 +457,297 @@ mod tests {
         assert_eq!(s.latched_sequence(), 42, "a silent write is accepted too");
     }
 
+    /// An RTL DWORD reply, written out field by field (PROTOCOLS.md 2.1): command | 0x80,
+    /// flags, sequence, status, reserved, the pair, the latched sequence, 2 pad bytes.
+    fn dword_reply(cmd: u8, fl: u8, seq: u16, st: u8, pair: (u32, u32), latched: u16) -> Vec<u8> {
+        let mut b = vec![cmd | 0x80, fl];
+        b.extend(seq.to_be_bytes());
+        b.extend([st, 0]);
+        b.extend(pair.0.to_be_bytes());
+        b.extend(pair.1.to_be_bytes());
+        b.extend(latched.to_be_bytes());
+        b.extend([0, 0]);
+        b
+    }
+
     #[test]
-    fn unknown_address() {
+    fn every_region_reads_back_and_nothing_outside() {
+        // (address, what it is): one word inside each region of PROTOCOLS.md 2.2, the
+        // registers HSB hosts write during configuration among them.
+        let inside = [
+            (0x0000_00FC, "global"),
+            (0x0000_0100, "PTP"),
+            (0x0000_01FC, "PTP status"),
+            (0x0000_0200, "control/events (hosts write 0x200-0x22C)"),
+            (0x0000_022C, "control/events"),
+            (0x0000_1FFC, "VP block 63, last word"),
+            (0x0000_101C, "VP block 0, word 0x1C"),
+            (0x0000_2000, "APB sequencer RAM"),
+            (0x0000_3FFC, "APB sequencer RAM, last word"),
+            (0x0100_0000, "sensor interfaces"),
+            (0x0120_0000, "sensor-TX enable"),
+            (0x0200_0000, "HIF blocks"),
+            (0x0200_0300, "HIF block 0, word 0"),
+            (0x02FF_FFFC, "HIF blocks, last word"),
+            (0x4000_0FFC, "capture, last word"),
+            (0x5000_0000, "player base"),
+            (0x5000_0FFC, "player, last word"),
+            (0x5010_0000, "player RAM"),
+            (0x501F_FFFC, "player RAM, last word"),
+        ];
+        // One word just outside each region (capture RAM extends past its region to the
+        // 4 Mi records of `capture::WINDOW_BYTES`, so its neighbour is that end).
+        let outside = [
+            0x0000_0300,
+            0x0000_0FFC,
+            0x0000_4000,
+            0x00FF_FFFC,
+            0x0300_0000,
+            0x3FFF_FFFC,
+            0x4000_1000,
+            0x400F_FFFC,
+            reg::CAPTURE_RAM + crate::capture::WINDOW_BYTES,
+            0x4FFF_FFFC,
+            0x5000_1000,
+            0x500F_FFFC,
+            0x5020_0000,
+            0xFFFF_FFFC,
+        ];
         let mut s = server();
-        for addr in [
-            BAD,
-            0x0000_101C,
-            0x0000_1400,
-            0x0200_0300,
-            0x0202_030C,
-            0x5000_0000,
-            0x6000_0000,
-        ] {
-            let r = send(&mut s, RD, 0, 0, &[(addr, 0)]).expect("reply");
-            assert_eq!(status(&r), Status::InvalidAddress, "{addr:#x}");
-            let r = send(&mut s, WR, ACK, 0, &[(addr, 1)]).expect("reply");
-            assert_eq!(status(&r), Status::InvalidAddress, "{addr:#x}");
+        let mut seq = 0u16;
+        for (i, &(addr, what)) in inside.iter().enumerate() {
+            let value = 0xA500_0000 | i as u32;
+            seq += 1;
+            let r = send(&mut s, WR, ACK, seq, &[(addr, value)]).expect("ack");
+            assert_eq!(
+                r,
+                dword_reply(0x04, 1, seq, 0x00, (addr, 0), seq),
+                "write {what}"
+            );
+            seq += 1;
+            let r = send(&mut s, RD, 0, seq, &[(addr, 0)]).expect("reply");
+            assert_eq!(
+                r,
+                dword_reply(0x14, 0, seq, 0x00, (addr, value), seq),
+                "read {what}"
+            );
         }
+        let latched = seq;
+        for addr in outside {
+            seq += 1;
+            let r = send(&mut s, WR, ACK, seq, &[(addr, 1)]).expect("reply");
+            assert_eq!(
+                r,
+                dword_reply(0x04, 1, seq, 0x03, (addr, 0), latched),
+                "write {addr:#x}"
+            );
+            let r = send(&mut s, RD, 0, seq, &[(addr, 0)]).expect("reply");
+            assert_eq!(
+                r,
+                dword_reply(0x14, 0, seq, 0x03, (addr, 0), latched),
+                "read {addr:#x}"
+            );
+        }
+        // Registers with a meaning keep it: capture RAM is read-only (status OK, no effect).
+        send(&mut s, WR, 0, 0, &[(reg::CAPTURE_RAM, 5)]);
+        assert_eq!(read(&mut s, reg::CAPTURE_RAM), 0);
+        // A block write through several regions, then a block read of them.
+        let pairs: Vec<(u32, u32)> = inside.iter().map(|&(a, _)| (a, !a)).collect();
+        let r = send(&mut s, Command::WrBlock, ACK, 1, &pairs).expect("ack");
+        assert_eq!(status(&r), Status::Ok);
+        let reads: Vec<(u32, u32)> = pairs.iter().map(|&(a, _)| (a, 0)).collect();
+        let r = send(&mut s, Command::RdBlock, 0, 2, &reads).expect("reply");
+        assert_eq!(
+            Reply::new_checked(&r[..])
+                .expect("reply")
+                .pairs()
+                .collect::<Vec<_>>(),
+            pairs
+        );
+    }
+
+    #[test]
+    fn block_reply_lengths() {
+        // PROTOCOLS.md 2.1: "a DWORD reply is 18 bytes (2 pad bytes after the latched
+        // sequence; only a reply of at most one pair is padded, a block reply of n pairs is
+        // 6 + 8n + 2 bytes)".
+        let mut s = server();
+        let r = send(
+            &mut s,
+            Command::RdBlock,
+            0,
+            0x0102,
+            &[(reg::HSB_IP_VERSION, 0)],
+        )
+        .expect("reply");
+        assert_eq!(
+            r,
+            dword_reply(0x19, 0, 0x0102, 0, (0x80, 0x2607), 0x0102),
+            "1 pair: 18 bytes"
+        );
+        let three = [
+            (reg::HSB_IP_VERSION, 0),
+            (reg::FPGA_DATE, 0),
+            (reg::FPGA_PTP_SYNC_STAT, 0),
+        ];
+        let r = send(&mut s, Command::RdBlock, 0, 0x0304, &three).expect("reply");
+        #[rustfmt::skip]
+        let want = [
+            0x99, 0x00, 0x03, 0x04, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x80, 0x00, 0x00, 0x26, 0x07,
+            0x00, 0x00, 0x00, 0x84, 0x20, 0x25, 0x11, 0x30,
+            0x00, 0x00, 0x01, 0x88, 0x00, 0x00, 0x00, 0x0F,
+            0x03, 0x04,
+        ];
+        assert_eq!(r, want, "3 pairs: 32 bytes, the latched sequence last");
+        let r = send(
+            &mut s,
+            Command::WrBlock,
+            ACK,
+            0x0305,
+            &[(0x104, 1), (0x108, 2), (0x10C, 3)],
+        )
+        .expect("ack");
+        #[rustfmt::skip]
+        let want = [
+            0x89, 0x01, 0x03, 0x05, 0x00, 0x00,
+            0x00, 0x00, 0x01, 0x04, 0, 0, 0, 0,
+            0x00, 0x00, 0x01, 0x08, 0, 0, 0, 0,
+            0x00, 0x00, 0x01, 0x0C, 0, 0, 0, 0,
+            0x03, 0x05,
+        ];
+        assert_eq!(r, want, "write replies carry value 0");
+        let reads: Vec<(u32, u32)> = (0..511).map(|i| (reg::PLAYER_RAM + 4 * i, 0)).collect();
+        let writes: Vec<(u32, u32)> = reads.iter().map(|&(a, _)| (a, a ^ 0x5555)).collect();
+        send(&mut s, Command::WrBlock, 0, 0x0306, &writes);
+        let r = send(&mut s, Command::RdBlock, 0, 0x0307, &reads).expect("reply");
+        assert_eq!(r.len(), 6 + 8 * 511 + 2);
+        assert_eq!(r[..6], [0x99, 0, 0x03, 0x07, 0, 0]);
+        for (i, &(a, v)) in writes.iter().enumerate() {
+            let at = 6 + 8 * i;
+            assert_eq!(r[at..at + 4], a.to_be_bytes());
+            assert_eq!(r[at + 4..at + 8], v.to_be_bytes());
+        }
+        assert_eq!(r[4094..], [0x03, 0x07], "511 pairs: 4096 bytes, no pad");
+        // A block that stops at a bad address after 2 pairs: 2 pairs + latched, no pad.
+        let r = send(
+            &mut s,
+            Command::RdBlock,
+            0,
+            9,
+            &[(0x80, 0), (BAD, 0), (0x84, 0)],
+        )
+        .expect("reply");
+        assert_eq!(r.len(), 6 + 16 + 2);
+        assert_eq!(
+            (r[4], &r[22..]),
+            (0x03, &[0x03, 0x07][..]),
+            "latched unmoved"
+        );
+    }
+
+    /// Writes a playable template run for VP 0 (PROTOCOLS.md 2.2, 3).
+    fn program_player(s: &mut EcbServer) {
+        let template = [0x4355_5152u32, 0xAB, 0, 0, 0, 0];
+        let mut pairs: Vec<(u32, u32)> = template
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (reg::PLAYER_RAM + 4 * i as u32, w))
+            .collect();
+        pairs.extend([
+            (reg::vp(0, reg::DP_QP), 0xA7),
+            (reg::vp(0, reg::DP_PAGE_INC), 1),
+            (reg::vp(0, reg::DP_MAX_BUFF), 63),
+            (reg::vp(0, reg::DP_HOST_IP), 0x7F00_0001),
+            (reg::vp(0, reg::DP_HOST_UDP_PORT), 4791),
+            (reg::hif(0, reg::DP_VP_MASK), 1),
+            (reg::PLAYER_WINDOW_SIZE, 24),
+            (reg::PLAYER_WINDOW_COUNT, 1),
+        ]);
+        let r = send(s, Command::WrBlock, ACK, 1, &pairs).expect("ack");
+        assert_eq!(status(&r), Status::Ok);
+    }
+
+    #[test]
+    fn player_start_refusal() {
+        use rocelink_wire::hsb::ext;
+        let run = (reg::PLAYER_ENABLE, reg::PLAYER_RUN);
+        let mut s = server();
+        // No VP enabled: status 0x02 (Refused), the latched sequence moves, value 0.
+        let r = send(&mut s, WR, ACK, 5, &[run]).expect("answered");
+        assert_eq!(r, dword_reply(0x04, 1, 5, 0x02, (reg::PLAYER_ENABLE, 0), 5));
+        // Without the ACK flag the refusal is still answered.
+        let r = send(&mut s, WR, 0, 6, &[run]).expect("answered");
+        assert_eq!(r, dword_reply(0x04, 0, 6, 0x02, (reg::PLAYER_ENABLE, 0), 6));
+        assert_eq!(read(&mut s, reg::PLAYER_ENABLE) & reg::PLAYER_RUN, 0);
+        let why = |s: &mut EcbServer| {
+            let r = send(
+                s,
+                Command::RdBlock,
+                0,
+                0,
+                &[
+                    (ext::PLAYER_START_ERROR, 0),
+                    (ext::PLAYER_START_DETAIL, 0),
+                    (ext::PLAYER_START_DETAIL + 4, 0),
+                ],
+            )
+            .expect("reply");
+            let v: Vec<u32> = Reply::new_checked(&r[..])
+                .expect("reply")
+                .pairs()
+                .map(|p| p.1)
+                .collect();
+            PlayerRefusal::from_words(v[0], [v[1], v[2]])
+        };
+        assert_eq!(why(&mut s), Some(PlayerRefusal::NoVpEnabled));
+
+        // Configured, but player RAM holds no CUQR template.
+        program_player(&mut s);
+        send(&mut s, WR, 0, 0, &[(reg::PLAYER_RAM, 0)]);
+        let r = send(&mut s, WR, ACK, 7, &[run]).expect("answered");
+        assert_eq!(r[4], 0x02);
+        assert_eq!(
+            why(&mut s),
+            Some(PlayerRefusal::BadTemplate { first_word: 0 })
+        );
+        // A playable run but no data plane to take it.
+        send(&mut s, WR, 0, 0, &[(reg::PLAYER_RAM, 0x4355_5152)]);
+        let r = send(&mut s, WR, ACK, 8, &[run]).expect("answered");
+        assert_eq!(r[4], 0x02);
+        assert_eq!(why(&mut s), Some(PlayerRefusal::NoDataPlane));
+        assert_eq!(read(&mut s, reg::PLAYER_ENABLE) & reg::PLAYER_RUN, 0);
+        // In a block, the refusal does not stop the block; a later bad address is 0x03.
+        let r = send(
+            &mut s,
+            Command::WrBlock,
+            ACK,
+            9,
+            &[run, (0x104, 4), (BAD, 1)],
+        )
+        .expect("reply");
+        assert_eq!((r[4], r.len()), (0x03, 6 + 24 + 2));
+        assert_eq!(read(&mut s, 0x104), 4);
+        let r = send(&mut s, Command::WrBlock, ACK, 10, &[run, (0x104, 5)]).expect("reply");
+        assert_eq!((r[4], s.latched_sequence()), (0x02, 10));
+
+        // With a data plane the same start plays: status OK, PLAYER_START_ERROR 0.
+        let id = PeerIdentity {
+            mac: [2, 0, 0, 0, 0, 2],
+            ip: [127, 0, 0, 2],
+            qp: 2,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut s = EcbServer::new(
+            Registers::new(id, Arc::new(PeerShared::default())),
+            Some(tx),
+        );
+        program_player(&mut s);
+        let r = send(&mut s, WR, ACK, 2, &[run]).expect("ack");
+        assert_eq!(r, dword_reply(0x04, 1, 2, 0x00, (reg::PLAYER_ENABLE, 0), 2));
+        assert!(matches!(rx.try_recv(), Ok(DataPlaneCommand::Start(_))));
+        assert_eq!(why(&mut s), None);
+        drop(rx);
     }
 
     #[test]

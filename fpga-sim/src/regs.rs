@@ -6,9 +6,24 @@
 //!   it shares with the data plane ([`PeerShared`]). Starting the player is returned as an
 //!   [`Effect`] for the caller (the ECB server) to deliver.
 //! - Total: every address either names a register or is [`InvalidAddress`]; nothing panics.
+//! - The HSB address map by region (PROTOCOLS.md 2.2, `hsb::reg::REGIONS`): "a write
+//!   anywhere inside a region is stored and read back; outside every region the reply is
+//!   status 0x03". Registers with a meaning here keep it; every other word of a region (the
+//!   APB sequencer RAM, sensor-TX enable, the control/event words 0x200-0x22C, ...) is kept
+//!   in a sparse store and read back. The store holds [`STORED_WORDS`] non-zero words at
+//!   most; past that a write of a new non-zero word is refused with 0x03 (writing 0 frees a
+//!   word, and a word never written reads 0).
+//! - Beyond the regions, capture RAM extends past its 1 MiB region to
+//!   [`capture::WINDOW_BYTES`] (a rocelink extension: runs of up to 4 Mi answers).
 //! - Address bits 1:0 are ignored (PROTOCOLS.md 2.1, "address bits 1:0 are ignored").
-//! - Read-only registers (version, date, sync status, capture status/count/RAM, stats)
-//!   accept writes and ignore them, as the RTL's read-only registers do.
+//! - Read-only registers (version, date, sync status, capture status/count/RAM, stats, QEC
+//!   counters, PLAYER_START_ERROR) accept writes with status OK and ignore them, as an APB
+//!   write to a read-only register of the RTL completes without error and changes nothing;
+//!   a read returns the live value.
+//! - A player start that cannot play is refused: the run bit reads 0,
+//!   `ext::PLAYER_START_ERROR` and its detail words say why ([`PlayerRefusal`]), and the
+//!   ECB server answers the write with `Status::Refused` (the convention is defined at
+//!   `hsb::ext::PLAYER_START_ERROR`).
 //!
 //! Conventions this peer defines (the host side follows them):
 //! - Player RAM holds bytes; word `i` at `PLAYER_RAM + 4 * i` is bytes `4i .. 4i + 4` in
@@ -26,10 +41,11 @@
 //!   holds one record per message. Clearing QEC_ENABLE gives template runs back. The
 //!   messages are laid out when the run bit is set, not per packet.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use rocelink_wire::hsb::{ext, reg, PLAYER_CLOCK_HZ};
+use rocelink_wire::hsb::{ext, reg, PlayerRefusal, PLAYER_CLOCK_HZ};
 use rocelink_wire::roce::{Endpoints, PMTU};
 use rocelink_wire::rpc;
 
@@ -51,37 +67,26 @@ pub const MAX_SLOTS: u32 = 1 << 12;
 /// Spare capture records beyond the window count, for duplicates and strays.
 const CAPTURE_SLACK: usize = 64;
 
-const VP_COUNT: u32 = 16;
+/// VP blocks of the VP region (PROTOCOLS.md 2.2: "64 blocks of 0x40"), all stored.
+const VP_BLOCKS: u32 = 64;
+/// VPs a DP_VP_MASK can enable (its 32 bits).
+const VP_ENABLE_BITS: u32 = 32;
 const HIF_COUNT: u32 = 2;
+/// Non-zero words the sparse store of region words holds at most (a bound on what a host
+/// can make the peer allocate).
+pub const STORED_WORDS: usize = 1 << 16;
 const PTP_FIRST: u32 = 0x104;
 const PTP_LAST: u32 = 0x11C;
 const PTP_WORDS: usize = ((PTP_LAST - PTP_FIRST) / 4 + 1) as usize;
-/// Word offsets (byte offset / 4) of the VP registers of PROTOCOLS.md 2.2.
+/// Words of a VP block (0x40 bytes).
 const VP_WORDS: usize = 16;
-/// Byte offsets of the HIF registers of PROTOCOLS.md 2.2.
+/// Words 0x00-0x0C of a HIF block (the registers of PROTOCOLS.md 2.2 and word 0).
 const HIF_WORDS: usize = 4;
 const STAT_WORDS: u32 = 7;
 
-/// The address names no register (ECB status 0x03).
+/// The address is outside every region (or the sparse store is full): ECB status 0x03.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidAddress;
-
-/// Why the player refused to start (the run bit then reads 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum StartError {
-    #[error("no VP is enabled in DP_VP_MASK")]
-    NoVpEnabled,
-    #[error("window size {0} is smaller than the 24-byte RPC header")]
-    WindowTooSmall(u32),
-    #[error("window size {0} exceeds the single-packet limit (PMTU {PMTU})")]
-    WindowTooLarge(u32),
-    #[error("player RAM does not start with a CUQR request header")]
-    BadTemplate,
-    #[error("template arg_len {arg_len} does not fit in the {window}-byte window")]
-    ArgsBeyondWindow { arg_len: u32, window: u32 },
-    #[error("QEC messages of {0} bytes exceed the single-packet limit (PMTU {PMTU}); send fewer rounds per message")]
-    QecMessageTooLarge(usize),
-}
 
 /// What a write asks of the world outside the register model.
 #[derive(Debug)]
@@ -91,8 +96,8 @@ pub enum Effect {
     Reset,
     /// The run bit: hand this to the data plane.
     Start(Box<RunConfig>),
-    /// The run bit was set but the configuration is unusable.
-    Refused(StartError),
+    /// The run bit was set but the configuration cannot play (PLAYER_START_ERROR says why).
+    Refused(PlayerRefusal),
 }
 
 /// State shared between the ECB thread and the data-plane thread. Every field documents
@@ -176,6 +181,9 @@ enum Reg {
     FpgaQp,
     FirstRequestId,
     ResponseTimeout,
+    PlayerStartError,
+    /// Detail word 0 or 1 of PLAYER_START_ERROR.
+    PlayerStartDetail(usize),
     PlayerRam(usize),
     CaptureCtrl,
     CaptureStatus,
@@ -186,6 +194,8 @@ enum Reg {
     QecConfig(u32),
     /// QEC counters and times, by address ([`crate::stats::QecStats::read_register`]).
     QecCounter(u32),
+    /// Any other word of a region: stored and read back.
+    Stored(u32),
 }
 
 fn in_window(addr: u32, base: u32, len: u32) -> Option<u32> {
@@ -209,6 +219,10 @@ fn decode(addr: u32) -> Option<Reg> {
         ext::PLAYER_FPGA_QP => Reg::FpgaQp,
         ext::PLAYER_FIRST_REQUEST_ID => Reg::FirstRequestId,
         ext::PLAYER_RESPONSE_TIMEOUT_US => Reg::ResponseTimeout,
+        ext::PLAYER_START_ERROR => Reg::PlayerStartError,
+        a if a == ext::PLAYER_START_DETAIL || a == ext::PLAYER_START_DETAIL + 4 => {
+            Reg::PlayerStartDetail(((a - ext::PLAYER_START_DETAIL) / 4) as usize)
+        }
         reg::CAPTURE_CTRL => Reg::CaptureCtrl,
         reg::CAPTURE_STATUS => Reg::CaptureStatus,
         reg::CAPTURE_COUNT => Reg::CaptureCount,
@@ -217,24 +231,19 @@ fn decode(addr: u32) -> Option<Reg> {
     Some(r)
 }
 
-/// Registers that come in blocks or RAM windows.
+/// Registers that come in blocks or RAM windows; any other word of a region is stored.
 fn decode_block(addr: u32) -> Option<Reg> {
-    if let Some(off) = in_window(addr, reg::VP_BASE, reg::VP_STRIDE * VP_COUNT) {
+    // The whole VP region is 64 blocks of 16 words, kept as such.
+    if let Some(off) = in_window(addr, reg::VP_BASE, reg::VP_STRIDE * VP_BLOCKS) {
         let (n, o) = (off / reg::VP_STRIDE, off % reg::VP_STRIDE);
-        // Only the registers of PROTOCOLS.md 2.2 exist (0x1C and 0x30.. do not).
-        let known = matches!(o, 0x00..=0x18 | 0x20..=0x2C);
-        return known.then_some(Reg::Vp {
+        return Some(Reg::Vp {
             n: n as usize,
             word: (o / 4) as usize,
         });
     }
     for dp in 0..HIF_COUNT {
-        if let Some(o) = in_window(addr, reg::hif(dp, 0), reg::HIF_STRIDE) {
-            let known = matches!(
-                o,
-                reg::DP_PACKET_SIZE | reg::DP_PACKET_UDP_PORT | reg::DP_VP_MASK
-            );
-            return known.then_some(Reg::Hif {
+        if let Some(o) = in_window(addr, reg::hif(dp, 0), 4 * HIF_WORDS as u32) {
+            return Some(Reg::Hif {
                 dp: dp as usize,
                 word: (o / 4) as usize,
             });
@@ -258,7 +267,7 @@ fn decode_block(addr: u32) -> Option<Reg> {
     if counters.contains(&addr) || status.contains(&addr) || decode.contains(&addr) {
         return Some(Reg::QecCounter(addr));
     }
-    None
+    reg::region_of(addr).map(|_| Reg::Stored(addr))
 }
 
 /// The register file. Owned by the ECB thread.
@@ -269,7 +278,7 @@ pub struct Registers {
     reset: u32,
     reset8: u32,
     ptp: [u32; PTP_WORDS],
-    vp: [[u32; VP_WORDS]; VP_COUNT as usize],
+    vp: [[u32; VP_WORDS]; VP_BLOCKS as usize],
     hif: [[u32; HIF_WORDS]; HIF_COUNT as usize],
     player: PlayerRegs,
     player_ram: Box<[u8]>,
@@ -283,6 +292,10 @@ pub struct Registers {
     qec_rounds_per_message: u32,
     /// The last plan made, reused while QEC_ROUNDS_PER_MESSAGE stays the same.
     qec_plan: Option<Arc<QecPlan>>,
+    /// Why the last player start was refused (PLAYER_START_ERROR); `None` after a start.
+    start_error: Option<PlayerRefusal>,
+    /// Every other non-zero word of a region, by address (bits 1:0 clear).
+    stored: BTreeMap<u32, u32>,
 }
 
 impl Registers {
@@ -304,7 +317,7 @@ impl Registers {
             reset: 0,
             reset8: 0,
             ptp: [0; PTP_WORDS],
-            vp: [[0; VP_WORDS]; VP_COUNT as usize],
+            vp: [[0; VP_WORDS]; VP_BLOCKS as usize],
             hif: [[0; HIF_WORDS]; HIF_COUNT as usize],
             player: PlayerRegs::power_on(identity.qp),
             player_ram: vec![0; PLAYER_RAM_BYTES].into_boxed_slice(),
@@ -314,6 +327,8 @@ impl Registers {
             qec_rounds_per_message: qec.as_ref().map_or(0, |q| q.rounds_per_message),
             qec_plan: None,
             qec,
+            start_error: None,
+            stored: BTreeMap::new(),
         }
     }
 
@@ -408,6 +423,8 @@ impl Registers {
             Reg::FpgaQp => p.fpga_qp,
             Reg::FirstRequestId => p.first_request_id,
             Reg::ResponseTimeout => p.response_timeout_us,
+            Reg::PlayerStartError => self.start_error.map_or(0, |e| e.code()),
+            Reg::PlayerStartDetail(i) => self.start_error.map_or(0, |e| e.details()[i]),
             Reg::PlayerRam(w) => {
                 let b = &self.player_ram[4 * w..4 * w + 4];
                 u32::from_le_bytes([b[0], b[1], b[2], b[3]])
@@ -425,6 +442,7 @@ impl Registers {
             Reg::Stat(i) => self.shared.stats.counters()[i].load(Ordering::Relaxed),
             Reg::QecConfig(a) => self.read_qec_config(a),
             Reg::QecCounter(a) => self.shared.stats.qec.read_register(a).unwrap_or(0),
+            Reg::Stored(a) => self.stored.get(&a).copied().unwrap_or(0),
         })
     }
 
@@ -463,6 +481,7 @@ impl Registers {
                 self.capture_ctrl = value;
             }
             Reg::QecConfig(a) => self.write_qec_config(a, value),
+            Reg::Stored(a) => self.store(a, value)?,
             Reg::IpVersion
             | Reg::QecCounter(_)
             | Reg::FpgaDate
@@ -470,9 +489,33 @@ impl Registers {
             | Reg::CaptureStatus
             | Reg::CaptureCount
             | Reg::CaptureRam(_)
+            | Reg::PlayerStartError
+            | Reg::PlayerStartDetail(_)
             | Reg::Stat(_) => {}
         }
         Ok(Effect::None)
+    }
+
+    /// Keeps a region word; 0 frees it. A new word past [`STORED_WORDS`] is refused.
+    fn store(&mut self, addr: u32, value: u32) -> Result<(), InvalidAddress> {
+        if value == 0 {
+            self.stored.remove(&addr);
+        } else if let Some(w) = self.stored.get_mut(&addr) {
+            *w = value;
+        } else if self.stored.len() < STORED_WORDS {
+            self.stored.insert(addr, value);
+        } else {
+            return Err(InvalidAddress);
+        }
+        Ok(())
+    }
+
+    /// Records a start that could not play (PLAYER_START_ERROR) and clears the running
+    /// flag: the ECB server calls it when the data plane did not take a run this model
+    /// started.
+    pub fn refuse_start(&mut self, why: PlayerRefusal) {
+        self.start_error = Some(why);
+        self.shared.running.store(false, Ordering::Release);
     }
 
     /// Frames (messages) the programmed run sends: one per window, or in QEC mode one per
@@ -520,15 +563,21 @@ impl Registers {
             return Effect::None;
         }
         match self.run_config() {
-            Ok(cfg) => Effect::Start(Box::new(cfg)),
-            Err(e) => Effect::Refused(e),
+            Ok(cfg) => {
+                self.start_error = None;
+                Effect::Start(Box::new(cfg))
+            }
+            Err(e) => {
+                self.start_error = Some(e);
+                Effect::Refused(e)
+            }
         }
     }
 
     /// Lowest enabled VP and the HIF block that enabled it.
     fn enabled_vp(&self) -> Option<(usize, usize)> {
         let mask_word = (reg::DP_VP_MASK / 4) as usize;
-        (0..VP_COUNT as usize).find_map(|n| {
+        (0..VP_ENABLE_BITS as usize).find_map(|n| {
             (0..HIF_COUNT as usize)
                 .find(|&dp| self.hif[dp][mask_word] & (1 << n) != 0)
                 .map(|dp| (n, dp))
@@ -537,14 +586,35 @@ impl Registers {
 
     /// Snapshots the configuration for one run (PROTOCOLS.md 2.2, 2.3) and, on success,
     /// marks the player running: new generation, done cleared, stats reset, capture ready.
-    fn run_config(&mut self) -> Result<RunConfig, StartError> {
-        let (n, dp) = self.enabled_vp().ok_or(StartError::NoVpEnabled)?;
+    /// Refused, in this order: no VP enabled, no host address, no valid template (or a QEC
+    /// message too large for a packet), frames that overrun the slot or DP_BUFFER_LENGTH.
+    fn run_config(&mut self) -> Result<RunConfig, PlayerRefusal> {
+        let (n, dp) = self.enabled_vp().ok_or(PlayerRefusal::NoVpEnabled)?;
         let p = self.player;
+        let vp = self.vp[n];
+        let v = |off: u32| vp[(off / 4) as usize];
+        for (off, unset) in [
+            (reg::DP_HOST_IP, v(reg::DP_HOST_IP) == 0),
+            (
+                reg::DP_HOST_UDP_PORT,
+                v(reg::DP_HOST_UDP_PORT) & 0xFFFF == 0,
+            ),
+        ] {
+            if unset {
+                return Err(PlayerRefusal::HostUnset {
+                    vp: n as u32,
+                    register: off,
+                });
+            }
+        }
         let (template, arg_len, qec) = match self.qec_active().cloned() {
             Some(replay) => {
                 let plan = self.qec_plan(&replay);
                 if plan.max_message_len() > PMTU {
-                    return Err(StartError::QecMessageTooLarge(plan.max_message_len()));
+                    return Err(PlayerRefusal::QecMessageTooLarge {
+                        bytes: sat_u32(plan.max_message_len()),
+                        limit: PMTU as u32,
+                    });
                 }
                 (Vec::new(), 0, Some(plan))
             }
@@ -553,8 +623,20 @@ impl Registers {
                 (template, arg_len, None)
             }
         };
-        let vp = &self.vp[n];
-        let v = |off: u32| vp[(off / 4) as usize];
+        // Each frame's payload lands in one slot of DP_PAGE_INC * 128 bytes (PROTOCOLS.md
+        // 2.3), at most DP_BUFFER_LENGTH bytes when the host set one.
+        let bytes = sat_u32(qec.as_ref().map_or(template.len(), |q| q.max_message_len()));
+        let slot = v(reg::DP_PAGE_INC).saturating_mul(reg::PAGE_INC_UNIT as u32);
+        if bytes > slot {
+            return Err(PlayerRefusal::FrameBeyondSlot { bytes, slot });
+        }
+        let buffer_length = v(reg::DP_BUFFER_LENGTH);
+        if buffer_length != 0 && bytes > buffer_length {
+            return Err(PlayerRefusal::FrameBeyondBufferLength {
+                bytes,
+                buffer_length,
+            });
+        }
         let mac_hi = v(reg::DP_HOST_MAC_HIGH).to_be_bytes();
         let mac_lo = v(reg::DP_HOST_MAC_LOW).to_be_bytes();
         let endpoints = Endpoints {
@@ -617,24 +699,36 @@ impl Registers {
     }
 
     /// The player RAM window, checked (PROTOCOLS.md 3): the template and its arg_len.
-    fn template(&self) -> Result<(Vec<u8>, usize), StartError> {
+    fn template(&self) -> Result<(Vec<u8>, usize), PlayerRefusal> {
         let window = self.player.window_size;
         if (window as usize) < rpc::HEADER_LEN {
-            return Err(StartError::WindowTooSmall(window));
+            return Err(PlayerRefusal::WindowTooSmall { window });
         }
         if window as usize > PMTU {
-            return Err(StartError::WindowTooLarge(window));
+            return Err(PlayerRefusal::WindowTooLarge {
+                window,
+                limit: PMTU as u32,
+            });
         }
         let template = self.player_ram[..window as usize].to_vec();
-        let header = rpc::RequestRepr::parse(&template).map_err(|_| StartError::BadTemplate)?;
+        let header = rpc::RequestRepr::parse(&template).map_err(|_| {
+            let w = &self.player_ram[..4];
+            PlayerRefusal::BadTemplate {
+                first_word: u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+            }
+        })?;
         if header.arg_len as usize > window as usize - rpc::HEADER_LEN {
-            return Err(StartError::ArgsBeyondWindow {
+            return Err(PlayerRefusal::ArgsBeyondWindow {
                 arg_len: header.arg_len,
                 window,
             });
         }
         Ok((template, header.arg_len as usize))
     }
+}
+
+fn sat_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
@@ -764,13 +858,12 @@ mod tests {
         assert_eq!(rd(&r, ext::QEC_STATUS_COUNTS + 28), 0);
         assert_eq!(rd(&r, ext::QEC_DECODE_COUNT), 0);
         assert_eq!(rd(&r, ext::QEC_DECODE_MAX_NS), 0);
-        assert_eq!(r.read(ext::QEC_DECODE_MAX_NS + 4), Err(InvalidAddress));
         assert_eq!(rd(&r, ext::STATS_BASE + ext::STAT_TIMEOUTS), 0);
-        assert_eq!(
-            r.read(0x4000_0220),
-            Err(InvalidAddress),
-            "a hole in the block"
-        );
+        // Words of the capture region without a meaning are stored, as on the FPGA.
+        for hole in [ext::QEC_DECODE_MAX_NS + 4, 0x4000_0220] {
+            w(&mut r, hole, 0x5A);
+            assert_eq!(rd(&r, hole), 0x5A, "{hole:#x}");
+        }
         w(&mut r, ext::QEC_ROUNDS_PER_MESSAGE, 0);
         assert_eq!(rd(&r, ext::QEC_MESSAGES_PER_SHOT), 1);
         assert_eq!(rd(&r, ext::QEC_MAX_MESSAGE_BYTES), 24 + 32 + 2);
@@ -823,38 +916,191 @@ mod tests {
         assert_eq!(rd(&plain, ext::QEC_LOADED_SHOTS), 0);
     }
 
-    #[test]
-    fn bad_player_configurations_are_refused() {
-        let mut r = regs();
-        assert!(matches!(
-            r.write(reg::PLAYER_ENABLE, 1),
-            Ok(Effect::Refused(StartError::NoVpEnabled))
-        ));
-        program(&mut r);
-        w(&mut r, reg::PLAYER_WINDOW_SIZE, 20);
-        assert!(matches!(
-            r.write(reg::PLAYER_ENABLE, 1),
-            Ok(Effect::Refused(StartError::WindowTooSmall(20)))
-        ));
-        w(&mut r, reg::PLAYER_WINDOW_SIZE, 5000);
-        assert!(matches!(
-            r.write(reg::PLAYER_ENABLE, 1),
-            Ok(Effect::Refused(StartError::WindowTooLarge(5000)))
-        ));
-        w(&mut r, reg::PLAYER_WINDOW_SIZE, 28);
-        assert!(matches!(
-            r.write(reg::PLAYER_ENABLE, 1),
-            Ok(Effect::Refused(StartError::ArgsBeyondWindow { .. }))
-        ));
-        w(&mut r, reg::PLAYER_RAM, 0);
-        w(&mut r, reg::PLAYER_WINDOW_SIZE, 32);
-        assert!(matches!(
-            r.write(reg::PLAYER_ENABLE, 1),
-            Ok(Effect::Refused(StartError::BadTemplate))
-        ));
+    /// A refused start: the run bit reads 0 and PLAYER_START_ERROR holds the reason.
+    fn refused(r: &mut Registers) -> PlayerRefusal {
+        let Ok(Effect::Refused(why)) = r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN) else {
+            panic!("start not refused")
+        };
         assert_eq!(
             r.read(reg::PLAYER_ENABLE).map(|v| v & reg::PLAYER_RUN),
             Ok(0)
         );
+        let word = |a| r.read(a).expect("register");
+        let details = [
+            word(ext::PLAYER_START_DETAIL),
+            word(ext::PLAYER_START_DETAIL + 4),
+        ];
+        assert_eq!(
+            PlayerRefusal::from_words(word(ext::PLAYER_START_ERROR), details),
+            Some(why),
+            "PLAYER_START_ERROR says why"
+        );
+        why
+    }
+
+    #[test]
+    fn bad_player_configurations_are_refused() {
+        let mut r = regs();
+        assert_eq!(refused(&mut r), PlayerRefusal::NoVpEnabled);
+        program(&mut r);
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 0);
+        assert_eq!(refused(&mut r), PlayerRefusal::WindowTooSmall { window: 0 });
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 20);
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::WindowTooSmall { window: 20 }
+        );
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 5000);
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::WindowTooLarge {
+                window: 5000,
+                limit: PMTU as u32
+            }
+        );
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 28);
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::ArgsBeyondWindow {
+                arg_len: 8,
+                window: 28
+            }
+        );
+        w(&mut r, reg::PLAYER_WINDOW_SIZE, 32);
+        // The window larger than the slot, then than DP_BUFFER_LENGTH.
+        w(&mut r, reg::vp(3, reg::DP_PAGE_INC), 0);
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::FrameBeyondSlot { bytes: 32, slot: 0 }
+        );
+        w(&mut r, reg::vp(3, reg::DP_PAGE_INC), 1);
+        w(&mut r, reg::vp(3, reg::DP_BUFFER_LENGTH), 31);
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::FrameBeyondBufferLength {
+                bytes: 32,
+                buffer_length: 31
+            }
+        );
+        w(&mut r, reg::vp(3, reg::DP_BUFFER_LENGTH), 32);
+        // The data plane without its host address.
+        w(&mut r, reg::vp(3, reg::DP_HOST_IP), 0);
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::HostUnset {
+                vp: 3,
+                register: reg::DP_HOST_IP
+            }
+        );
+        w(&mut r, reg::vp(3, reg::DP_HOST_IP), 0x0A00_0001);
+        w(
+            &mut r,
+            reg::vp(3, reg::DP_HOST_UDP_PORT),
+            reg::METADATA_DISABLE,
+        );
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::HostUnset {
+                vp: 3,
+                register: reg::DP_HOST_UDP_PORT
+            }
+        );
+        w(&mut r, reg::vp(3, reg::DP_HOST_UDP_PORT), 4791);
+        // No CUQR template in player RAM.
+        w(&mut r, reg::PLAYER_RAM, 0x1234);
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::BadTemplate { first_word: 0x1234 }
+        );
+        // Fixed: the start plays and PLAYER_START_ERROR reads 0 again.
+        w(&mut r, reg::PLAYER_RAM, 0x4355_5152);
+        assert!(matches!(
+            r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN),
+            Ok(Effect::Start(_))
+        ));
+        assert_eq!(r.read(ext::PLAYER_START_ERROR), Ok(0));
+        assert_eq!(r.read(ext::PLAYER_START_DETAIL), Ok(0));
+        // The data plane did not take it: the server records that.
+        r.refuse_start(PlayerRefusal::NoDataPlane);
+        assert_eq!(r.read(ext::PLAYER_START_ERROR), Ok(10));
+        assert_eq!(
+            r.read(reg::PLAYER_ENABLE).map(|v| v & reg::PLAYER_RUN),
+            Ok(0)
+        );
+        // PLAYER_START_ERROR is read-only; a reset clears it.
+        w(&mut r, ext::PLAYER_START_ERROR, 0);
+        assert_eq!(r.read(ext::PLAYER_START_ERROR), Ok(10));
+        assert!(matches!(
+            r.write(reg::RESET, reg::RESET_BIT),
+            Ok(Effect::Reset)
+        ));
+        assert_eq!(r.read(ext::PLAYER_START_ERROR), Ok(0));
+    }
+
+    #[test]
+    fn qec_message_beyond_the_slot_is_refused() {
+        let mut r = qec_regs();
+        program(&mut r);
+        w(&mut r, ext::QEC_ROUNDS_PER_MESSAGE, 0);
+        // 58-byte messages (QEC_MAX_MESSAGE_BYTES) into a 32-byte DP_BUFFER_LENGTH.
+        w(&mut r, reg::vp(3, reg::DP_BUFFER_LENGTH), 32);
+        assert_eq!(
+            refused(&mut r),
+            PlayerRefusal::FrameBeyondBufferLength {
+                bytes: 58,
+                buffer_length: 32
+            }
+        );
+    }
+
+    #[test]
+    fn every_region_stores_and_reads_back() {
+        let mut r = regs();
+        let capture_ram = reg::CAPTURE_RAM..reg::CAPTURE_RAM + capture::WINDOW_BYTES;
+        let edges = |region: &reg::Region| [region.first, region.last & !3];
+        for region in reg::REGIONS {
+            for a in edges(&region) {
+                w(&mut r, a, 0x00C0_FFEE ^ a);
+            }
+        }
+        for region in reg::REGIONS {
+            for a in edges(&region) {
+                // Capture RAM keeps its meaning: read-only, no record captured yet.
+                let want = if capture_ram.contains(&a) {
+                    0
+                } else {
+                    0x00C0_FFEE ^ a
+                };
+                assert_eq!(r.read(a), Ok(want), "{} {a:#x}", region.name);
+            }
+            for a in [region.first.wrapping_sub(4), region.last.wrapping_add(1)] {
+                if reg::region_of(a).is_none() && !capture_ram.contains(&a) {
+                    assert_eq!(r.read(a), Err(InvalidAddress), "{a:#x}");
+                    assert!(r.write(a, 1).is_err(), "{a:#x}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_sparse_store_is_bounded() {
+        let mut r = regs();
+        let base = reg::REGIONS[5].first; // sensor interfaces: 4 Mi words
+        for i in 0..STORED_WORDS as u32 {
+            w(&mut r, base + 4 * i, i + 1);
+        }
+        let next = base + 4 * STORED_WORDS as u32;
+        assert_eq!(r.write(next, 1).map(|_| ()), Err(InvalidAddress), "full");
+        assert!(r.write(next, 0).is_ok(), "a 0 needs no room");
+        w(&mut r, base, 7);
+        assert_eq!(r.read(base), Ok(7), "a stored word can change");
+        w(&mut r, base, 0);
+        w(&mut r, next, 9);
+        assert_eq!(r.read(next), Ok(9), "writing 0 freed a word");
+        assert!(matches!(
+            r.write(reg::RESET, reg::RESET_BIT),
+            Ok(Effect::Reset)
+        ));
+        assert_eq!(r.read(next), Ok(0), "reset empties the store");
     }
 }

@@ -10,10 +10,12 @@
 //! an address alone.
 //!
 //! Reply: `cmd|0x80 | flags | seq(BE16) | status | reserved | (address, value)* |
-//! latched seq(BE16) | trailer`. The RTL writes 2 pad bytes as the trailer (18-byte DWORD
-//! reply); NVIDIA's emulator writes 4 zero bytes and no latched sequence (its latched
-//! sequence therefore reads as 0). Both give `pair_count = (len - 8) / 8`, so one parser
-//! accepts both (PROTOCOLS.md 2.1: "a host must accept both reply lengths").
+//! latched seq(BE16) | pad`. The RTL pads only a reply of at most one pair, with 2 bytes
+//! (PROTOCOLS.md 2.1: "a DWORD reply is 18 bytes ... a block reply of n pairs is 6 + 8n + 2
+//! bytes"), so [`reply_len`] is 18 for one pair and `8 + 8n` for `n >= 2`. NVIDIA's
+//! emulator writes 4 zero bytes after the pairs instead, and no latched sequence (it reads as
+//! 0): `10 + 8n`. Both give `pair_count = (len - 8) / 8`, so one parser accepts both
+//! (PROTOCOLS.md 2.1: "a host must accept both reply lengths").
 
 use crate::bytes;
 use crate::{Error, Result};
@@ -32,6 +34,10 @@ pub const PAIR_LEN: usize = 8;
 pub const MIN_REQUEST_LEN: usize = HEADER_LEN + 4;
 /// Smallest reply: header and the 2-byte latched sequence (or 2 trailer bytes).
 pub const MIN_REPLY_LEN: usize = REPLY_HEADER_LEN + 2;
+/// Pad bytes after the latched sequence of an RTL reply of at most one pair.
+pub const DWORD_PAD_LEN: usize = 2;
+/// Zero bytes NVIDIA's emulator writes after the pairs (no latched sequence, no pad).
+pub const EMULATOR_TRAILER_LEN: usize = 4;
 /// Bit set in a reply's command byte.
 pub const REPLY_BIT: u8 = 0x80;
 
@@ -110,6 +116,10 @@ impl From<Command> for u8 {
 pub enum Status {
     /// 0x00.
     Ok,
+    /// 0x02, a rocelink peer's status (neither the RTL nor the emulator sends it): the write
+    /// was stored but the function it starts cannot run. fpga-sim answers it to a player
+    /// start that cannot play; `hsb::ext::PLAYER_START_ERROR` says why.
+    Refused,
     /// 0x03: no register at that address (a block stops at its first bad address).
     InvalidAddress,
     /// 0x04: unknown command.
@@ -126,6 +136,7 @@ impl From<u8> for Status {
     fn from(b: u8) -> Self {
         match b {
             0x00 => Status::Ok,
+            0x02 => Status::Refused,
             0x03 => Status::InvalidAddress,
             0x04 => Status::InvalidCommand,
             0x06 => Status::InvalidFlags,
@@ -139,6 +150,7 @@ impl From<Status> for u8 {
     fn from(s: Status) -> u8 {
         match s {
             Status::Ok => 0x00,
+            Status::Refused => 0x02,
             Status::InvalidAddress => 0x03,
             Status::InvalidCommand => 0x04,
             Status::InvalidFlags => 0x06,
@@ -153,9 +165,19 @@ pub const fn request_len(pairs: usize) -> usize {
     HEADER_LEN + PAIR_LEN * pairs
 }
 
-/// Length of a reply in the RTL layout carrying `pairs` pairs (latched sequence and 2 pad bytes).
+/// Length of a reply in the RTL layout carrying `pairs` pairs: header, pairs, latched
+/// sequence, and 2 pad bytes only when `pairs <= 1` (PROTOCOLS.md 2.1: "only a reply of at
+/// most one pair is padded, a block reply of n pairs is 6 + 8n + 2 bytes"): 18 bytes for
+/// one pair, 32 for 3, 4096 for 511.
 pub const fn reply_len(pairs: usize) -> usize {
-    REPLY_HEADER_LEN + PAIR_LEN * pairs + 4
+    let pad = if pairs <= 1 { DWORD_PAD_LEN } else { 0 };
+    REPLY_HEADER_LEN + PAIR_LEN * pairs + 2 + pad
+}
+
+/// Length of a reply in NVIDIA's emulator layout carrying `pairs` pairs (4 trailing zero
+/// bytes, PROTOCOLS.md 2.1).
+pub const fn emulator_reply_len(pairs: usize) -> usize {
+    REPLY_HEADER_LEN + PAIR_LEN * pairs + EMULATOR_TRAILER_LEN
 }
 
 /// A read-only or read-write view of an ECB request.
@@ -391,7 +413,8 @@ impl<T: AsRef<[u8]>> Reply<T> {
         Status::from(bytes::u8_at(self.buffer.as_ref(), field::STATUS))
     }
 
-    /// `(len - 8) / 8`: the same for the RTL (2 pad bytes) and emulator (4 zero bytes) layouts.
+    /// `(len - 8) / 8`: the same for the RTL layout (`8 + 8n`, or 18 bytes for one pair)
+    /// and the emulator's (`10 + 8n`).
     pub fn pair_count(&self) -> usize {
         self.buffer.as_ref().len().saturating_sub(MIN_REPLY_LEN) / PAIR_LEN
     }
@@ -472,8 +495,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Reply<T> {
     }
 }
 
-/// Writes a reply in the RTL layout (pairs, latched sequence, 2 zero pad bytes); returns
-/// its length ([`reply_len`]). `Malformed` above [`MAX_PAIRS`] pairs.
+/// Writes a reply in the RTL layout (pairs, latched sequence, and 2 zero pad bytes when at
+/// most one pair); returns its length ([`reply_len`]). `Malformed` above [`MAX_PAIRS`] pairs.
 pub fn emit_reply(
     command_byte: u8,
     flags: u8,
@@ -664,6 +687,56 @@ mod tests {
         );
         assert_eq!(p.command(), Command::Unknown(0x22));
         assert_eq!(Reply::new_checked(&buf[..7]), Err(Error::Truncated));
+    }
+
+    // RD_BLOCK reply, RTL layout, 3 pairs: 6 + 8 * 3 + 2 = 32 bytes, no pad.
+    static BLOCK_REPLY_BYTES: [u8; 32] = [
+        0x99, 0x00, 0x01, 0x02, 0x00, 0x00, //
+        0x00, 0x00, 0x00, 0x80, 0x00, 0x00, 0x26, 0x07, //
+        0x00, 0x00, 0x00, 0x84, 0x20, 0x25, 0x11, 0x30, //
+        0x00, 0x00, 0x01, 0x88, 0x00, 0x00, 0x00, 0x0F, //
+        0x01, 0x02,
+    ];
+
+    #[test]
+    fn reply_lengths_follow_the_rtl() {
+        // PROTOCOLS.md 2.1: an 18-byte DWORD reply, 6 + 8n + 2 for a block of n pairs.
+        assert_eq!(reply_len(1), 18);
+        assert_eq!(reply_len(3), 32);
+        assert_eq!(reply_len(MAX_PAIRS), 4096);
+        assert_eq!(reply_len(0), 10);
+        assert_eq!(emulator_reply_len(1), 18);
+        assert_eq!(emulator_reply_len(3), 34);
+        let pairs = [(0x80, 0x2607), (0x84, 0x2025_1130), (0x188, 0xF)];
+        let mut buf = [0xFFu8; 40];
+        let n = emit_reply(0x99, 0, 0x0102, Status::Ok, &pairs, 0x0102, &mut buf).unwrap();
+        assert_eq!(&buf[..n], &BLOCK_REPLY_BYTES[..]);
+        let big: Vec<(u32, u32)> = (0..MAX_PAIRS as u32).map(|i| (4 * i, !i)).collect();
+        let mut buf = vec![0xFFu8; 5000];
+        let n = emit_reply(0x99, 0, 7, Status::Ok, &big, 0xBEEF, &mut buf).unwrap();
+        assert_eq!(n, 4096);
+        assert_eq!(buf[4094..4096], [0xBE, 0xEF], "the latched sequence ends the reply");
+        let p = Reply::new_checked(&buf[..n]).unwrap();
+        assert_eq!((p.pair_count(), p.latched_sequence()), (MAX_PAIRS, 0xBEEF));
+        assert!(p.pairs().eq(big.iter().copied()));
+    }
+
+    #[test]
+    fn block_reply_in_both_layouts() {
+        let p = Reply::new_checked(&BLOCK_REPLY_BYTES[..]).unwrap();
+        assert_eq!(p.pair_count(), 3);
+        assert_eq!(p.pair(2), (0x188, 0xF));
+        assert_eq!(p.latched_sequence(), 0x0102);
+        // The emulator: the same pairs, then 4 zero bytes (34 bytes).
+        let mut emu = [0u8; 34];
+        emu[..30].copy_from_slice(&BLOCK_REPLY_BYTES[..30]);
+        let p = Reply::new_checked(&emu[..]).unwrap();
+        assert_eq!(p.pair_count(), 3);
+        assert_eq!(
+            p.pairs().collect::<Vec<_>>(),
+            [(0x80, 0x2607), (0x84, 0x2025_1130), (0x188, 0xF)]
+        );
+        assert_eq!(p.latched_sequence(), 0);
     }
 
     #[test]

@@ -115,9 +115,51 @@ pub mod reg {
     /// `i - CAPTURE_RAM_RECORDS`: a host that reads the capture while the run goes on keeps
     /// any number of answers in constant memory on both sides.
     pub const CAPTURE_RAM_RECORDS: u32 = 0x10_0000 / 32;
+
+    /// One region of the HSB address map: `first ..= last`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Region {
+        /// The region's name in PROTOCOLS.md 2.2.
+        pub name: &'static str,
+        /// First byte address.
+        pub first: u32,
+        /// Last byte address.
+        pub last: u32,
+    }
+
+    /// The HSB address map, by region (PROTOCOLS.md 2.2): "a write anywhere inside a region
+    /// is stored and read back; outside every region the reply is status 0x03, as an
+    /// unmapped APB access is on the FPGA".
+    pub const REGIONS: [Region; 11] = [
+        Region { name: "global", first: 0x0000_0000, last: 0x0000_00FF },
+        Region { name: "PTP", first: 0x0000_0100, last: 0x0000_01FF },
+        Region { name: "control/events", first: 0x0000_0200, last: 0x0000_02FF },
+        Region { name: "VP blocks", first: 0x0000_1000, last: 0x0000_1FFF },
+        Region { name: "APB sequencer RAM", first: 0x0000_2000, last: 0x0000_3FFF },
+        Region { name: "sensor interfaces", first: 0x0100_0000, last: 0x01FF_FFFF },
+        Region { name: "HIF blocks", first: 0x0200_0000, last: 0x02FF_FFFF },
+        Region { name: "capture", first: 0x4000_0000, last: 0x4000_0FFF },
+        Region { name: "capture RAM", first: 0x4010_0000, last: 0x401F_FFFF },
+        Region { name: "player", first: 0x5000_0000, last: 0x5000_0FFF },
+        Region { name: "player RAM", first: 0x5010_0000, last: 0x501F_FFFF },
+    ];
+
+    /// The region holding `addr`, if any.
+    pub fn region_of(addr: u32) -> Option<&'static Region> {
+        REGIONS.iter().find(|r| (r.first..=r.last).contains(&addr))
+    }
+
+    /// Sensor-TX enable, which HSB hosts write during configuration.
+    pub const SENSOR_TX_ENABLE: u32 = 0x0120_0000;
+    /// APB sequencer RAM (hosts write a null sequence there).
+    pub const APB_SEQUENCER_RAM: u32 = 0x2000;
+    /// Control/event registers HSB hosts write at start: `CONTROL_EVENTS ..= 0x22C`.
+    pub const CONTROL_EVENTS: u32 = 0x200;
 }
 
-/// rocelink peer extensions. A real HSB FPGA answers them with status 0x03 (invalid address).
+/// rocelink peer extensions. They lie inside the capture and player regions, so a real HSB
+/// FPGA stores them and reads them back (or reads 0) without acting on them: a host detects
+/// them by content, or by status 0x03 from a peer that maps less.
 pub mod ext {
     /// 0 = open loop, bounded at [`MAX_IN_FLIGHT`] messages in flight; 1 = closed loop.
     pub const PLAYER_MAX_OUTSTANDING: u32 = 0x5000_0014;
@@ -142,6 +184,19 @@ pub mod ext {
     pub const STAT_STALLS: u32 = 0x10;
     /// Frames that matched no outstanding request.
     pub const STAT_UNEXPECTED: u32 = 0x14;
+
+    /// Why the last player start was refused (read-only): a [`super::PlayerRefusal`] code,
+    /// 0 after a start that played (and at power-on). A start that cannot play (no valid
+    /// CUQR template, a window of 0 or larger than a packet, the slot or DP_BUFFER_LENGTH,
+    /// no VP enabled, no host address, no data plane) is answered with
+    /// `ecb::Status::Refused` (0x02), whether or not the write asked for an ACK, and its
+    /// run bit reads 0; the host then reads this word and the two detail words after it
+    /// ([`PLAYER_START_DETAIL`]) to say why. This is the one place the convention is
+    /// defined.
+    pub const PLAYER_START_ERROR: u32 = 0x5000_0024;
+    /// Two detail words of [`PLAYER_START_ERROR`] (at this address and + 4), as
+    /// [`super::PlayerRefusal`] documents per code.
+    pub const PLAYER_START_DETAIL: u32 = 0x5000_0028;
 
     /// Default of [`PLAYER_FPGA_QP`] (PROTOCOLS.md 2.3).
     pub const DEFAULT_FPGA_QP: u32 = 2;
@@ -243,6 +298,152 @@ pub mod ext {
     pub const QEC_DECODE_BIN_NS: u32 = 32;
     /// Bins of that histogram (the last also holds everything above it: 16.4 us).
     pub const QEC_DECODE_BINS: u32 = 512;
+}
+
+/// Why a peer refused to start its traffic player: the code in [`ext::PLAYER_START_ERROR`]
+/// and its two detail words ([`ext::PLAYER_START_DETAIL`]). Total: every code maps to a
+/// variant and back ([`PlayerRefusal::from_words`], [`PlayerRefusal::code`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum PlayerRefusal {
+    /// Code 1: no VP is enabled in any HIF block's DP_VP_MASK.
+    #[error("no VP is enabled in DP_VP_MASK: the data plane is not configured")]
+    NoVpEnabled,
+    /// Code 2: PLAYER_WINDOW_SIZE (detail 0) is smaller than the RPC header (0 included).
+    #[error("the window size is {window} bytes, smaller than the 24-byte RPC header")]
+    WindowTooSmall {
+        /// PLAYER_WINDOW_SIZE.
+        window: u32,
+    },
+    /// Code 3: PLAYER_WINDOW_SIZE (detail 0) exceeds the single-packet limit (detail 1).
+    #[error("the window size is {window} bytes, more than one packet carries ({limit})")]
+    WindowTooLarge {
+        /// PLAYER_WINDOW_SIZE.
+        window: u32,
+        /// The peer's payload limit (its PMTU).
+        limit: u32,
+    },
+    /// Code 4: player RAM does not start with a CUQR request header (detail 0: its first
+    /// word, as read over ECB).
+    #[error("player RAM holds no CUQR request template (its first word is {first_word:#010x}, not 0x43555152)")]
+    BadTemplate {
+        /// Word 0 of player RAM.
+        first_word: u32,
+    },
+    /// Code 5: the template's arg_len (detail 0) does not fit the window (detail 1).
+    #[error("the template's arg_len {arg_len} does not fit its {window}-byte window")]
+    ArgsBeyondWindow {
+        /// arg_len of the template's RPC header.
+        arg_len: u32,
+        /// PLAYER_WINDOW_SIZE.
+        window: u32,
+    },
+    /// Code 6: a QEC message of detail 0 bytes exceeds the single-packet limit (detail 1).
+    #[error("QEC messages of {bytes} bytes exceed one packet ({limit}); send fewer rounds per message")]
+    QecMessageTooLarge {
+        /// Bytes of the largest message.
+        bytes: u32,
+        /// The peer's payload limit (its PMTU).
+        limit: u32,
+    },
+    /// Code 7: a frame of detail 0 bytes does not fit a slot of the VP (detail 1:
+    /// DP_PAGE_INC * 128).
+    #[error("frames of {bytes} bytes do not fit the host's {slot}-byte slots (DP_PAGE_INC)")]
+    FrameBeyondSlot {
+        /// Bytes of the largest frame payload.
+        bytes: u32,
+        /// The slot stride.
+        slot: u32,
+    },
+    /// Code 8: a frame of detail 0 bytes is longer than the VP's DP_BUFFER_LENGTH (detail 1).
+    #[error("frames of {bytes} bytes are longer than DP_BUFFER_LENGTH ({buffer_length})")]
+    FrameBeyondBufferLength {
+        /// Bytes of the largest frame payload.
+        bytes: u32,
+        /// DP_BUFFER_LENGTH.
+        buffer_length: u32,
+    },
+    /// Code 9: the enabled VP (detail 0) has no host address: detail 1 is the offset of the
+    /// register left 0 (`reg::DP_HOST_IP` or `reg::DP_HOST_UDP_PORT`).
+    #[error("VP {vp}'s {} is 0: the data plane is not configured", register_name(*register))]
+    HostUnset {
+        /// The VP.
+        vp: u32,
+        /// Offset of the register in the VP block.
+        register: u32,
+    },
+    /// Code 10: the peer's data plane is not running, so nothing can play.
+    #[error("the peer's data plane is not running")]
+    NoDataPlane,
+    /// Any other code (a newer peer).
+    #[error("refusal code {code} (details {:#x}, {:#x})", details[0], details[1])]
+    Unknown {
+        /// PLAYER_START_ERROR.
+        code: u32,
+        /// The detail words.
+        details: [u32; 2],
+    },
+}
+
+fn register_name(offset: u32) -> &'static str {
+    match offset {
+        reg::DP_HOST_IP => "DP_HOST_IP",
+        reg::DP_HOST_UDP_PORT => "DP_HOST_UDP_PORT bits 15:0",
+        _ => "host register",
+    }
+}
+
+impl PlayerRefusal {
+    /// The [`ext::PLAYER_START_ERROR`] code (never 0).
+    pub fn code(&self) -> u32 {
+        match *self {
+            PlayerRefusal::NoVpEnabled => 1,
+            PlayerRefusal::WindowTooSmall { .. } => 2,
+            PlayerRefusal::WindowTooLarge { .. } => 3,
+            PlayerRefusal::BadTemplate { .. } => 4,
+            PlayerRefusal::ArgsBeyondWindow { .. } => 5,
+            PlayerRefusal::QecMessageTooLarge { .. } => 6,
+            PlayerRefusal::FrameBeyondSlot { .. } => 7,
+            PlayerRefusal::FrameBeyondBufferLength { .. } => 8,
+            PlayerRefusal::HostUnset { .. } => 9,
+            PlayerRefusal::NoDataPlane => 10,
+            PlayerRefusal::Unknown { code, .. } => code,
+        }
+    }
+
+    /// The two detail words ([`ext::PLAYER_START_DETAIL`]).
+    pub fn details(&self) -> [u32; 2] {
+        match *self {
+            PlayerRefusal::NoVpEnabled | PlayerRefusal::NoDataPlane => [0, 0],
+            PlayerRefusal::WindowTooSmall { window } => [window, 0],
+            PlayerRefusal::WindowTooLarge { window, limit } => [window, limit],
+            PlayerRefusal::BadTemplate { first_word } => [first_word, 0],
+            PlayerRefusal::ArgsBeyondWindow { arg_len, window } => [arg_len, window],
+            PlayerRefusal::QecMessageTooLarge { bytes, limit } => [bytes, limit],
+            PlayerRefusal::FrameBeyondSlot { bytes, slot } => [bytes, slot],
+            PlayerRefusal::FrameBeyondBufferLength { bytes, buffer_length } => [bytes, buffer_length],
+            PlayerRefusal::HostUnset { vp, register } => [vp, register],
+            PlayerRefusal::Unknown { details, .. } => details,
+        }
+    }
+
+    /// The refusal the three words describe; `None` for code 0 (the last start played).
+    pub fn from_words(code: u32, details: [u32; 2]) -> Option<Self> {
+        let [a, b] = details;
+        Some(match code {
+            0 => return None,
+            1 => PlayerRefusal::NoVpEnabled,
+            2 => PlayerRefusal::WindowTooSmall { window: a },
+            3 => PlayerRefusal::WindowTooLarge { window: a, limit: b },
+            4 => PlayerRefusal::BadTemplate { first_word: a },
+            5 => PlayerRefusal::ArgsBeyondWindow { arg_len: a, window: b },
+            6 => PlayerRefusal::QecMessageTooLarge { bytes: a, limit: b },
+            7 => PlayerRefusal::FrameBeyondSlot { bytes: a, slot: b },
+            8 => PlayerRefusal::FrameBeyondBufferLength { bytes: a, buffer_length: b },
+            9 => PlayerRefusal::HostUnset { vp: a, register: b },
+            10 => PlayerRefusal::NoDataPlane,
+            code => PlayerRefusal::Unknown { code, details },
+        })
+    }
 }
 
 /// Clock of the player, the unit of [`reg::PLAYER_INTERVAL`].
@@ -457,6 +658,52 @@ mod tests {
         assert!(!CaptureRecord { request_id: 1, ..Default::default() }.is_blank());
         assert_eq!(reg::vp(u32::MAX, u32::MAX), reg::vp(u32::MAX, u32::MAX));
         assert_eq!(CaptureRecord::WORDS * 4, CaptureRecord::STRIDE as usize);
+    }
+
+    #[test]
+    fn regions_are_ordered_and_disjoint() {
+        for w in reg::REGIONS.windows(2) {
+            assert!(w[0].first <= w[0].last && w[0].last < w[1].first, "{w:?}");
+        }
+        for a in [reg::SENSOR_TX_ENABLE, reg::APB_SEQUENCER_RAM, 0x22C, reg::hif(1, reg::DP_VP_MASK)] {
+            assert!(reg::region_of(a).is_some(), "{a:#x}");
+        }
+        assert_eq!(reg::region_of(0x0000_0F00), None);
+        assert_eq!(reg::region_of(0x5000_1000), None);
+        assert_eq!(reg::region_of(ext::PLAYER_START_DETAIL + 4).map(|r| r.name), Some("player"));
+        assert_eq!(reg::region_of(ext::QEC_DECODE_MAX_NS).map(|r| r.name), Some("capture"));
+    }
+
+    #[test]
+    fn player_refusals_round_trip_their_words() {
+        let all = [
+            PlayerRefusal::NoVpEnabled,
+            PlayerRefusal::WindowTooSmall { window: 0 },
+            PlayerRefusal::WindowTooLarge { window: 5000, limit: 4096 },
+            PlayerRefusal::BadTemplate { first_word: 0 },
+            PlayerRefusal::ArgsBeyondWindow { arg_len: 9, window: 28 },
+            PlayerRefusal::QecMessageTooLarge { bytes: 9000, limit: 4096 },
+            PlayerRefusal::FrameBeyondSlot { bytes: 200, slot: 128 },
+            PlayerRefusal::FrameBeyondBufferLength { bytes: 200, buffer_length: 64 },
+            PlayerRefusal::HostUnset { vp: 3, register: reg::DP_HOST_IP },
+            PlayerRefusal::NoDataPlane,
+            PlayerRefusal::Unknown { code: 77, details: [1, 2] },
+        ];
+        for (i, r) in all.iter().enumerate() {
+            assert_eq!(PlayerRefusal::from_words(r.code(), r.details()), Some(*r));
+            if i < 10 {
+                assert_eq!(r.code(), i as u32 + 1);
+            }
+        }
+        assert_eq!(PlayerRefusal::from_words(0, [5, 5]), None);
+        assert_eq!(
+            PlayerRefusal::BadTemplate { first_word: 0 }.to_string(),
+            "player RAM holds no CUQR request template (its first word is 0x00000000, not 0x43555152)"
+        );
+        assert_eq!(
+            PlayerRefusal::HostUnset { vp: 0, register: reg::DP_HOST_IP }.to_string(),
+            "VP 0's DP_HOST_IP is 0: the data plane is not configured"
+        );
     }
 
     #[test]

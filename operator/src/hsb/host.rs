@@ -10,7 +10,8 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use rocelink_wire::hsb::{ext, reg, CaptureRecord, PLAYER_CLOCK_HZ};
+use rocelink_wire::ecb::Status;
+use rocelink_wire::hsb::{ext, reg, CaptureRecord, PlayerRefusal, PLAYER_CLOCK_HZ};
 
 use super::ecb_client::{EcbClient, EcbError};
 
@@ -260,7 +261,9 @@ impl HsbHost {
         self.ecb.write(reg::CAPTURE_CTRL, reg::CAPTURE_ARM)
     }
 
-    /// Starts the player.
+    /// Starts the player. A peer whose player cannot play answers the start with
+    /// `Status::Refused`: the error is then [`EcbError::PlayerRefused`], with the reason
+    /// from its PLAYER_START_ERROR (the convention of `hsb::ext::PLAYER_START_ERROR`).
     pub fn start_player(&mut self, p: &PlayerConfig) -> Result<(), EcbError> {
         let mut en = reg::PLAYER_RUN;
         if p.stamp {
@@ -269,7 +272,24 @@ impl HsbHost {
         if p.scramble {
             en |= reg::PLAYER_SCRAMBLE;
         }
-        self.ecb.write(reg::PLAYER_ENABLE, en)
+        self.start(en)
+    }
+
+    /// Writes the run bit; a refusal becomes [`EcbError::PlayerRefused`] with its reason.
+    fn start(&mut self, enable: u32) -> Result<(), EcbError> {
+        match self.ecb.write(reg::PLAYER_ENABLE, enable) {
+            Err(EcbError::Status { peer, status: Status::Refused, .. }) => {
+                let mut w = Vec::new();
+                let reason = match self.ecb.read_block(&[ext::PLAYER_START_ERROR, ext::PLAYER_START_DETAIL, ext::PLAYER_START_DETAIL + 4], &mut w) {
+                    Ok(()) => PlayerRefusal::from_words(w[0], [w[1], w[2]]),
+                    // A peer without the register (0x03, or another status): no reason.
+                    Err(EcbError::Status { .. }) => None,
+                    Err(e) => return Err(e),
+                };
+                Err(EcbError::PlayerRefused { peer, reason })
+            }
+            r => r,
+        }
     }
 
     pub fn stop_player(&mut self) -> Result<(), EcbError> {
@@ -365,9 +385,10 @@ impl HsbHost {
         self.ecb.write(ext::PLAYER_RESPONSE_TIMEOUT_US, p.response_timeout.as_micros().min(u128::from(u32::MAX)) as u32)
     }
 
-    /// Starts a QEC run (messages always carry their send time).
+    /// Starts a QEC run (messages always carry their send time); a refusal as in
+    /// [`Self::start_player`].
     pub fn start_qec_player(&mut self) -> Result<(), EcbError> {
-        self.ecb.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_STAMP_PTP)
+        self.start(reg::PLAYER_RUN | reg::PLAYER_STAMP_PTP)
     }
 
     /// The QEC run's results (`None`: a peer without the QEC registers).
