@@ -26,9 +26,37 @@ fn skip_or_fail(why: &str) {
     eprintln!("wire_capture: SKIPPED: {why}");
 }
 
-/// An AF_PACKET socket on `lo` that sees every frame (ETH_P_ALL), with a 100 ms receive
-/// timeout and a large buffer.
-fn packet_socket() -> std::io::Result<libc::c_int> {
+/// One run at a time: each spins three threads (and CI has two cores).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A classic BPF program for the capture socket (it sees the Ethernet header first): IPv4,
+/// UDP, not a fragment, destination port 4791, `ip` the source or the destination. The
+/// kernel then queues (and counts as dropped, when the buffer is full) this run's frames only.
+fn capture_filter(ip: Ipv4Addr) -> Vec<libc::sock_filter> {
+    let i = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let ip = u32::from(ip);
+    vec![
+        i(0x28, 0, 0, 12),     // 0 ldh [12]: ethertype
+        i(0x15, 0, 11, 0x0800), // 1 IPv4, else drop (13)
+        i(0x30, 0, 0, 23),     // 2 ldb [23]: protocol
+        i(0x15, 0, 9, 17),     // 3 UDP, else drop
+        i(0x28, 0, 0, 20),     // 4 ldh [20]: flags | fragment offset
+        i(0x45, 7, 0, 0x1fff), // 5 a fragment after the first: drop
+        i(0xb1, 0, 0, 14),     // 6 X = IPv4 header length
+        i(0x48, 0, 0, 16),     // 7 ldh [x + 16]: UDP destination port
+        i(0x15, 0, 4, 4791),   // 8 RoCEv2, else drop
+        i(0x20, 0, 0, 26),     // 9 ld [26]: source address
+        i(0x15, 3, 0, ip),     // 10 ours: accept (14)
+        i(0x20, 0, 0, 30),     // 11 ld [30]: destination address
+        i(0x15, 1, 0, ip),     // 12 ours: accept
+        i(0x06, 0, 0, 0),      // 13 drop
+        i(0x06, 0, 0, u32::MAX), // 14 accept
+    ]
+}
+
+/// An AF_PACKET socket on `lo` that sees `ip`'s RoCEv2 frames ([`capture_filter`]), with a
+/// 100 ms receive timeout and a large buffer.
+fn packet_socket(ip: Ipv4Addr) -> std::io::Result<libc::c_int> {
     let proto = (libc::ETH_P_ALL as u16).to_be() as libc::c_int;
     // SAFETY: socket(2) with constant arguments.
     let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, proto) };
@@ -49,6 +77,20 @@ fn packet_socket() -> std::io::Result<libc::c_int> {
             libc::close(fd);
             return Err(e);
         }
+        let prog = capture_filter(ip);
+        let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
+        if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, (&fprog as *const libc::sock_fprog).cast(), std::mem::size_of::<libc::sock_fprog>() as u32) != 0 {
+            let e = std::io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        // what queued before the filter: anyone's
+        let mut b = [0u8; 64];
+        while libc::recv(fd, b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) >= 0 {}
+        let mut st: libc::tpacket_stats = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // reading the statistics resets them
+        libc::getsockopt(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, (&mut st as *mut libc::tpacket_stats).cast(), &mut len);
         let size: libc::c_int = 64 << 20;
         libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&size as *const libc::c_int).cast(), 4);
         let tv = libc::timeval { tv_sec: 0, tv_usec: 100_000 };
@@ -117,7 +159,9 @@ fn write_pcap(path: &std::path::Path, frames: &[(Duration, Vec<u8>)]) {
 
 #[test]
 fn every_frame_of_a_udp_wire_echo_run_has_a_valid_icrc_by_scapy() {
-    let fd = match packet_socket() {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let host = host_ip(0);
+    let fd = match packet_socket(host) {
         Ok(fd) => fd,
         Err(e) => return skip_or_fail(&format!("no AF_PACKET socket on lo ({e}; needs CAP_NET_RAW)")),
     };
@@ -137,9 +181,6 @@ fn every_frame_of_a_udp_wire_echo_run_has_a_valid_icrc_by_scapy() {
         Ok(_) => {}
     }
 
-    // a host address of this run's own, so that other runs on lo are not captured
-    let pid = std::process::id();
-    let host = Ipv4Addr::new(127, 251, (pid % 250) as u8, (pid / 250 % 120) as u8 * 2 + 2);
     let stop = Arc::new(AtomicBool::new(false));
     let cap = {
         let stop = stop.clone();
@@ -175,4 +216,76 @@ fn every_frame_of_a_udp_wire_echo_run_has_a_valid_icrc_by_scapy() {
     assert!(out.status.success(), "rocelink echo failed: {}", out.status);
     // the wire said at start how it sends and receives
     assert!(stderr.contains("UDP wire bound"), "{stderr}");
+}
+
+/// A host address of this process's own (`k` tells tests apart), so that other runs on lo
+/// are not captured.
+fn host_ip(k: u8) -> Ipv4Addr {
+    let pid = std::process::id();
+    Ipv4Addr::new(127, 251 - k, (pid % 250) as u8, (pid / 250 % 120) as u8 * 2 + 2)
+}
+
+#[test]
+fn a_request_replayed_from_a_third_address_is_dropped_and_counted_as_wrong_source() {
+    // IBTA 9.6, PROTOCOLS.md 1.2: the host's UC QP accepts its peer's address only. A third
+    // address sends the peer's first request again, as its own (ICRC over its own header:
+    // valid RoCEv2, right QP and key), during a UDP-wire run.
+    use rocelink_link::Link;
+    use rocelink_wire::roce;
+    const REPLAYS: u64 = 50;
+    const COUNT: u32 = 3000;
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let host = host_ip(1);
+    let fd = match packet_socket(host) {
+        Ok(fd) => fd,
+        Err(e) => return skip_or_fail(&format!("no AF_PACKET socket on lo ({e}; needs CAP_NET_RAW)")),
+    };
+    let third = Ipv4Addr::new(host.octets()[0], host.octets()[1], host.octets()[2], host.octets()[3] + 1);
+    let replayer = std::thread::spawn(move || {
+        let mut link = rocelink_link::UdpLink::bind(std::net::SocketAddrV4::new(third, roce::UDP_PORT)).expect("bind the third address");
+        let mut buf = vec![0u8; 65536];
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            // SAFETY: recv writes at most buf.len() bytes.
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n <= 0 || !is_roce_of(&buf[..n as usize], host) || buf[30..34] != host.octets() {
+                continue;
+            }
+            let Ok(f) = roce::parse_frame(&buf[..n as usize]) else { continue };
+            if f.repr.bth.opcode != rocelink_wire::bth::Opcode::UcWriteOnlyImm {
+                continue;
+            }
+            let mut r = f.repr;
+            r.ipv4.src_addr = third.octets();
+            let mut replay = vec![0u8; 65536];
+            let len = r.emit(f.payload, &mut replay).unwrap();
+            for _ in 0..REPLAYS {
+                link.send(&replay[..len]).unwrap();
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            unsafe { libc::close(fd) };
+            return true;
+        }
+        unsafe { libc::close(fd) };
+        false
+    });
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wire_capture");
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("replay.json");
+    let _ = std::fs::remove_file(&json);
+    let out = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["echo", "--wire", "udp", "--peer-process", "--count", &COUNT.to_string(), "--size", "64", "--quiet", "--host-ip"])
+        .arg(host.to_string())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run rocelink");
+    eprintln!("rocelink echo: {}\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(replayer.join().unwrap(), "no request was seen to replay");
+    assert!(out.status.success(), "{}", out.status);
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["nic_drops"]["wrong_source"], REPLAYS, "{r}");
+    let other: u64 = r["nic_drops"].as_object().unwrap().iter().filter(|(k, _)| *k != "wrong_source").map(|(_, v)| v.as_u64().unwrap()).sum();
+    assert_eq!(other, 0, "{r}");
+    assert_eq!((r["received"].as_u64(), r["lost"].as_u64()), (Some(u64::from(COUNT)), Some(0)), "{r}");
 }
