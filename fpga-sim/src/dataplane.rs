@@ -178,3 +178,52 @@ impl DataPlane {
         player.psn()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::player::accept_answer;
+    use crate::stats::Stats;
+    use rocelink_wire::roce::{self, Endpoints, RoceRepr};
+
+    const HOST: [u8; 4] = [10, 0, 0, 1];
+    const PEER_QP: u32 = 2;
+
+    /// A host's UC SEND to the peer's QP, from `src`, with TVer `tver` (ICRC valid).
+    fn send_from(src: [u8; 4], tver: u8) -> Vec<u8> {
+        let ep = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: src, dst_ip: [10, 0, 0, 2], src_port: 4791, dst_port: roce::UDP_PORT };
+        let mut r = RoceRepr::uc_send_only(&ep, PEER_QP, 9, 8);
+        r.bth.tver = tver;
+        let mut f = vec![0u8; 256];
+        let n = r.emit(b"answer!!", &mut f).unwrap();
+        f.truncate(n);
+        f
+    }
+
+    #[test]
+    fn the_receiver_drops_and_counts_tver_other_than_0() {
+        let stats = Stats::default();
+        for tver in [1, 7, 15] {
+            assert_eq!(accept_answer(&send_from(HOST, tver), PEER_QP, Some(HOST), &stats), None, "TVer {tver}");
+        }
+        // between runs too (counted there as well, not as unexpected)
+        assert_eq!(accept_answer(&send_from(HOST, 1), PEER_QP, None, &stats), None);
+        let s = stats.snapshot();
+        assert_eq!((s.bad_tver, s.unexpected, s.malformed, s.icrc_failures), (4, 0, 0, 0));
+        assert_eq!(accept_answer(&send_from(HOST, 0), PEER_QP, Some(HOST), &stats), Some(&b"answer!!"[..]));
+    }
+
+    #[test]
+    fn the_receiver_accepts_sends_from_the_configured_host_only() {
+        let stats = Stats::default();
+        for src in [[10, 0, 0, 3], [10, 0, 0, 2], [127, 0, 0, 1]] {
+            assert_eq!(accept_answer(&send_from(src, 0), PEER_QP, Some(HOST), &stats), None, "from {src:?}");
+        }
+        let s = stats.snapshot();
+        assert_eq!((s.wrong_source, s.unexpected, s.bad_tver), (3, 0, 0));
+        assert_eq!(accept_answer(&send_from(HOST, 0), PEER_QP, Some(HOST), &stats), Some(&b"answer!!"[..]));
+        assert_eq!(stats.snapshot().wrong_source, 3);
+        // counters reset with the others at a run's start
+        stats.reset();
+        assert_eq!(stats.snapshot().wrong_source, 0);
+    }
+}

@@ -453,7 +453,7 @@ impl Player {
     /// `stats.received` is added to as a single-writer counter ([`Stats::bump_in_run`]):
     /// only the thread that runs this player may write it meanwhile.
     pub fn on_frame(&mut self, frame: &[u8], now: u64, stats: &Stats) {
-        let Some(payload) = accept_answer(frame, self.cfg.fpga_qp, stats) else {
+        let Some(payload) = accept_answer(frame, self.cfg.fpga_qp, Some(self.cfg.endpoints.dst_ip), stats) else {
             return;
         };
         // Single writer: on_frame runs on the data-plane thread during a run only.
@@ -549,9 +549,11 @@ impl Player {
     }
 }
 
-/// Parses a received frame and returns the RPC payload of a SEND to `qp`; anything else is
-/// counted (PROTOCOLS.md 1.2: unexpected traffic is a counted drop, never a crash).
-pub fn accept_answer<'a>(frame: &'a [u8], qp: u32, stats: &Stats) -> Option<&'a [u8]> {
+/// Parses a received frame and returns the RPC payload of a SEND to `qp` from `host` (the
+/// IPv4 address in DP_HOST_IP; `None`: no run, any source); anything else is counted
+/// (PROTOCOLS.md 1.2: unexpected traffic is a counted drop, never a crash; TVer other than 0
+/// and a source other than the host are dropped as a ConnectX drops them, IBTA 9.6).
+pub fn accept_answer<'a>(frame: &'a [u8], qp: u32, host: Option<[u8; 4]>, stats: &Stats) -> Option<&'a [u8]> {
     match roce::parse_frame(frame) {
         Err(WireError::BadIcrc) => {
             Stats::bump(&stats.icrc_failures);
@@ -559,6 +561,14 @@ pub fn accept_answer<'a>(frame: &'a [u8], qp: u32, stats: &Stats) -> Option<&'a 
         }
         Err(_) => {
             Stats::bump(&stats.malformed);
+            None
+        }
+        Ok(f) if f.repr.bth.tver != 0 => {
+            Stats::bump(&stats.bad_tver);
+            None
+        }
+        Ok(f) if host.is_some_and(|h| h != f.repr.ipv4.src_addr) => {
+            Stats::bump(&stats.wrong_source);
             None
         }
         Ok(f) => {
@@ -578,7 +588,7 @@ pub fn accept_answer<'a>(frame: &'a [u8], qp: u32, stats: &Stats) -> Option<&'a 
 
 /// Counts a frame that arrived while no run is active.
 pub fn count_idle_frame(frame: &[u8], qp: u32, stats: &Stats) {
-    if accept_answer(frame, qp, stats).is_some() {
+    if accept_answer(frame, qp, None, stats).is_some() {
         Stats::bump(&stats.unexpected);
     }
 }

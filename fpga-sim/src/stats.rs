@@ -31,6 +31,11 @@ pub struct Stats {
     pub unexpected: AtomicU32,
     /// Messages whose answer never came (retired after the response timeout).
     pub timeouts: AtomicU32,
+    /// Frames with a BTH TVer other than 0, dropped (IBTA 9.6; PROTOCOLS.md 1.2).
+    pub bad_tver: AtomicU32,
+    /// Frames during a run from an IPv4 source other than the host's (DP_HOST_IP), dropped
+    /// (IBTA 9.6: a connected QP accepts its peer only; PROTOCOLS.md 1.2).
+    pub wrong_source: AtomicU32,
     /// The QEC replay's counters.
     pub qec: QecStats,
 }
@@ -45,6 +50,8 @@ pub struct StatsSnapshot {
     pub stalls: u32,
     pub unexpected: u32,
     pub timeouts: u32,
+    pub bad_tver: u32,
+    pub wrong_source: u32,
 }
 
 impl Stats {
@@ -84,13 +91,15 @@ impl Stats {
             stalls: r(&self.stalls),
             unexpected: r(&self.unexpected),
             timeouts: r(&self.timeouts),
+            bad_tver: r(&self.bad_tver),
+            wrong_source: r(&self.wrong_source),
         }
     }
 
     /// The counters in register order (STAT_SENT, STAT_RECEIVED, STAT_ICRC_FAILURES,
     /// STAT_MALFORMED, STAT_STALLS, STAT_UNEXPECTED, STAT_TIMEOUTS: one word each from
-    /// `STATS_BASE`).
-    pub fn counters(&self) -> [&AtomicU32; 7] {
+    /// `STATS_BASE`), then bad_tver and wrong_source (the words after, 0x1C and 0x20).
+    pub fn counters(&self) -> [&AtomicU32; 9] {
         [
             &self.sent,
             &self.received,
@@ -99,6 +108,8 @@ impl Stats {
             &self.stalls,
             &self.unexpected,
             &self.timeouts,
+            &self.bad_tver,
+            &self.wrong_source,
         ]
     }
 }

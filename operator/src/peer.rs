@@ -104,7 +104,7 @@ pub fn start(nic: &NicPlan, peer: &PeerPlan, qec: Option<&Replay>, core: Option<
         (WireKind::Inproc, _) => Err(RunError::Config("the inproc wire needs the peer in this process; use the UDP wire with a separate peer".into())),
         (WireKind::Udp, p) => {
             let local = bind.unwrap_or(SocketAddrV4::new(def_host, roce::UDP_PORT));
-            let mut udp = UdpLink::bind(local).map_err(|e| RunError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
+            let udp = UdpLink::bind(local).map_err(|e| RunError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
             let host = udp.local_addr();
             let (peer, ecb, peer_roce) = match p {
                 PeerPlan::InProcess { ip } => {
@@ -130,10 +130,6 @@ pub fn start(nic: &NicPlan, peer: &PeerPlan, qec: Option<&Replay>, core: Option<
                 }
                 PeerPlan::Remote { ecb, roce } => (RunningPeer::Remote, *ecb, *roce),
             };
-            // The NIC's answers go to the peer's RoCE address through a connected socket (a
-            // route lookup less per datagram, link/src/udp.rs), made before the peer is told to
-            // send (the HSB host's configuration comes later).
-            udp.connect_to(peer_roce).map_err(|e| RunError::Start { what: "the UDP wire".into(), detail: format!("{host} -> {peer_roce}: {e}") })?;
             Ok(PeerAndWire { peer, nic_link: Box::new(udp), ecb, peer_ip: *peer_roce.ip(), peer_roce, host_ip: *host.ip(), host_port: host.port(), wire: format!("udp {host} <-> {peer_roce}") })
         }
     }

@@ -744,6 +744,37 @@ fn unknown_destination_qp_is_dropped() {
 }
 
 #[test]
+fn transport_version_other_than_0_is_dropped() {
+    // IBTA 9.6, PROTOCOLS.md 1.2: a ConnectX drops a BTH TVer other than 0
+    for tver in [1, 2, 0xf] {
+        Rig::drop_on_fresh(
+            |r| r.base_with(|x| x.bth.tver = tver),
+            DropReason::BadTver,
+            &format!("TVer {tver}"),
+        );
+    }
+}
+
+#[test]
+fn frames_from_another_source_than_the_peer_are_dropped() {
+    // IBTA 9.6, PROTOCOLS.md 1.2: a connected QP accepts its peer's path only; the frame is
+    // otherwise valid (ICRC over its own header) and addressed to our QP
+    for src in [[10, 0, 0, 3], [127, 0, 0, 1], HOST_IP, [PEER_IP[0], PEER_IP[1], PEER_IP[2], PEER_IP[3] ^ 1]] {
+        Rig::drop_on_fresh(
+            |r| r.base_with(|x| x.ipv4.src_addr = src),
+            DropReason::WrongSource,
+            &format!("from {src:?}"),
+        );
+    }
+    // the peer's address from another UDP source port is the peer (the port is entropy)
+    let mut rig = Rig::new();
+    let f = rig.base_with(|x| x.udp.src_port = 54321);
+    let dest = rig.slot_off(BASE_SLOT)..rig.slot_off(BASE_SLOT) + BASE_LEN;
+    rig.accept(&f, dest, Delivery::Completed, "the peer, another source port")
+        .expect("a CQE");
+}
+
+#[test]
 fn wrong_pkey_is_dropped() {
     // Ours is 0xFFFF (default partition, full member).
     for pkey in [0xfffe, 0x7ffe, 0x1234, 0x0000, 0x8000] {

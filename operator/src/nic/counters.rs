@@ -11,6 +11,8 @@ pub enum DropReason {
     Truncated,
     /// Not IPv4/UDP to port 4791.
     NotRoce,
+    /// BTH TVer other than 0 (IBTA 9.6; PROTOCOLS.md 1.2).
+    BadTver,
     /// IPv4 header checksum wrong.
     BadChecksum,
     /// A header field the protocol forbids (pad count, lengths, IPv4 fragments).
@@ -23,6 +25,9 @@ pub enum DropReason {
     UnsupportedOpcode,
     /// Destination QP is not ours.
     UnknownQp,
+    /// From an IPv4 source other than the connected QP's peer (IBTA 9.6: a UC/RC QP
+    /// accepts only the path it was connected to; PROTOCOLS.md 1.2).
+    WrongSource,
     /// P_Key does not match the QP's.
     BadPkey,
     /// R_Key names no memory region, or one without remote-write access.
@@ -41,15 +46,17 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::Truncated,
         DropReason::NotRoce,
+        DropReason::BadTver,
         DropReason::BadChecksum,
         DropReason::Malformed,
         DropReason::BadIcrc,
         DropReason::Oversized,
         DropReason::UnsupportedOpcode,
         DropReason::UnknownQp,
+        DropReason::WrongSource,
         DropReason::BadPkey,
         DropReason::BadRkey,
         DropReason::OutOfBounds,
@@ -64,12 +71,14 @@ impl DropReason {
         match self {
             DropReason::Truncated => "truncated",
             DropReason::NotRoce => "not_roce",
+            DropReason::BadTver => "bad_tver",
             DropReason::BadChecksum => "bad_ip_checksum",
             DropReason::Malformed => "malformed",
             DropReason::BadIcrc => "bad_icrc",
             DropReason::Oversized => "oversized",
             DropReason::UnsupportedOpcode => "unsupported_opcode",
             DropReason::UnknownQp => "unknown_qp",
+            DropReason::WrongSource => "wrong_source",
             DropReason::BadPkey => "bad_pkey",
             DropReason::BadRkey => "bad_rkey",
             DropReason::OutOfBounds => "out_of_bounds",

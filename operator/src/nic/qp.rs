@@ -1,9 +1,11 @@
 //! One UC queue pair of the software NIC: the receive and send rules, over the shared rings.
 //!
 //! Receive rules (IBTA vol 1 ch. 9; RoCEv2 annex A17; PROTOCOLS.md 1-2): a frame is parsed and
-//! its ICRC verified ([`roce::parse_frame`]), then checked in this order, each failure
-//! counted under its own [`DropReason`] and nothing written: size, opcode (UC only), destination
-//! QP, P_Key, PSN (IBTA vol 1 9.7, unreliable connected: an ONLY or FIRST packet is accepted
+//! its ICRC verified ([`roce::parse_frame`], against the IPv4 header the link hands on: as
+//! received on a raw or in-process wire, rebuilt behind a plain UDP socket), then checked in
+//! this order, each failure counted under its own [`DropReason`] and nothing written: size,
+//! BTH TVer 0 (IBTA 9.6), opcode (UC only), destination QP, IPv4 source = the connected
+//! peer's (IBTA 9.6; PROTOCOLS.md 1.2: a ConnectX drops the rest), P_Key, PSN (IBTA vol 1 9.7, unreliable connected: an ONLY or FIRST packet is accepted
 //! with any PSN and resynchronises the expected PSN, a gap is counted, not dropped; MIDDLE and
 //! LAST must follow in sequence, else the message is abandoned), R_Key and access, VA + DMA length inside the region, DMA
 //! length against the payload, a posted receive WQE for packets that consume one. Only then
@@ -35,7 +37,8 @@ pub struct QpAttrs {
     pub qpn: u32,
     /// Our partition key (full member when bit 15 is set; 0xFFFF in HSB).
     pub pkey: u16,
-    /// Source = us, destination = the peer: MACs, IPs and UDP ports of frames we send.
+    /// Source = us, destination = the peer: MACs, IPs and UDP ports of frames we send. The
+    /// destination IP is also the only source we accept frames from (IBTA 9.6).
     pub endpoints: Endpoints,
     /// The peer's QP (2 for an HSB FPGA).
     pub peer_qpn: u32,
@@ -262,6 +265,10 @@ impl SoftNic {
         if payload.len() > self.opts.pmtu {
             return Err(DropReason::Oversized);
         }
+        // IBTA 9.6: a transport header version other than 0 is dropped.
+        if bth.tver != 0 {
+            return Err(DropReason::BadTver);
+        }
         let op = bth.opcode;
         let supported = matches!(
             op,
@@ -279,6 +286,11 @@ impl SoftNic {
         }
         if bth.dest_qp != self.attrs.qpn {
             return Err(DropReason::UnknownQp);
+        }
+        // IBTA 9.6: a connected QP accepts packets of the path it was connected to only
+        // (here: the peer's IPv4 address; the UDP source port is the sender's entropy).
+        if f.repr.ipv4.src_addr != self.attrs.endpoints.dst_ip {
+            return Err(DropReason::WrongSource);
         }
         if !self.pkey_matches(bth.pkey) {
             return Err(DropReason::BadPkey);
