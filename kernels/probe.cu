@@ -5,6 +5,12 @@
  *     word of pinned host memory (`ping`) and writes each new value back to `pong`; the host
  *     measures the round trip. 0xffffffff ends it. The exit value is the only exit: the host
  *     always writes it.
+ *   rl_probe_pingpong_fenced: the same with __threadfence_system() after the store. Polling
+ *     again right after the store sends a read that reaches host memory before the host's
+ *     next write, so a round trip waits for a second read; the fence holds the next read
+ *     until the store is done, and the round trip costs one read (PERF.md "Lessons"). Which
+ *     is cheaper depends on the host: the benchmark measures both and takes the better one
+ *     as the floor.
  *   rl_echo_once: the CPU-driven approach the persistent kernel replaces: one launch per
  *     message runs the stage chain on a request in mapped memory and writes the answer and
  *     its length back to mapped memory; the host launches, synchronises, then sends.
@@ -20,7 +26,8 @@
 #define RL_MAX_MSG 4096
 #endif
 
-extern "C" __global__ void rl_probe_pingpong(uint32_t *ping, uint32_t *pong) {
+template <bool FENCE>
+__device__ __forceinline__ void rl_probe_pingpong_loop(uint32_t *ping, uint32_t *pong) {
     if (threadIdx.x != 0) return;
     uint32_t last = 0;
     for (;;) {
@@ -28,10 +35,15 @@ extern "C" __global__ void rl_probe_pingpong(uint32_t *ping, uint32_t *pong) {
         if (v != last) {
             if (v == 0xffffffffu) break;
             rl_st32_sys(pong, v);
+            if (FENCE) __threadfence_system();
             last = v;
         }
     }
 }
+
+extern "C" __global__ void rl_probe_pingpong(uint32_t *ping, uint32_t *pong) { rl_probe_pingpong_loop<false>(ping, pong); }
+
+extern "C" __global__ void rl_probe_pingpong_fenced(uint32_t *ping, uint32_t *pong) { rl_probe_pingpong_loop<true>(ping, pong); }
 
 extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_echo_once(const uint8_t *req, uint32_t len, uint8_t *resp, uint32_t cap,
                                                                           int32_t *out_len) {

@@ -180,6 +180,10 @@
 #ifndef RL_FENCE_EVERY
 #define RL_FENCE_EVERY 8u
 #endif
+/* RL_FENCE_AFTER_DOORBELL (kernels/verbs.cuh, measurement only): 1 puts a system-scope fence
+ * after every doorbell this loop rings, whichever kind, so the next poll's first read leaves
+ * once the doorbell's stores landed (what the fence after the store gains the raw ping-pong,
+ * kernels/probe.cu). An A/B switch for one host: ROCELINK_KERNEL_DEFINES. */
 #if RL_MAX_MSG > RL_DB_GATHER_MAX
 #error "RL_MAX_MSG: a checked doorbell's check covers at most RL_DB_GATHER_MAX gathered bytes"
 #endif

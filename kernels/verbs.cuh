@@ -135,6 +135,23 @@ __device__ __forceinline__ void rl_fence_release_sys(void) {
 #endif
 }
 
+/*
+ * RL_FENCE_AFTER_DOORBELL (measurement only): __threadfence_system() after each doorbell's
+ * last store (rl_dev_verbs_submit_proxy, _checked_warp, rl_dev_verbs_ring_db_mmio_ctrl). A
+ * fence after the raw ping-pong's store cut its round trip by about one PCIe read
+ * (kernels/probe.cu: the next poll's read leaves once the store landed, not before the answer
+ * can be there); this switch asks whether the data path's next poll gains the same way.
+ * 0 (the default): no fence there (nothing the NIC reads needs one).
+ */
+#ifndef RL_FENCE_AFTER_DOORBELL
+#define RL_FENCE_AFTER_DOORBELL 0
+#endif
+__device__ __forceinline__ void rl_dev_verbs_after_doorbell(void) {
+#if RL_FENCE_AFTER_DOORBELL
+    __threadfence_system();
+#endif
+}
+
 /* ---- completion queues ------------------------------------------------------------- */
 
 /** A CQ as the data path tracks it. */
@@ -455,6 +472,7 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) 
 #endif
     rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
     rl_st64_sys(sq->proxy, sq->pi & RL_DB_PI_MASK);
+    rl_dev_verbs_after_doorbell();
 }
 
 /**
@@ -478,6 +496,7 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl
         rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
         rl_st64_sys(sq->proxy, (uint64_t)(sq->pi & RL_DB_PI_MASK) | ((uint64_t)((sq->pi - range_first - 1) & RL_DB_LAST_MASK) << RL_DB_LAST_SHIFT) |
                                    (1ull << RL_DB_CHECKED_BIT) | (range_check >> RL_DB_CHECK_SHIFT << RL_DB_CHECK_SHIFT));
+        rl_dev_verbs_after_doorbell();
     }
 }
 
@@ -486,7 +505,8 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl
  * (the WQEs and what they gather are visible first), doorbell record, release fence (the
  * record before the doorbell: they go to different places, host memory and the device's
  * BAR), then `ctrl8`, the last WQE's first 8 control-segment bytes as they lie in memory
- * (rl_dev_verbs_ctrl's .x then .y), into the UAR (PROTOCOLS.md 4). No fence after it: nothing
+ * (rl_dev_verbs_ctrl's .x then .y), into the UAR (PROTOCOLS.md 4). No fence after it (unless
+ * RL_FENCE_AFTER_DOORBELL, for measurement): nothing
  * the NIC reads for this doorbell is written later, and the next doorbell's first fence
  * orders this one before anything after (a GPU has no write-combining buffer to flush, which
  * is what rdma-core's CPU path flushes there). Thread scope.
@@ -496,6 +516,7 @@ __device__ __forceinline__ void rl_dev_verbs_ring_db_mmio_ctrl(struct rl_dev_sq 
     rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
     rl_fence_release_sys();
     rl_st64_sys((uint64_t *)sq->uar, ctrl8);
+    rl_dev_verbs_after_doorbell();
 }
 
 /**

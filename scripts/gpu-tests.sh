@@ -13,7 +13,11 @@ case "${1:-}" in
   build)
     cargo build --release --bin rocelink
     mkdir -p .carry
-    grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
+    # .carry/ stays out of git (and out of the tree the device tool copies unless carried); in
+    # a worktree .git is a file, and the exclude file is the common git directory's
+    exclude="$(git rev-parse --git-common-dir)/info/exclude"
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.carry/' "$exclude" 2>/dev/null || echo '/.carry/' >> "$exclude"
     strip target/release/rocelink -o .carry/rocelink
     # test binaries: the root package's GPU tests; the QEC decoder's GPU-vs-CPU test (operator
     # crate, it reads the committed fixtures); the device verbs layer's WQEs on the GPU,
@@ -43,13 +47,34 @@ for l in sys.stdin:
     ls -la .carry
     ;;
   run)
+    # Every binary runs, whatever the ones before it did; each one's result is listed at the
+    # end, and the exit status is 1 when any failed. The tests find the tree's files (QEC
+    # fixtures, graphs) through ROCELINK_REPO_ROOT: this copy of the tree, not the one they
+    # were built in.
     export ROCELINK_BIN="$PWD/.carry/rocelink"
-    nvidia-smi -L
-    ./.carry/gpu-tests --ignored --test-threads 1 "${@:2}"
-    # run from the operator folder: the test finds its fixtures relative to it
-    (cd operator && ../.carry/qec-gpu-tests --ignored --test-threads 1)
-    ./.carry/verbs-gpu-tests --ignored --test-threads 1
-    ./.carry/transceiver-gpu-tests --ignored --test-threads 1
+    export ROCELINK_REPO_ROOT="$PWD"
+    nvidia-smi -L || true
+    results=()
+    failed=0
+    run_bin() { # run_bin NAME [args...]: runs .carry/NAME, records its result
+      local name=$1; shift
+      echo "== $name"
+      local rc=0
+      if [ ! -x ".carry/$name" ]; then
+        echo "missing: .carry/$name (bash scripts/gpu-tests.sh build)" >&2
+        rc=127
+      else
+        "./.carry/$name" "$@" || rc=$?
+      fi
+      if [ "$rc" -eq 0 ]; then results+=("pass  $name"); else results+=("FAIL  $name (exit $rc)"); failed=1; fi
+    }
+    run_bin gpu-tests --ignored --test-threads 1 "${@:2}"
+    run_bin qec-gpu-tests --ignored --test-threads 1
+    run_bin verbs-gpu-tests --ignored --test-threads 1
+    run_bin transceiver-gpu-tests --ignored --test-threads 1
+    echo "== results"
+    printf '%s\n' "${results[@]}"
+    exit "$failed"
     ;;
   bench)
     out=${2:?out dir}; name=${3:-gpu-echo}

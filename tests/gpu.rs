@@ -12,8 +12,20 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "../operator/tests/support/tree.rs"]
+mod tree;
+
+/// `$ROCELINK_BIN`, else the binary cargo built (when it is still there), else the tree's
+/// `.carry/rocelink` (what `scripts/gpu-tests.sh build` carries).
 fn rocelink() -> PathBuf {
-    std::env::var_os("ROCELINK_BIN").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rocelink")))
+    if let Some(p) = std::env::var_os("ROCELINK_BIN") {
+        return PathBuf::from(p);
+    }
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_rocelink"));
+    if built.is_file() {
+        return built;
+    }
+    tree::repo_root().join(".carry/rocelink")
 }
 
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -174,9 +186,9 @@ extern "C" {
 fn gpu_decode_equals_cpu_decode_on_every_fixture() {
     let root = std::env::var_os("ROCELINK_QEC_FIXTURE_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("operator/tests/fixtures/qec"));
+        .unwrap_or_else(tree::qec_fixtures);
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap_or_else(|e| panic!("{}: {e} (run from the repository root)", root.display()))
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .map(|e| e.unwrap().path())
         .filter(|p| p.join("model.dem").exists() && p.join("dets.b8").exists())
         .collect();
@@ -219,10 +231,12 @@ fn gpu_decode_equals_cpu_decode_on_every_fixture() {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn gpu_qec_graph_answers_as_the_cpu_does_including_block_decodes() {
+    // The graph's and the fixture's paths are relative to the tree's root, where rocelink runs.
+    let root = tree::repo_root();
     let d = "operator/tests/fixtures/qec/d5_p0.003";
     let shots = 2000u64;
     // shots of this run with more than 9 defects (120 detectors: 15 bytes per shot)
-    let dets = std::fs::read(format!("{d}/dets.b8")).unwrap_or_else(|e| panic!("{d}: {e} (run from the repository root)"));
+    let dets = std::fs::read(root.join(d).join("dets.b8")).unwrap_or_else(|e| panic!("{}/{d}: {e}", root.display()));
     let many = dets.chunks(15).take(shots as usize).filter(|s| s.iter().map(|b| b.count_ones()).sum::<u32>() > 9).count();
     assert!(many > 10, "the fixture has shots for the block: {many}");
     let run = |backend: &str| -> serde_json::Value {
@@ -231,7 +245,7 @@ fn gpu_qec_graph_answers_as_the_cpu_does_including_block_decodes() {
         let _ = std::fs::remove_dir_all(&dir);
         let json = dir.join("report.json");
         let mut cmd = Command::new(rocelink());
-        cmd.args(["run", "graphs/qec_d5.ron", "--quiet", "--json"]).arg(&json);
+        cmd.current_dir(&root).args(["run", "graphs/qec_d5.ron", "--quiet", "--json"]).arg(&json);
         for s in [
             format!("backend={backend}"),
             format!("peer.qec.dem={d}/model.dem"),

@@ -75,6 +75,9 @@ fn every_measured_kernel_variant_compiles() {
         &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_FAST_PATH=0", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=7"],
         &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_STEPS=32u", "-DRL_PHASE_SAMPLES=64u"],
         &["-DRL_PHASE_LOCK=0", "-DRL_PREPOLL=0", "-DRL_THREADS=32"],
+        &["-DRL_FENCE_AFTER_DOORBELL=1"],
+        &["-DRL_FENCE_AFTER_DOORBELL=1", "-DRL_CHECKED_DOORBELL=0"],
+        &["-DRL_FENCE_AFTER_DOORBELL=1", "-DRL_DOORBELL_MMIO=1"],
     ] {
         let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
         options.extend(defs.iter().map(|d| d.to_string()));
@@ -97,6 +100,10 @@ fn probe_kernels_compile_to_sm90_cubin() {
     }
     let c = compile(kernels::probe_program(), "sm_90");
     assert_eq!(&c.cubin[..4], b"\x7fELF");
+    // Every kernel the benchmark loads by name is in the cubin (its symbol table).
+    for name in ["rl_probe_pingpong", "rl_probe_pingpong_fenced", "rl_echo_once"] {
+        assert!(c.cubin.windows(name.len() + 1).any(|w| &w[..name.len()] == name.as_bytes() && w[name.len()] == 0), "{name} missing from the probe cubin");
+    }
 }
 
 #[test]

@@ -45,6 +45,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+#[path = "support/tree.rs"]
+mod tree;
 use std::time::{Duration, Instant};
 
 use rocelink_operator::gpu::driver::{self, DeviceBuffer, Gpu, StreamState};
@@ -332,8 +335,10 @@ pub struct Workload {
     pub reqs: Vec<Req>,
 }
 
+/// A committed fixture of the tree this runs in (not of the one it was built in: the GPU
+/// machine runs a copy of the tree elsewhere).
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qec").join(name)
+    tree::qec_fixtures().join(name)
 }
 
 fn lcg(state: &mut u64) -> u64 {

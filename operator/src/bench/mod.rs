@@ -8,6 +8,11 @@
 //! A floor row names the path it bounds in `floor_of`; a measured row gives its ratio to its
 //! floor in `vs_floor`. Targets are data: the report says whether each holds, and nothing
 //! here fails because one does not.
+//!
+//! A floor measured several ways is the best of them (`floors::best_of`); the report lists
+//! every variant's figures in `floor_variants` and names the chosen one. A measured path whose
+//! p50 is below its floor's is a floor error (`vs_floor.floor_error`, `floor_errors`, and in
+//! words at the top of the Markdown): the floor is wrong, not the path fast.
 
 pub mod floors;
 pub mod gpu;
@@ -36,7 +41,7 @@ pub mod paths {
     /// of pinned host memory across PCIe.
     pub const FLOOR_MAPPED: &str = "floor: mapped-memory ping-pong";
     /// The GPU paths' floor: the same hops with no protocol work, the mapped-memory ping-pong
-    /// plus the wire's floor (round trips added pairwise).
+    /// plus the wire's floor (round trips added pairwise), each the best of its variants.
     pub const FLOOR_GPU: &str = "floor: mapped ping-pong + wire floor";
     /// The CPU loop launching one kernel per message (the approach the GPU path replaces).
     pub const GPU_LAUNCH: &str = "gpu: kernel launch per message";
@@ -93,6 +98,12 @@ pub struct BenchReport {
     /// figures' resolution.
     pub clock_overhead_ns: Summary,
     pub rows: Vec<BenchRow>,
+    /// The floors measured several ways: which variant each floor row is, and every variant's
+    /// figures.
+    pub floor_variants: Vec<FloorVariants>,
+    /// Every measured row whose p50 beat its floor's, in words (as in its
+    /// `vs_floor.floor_error`). Empty when every floor held.
+    pub floor_errors: Vec<String>,
     pub targets: Vec<Target>,
     /// Whether the run was cut short by an interrupt (rows then cover what was measured).
     pub interrupted: bool,
@@ -160,10 +171,29 @@ impl BenchRow {
 pub struct VsFloor {
     /// The floor's path.
     pub floor: String,
+    /// The floor's variant, when it was the best of several (`FloorVariants::chosen`).
+    pub floor_variant: Option<String>,
     /// p50 / floor p50.
     pub p50: f64,
     /// p99 / floor p99.
     pub p99: f64,
+    /// Set when the path's p50 is below the floor's (`p50` < 1): the floor is not a lower
+    /// bound of this path, so it is wrong (PERF.md), in words.
+    pub floor_error: Option<String>,
+}
+
+/// One floor row measured several ways (`floors::best_of`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FloorVariants {
+    /// The floor row's path, wire and size.
+    pub path: String,
+    pub wire: String,
+    pub size: usize,
+    /// The variant the row is (the least p50), or for a composite floor the variants it was
+    /// built from.
+    pub chosen: String,
+    /// Every variant's figures, the chosen one marked (empty for a composite floor).
+    pub variants: Vec<floors::VariantSummary>,
 }
 
 /// One of the targets and whether this run meets it.
@@ -206,9 +236,16 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
-/// `path`'s figures against `floor`'s.
-pub fn vs_floor(path: &Summary, floor_path: &str, floor: &Summary) -> VsFloor {
-    VsFloor { floor: floor_path.into(), p50: ratio(path.p50, floor.p50), p99: ratio(path.p99, floor.p99) }
+/// `path`'s figures (`path_name`'s) against `floor`'s (`floor_path`'s, variant
+/// `floor_variant` when it is the best of several), with the floor error when it beat it.
+pub fn vs_floor(path_name: &str, path: &Summary, floor_path: &str, floor_variant: Option<&str>, floor: &Summary) -> VsFloor {
+    VsFloor {
+        floor: floor_path.into(),
+        floor_variant: floor_variant.map(str::to_string),
+        p50: ratio(path.p50, floor.p50),
+        p99: ratio(path.p99, floor.p99),
+        floor_error: floors::floor_error(path_name, path, floor_path, floor),
+    }
 }
 
 /// Spinners of a CPU-backend run with its peer in this process: the peer, the NIC engine,
@@ -255,6 +292,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     let mut rows = Vec::new();
     let mut samples = Vec::new();
     let mut targets = Vec::new();
+    let mut floor_variants = Vec::new();
     let mut interrupted = false;
     'all: for &wire in &cfg.wires {
         for &size in &cfg.sizes {
@@ -263,25 +301,36 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 break 'all;
             }
             tracing::info!(wire = wire.as_str(), size, "measuring the floor");
-            let (floor_path, floor, floor_detail) = match wire {
+            let (floor_path, floor, floor_variant, floor_detail) = match wire {
                 WireKind::Inproc => (
                     paths::FLOOR_CACHELINE,
                     floors::cacheline_pingpong(cfg.count, cfg.warmup, floor_cores, spin),
+                    None,
                     "two threads, one 128-byte-aligned AtomicU64".to_string(),
                 ),
-                WireKind::Udp => (
-                    paths::FLOOR_UDP,
-                    floors::udp_pingpong(cfg.count, cfg.warmup, size, floor_cores, spin)
-                        .map_err(|source| BenchError::Io { what: format!("UDP ping-pong floor, {size} B"), source })?,
-                    format!("two threads, {size}-byte datagrams over loopback, non-blocking sockets polled"),
-                ),
+                WireKind::Udp => {
+                    let variants = floors::udp_pingpong_variants(cfg.count, cfg.warmup, size, floor_cores, spin)
+                        .map_err(|source| BenchError::Io { what: format!("UDP ping-pong floor, {size} B"), source })?;
+                    let best = floors::best_of(variants).ok_or_else(|| BenchError::Io {
+                        what: format!("UDP ping-pong floor, {size} B"),
+                        source: std::io::Error::other("every variant lost every round trip"),
+                    })?;
+                    let (chosen, summaries) = best.into_floor();
+                    floor_variants.push(FloorVariants { path: paths::FLOOR_UDP.into(), wire: wire.as_str().into(), size, chosen: chosen.name.clone(), variants: summaries });
+                    (
+                        paths::FLOOR_UDP,
+                        chosen.floor,
+                        Some(chosen.name.clone()),
+                        format!("two threads, {size}-byte datagrams over loopback, non-blocking sockets polled; the best of {} variants: {}", floors::UdpSockets::ALL.len(), chosen.name),
+                    )
+                }
             };
             tracing::info!(wire = wire.as_str(), size, "running the CPU backend");
             let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), backend: crate::backend::BackendKind::Cpu, ..EchoConfig::default() };
             let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
 
             let floor_sum = Summary::of(&floor.rtt);
-            let vs = vs_floor(&run.rtt_ns, floor_path, &floor_sum);
+            let vs = vs_floor(paths::CPU_BACKEND, &run.rtt_ns, floor_path, floor_variant.as_deref(), &floor_sum);
             let max_ratio = target_ratio(wire);
             targets.push(Target {
                 path: paths::CPU_BACKEND.into(),
@@ -319,16 +368,22 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
 
             if let Some(ordinal) = cfg.gpu {
                 let wire_floor_samples = samples[samples.len() - 2].clone();
-                let gpu_rows = measure_gpu(cfg, ordinal, wire, size, spin, floor_cores, &wire_floor_samples)?;
-                for (row, s, t) in gpu_rows {
+                let wire_floor = WireFloor { path: floor_path, variant: floor_variant.as_deref(), samples: &wire_floor_samples };
+                let gpu = measure_gpu(cfg, ordinal, wire, size, spin, floor_cores, &wire_floor)?;
+                for (row, s, t) in gpu.rows {
                     rows.push(row);
                     samples.push(s);
                     targets.extend(t);
                 }
+                floor_variants.extend(gpu.floor_variants);
             }
         }
     }
     interrupted |= crate::interrupted();
+    let floor_errors: Vec<String> = rows.iter().filter_map(|r| r.vs_floor.as_ref().and_then(|v| v.floor_error.as_ref()).map(|e| format!("{} wire, {} B: {e}", r.wire, r.size))).collect();
+    for e in &floor_errors {
+        tracing::warn!("{e}");
+    }
 
     let mut report = BenchReport {
         env: BenchEnv {
@@ -343,6 +398,8 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         },
         clock_overhead_ns: Summary::of(&clock.rtt),
         rows,
+        floor_variants,
+        floor_errors,
         targets,
         interrupted,
         samples,
@@ -356,16 +413,49 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
 
 type GpuRows = Vec<(BenchRow, Vec<u64>, Vec<Target>)>;
 
-/// The GPU rows of one (wire, size): the mapped-memory ping-pong, the composite floor, the
-/// launch-per-message baseline and the persistent kernel, with the GPU targets.
-fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, spin: SpinMode, floor_cores: (Option<usize>, Option<usize>), wire_floor: &[u64]) -> Result<GpuRows, BenchError> {
+/// The wire's floor of one (wire, size), as the composite GPU floor is built on it.
+struct WireFloor<'a> {
+    path: &'static str,
+    /// Its variant when it was the best of several.
+    variant: Option<&'a str>,
+    /// Its round trips, in the order made.
+    samples: &'a [u64],
+}
+
+/// What [`measure_gpu`] gives: rows with their samples and targets, the floors' variants.
+struct GpuMeasured {
+    rows: GpuRows,
+    floor_variants: Vec<FloorVariants>,
+}
+
+/// The composite floor of a GPU path: `mapped` and `wire` round trips added pairwise (as
+/// many as the shorter has).
+fn composite(mapped: &[u64], wire: &[u64]) -> Vec<u64> {
+    mapped.iter().zip(wire).map(|(a, b)| a + b).collect()
+}
+
+/// The GPU rows of one (wire, size): the mapped-memory ping-pong (the best of its variants),
+/// the composite floor built on it, the launch-per-message baseline and the persistent
+/// kernel, with the GPU targets.
+fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, spin: SpinMode, floor_cores: (Option<usize>, Option<usize>), wire_floor: &WireFloor<'_>) -> Result<GpuMeasured, BenchError> {
     let gpu_err = |what: &str, e: String| BenchError::Io { what: what.to_string(), source: std::io::Error::other(e) };
-    tracing::info!(wire = wire.as_str(), size, "measuring the mapped-memory ping-pong");
-    let mapped = gpu::mapped_pingpong(ordinal, cfg.count, cfg.warmup, floor_cores.1).map_err(|e| gpu_err("GPU mapped-memory ping-pong", e))?;
-    let composite: Vec<u64> = mapped.samples.iter().zip(wire_floor).map(|(a, b)| a + b).collect();
-    let composite_sum = Summary::of(&floors::histogram_of(&composite));
-    let mapped_sum = Summary::of(&mapped.rtt);
+    tracing::info!(wire = wire.as_str(), size, "measuring the mapped-memory ping-pong ({} variants)", gpu::MAPPED_VARIANTS.len());
+    let variants = gpu::mapped_pingpong_variants(ordinal, cfg.count, cfg.warmup, floor_cores.1).map_err(|e| gpu_err("GPU mapped-memory ping-pong", e))?;
+    let best = floors::best_of(variants).ok_or_else(|| gpu_err("GPU mapped-memory ping-pong", "every variant lost every round trip".into()))?;
+    let (mapped, mapped_variants) = best.into_floor();
+    let composite_samples = composite(&mapped.floor.samples, wire_floor.samples);
+    let composite_sum = Summary::of(&floors::histogram_of(&composite_samples));
+    let mapped_sum = Summary::of(&mapped.floor.rtt);
+    let wire_floor_name = match wire_floor.variant {
+        Some(v) => format!("{} ({v})", wire_floor.path),
+        None => wire_floor.path.to_string(),
+    };
+    let composite_variant = format!("mapped: {}; wire: {wire_floor_name}", mapped.name);
     let w = wire.as_str().to_string();
+    let floor_variants = vec![
+        FloorVariants { path: paths::FLOOR_MAPPED.into(), wire: w.clone(), size, chosen: mapped.name.clone(), variants: mapped_variants },
+        FloorVariants { path: paths::FLOOR_GPU.into(), wire: w.clone(), size, chosen: composite_variant.clone(), variants: Vec::new() },
+    ];
     let mut out: GpuRows = Vec::new();
     out.push((
         BenchRow {
@@ -374,12 +464,16 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             size,
             floor_of: Some(paths::GPU_PERSISTENT.into()),
             rtt_ns: mapped_sum,
-            counts: mapped.counts,
+            counts: mapped.floor.counts,
             vs_floor: None,
-            detail: "a one-thread kernel polls one word of pinned host memory and writes it back; a host thread times it".into(),
+            detail: format!(
+                "a one-thread kernel polls one word of pinned host memory and writes it back; a host thread times it; the best of {} variants: {}",
+                gpu::MAPPED_VARIANTS.len(),
+                mapped.name
+            ),
             breakdown_ns: None,
         },
-        mapped.samples.clone(),
+        mapped.floor.samples.clone(),
         vec![],
     ));
     out.push((
@@ -389,12 +483,12 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             size,
             floor_of: Some(paths::GPU_PERSISTENT.into()),
             rtt_ns: composite_sum,
-            counts: mapped.counts,
+            counts: mapped.floor.counts,
             vs_floor: None,
-            detail: format!("mapped-memory ping-pong + {} round trips, added pairwise", if wire == WireKind::Inproc { "cache-line ping-pong" } else { "UDP ping-pong" }),
+            detail: format!("mapped-memory ping-pong ({}) + {wire_floor_name} round trips, added pairwise", mapped.name),
             breakdown_ns: None,
         },
-        composite,
+        composite_samples,
         vec![],
     ));
     let mut p50s = Vec::new();
@@ -405,7 +499,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
         tracing::info!(wire = wire.as_str(), size, "running {path}");
         let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), backend, ..EchoConfig::default() };
         let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
-        let vs = vs_floor(&run.rtt_ns, paths::FLOOR_GPU, &composite_sum);
+        let vs = vs_floor(path, &run.rtt_ns, paths::FLOOR_GPU, Some(&composite_variant), &composite_sum);
         let mut targets = Vec::new();
         if path == paths::GPU_PERSISTENT {
             let t = |what: String, max: f64, value: f64| Target { path: path.into(), wire: w.clone(), size, what, max_ratio: max, ratio: value.is_finite().then_some(value), met: value.is_finite() && value <= max };
@@ -437,7 +531,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             targets,
         ));
     }
-    Ok(out)
+    Ok(GpuMeasured { rows: out, floor_variants })
 }
 
 /// `t` as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
@@ -470,6 +564,24 @@ mod tests {
     }
 
     #[test]
+    fn the_composite_floor_adds_round_trips_pairwise() {
+        assert_eq!(composite(&[1_600, 1_580, 1_590], &[290, 300]), vec![1_890, 1_880]);
+        assert!(composite(&[], &[1]).is_empty());
+        // Built on the best mapped variant, the composite is the lower one, and a path it
+        // bounds that beats it is flagged.
+        let best = Summary::of(&floors::histogram_of(&composite(&[1_580; 100], &[290; 100])));
+        let slow = Summary::of(&floors::histogram_of(&composite(&[2_250; 100], &[290; 100])));
+        assert!(best.p50 < slow.p50);
+        let path = Summary::of(&floors::histogram_of(&[2_000; 100]));
+        let v = vs_floor(paths::GPU_PERSISTENT, &path, paths::FLOOR_GPU, Some("mapped: x; wire: y"), &best);
+        assert!(v.p50 > 1.0 && v.floor_error.is_none(), "{v:?}");
+        let v = vs_floor(paths::GPU_PERSISTENT, &path, paths::FLOOR_GPU, Some("mapped: x; wire: y"), &slow);
+        assert!(v.p50 < 1.0, "{v:?}");
+        assert!(v.floor_error.as_deref().is_some_and(|e| e.contains(paths::GPU_PERSISTENT) && e.contains(paths::FLOOR_GPU)), "{v:?}");
+        assert_eq!(v.floor_variant.as_deref(), Some("mapped: x; wire: y"));
+    }
+
+    #[test]
     fn bad_configs_are_refused() {
         let base = BenchConfig { count: 10, warmup: 0, out_dir: std::env::temp_dir(), ..BenchConfig::default() };
         assert!(matches!(run_bench(&BenchConfig { wires: vec![], ..base.clone() }), Err(BenchError::Config(_))));
@@ -493,6 +605,29 @@ mod tests {
         }
         assert_eq!(r.targets.len(), 2);
         assert!(r.targets.iter().all(|t| t.ratio.is_some()));
+        // The UDP floor is the best of its socket variants, and the row divided by it says which.
+        assert_eq!(r.floor_variants.len(), 1);
+        let fv = &r.floor_variants[0];
+        assert_eq!((fv.path.as_str(), fv.wire.as_str(), fv.size), (paths::FLOOR_UDP, "udp", 64));
+        assert_eq!(fv.variants.len(), floors::UdpSockets::ALL.len());
+        assert_eq!(fv.variants.iter().filter(|v| v.chosen).count(), 1);
+        let chosen = fv.variants.iter().find(|v| v.chosen).expect("chosen");
+        assert_eq!(chosen.name, fv.chosen);
+        assert!(fv.variants.iter().all(|v| v.rtt_ns.p50 >= chosen.rtt_ns.p50), "{fv:?}");
+        let udp_floor = r.rows.iter().find(|row| row.path == paths::FLOOR_UDP).expect("udp floor row");
+        assert_eq!(udp_floor.rtt_ns, chosen.rtt_ns);
+        let udp_cpu = r.rows.iter().find(|row| row.path == paths::CPU_BACKEND && row.wire == "udp").expect("udp cpu row");
+        assert_eq!(udp_cpu.vs_floor.as_ref().and_then(|v| v.floor_variant.as_deref()), Some(fv.chosen.as_str()));
+        let inproc_cpu = r.rows.iter().find(|row| row.path == paths::CPU_BACKEND && row.wire == "inproc").expect("inproc cpu row");
+        assert_eq!(inproc_cpu.vs_floor.as_ref().and_then(|v| v.floor_variant.as_deref()), None);
+        // Every row's floor error is in the report's list (on this machine there may be none).
+        let row_errors = r.rows.iter().filter(|row| row.vs_floor.as_ref().is_some_and(|v| v.floor_error.is_some())).count();
+        assert_eq!(r.floor_errors.len(), row_errors);
+        for row in &r.rows {
+            if let Some(v) = &row.vs_floor {
+                assert_eq!(v.floor_error.is_some(), v.p50 < 1.0, "{row:?}");
+            }
+        }
         for f in ["tiny.md", "tiny.json", "tiny-inproc-64.svg", "tiny-udp-64.svg"] {
             let p = dir.join(f);
             assert!(p.is_file(), "{} missing", p.display());

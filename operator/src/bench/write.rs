@@ -81,6 +81,16 @@ fn groups(rows: &[BenchRow]) -> Vec<(String, usize)> {
     g
 }
 
+/// A row's path in the round-trip table: a floor that is the best of several variants names
+/// the one it is.
+fn path_cell(report: &BenchReport, r: &BenchRow) -> String {
+    let chosen = report.floor_variants.iter().find(|f| !f.variants.is_empty() && f.path == r.path && f.wire == r.wire && f.size == r.size).map(|f| &f.chosen);
+    match chosen {
+        Some(v) => format!("{} ({})", r.path, v.replace('|', "\\|")),
+        None => r.path.clone(),
+    }
+}
+
 /// The Markdown report.
 pub fn markdown(report: &BenchReport, name: &str) -> String {
     let e = &report.env;
@@ -97,6 +107,18 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
     );
     if report.interrupted {
         let _ = writeln!(s, "**Interrupted**: the rows cover what was measured before the interrupt.\n");
+    }
+    if !report.floor_errors.is_empty() {
+        let _ = writeln!(s, "## Floor errors\n");
+        let _ = writeln!(
+            s,
+            "**A path beat its floor.** A floor is a lower bound of the path it is the floor of: a path below it means the floor measured too little \
+             or something else, and the ratios to it cannot be trusted.\n"
+        );
+        for e in &report.floor_errors {
+            let _ = writeln!(s, "- {e}");
+        }
+        let _ = writeln!(s);
     }
 
     let _ = writeln!(s, "## Environment\n");
@@ -133,6 +155,7 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
     for r in &report.rows {
         let t: &Summary = &r.rtt_ns;
         let (r50, r99) = match (&r.vs_floor, r.is_floor()) {
+            (Some(v), _) if v.floor_error.is_some() => (format!("{} (floor error)", times(v.p50)), times(v.p99)),
             (Some(v), _) => (times(v.p50), times(v.p99)),
             (None, true) => ("floor".into(), "floor".into()),
             (None, false) => ("-".into(), "-".into()),
@@ -140,7 +163,7 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
         let _ = writeln!(
             s,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.path,
+            path_cell(report, r),
             r.wire,
             r.size,
             t.count,
@@ -154,6 +177,23 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
             r99,
             r.counts.lost
         );
+    }
+
+    if !report.floor_variants.is_empty() {
+        let _ = writeln!(s, "\n## Floor variants\n");
+        let _ = writeln!(s, "A floor measured several ways, one after the other in this run, is the best of them (the least p50); the composite floors are built on those.\n");
+        let _ = writeln!(s, "| floor | wire | size (B) | variant | count | p50 | p99 | lost | the floor |");
+        let _ = writeln!(s, "|---|---|---:|---|---:|---:|---:|---:|---|");
+        for f in report.floor_variants.iter().filter(|f| !f.variants.is_empty()) {
+            for v in &f.variants {
+                let t = &v.rtt_ns;
+                let chosen = if v.chosen { "**yes**" } else { "" };
+                let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {} | {chosen} |", f.path, f.wire, f.size, v.name.replace('|', "\\|"), t.count, us(t.p50), us(t.p99), v.lost);
+            }
+        }
+        for f in report.floor_variants.iter().filter(|f| f.variants.is_empty()) {
+            let _ = writeln!(s, "\n{} ({} wire, {} B) is built from {}.", f.path, f.wire, f.size, f.chosen.replace('|', "\\|"));
+        }
     }
 
     if report.rows.iter().any(|r| r.breakdown_ns.as_ref().is_some_and(|b| b.matched > 0)) {
@@ -435,7 +475,7 @@ mod tests {
         let path: Vec<u64> = (0..2000u64).map(|i| 1_200 + (i * 104_729) % 300 + if i % 400 == 0 { 40_000 } else { 0 }).collect();
         let fs = Summary::of(&histogram_of(&floor));
         let ps = Summary::of(&histogram_of(&path));
-        let vs = vs_floor(&ps, paths::FLOOR_CACHELINE, &fs);
+        let vs = vs_floor(paths::CPU_BACKEND, &ps, paths::FLOOR_CACHELINE, None, &fs);
         let counts = Counts { sent: 2010, received: 2010, ..Counts::default() };
         let rows = vec![
             BenchRow { path: paths::FLOOR_CACHELINE.into(), wire: "inproc".into(), size: 64, floor_of: Some(paths::CPU_BACKEND.into()), rtt_ns: fs, counts, vs_floor: None, detail: "two threads".into(), breakdown_ns: None },
@@ -454,6 +494,8 @@ mod tests {
             },
             clock_overhead_ns: Summary { count: 10, min: 15, p50: 20, p90: 21, p99: 30, p999: 40, max: 50, mean: 21.0 },
             rows,
+            floor_variants: vec![],
+            floor_errors: vec![],
             targets: vec![Target { path: paths::CPU_BACKEND.into(), wire: "inproc".into(), size: 64, what: "p50 <= 3x floor p50".into(), max_ratio: 3.0, ratio: Some(vs.p50), met: vs.p50 <= 3.0 }],
             interrupted: false,
             samples: vec![floor, path],
@@ -496,6 +538,13 @@ mod tests {
         assert_eq!(rows[1]["floor_of"], serde_json::Value::Null);
         assert!(rows[1]["vs_floor"]["p50"].as_f64().is_some());
         assert!(rows[1]["vs_floor"]["p99"].as_f64().is_some());
+        // Above its floor: no floor error, and the floor was not the best of variants.
+        assert!(rows[1]["vs_floor"]["floor_error"].is_null());
+        assert!(rows[1]["vs_floor"]["floor_variant"].is_null());
+        assert_eq!(json["floor_errors"], serde_json::json!([]));
+        assert_eq!(json["floor_variants"], serde_json::json!([]));
+        assert!(!md.contains("floor error"), "{md}");
+        assert!(!md.contains("## Floor variants"), "{md}");
         for k in ["min", "p50", "p90", "p99", "p999", "max", "count"] {
             assert!(rows[1]["rtt_ns"][k].is_u64(), "{k}");
         }
@@ -510,6 +559,65 @@ mod tests {
         assert!(svg.contains(paths::CPU_BACKEND));
         assert!(svg.contains("CDF"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A UDP floor that is the best of two socket variants, and a path that beats it anyway.
+    fn with_a_floor_error() -> BenchReport {
+        use crate::bench::floors::{best_of, Floor, Variant};
+        use crate::bench::FloorVariants;
+        let (mut report, _) = synthetic();
+        let around = |p50: u64| -> Vec<u64> { (0..1000u64).map(|i| p50 - 20 + (i * 7919) % 41).collect() };
+        let counts = Counts { sent: 1000, received: 1000, ..Counts::default() };
+        let best = best_of(vec![
+            Variant { name: "connected sockets".into(), floor: Floor::from_samples(around(8_400), counts) },
+            Variant { name: "unconnected sockets (sendto, recvfrom)".into(), floor: Floor::from_samples(around(7_970), counts) },
+        ])
+        .expect("a best");
+        let (floor, variants) = best.into_floor();
+        let fs = Summary::of(&floor.floor.rtt);
+        let ps = Summary::of(&histogram_of(&around(6_940)));
+        let vs = vs_floor(paths::CPU_BACKEND, &ps, paths::FLOOR_UDP, Some(&floor.name), &fs);
+        report.rows = vec![
+            BenchRow { path: paths::FLOOR_UDP.into(), wire: "udp".into(), size: 64, floor_of: Some(paths::CPU_BACKEND.into()), rtt_ns: fs, counts, vs_floor: None, detail: "two threads".into(), breakdown_ns: None },
+            BenchRow { path: paths::CPU_BACKEND.into(), wire: "udp".into(), size: 64, floor_of: None, rtt_ns: ps, counts, vs_floor: Some(vs.clone()), detail: "udp".into(), breakdown_ns: None },
+        ];
+        report.floor_variants = vec![FloorVariants { path: paths::FLOOR_UDP.into(), wire: "udp".into(), size: 64, chosen: floor.name.clone(), variants }];
+        report.floor_errors = vec![format!("udp wire, 64 B: {}", vs.floor_error.expect("the path beat its floor"))];
+        report.targets.clear();
+        report.samples = vec![floor.floor.samples, around(6_940)];
+        report
+    }
+
+    #[test]
+    fn the_report_names_the_floor_variant_and_the_floor_error() {
+        let report = with_a_floor_error();
+        let md = markdown(&report, "err");
+        // The summary says it first, in words.
+        let errors_at = md.find("## Floor errors").expect("a floor-error section");
+        assert!(errors_at < md.find("## Environment").expect("environment"), "{md}");
+        assert!(md.contains("- udp wire, 64 B: floor error: cpu backend (p50 6.94 us) beats its floor floor: UDP ping-pong (spinning) (p50 7.97 us), 0.87x"), "{md}");
+        assert!(md.contains("| 0.87x (floor error) |"), "{md}");
+        // The floor row names its variant; the variants table has both, the chosen one marked.
+        assert!(md.contains("| floor: UDP ping-pong (spinning) (unconnected sockets (sendto, recvfrom)) | udp | 64 | 1000 |"), "{md}");
+        assert!(md.contains("## Floor variants"), "{md}");
+        assert!(md.contains("| floor: UDP ping-pong (spinning) | udp | 64 | connected sockets | 1000 | 8.4"), "{md}");
+        assert!(md.contains("| floor: UDP ping-pong (spinning) | udp | 64 | unconnected sockets (sendto, recvfrom) | 1000 | 7.97 | "), "{md}");
+        assert_eq!(md.matches("| **yes** |").count(), 1, "{md}");
+
+        let json: serde_json::Value = serde_json::from_str(&serde_json::to_string(&report).expect("json")).expect("parses");
+        let err = json["rows"][1]["vs_floor"]["floor_error"].as_str().expect("a floor error in the row");
+        assert!(err.starts_with("floor error: cpu backend"), "{err}");
+        assert_eq!(json["rows"][1]["vs_floor"]["floor_variant"], "unconnected sockets (sendto, recvfrom)");
+        assert!(json["rows"][1]["vs_floor"]["p50"].as_f64().expect("ratio") < 1.0);
+        assert_eq!(json["floor_errors"].as_array().expect("list").len(), 1);
+        let fv = &json["floor_variants"][0];
+        assert_eq!(fv["path"], paths::FLOOR_UDP);
+        assert_eq!(fv["chosen"], "unconnected sockets (sendto, recvfrom)");
+        let vs = fv["variants"].as_array().expect("variants");
+        assert_eq!(vs.len(), 2);
+        assert_eq!((vs[0]["chosen"].as_bool(), vs[1]["chosen"].as_bool()), (Some(false), Some(true)));
+        assert!(vs[0]["rtt_ns"]["p50"].as_u64() > vs[1]["rtt_ns"]["p50"].as_u64());
+        assert!(vs[1]["rtt_ns"]["p99"].is_u64());
     }
 
     #[test]

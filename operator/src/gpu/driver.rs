@@ -6,6 +6,8 @@ use std::ptr::NonNull;
 
 use cudarc::driver::sys;
 
+use crate::mem::{SharedMem, PAGE};
+
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     #[error("no CUDA driver on this machine ({0}); the GPU backend needs libcuda.so.1 from an NVIDIA driver")]
@@ -151,6 +153,44 @@ impl Gpu {
         let mut dptr = 0;
         check("cuMemHostGetDevicePointer", sys::cuMemHostGetDevicePointer_v2(&mut dptr, ptr.as_ptr() as *mut c_void, 0))?;
         Ok(dptr)
+    }
+
+    /// Allocates `len` bytes (at least a page, rounded up to pages) of pinned host memory
+    /// mapped into the device, the other way to get it than [`Gpu::register`]
+    /// (cuMemHostAlloc, PORTABLE | DEVICEMAP), zeroed, as a [`SharedMem`] whose device base is
+    /// the mapped address. Dropping it frees it (cuMemFreeHost, with this context made
+    /// current on the dropping thread), so it must drop while the context lives (before the
+    /// last [`Gpu`] of the device is dropped) and after the last kernel that touches it ended;
+    /// otherwise leak it (`std::mem::forget`), as [`Gpu::abandon`] does the context.
+    pub fn host_alloc(&self, len: usize) -> Result<SharedMem, GpuError> {
+        self.make_current()?;
+        let len = len.max(PAGE).div_ceil(PAGE) * PAGE;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
+        // SAFETY: out-pointer valid; the context is current.
+        check("cuMemHostAlloc", unsafe { sys::cuMemHostAlloc(&mut p, len, flags) })?;
+        let Some(ptr) = NonNull::new(p as *mut u8) else {
+            return Err(GpuError::Other("cuMemHostAlloc returned a null pointer".into()));
+        };
+        let ctx = self.ctx as usize;
+        let free = move |p: *mut u8| {
+            // SAFETY: `p` came from cuMemHostAlloc in context `ctx`, which the owner keeps alive
+            // until this runs (the contract above); nothing uses it any more.
+            unsafe {
+                sys::cuCtxSetCurrent(ctx as sys::CUcontext);
+                sys::cuMemFreeHost(p as *mut c_void);
+            }
+        };
+        let mut dptr = 0;
+        // SAFETY: `ptr` is a mapped allocation of this context (DEVICEMAP).
+        if let Err(e) = check("cuMemHostGetDevicePointer", unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, p, 0) }) {
+            free(ptr.as_ptr());
+            return Err(e);
+        }
+        // SAFETY: `len` writable bytes at `ptr` (cuMemHostAlloc's page-aligned allocation).
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        // SAFETY: zeroed, page-aligned, `len` bytes valid until `free`; dptr maps byte 0.
+        Ok(unsafe { SharedMem::from_foreign(ptr, len, dptr, Box::new(free)) })
     }
 
     /// # Safety
