@@ -19,12 +19,10 @@
 //!   (and keeps identification 0 for DF). Needs CAP_NET_RAW.
 //!
 //! [`UdpLink::bind`] sends with [`SendMode::Raw`] where a raw socket opens, else with
-//! [`SendMode::Udp`]. Measured on loopback (`examples/udp_pingpong.rs`: a 64-byte datagram,
-//! two threads, p50 of 20,000 round trips, 5 alternating rounds, 2-core VM), the raw send
-//! was the faster in every round: 5.05 us against 5.11 us with the rebuilding receiver, 5.11
-//! against 5.27 us with the raw one (a connected pair, no longer used: 4.59 us). The raw
-//! receiver costs ~0.1-0.15 us a round trip more than the rebuilding one; it is still the
-//! default where allowed, because only it checks the ICRC a ConnectX checks.
+//! [`SendMode::Udp`]; the raw send was the faster on loopback, and the raw receiver, a little
+//! slower than the rebuilding one, is still the default where allowed, because only it checks
+//! the ICRC a ConnectX checks (`latency-reports/decisions.md`; `examples/udp_pingpong.rs`
+//! measures both).
 //!
 //! **Receiving.** A UDP socket delivers only the UDP payload. Where the process may open raw
 //! sockets (CAP_NET_RAW), [`RecvMode::Raw`] receives through an `AF_INET`/`SOCK_RAW`/
