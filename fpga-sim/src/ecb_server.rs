@@ -495,8 +495,7 @@ mod tests {
             (0x5010_0000, "player RAM"),
             (0x501F_FFFC, "player RAM, last word"),
         ];
-        // One word just outside each region (capture RAM extends past its region to the
-        // 4 Mi records of `capture::WINDOW_BYTES`, so its neighbour is that end).
+        // One word just outside each region.
         let outside = [
             0x0000_0300,
             0x0000_0FFC,
@@ -506,7 +505,7 @@ mod tests {
             0x3FFF_FFFC,
             0x4000_1000,
             0x400F_FFFC,
-            reg::CAPTURE_RAM + crate::capture::WINDOW_BYTES,
+            0x4020_0000,
             0x4FFF_FFFC,
             0x5000_1000,
             0x500F_FFFC,
