@@ -131,7 +131,7 @@ fn capture(fd: libc::c_int, ip: Ipv4Addr, stop: Arc<AtomicBool>) -> (Vec<(Durati
             continue;
         }
         let f = &buf[..n as usize];
-        if sa.sll_pkttype == libc::PACKET_OUTGOING as u8 && is_roce_of(f, ip) {
+        if sa.sll_pkttype == libc::PACKET_OUTGOING && is_roce_of(f, ip) {
             frames.push((t0 + start.elapsed(), f.to_vec()));
         }
     }
