@@ -515,6 +515,18 @@ fn truncated_frames_are_dropped() {
 }
 
 #[test]
+fn any_identification_with_its_correct_icrc_is_accepted() {
+    // PROTOCOLS.md 1.2: the identification is the sender's choice; the ICRC covers it
+    for ident in [1, 0x1234, 0xffff] {
+        let mut rig = Rig::new();
+        let f = rig.base_with(|x| x.ipv4.ident = ident);
+        let dest = rig.slot_off(BASE_SLOT)..rig.slot_off(BASE_SLOT) + BASE_LEN;
+        rig.accept(&f, dest, Delivery::Completed, &format!("identification {ident:#x}"))
+            .expect("a CQE");
+    }
+}
+
+#[test]
 fn bad_icrc_is_dropped() {
     let flips: [(usize, &str); 8] = [
         (PAYLOAD, "first payload byte"),
