@@ -148,6 +148,10 @@ def main():
     put("fuzz_dem", b"detector(0, 0, 0) D0\nrepeat 3 {\n  error(0.1) D0 D1 ^ D2 L0\n  shift_detectors(0, 0, 1) 2\n"
                     b"  detector[tag](1, 0, 0) D1\n}\nlogical_observable L1\nerror(0.2) D0\n")
     put("fuzz_dem", b"error(0.1) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1 D2\nerror(0.1) D2\n")
+    # Extreme probabilities (a subnormal p, p next to 0.5): the weights and tables they make.
+    put("fuzz_dem", b"error(5e-324) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1\n")
+    put("fuzz_dem", b"error(0.4999999999999999) D0\nerror(0.4999999999999999) D0 D1\n"
+                    b"error(0.4999999999999999) D1\nerror(1e-300) D1 D2\nerror(0.4999999999999999) D2\n")
 
     put("fuzz_qec_payloads", bytes([0]) + enq_args(0, 3, [1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1]))
     put("fuzz_qec_payloads", bytes([1]) + struct.pack("<qqB", 0, 1, 1))

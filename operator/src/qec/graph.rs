@@ -165,6 +165,26 @@ pub struct MatchingGraph {
     pub stats: GraphStats,
 }
 
+/// ln((1-p)/p), as PyMatching computes it; for a subnormal p, where (1-p)/p overflows to
+/// infinity, the same value as ln(1-p) - ln(p) (about 744 at the smallest p), so that every
+/// edge weight is finite (an infinite one would make [`MatchingGraph::pymatching_scale`] 0
+/// and zero every other weight of the fine table).
+fn edge_weight(p: f64) -> f64 {
+    let w = ((1.0 - p) / p).ln();
+    if w.is_finite() {
+        w
+    } else {
+        (-p).ln_1p() - p.ln()
+    }
+}
+
+/// Edge weights in table units are capped here before the integer Dijkstra: a path has at
+/// most [`MAX_TABLE_DETECTORS`] + 1 edges, so sums of capped weights (and the sum of two
+/// such paths in `useful`) stay below `u64::MAX`, which stands for "unreachable". A capped
+/// edge is far above any table's limit, so every entry through it is "never" or an overflow
+/// either way.
+const MAX_EDGE_UNITS: f64 = (1u64 << 50) as f64;
+
 /// PyMatching's `merge_weights`: the weight of two independent parallel mechanisms,
 /// computed without overflow for large weights (equivalent to merging the probabilities).
 pub fn merge_weights(a: f64, b: f64) -> f64 {
@@ -188,7 +208,7 @@ impl MatchingGraph {
             if p > 0.5 {
                 return Err(GraphError::NegativeWeight { line: e.line, p });
             }
-            let w = ((1.0 - p) / p).ln();
+            let w = edge_weight(p);
             for c in &e.components {
                 let (a, b) = match c.detectors[..] {
                     [] => continue,
@@ -300,7 +320,7 @@ impl MatchingGraph {
     /// Integer Dijkstra on `round(w * scale)`; entries above `limit` become "never" when the
     /// matcher may skip them, else the build fails (`None`).
     fn integer_table(&self, scale: f64, limit: u64) -> Option<DistanceTable<u64>> {
-        let w: Vec<u64> = self.edges.iter().map(|e| (e.weight * scale).round().max(0.0) as u64).collect();
+        let w: Vec<u64> = self.edges.iter().map(|e| (e.weight * scale).round().clamp(0.0, MAX_EDGE_UNITS) as u64).collect();
         let (mut d, parity) = self.all_pairs(&w);
         let n = self.num_detectors;
         let s = n + 1;
@@ -623,6 +643,32 @@ mod tests {
         let g = MatchingGraph::from_dem(&dem, GraphOptions { hyperedges: HyperedgePolicy::Ignore }).unwrap();
         assert_eq!(g.stats.hyperedges_ignored, 1);
         assert_eq!(g.edges.len(), 2); // D0-D1 and D3-boundary
+    }
+
+    #[test]
+    fn subnormal_probability_gives_a_finite_weight() {
+        // (1-p)/p overflows for p = 5e-324; the weight is ln(1-p) - ln(p) = 744.44, and the
+        // 0.1 edges keep their weight in the fine table (an infinite weight made the scale 0).
+        let g = graph("error(5e-324) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1\n");
+        let w = g.edges[0].weight;
+        assert!((w - 744.440_071_921_381).abs() < 1e-9, "{w}");
+        assert_eq!(g.edges[1].weight, ((1.0 - 0.1f64) / 0.1).ln(), "ordinary weights unchanged");
+        let fine = g.fine_table().unwrap();
+        assert!(fine.distance(0, 1) > 0);
+        assert!(g.compact_table().is_ok());
+    }
+
+    #[test]
+    fn huge_scaled_weights_do_not_overflow_the_integer_tables() {
+        // Useful distances of ~4e-16 give the compact table a scale of ~1e20, so the 1e-300
+        // edge scales past u64: capped, the Dijkstra's sums cannot overflow.
+        let q = "0.4999999999999999";
+        let g = graph(&format!("error({q}) D0\nerror({q}) D0 D1\nerror({q}) D1\nerror(1e-300) D1 D2\nerror({q}) D2\n"));
+        let t = g.integer_table(1e20, u64::from(u16::MAX) - 1).expect("the heavy pair is not useful");
+        // Row-major, 4 wide: (0, 2) and (1, 2) lead only through the heavy edge: never (an
+        // overflowing sum wrapped (0, 2) to a short distance).
+        assert_eq!((t.distances[2], t.distances[4 + 2]), (u64::MAX, u64::MAX));
+        assert!(g.compact_table().is_ok());
     }
 
     #[test]
