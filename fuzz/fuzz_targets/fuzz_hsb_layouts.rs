@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
     let n = first;
     let off = u32::from(head[6]) << 2;
     let _ = (reg::vp(n, off), reg::hif(n, off), CaptureRecord::address(n));
-    assert_eq!(CaptureRecord::address(n), reg::CAPTURE_RAM.wrapping_add(n.wrapping_mul(CaptureRecord::STRIDE)));
+    assert_eq!(CaptureRecord::address(n), reg::CAPTURE_RAM + CaptureRecord::STRIDE * (n % reg::CAPTURE_RAM_RECORDS));
     let mut args = body.to_vec();
     hsb::scramble_args(first, &mut args);
     hsb::scramble_args(first, &mut args);
