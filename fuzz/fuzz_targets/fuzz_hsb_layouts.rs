@@ -7,8 +7,8 @@
 //! words (little-endian u32, 8 per record; a short last record is zero-filled).
 //!
 //! Checked: records re-emit their words exactly; the RAM returns what was pushed, zero
-//! beyond, and refuses past its capacity; the analysis never panics and its counts add up;
-//! address helpers wrap; scrambling twice is the identity.
+//! beyond, and refuses every record while unarmed; the analysis never panics and its counts
+//! add up; address helpers wrap; scrambling twice is the identity.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -41,11 +41,15 @@ fuzz_target!(|data: &[u8]| {
         })
         .collect();
 
+    // Any capacity but 0 arms the whole ring (the HSB map's capture region); 0 is the
+    // unarmed RAM, which refuses every record.
     let ram = CaptureRam::with_capacity(capacity);
-    for (i, r) in records.iter().enumerate() {
-        assert_eq!(ram.push(r), i < capacity);
+    let armed = capacity != 0;
+    assert!(!armed || ram.capacity() == reg::CAPTURE_RAM_RECORDS as usize);
+    for r in &records {
+        assert_eq!(ram.push(r), armed);
     }
-    let stored = records.len().min(capacity);
+    let stored = if armed { records.len().min(ram.capacity()) } else { 0 };
     assert_eq!(ram.count() as usize, stored);
     for (i, r) in records.iter().take(stored).enumerate() {
         assert_eq!(ram.record(i), Some(*r));
