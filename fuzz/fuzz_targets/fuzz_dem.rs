@@ -25,7 +25,12 @@ fuzz_target!(|data: &[u8]| {
     let dem = match parsed {
         Ok(d) => d,
         Err(e) => {
-            assert!(e.line >= 1 && e.line <= text.lines().count().max(1), "line {} of {}", e.line, text.lines().count());
+            assert!(
+                e.line >= 1 && e.line <= text.lines().count().max(1),
+                "line {} of {}",
+                e.line,
+                text.lines().count()
+            );
             assert_eq!(layout.map_err(|(line, _)| line), Err(e.line));
             return;
         }
@@ -66,12 +71,30 @@ fuzz_target!(|data: &[u8]| {
     let Ok(mut decoder) = ExactDecoder::new(Arc::new(table), 8) else {
         return;
     };
+    // The exact decoder on the sparse graph, where the graph fits it: one and two defects,
+    // against the table decoder (exact there too): the same status and weight.
+    let mut sparse =
+        rocelink_qec::SparseGraph::new(&graph).ok().map(|g| rocelink_qec::MatchingDecoder::new(Arc::new(g)));
     let mut shot = vec![0u8; dem.num_detectors.div_ceil(8)];
-    for i in 0..dem.num_detectors {
-        shot.fill(0);
-        shot[i / 8] = 1 << (i % 8);
-        let d = decoder.decode_b8(&shot);
-        assert_eq!(d.defects, 1);
-        assert!(dem.num_observables == 64 || d.observables >> dem.num_observables == 0);
+    let n = dem.num_detectors;
+    for i in 0..n {
+        for j in [i, (i * 7 + 3) % n] {
+            shot.fill(0);
+            shot[i / 8] |= 1 << (i % 8);
+            shot[j / 8] |= 1 << (j % 8);
+            let d = decoder.decode_b8(&shot);
+            assert_eq!(d.defects, 1 + u32::from(i != j));
+            assert!(dem.num_observables == 64 || d.observables >> dem.num_observables == 0);
+            if let Some(m) = sparse.as_mut() {
+                let e = m.decode_b8(&shot);
+                assert_eq!(e.defects, d.defects);
+                let unmatchable = d.status == rocelink_operator::qec::DecodeStatus::Unmatchable;
+                assert_eq!(e.status == rocelink_qec::DecodeStatus::Unmatchable, unmatchable, "{i} {j}");
+                if !unmatchable {
+                    let tol = 1e-9 * d.weight.abs().max(1.0);
+                    assert!((e.weight - d.weight).abs() <= tol, "{i} {j}: {} vs {}", e.weight, d.weight);
+                }
+            }
+        }
     }
 });

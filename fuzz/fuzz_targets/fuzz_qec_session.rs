@@ -18,13 +18,13 @@ use std::sync::{Arc, OnceLock};
 use libfuzzer_sys::fuzz_target;
 use rocelink_fuzz::records;
 use rocelink_operator::qec::graph::MatchingGraph;
-use rocelink_operator::qec::{DistanceTable, QecSession, SessionConfig};
+use rocelink_operator::qec::{QecSession, SessionConfig, SparseGraph};
 use rocelink_wire::qec::{correction_len, GetCorrectionsRepr};
 use rocelink_wire::rpc::{self, function_id, status, RequestRepr, ResponseRepr};
 
-fn table() -> Arc<DistanceTable<u32>> {
-    static TABLE: OnceLock<Arc<DistanceTable<u32>>> = OnceLock::new();
-    TABLE
+fn table() -> Arc<SparseGraph> {
+    static GRAPH: OnceLock<Arc<SparseGraph>> = OnceLock::new();
+    GRAPH
         .get_or_init(|| {
             let mut s = String::from("error(0.1) D0 L0\n");
             for i in 0..5 {
@@ -32,7 +32,7 @@ fn table() -> Arc<DistanceTable<u32>> {
             }
             s += "error(0.1) D5 L1\n";
             let g = MatchingGraph::from_dem_text(&s).expect("repetition code");
-            Arc::new(g.fine_table().expect("table"))
+            Arc::new(SparseGraph::new(&g).expect("graph"))
         })
         .clone()
 }

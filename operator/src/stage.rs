@@ -32,7 +32,7 @@ pub enum StageSpec {
         dem: std::path::PathBuf,
         /// Rounds each `enqueue_syndromes` carries.
         rounds_per_message: u32,
-        /// K: defects decoded exactly; above it the fallback answers (exact per independent cluster when each fits, else greedy) and counts.
+        /// K, the GPU decoder's defect cap (above it the GPU's fallback answers and counts); the CPU decoder is exact for any number of defects and ignores it.
         max_defects: u32,
         /// Decoder ids 0..decoders.
         decoders: u32,
@@ -46,7 +46,7 @@ impl StageSpec {
         match self {
             StageSpec::Echo => Ok(Box::new(Echo)),
             StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders } => {
-                let table = crate::qec::fine_table_from_file(dem).map_err(|e| e.to_string())?;
+                let graph = crate::qec::sparse_graph_from_file(dem).map_err(|e| e.to_string())?;
                 let config = crate::qec::SessionConfig {
                     decoders: *decoders as usize,
                     rounds_per_message: *rounds_per_message,
@@ -54,7 +54,7 @@ impl StageSpec {
                     syndrome_mapping_id: None,
                     measure_time: true,
                 };
-                let session = crate::qec::QecSession::new(table, config).map_err(|e| e.to_string())?;
+                let session = crate::qec::QecSession::new(graph, config).map_err(|e| e.to_string())?;
                 Ok(Box::new(QecDecoderStage { session }))
             }
         }
@@ -63,7 +63,7 @@ impl StageSpec {
 
 /// The QEC decoder as a CPU stage: the RPC session of `crate::qec` behind [`Stage`].
 pub struct QecDecoderStage {
-    session: crate::qec::QecSession<u32>,
+    session: crate::qec::QecSession,
 }
 
 impl Stage for QecDecoderStage {
@@ -111,11 +111,23 @@ impl Stage for Chain {
         // Stage k writes into `out` when n - 1 - k is even, so the last stage writes into
         // `out`; the others alternate through `scratch`.
         let mut to_out = (n - 1).is_multiple_of(2);
-        let first = if to_out { self.stages[0].process(request, out) } else { self.stages[0].process(request, &mut self.scratch) };
-        let Outcome::Answer(mut len) = first else { return Outcome::Drop };
+        let first = if to_out {
+            self.stages[0].process(request, out)
+        } else {
+            self.stages[0].process(request, &mut self.scratch)
+        };
+        let Outcome::Answer(mut len) = first else {
+            return Outcome::Drop;
+        };
         for stage in self.stages[1..].iter_mut() {
-            let r = if to_out { stage.process(&out[..len], &mut self.scratch) } else { stage.process(&self.scratch[..len], out) };
-            let Outcome::Answer(m) = r else { return Outcome::Drop };
+            let r = if to_out {
+                stage.process(&out[..len], &mut self.scratch)
+            } else {
+                stage.process(&self.scratch[..len], out)
+            };
+            let Outcome::Answer(m) = r else {
+                return Outcome::Drop;
+            };
             len = m;
             to_out = !to_out;
         }
@@ -138,7 +150,9 @@ impl Stage for Echo {
     }
 
     fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome {
-        let Ok(req) = RequestRepr::parse(request) else { return Outcome::Drop };
+        let Ok(req) = RequestRepr::parse(request) else {
+            return Outcome::Drop;
+        };
         let args = request.get(rpc::HEADER_LEN..rpc::HEADER_LEN + req.arg_len as usize);
         let (status, args) = match args {
             Some(a) if rpc::HEADER_LEN + a.len() <= out.len() => (0, a),
@@ -178,7 +192,10 @@ mod tests {
         let Outcome::Answer(n) = Echo.process(&req, &mut out) else { panic!() };
         assert_eq!(n, 32);
         let resp = ResponseRepr::parse(&out[..n]).unwrap();
-        assert_eq!((resp.status, resp.result_len, resp.request_id, resp.ptp_timestamp), (0, 8, 7, 0x1122_3344_5566_7788));
+        assert_eq!(
+            (resp.status, resp.result_len, resp.request_id, resp.ptp_timestamp),
+            (0, 8, 7, 0x1122_3344_5566_7788)
+        );
         assert_eq!(&out[24..32], b"payload!");
         assert_eq!(&out[0..4], &0x4355_5153u32.to_le_bytes());
     }

@@ -1,5 +1,5 @@
 //! The GPU QEC decoder stage (`kernels/stages/qec.cuh`) against the CPU reference
-//! (`qec::QecSession<u32>`), byte for byte (issue 5: "on the GPU machine, the GPU decoder
+//! (`qec::QecSession::with_table`, the table decoder the kernel runs), byte for byte (issue 5: "on the GPU machine, the GPU decoder
 //! equals the CPU decoder bit for bit").
 //!
 //! A small test kernel, built from the same sources as the transceiver (`kernels::FILES`),
@@ -54,7 +54,7 @@ use rocelink_operator::gpu::driver::{self, DeviceBuffer, Gpu, StreamState};
 use rocelink_operator::gpu::qec_state::{self, QecState};
 use rocelink_operator::gpu::{kernels, nvrtc};
 use rocelink_operator::qec::graph::{DistanceTable, GraphOptions, MatchingGraph};
-use rocelink_operator::qec::{fine_table_from_file, load_dem, QecSession, SessionConfig};
+use rocelink_operator::qec::{fine_table_from_file, load_dem, ExactDecoder, QecSession, SessionConfig};
 use rocelink_wire::qec::{self as wq, EnqueueSyndromesRepr, GetCorrectionsRepr};
 use rocelink_wire::rpc::{self, function_id, RequestRepr};
 
@@ -348,7 +348,14 @@ fn lcg(state: &mut u64) -> u64 {
 
 fn request(function: u32, id: u32, args: &[u8]) -> Vec<u8> {
     let mut b = vec![0u8; rpc::HEADER_LEN + args.len()];
-    RequestRepr { function_id: function, arg_len: args.len() as u32, request_id: id, ptp_timestamp: u64::from(id) * 0x1_0001 }.emit(&mut b).unwrap();
+    RequestRepr {
+        function_id: function,
+        arg_len: args.len() as u32,
+        request_id: id,
+        ptp_timestamp: u64::from(id) * 0x1_0001,
+    }
+    .emit(&mut b)
+    .unwrap();
     b[rpc::HEADER_LEN..].copy_from_slice(args);
     b
 }
@@ -358,7 +365,12 @@ fn enqueue(id: u32, decoder: i64, counter: i64, mapping: i64, bits: &[bool]) -> 
     for (i, &b) in bits.iter().enumerate() {
         wq::set_bit(&mut packed, i, b);
     }
-    let e = EnqueueSyndromesRepr { decoder_id: decoder, counter, syndrome_mapping_id: mapping, num_syndromes: bits.len() as i64 };
+    let e = EnqueueSyndromesRepr {
+        decoder_id: decoder,
+        counter,
+        syndrome_mapping_id: mapping,
+        num_syndromes: bits.len() as i64,
+    };
     let mut a = vec![0u8; e.buffer_len()];
     e.emit_with(&packed, &mut a).unwrap();
     request(function_id::ENQUEUE_SYNDROMES, id, &a)
@@ -419,8 +431,19 @@ fn fixture_workload(name: &str, k: usize, rounds_per_message: usize, decoders: u
     assert_eq!(*table, *fine_table_from_file(&dir.join("model.dem")).unwrap());
     let mut shots = fixture_shots(&dir, dem.num_detectors);
     shots.truncate(max_shots);
-    let config = SessionConfig { decoders, rounds_per_message: rounds_per_message as u32, max_defects: k, syndrome_mapping_id: None, measure_time: false };
-    Workload { name: format!("{name} K={k} rounds/msg={rounds_per_message} decoders={decoders}"), table, config, reqs: replay(&shots, &rounds, rounds_per_message, decoders) }
+    let config = SessionConfig {
+        decoders,
+        rounds_per_message: rounds_per_message as u32,
+        max_defects: k,
+        syndrome_mapping_id: None,
+        measure_time: false,
+    };
+    Workload {
+        name: format!("{name} K={k} rounds/msg={rounds_per_message} decoders={decoders}"),
+        table,
+        config,
+        reqs: replay(&shots, &rounds, rounds_per_message, decoders),
+    }
 }
 
 /// Random shots of 0..max_defects defects over n detectors, each sent whole.
@@ -437,7 +460,13 @@ fn random_shot_workload(name: &str, dem_text: &str, k: usize, count: usize, max_
             s
         })
         .collect();
-    let config = SessionConfig { decoders: 1, rounds_per_message: 1, max_defects: k, syndrome_mapping_id: None, measure_time: false };
+    let config = SessionConfig {
+        decoders: 1,
+        rounds_per_message: 1,
+        max_defects: k,
+        syndrome_mapping_id: None,
+        measure_time: false,
+    };
     Workload { name: format!("{name} K={k}"), table, config, reqs: replay(&shots, &[n], 1, 1) }
 }
 
@@ -462,15 +491,26 @@ const UNMATCHABLE_DEM: &str = "error(0.1) D0 D1 L0\nerror(0.1) D1 D2 L1\nerror(0
 fn fuzz_workload(name: &str, dem_text: &str, config: SessionConfig, count: usize, seed: u64) -> Workload {
     let table = Arc::new(MatchingGraph::from_dem_text(dem_text).unwrap().fine_table().unwrap());
     let n = table.num_detectors as u64;
-    let (decoders, rounds_per_message, mapping) = (config.decoders, config.rounds_per_message, config.syndrome_mapping_id);
+    let (decoders, rounds_per_message, mapping) =
+        (config.decoders, config.rounds_per_message, config.syndrome_mapping_id);
     let mut rng = seed;
     let mut next = vec![0i64; decoders];
     let mut reqs = Vec::with_capacity(count);
-    let functions = [function_id::ENQUEUE_SYNDROMES, function_id::GET_CORRECTIONS, function_id::RESET_DECODER, function_id::ECHO, 0x1234_5678];
+    let functions = [
+        function_id::ENQUEUE_SYNDROMES,
+        function_id::GET_CORRECTIONS,
+        function_id::RESET_DECODER,
+        function_id::ECHO,
+        0x1234_5678,
+    ];
     for i in 0..count {
         let id = i as u32;
         let r = lcg(&mut rng) % 16;
-        let decoder = if lcg(&mut rng).is_multiple_of(16) { (lcg(&mut rng) % 5) as i64 - 1 + decoders as i64 * (lcg(&mut rng) % 2) as i64 } else { (lcg(&mut rng) % decoders as u64) as i64 };
+        let decoder = if lcg(&mut rng).is_multiple_of(16) {
+            (lcg(&mut rng) % 5) as i64 - 1 + decoders as i64 * (lcg(&mut rng) % 2) as i64
+        } else {
+            (lcg(&mut rng) % decoders as u64) as i64
+        };
         let slot = (decoder.max(0) as usize).min(decoders - 1);
         let mut bytes = match r {
             0..=7 => {
@@ -492,7 +532,11 @@ fn fuzz_workload(name: &str, dem_text: &str, config: SessionConfig, count: usize
                     (Some(m), _) => m,
                     (None, _) => (lcg(&mut rng) % 3) as i64,
                 };
-                next[slot] = if counter == 0 { i64::from(rounds_per_message) } else { counter.saturating_add(i64::from(rounds_per_message)) };
+                next[slot] = if counter == 0 {
+                    i64::from(rounds_per_message)
+                } else {
+                    counter.saturating_add(i64::from(rounds_per_message))
+                };
                 let mut b = enqueue(id, decoder, counter, map, &shot);
                 if lcg(&mut rng).is_multiple_of(12) {
                     // num_syndromes negative, huge, or more than the bytes carried
@@ -552,7 +596,12 @@ fn fuzz_workload(name: &str, dem_text: &str, config: SessionConfig, count: usize
     Workload { name: name.into(), table, config, reqs }
 }
 
-fn fuzz_config(decoders: usize, rounds_per_message: u32, syndrome_mapping_id: Option<i64>, max_defects: usize) -> SessionConfig {
+fn fuzz_config(
+    decoders: usize,
+    rounds_per_message: u32,
+    syndrome_mapping_id: Option<i64>,
+    max_defects: usize,
+) -> SessionConfig {
     SessionConfig { decoders, rounds_per_message, max_defects, syndrome_mapping_id, measure_time: false }
 }
 
@@ -580,8 +629,20 @@ pub fn workloads() -> Vec<Workload> {
         random_shot_workload("unmatchable components", UNMATCHABLE_DEM, 12, 2000, 6, 13),
         random_shot_workload("unmatchable components", UNMATCHABLE_DEM, 2, 2000, 6, 14),
         fuzz_workload("protocol fuzz, repetition code, 2 decoders", &rep6, fuzz_config(2, 1, None, 12), 20_000, 15),
-        fuzz_workload("protocol fuzz, mapping id 7, 2 rounds/msg, K=2", &rep6, fuzz_config(2, 2, Some(7), 2), 10_000, 16),
-        fuzz_workload("protocol fuzz, 40-detector chain, 3 decoders", &long_chain(40), fuzz_config(3, 1, None, 12), 10_000, 17),
+        fuzz_workload(
+            "protocol fuzz, mapping id 7, 2 rounds/msg, K=2",
+            &rep6,
+            fuzz_config(2, 2, Some(7), 2),
+            10_000,
+            16,
+        ),
+        fuzz_workload(
+            "protocol fuzz, 40-detector chain, 3 decoders",
+            &long_chain(40),
+            fuzz_config(3, 1, None, 12),
+            10_000,
+            17,
+        ),
     ];
     // The DEM with 33+ observables is refused; one with exactly 32 is the widest allowed.
     let mut wide = String::new();
@@ -594,8 +655,8 @@ pub fn workloads() -> Vec<Workload> {
 }
 
 /// The CPU answers: (return value, answer bytes).
-fn cpu_answers(wl: &Workload) -> (Vec<Option<Vec<u8>>>, QecSession<u32>) {
-    let mut s = QecSession::new(Arc::clone(&wl.table), wl.config).unwrap();
+fn cpu_answers(wl: &Workload) -> (Vec<Option<Vec<u8>>>, QecSession<ExactDecoder>) {
+    let mut s = QecSession::with_table(Arc::clone(&wl.table), wl.config).unwrap();
     let mut out = vec![0u8; MAX_MSG];
     let answers = wl.reqs.iter().map(|r| s.handle(&r.bytes, &mut out[..r.cap]).map(|n| out[..n].to_vec())).collect();
     (answers, s)
@@ -608,7 +669,8 @@ fn decode_ns_offset(req: &[u8], answer: &[u8], num_observables: usize) -> Option
     let clen = wq::correction_len(num_observables);
     let status = i32::from_le_bytes(answer.get(4..8)?.try_into().ok()?);
     let rlen = u32::from_le_bytes(answer.get(8..12)?.try_into().ok()?) as usize;
-    (r.function_id == function_id::ENQUEUE_SYNDROMES && status == 0 && rlen == clen + wq::DECODE_REPORT_LEN).then_some(rpc::HEADER_LEN + clen + 8)
+    (r.function_id == function_id::ENQUEUE_SYNDROMES && status == 0 && rlen == clen + wq::DECODE_REPORT_LEN)
+        .then_some(rpc::HEADER_LEN + clen + 8)
 }
 
 fn headers() -> Vec<nvrtc::Source> {
@@ -663,9 +725,11 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
     let d_timing = up(vec![0u8; count * TIMING * 4]);
     let d_clocks = up(vec![0u8; 32]);
     let stream = gpu.stream().unwrap();
-    let (mut p_reqs, mut p_offs, mut p_lens, mut p_caps) = (d_reqs.device_ptr(), d_offs.device_ptr(), d_lens.device_ptr(), d_caps.device_ptr());
+    let (mut p_reqs, mut p_offs, mut p_lens, mut p_caps) =
+        (d_reqs.device_ptr(), d_offs.device_ptr(), d_lens.device_ptr(), d_caps.device_ptr());
     let mut p_count = count as u32;
-    let (mut p_outs, mut p_out_lens, mut p_viol, mut p_state) = (d_outs.device_ptr(), d_out_lens.device_ptr(), d_viol.device_ptr(), d_state.device_ptr());
+    let (mut p_outs, mut p_out_lens, mut p_viol, mut p_state) =
+        (d_outs.device_ptr(), d_out_lens.device_ptr(), d_viol.device_ptr(), d_state.device_ptr());
     let (mut p_timing, mut p_clocks) = (d_timing.device_ptr(), d_clocks.device_ptr());
     let mut params = [
         &mut p_reqs as *mut u64 as *mut std::ffi::c_void,
@@ -693,7 +757,9 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
         match stream.query() {
             StreamState::Idle => break,
             StreamState::Failed(e) => panic!("{}: the replay kernel failed: {e}", wl.name),
-            StreamState::Running if t0.elapsed() > Duration::from_secs(120) => panic!("{}: the replay kernel did not finish in 120 s", wl.name),
+            StreamState::Running if t0.elapsed() > Duration::from_secs(120) => {
+                panic!("{}: the replay kernel did not finish in 120 s", wl.name)
+            }
             StreamState::Running => std::thread::sleep(Duration::from_micros(200)),
         }
     }
@@ -790,12 +856,23 @@ impl Timing {
             // Median cycles to each phase mark (with -DRL_QEC_PROFILE).
             let marks: Vec<String> = (1..TIMING)
                 .map(|c| {
-                    let mut v: Vec<u32> = self.decodes.iter().filter(|d| d.0 >= lo && d.0 <= hi).map(|d| self.rows[d.3].1[c]).filter(|&x| x != 0).collect();
+                    let mut v: Vec<u32> = self
+                        .decodes
+                        .iter()
+                        .filter(|d| d.0 >= lo && d.0 <= hi)
+                        .map(|d| self.rows[d.3].1[c])
+                        .filter(|&x| x != 0)
+                        .collect();
                     v.sort_unstable();
-                    if v.is_empty() { "-".to_string() } else { percentile(&v, 0.5).to_string() }
+                    if v.is_empty() {
+                        "-".to_string()
+                    } else {
+                        percentile(&v, 0.5).to_string()
+                    }
                 })
                 .collect();
-            let marks = if marks.iter().all(|m| m == "-") { String::new() } else { format!(" marks {}", marks.join(" ")) };
+            let marks =
+                if marks.iter().all(|m| m == "-") { String::new() } else { format!(" marks {}", marks.join(" ")) };
             out.push(format!(
                 "k {lo}..{}: {} x stage {:.0}/{:.0} decode_ns {}/{}{marks}",
                 if hi == u32::MAX { "".to_string() } else { hi.to_string() },
@@ -814,7 +891,11 @@ impl Timing {
         (1..TIMING)
             .map(|c| {
                 let v: Vec<u32> = self.of(class, c).into_iter().filter(|&x| x != 0).collect();
-                if v.is_empty() { "-".to_string() } else { format!("{}", percentile(&v, 0.5)) }
+                if v.is_empty() {
+                    "-".to_string()
+                } else {
+                    format!("{}", percentile(&v, 0.5))
+                }
             })
             .collect::<Vec<_>>()
             .join(" ")
@@ -841,11 +922,22 @@ fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_table
         let want_len = want.as_ref().map_or(-1, |a| a.len() as i32);
         let class = match want {
             Some(a) if decode_ns_offset(&req.bytes, a, wl.table.num_observables).is_some() => Class::Decode,
-            Some(a) if a.len() == rpc::HEADER_LEN && a[4..8] == [0; 4] && RequestRepr::parse(&req.bytes).is_ok_and(|r| r.function_id == function_id::ENQUEUE_SYNDROMES) => Class::Ack,
+            Some(a)
+                if a.len() == rpc::HEADER_LEN
+                    && a[4..8] == [0; 4]
+                    && RequestRepr::parse(&req.bytes)
+                        .is_ok_and(|r| r.function_id == function_id::ENQUEUE_SYNDROMES) =>
+            {
+                Class::Ack
+            }
             _ => Class::Other,
         };
         timing.rows.push((class, run.timing[i * TIMING..(i + 1) * TIMING].try_into().unwrap()));
-        assert_eq!(got_len, want_len, "{}: request {i} ({:02x?}, cap {}): GPU returned {got_len}, CPU {want_len}", wl.name, req.bytes, req.cap);
+        assert_eq!(
+            got_len, want_len,
+            "{}: request {i} ({:02x?}, cap {}): GPU returned {got_len}, CPU {want_len}",
+            wl.name, req.bytes, req.cap
+        );
         let Some(want) = want else { continue };
         answered += 1;
         assert!(want.len() <= OUT_STRIDE, "{}: answer {i} longer than the test copies", wl.name);
@@ -855,16 +947,30 @@ fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_table
             assert_eq!(&want[at..at + 4], &[0; 4], "the CPU session here does not time");
             let dns = u32::from_le_bytes(got[at..at + 4].try_into().unwrap());
             ns.push(dns);
-            timing.decodes.push((u32::from(u16::from_le_bytes(want[at - 6..at - 4].try_into().unwrap())), run.timing[i * TIMING], dns, timing.rows.len() - 1));
+            timing.decodes.push((
+                u32::from(u16::from_le_bytes(want[at - 6..at - 4].try_into().unwrap())),
+                run.timing[i * TIMING],
+                dns,
+                timing.rows.len() - 1,
+            ));
             got[at..at + 4].fill(0);
         }
-        assert_eq!(&got, want, "{}: request {i} ({:02x?}, cap {}): answers differ (GPU first)", wl.name, req.bytes, req.cap);
+        assert_eq!(
+            &got, want,
+            "{}: request {i} ({:02x?}, cap {}): answers differ (GPU first)",
+            wl.name, req.bytes, req.cap
+        );
     }
     for d in 0..wl.config.decoders {
         let rec = qec_state::decoder_record(&run.state, d).expect("decoder record");
         assert_eq!(Some(rec.counters()), session.counters(d), "{}: decoder {d} counters (GPU first)", wl.name);
     }
-    assert_eq!(qec_state::invalid_decoder_requests(&run.state), Some(session.invalid_decoder_requests()), "{}: invalid-decoder count", wl.name);
+    assert_eq!(
+        qec_state::invalid_decoder_requests(&run.state),
+        Some(session.invalid_decoder_requests()),
+        "{}: invalid-decoder count",
+        wl.name
+    );
     ns.sort_unstable();
     let c0 = session.counters(0).unwrap_or_default();
     let line = format!(
@@ -892,8 +998,11 @@ fn qec_gpu_matches_cpu() {
     let gpu = Gpu::open(0).unwrap();
     println!("{}", gpu.info.describe());
     // Extra NVRTC options, e.g. `-lineinfo` for compute-sanitizer reports with source lines.
-    let opts: Vec<String> = std::env::var("ROCELINK_QEC_GPU_NVRTC_OPTIONS").map(|v| v.split_whitespace().map(String::from).collect()).unwrap_or_default();
-    let c = nvrtc::compile(&replay_source(), &headers(), &gpu.info.arch(), &opts, true).unwrap_or_else(|e| panic!("{e}"));
+    let opts: Vec<String> = std::env::var("ROCELINK_QEC_GPU_NVRTC_OPTIONS")
+        .map(|v| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let c =
+        nvrtc::compile(&replay_source(), &headers(), &gpu.info.arch(), &opts, true).unwrap_or_else(|e| panic!("{e}"));
     let module = gpu.load(&c.cubin, &["rl_qec_replay"]).unwrap();
     // A prefix of each workload only (for slow tools such as compute-sanitizer).
     let max = std::env::var("ROCELINK_QEC_GPU_MAX_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
@@ -901,7 +1010,8 @@ fn qec_gpu_matches_cpu() {
         wl.reqs.truncate(max);
         // The table in shared memory where it fits (the transceiver's way), and in global
         // memory (the batch kernel's).
-        let fits = QecState::build(&wl.table, &wl.config).is_ok_and(|s| s.shared_table_bytes() <= module.dynamic_shared_room(&gpu, 0));
+        let fits = QecState::build(&wl.table, &wl.config)
+            .is_ok_and(|s| s.shared_table_bytes() <= module.dynamic_shared_room(&gpu, 0));
         if fits {
             println!("[table in shared memory] {}", compare(&gpu, &module, &wl, true));
         }
@@ -923,7 +1033,14 @@ fn qec_gpu_stage_timing() {
     println!("{}", gpu.info.describe());
     // Latencies (cycles per step; min and median of 8 repetitions).
     {
-        let c = nvrtc::compile(&nvrtc::Source { name: "probe.cu".into(), text: PROBE_KERNEL.into() }, &[], &gpu.info.arch(), &[], true).unwrap_or_else(|e| panic!("{e}"));
+        let c = nvrtc::compile(
+            &nvrtc::Source { name: "probe.cu".into(), text: PROBE_KERNEL.into() },
+            &[],
+            &gpu.info.arch(),
+            &[],
+            true,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let module = gpu.load(&c.cubin, &["rl_probe"]).unwrap();
         let buf = gpu.alloc(1 << 20).unwrap();
         let out = gpu.alloc(15 * 8 * 8).unwrap();
@@ -962,28 +1079,51 @@ fn qec_gpu_stage_timing() {
     let mut builds: Vec<(String, Vec<nvrtc::Source>, Vec<String>)> = vec![
         ("committed stage, -DRL_QEC_PROFILE".into(), headers(), vec!["-DRL_QEC_PROFILE".into()]),
         // the fast path's steps in the ack marks' columns 3..6 (qec.cuh RL_QEC_PROFILE_ACK)
-        ("committed stage, -DRL_QEC_PROFILE -DRL_QEC_PROFILE_ACK".into(), headers(), vec!["-DRL_QEC_PROFILE".into(), "-DRL_QEC_PROFILE_ACK".into()]),
+        (
+            "committed stage, -DRL_QEC_PROFILE -DRL_QEC_PROFILE_ACK".into(),
+            headers(),
+            vec!["-DRL_QEC_PROFILE".into(), "-DRL_QEC_PROFILE_ACK".into()],
+        ),
         ("committed stage".into(), headers(), vec![]),
     ];
     if let Ok(v) = std::env::var("ROCELINK_QEC_GPU_VARIANTS") {
         for opts in v.split(';').map(str::trim).filter(|o| !o.is_empty()) {
-            builds.push((format!("committed stage, {opts}"), headers(), opts.split_whitespace().map(String::from).collect()));
+            builds.push((
+                format!("committed stage, {opts}"),
+                headers(),
+                opts.split_whitespace().map(String::from).collect(),
+            ));
         }
     }
-    for path in std::env::var("ROCELINK_QEC_GPU_BASELINE").unwrap_or_default().split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for path in std::env::var("ROCELINK_QEC_GPU_BASELINE")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let hs = headers().into_iter().map(|h| if h.name == "stages/qec.cuh" { nvrtc::Source { name: h.name, text: text.clone() } } else { h }).collect();
+        let hs = headers()
+            .into_iter()
+            .map(|h| if h.name == "stages/qec.cuh" { nvrtc::Source { name: h.name, text: text.clone() } } else { h })
+            .collect();
         builds.push((format!("baseline {path}"), hs, vec![]));
     }
     let wls = [production_workload(), fixture_workload("d3_p0.001", 12, 1, 1, usize::MAX)];
     for (name, hs, opts) in &builds {
-        let c = nvrtc::compile(&replay_source(), hs, &gpu.info.arch(), opts, true).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let c = nvrtc::compile(&replay_source(), hs, &gpu.info.arch(), opts, true)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         let module = gpu.load(&c.cubin, &["rl_qec_replay"]).unwrap();
         for wl in &wls {
             let (line, t) = compare_timed(&gpu, &module, wl, true);
             println!("[{name}] {line}");
             if opts.iter().any(|o| o == "-DRL_QEC_PROFILE") {
-                println!("[{name}] {}: phase marks (median cycles from entry to marks 1..8): ack {} | decode {} | other {}", wl.name, t.marks(Class::Ack), t.marks(Class::Decode), t.marks(Class::Other));
+                println!(
+                    "[{name}] {}: phase marks (median cycles from entry to marks 1..8): ack {} | decode {} | other {}",
+                    wl.name,
+                    t.marks(Class::Ack),
+                    t.marks(Class::Decode),
+                    t.marks(Class::Other)
+                );
             }
             println!("[{name}] {}: {}", wl.name, t.by_defects());
         }
@@ -1027,7 +1167,8 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
         if let Some(dir) = std::env::var_os("ROCELINK_QEC_DUMP_CUBIN") {
             let mut with_lines = opts.to_vec();
             with_lines.push("-lineinfo".into());
-            let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", &with_lines, false).unwrap_or_else(|e| panic!("{e}"));
+            let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", &with_lines, false)
+                .unwrap_or_else(|e| panic!("{e}"));
             let path = PathBuf::from(dir).join(match opts.len() {
                 0 => "qec_replay.cubin",
                 1 => "qec_replay_profile.cubin",
@@ -1036,6 +1177,8 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
             std::fs::write(&path, &c.cubin).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
     }
-    let c = nvrtc::compile(&nvrtc::Source { name: "probe.cu".into(), text: PROBE_KERNEL.into() }, &[], "sm_90", &[], false).unwrap_or_else(|e| panic!("{e}"));
+    let c =
+        nvrtc::compile(&nvrtc::Source { name: "probe.cu".into(), text: PROBE_KERNEL.into() }, &[], "sm_90", &[], false)
+            .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&c.cubin[..4], b"\x7fELF");
 }

@@ -26,7 +26,7 @@
 //! `g / decoders`, which is checked, as are the answer's status, length and request id.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,9 @@ use thiserror::Error;
 use super::driver::{DeviceBuffer, Gpu, GpuError, GpuInfo, StreamState};
 use super::qec_state::{QecState, QecStateError};
 use super::{kernels, nvrtc};
-use crate::qec::predict::{check_format, finish_stats, read_shot, write_prediction};
+use crate::qec::predict::{
+    check_format, check_shot_count, finish_stats, read_shot, write_atomically, write_prediction,
+};
 use crate::qec::{PredictStats, QecError, SessionConfig, ShotFormat};
 
 /// Threads per block (a multiple of 32, as the stage requires).
@@ -175,6 +177,7 @@ trait Executor {
 
 /// Decodes every shot of `in_path` with the DEM of `dem_path` on GPU `ordinal` and writes the
 /// predictions to `out_path`, exactly as [`crate::qec::predict`] (module docs).
+#[allow(clippy::too_many_arguments)]
 pub fn decode_file(
     ordinal: usize,
     dem_path: &Path,
@@ -183,8 +186,12 @@ pub fn decode_file(
     out_path: &Path,
     out_format: ShotFormat,
     max_defects: usize,
+    expected_shots: Option<u64>,
 ) -> Result<GpuDecodeReport, GpuDecodeError> {
     let table = crate::qec::fine_table_from_file(dem_path)?;
+    if let Some(shots) = expected_shots {
+        check_shot_count(in_path, in_format, table.num_detectors, shots)?;
+    }
     // Refuse what the device stage cannot hold before looking for a GPU.
     let config = |decoders| SessionConfig {
         decoders,
@@ -202,20 +209,31 @@ pub fn decode_file(
     let compiled = nvrtc::compile(&main, &headers, &gpu.info.arch(), &options, true)?;
     let module = gpu.load(&compiled.cubin, &["rl_qec_batch"])?;
     let mut exec = GpuExecutor::new(&gpu, &module, &state, decoders, request_len(table.num_detectors))?;
-    let output = File::create(out_path).map_err(|e| QecError::Io { path: out_path.to_path_buf(), source: e })?;
-    let mut writer = BufWriter::new(output);
-    let result = decode_stream(
-        &mut exec,
-        decoders,
-        table.num_detectors,
-        table.num_observables,
-        BufReader::new(input),
-        in_format,
-        &mut writer,
-        out_format,
-        in_path,
-        out_path,
-    );
+    // The predictions file appears only complete (crate::qec::predict module docs).
+    let result = write_atomically(out_path, |writer| -> Result<PredictStats, GpuDecodeError> {
+        let r = decode_stream(
+            &mut exec,
+            decoders,
+            table.num_detectors,
+            table.num_observables,
+            BufReader::new(input),
+            in_format,
+            writer,
+            out_format,
+            in_path,
+            out_path,
+        );
+        if let (Ok(stats), Some(shots)) = (&r, expected_shots) {
+            if stats.shots != shots {
+                return Err(QecError::Input {
+                    path: in_path.to_path_buf(),
+                    reason: format!("{} shots, but {shots} were expected", stats.shots),
+                }
+                .into());
+            }
+        }
+        r
+    });
     let (launches, gpu_ms) = (exec.launches, exec.millis);
     let freed = exec.free();
     if !exec.stuck {
@@ -223,7 +241,6 @@ pub fn decode_file(
     }
     let stats = result?;
     freed?;
-    writer.flush().map_err(|e| QecError::Io { path: out_path.to_path_buf(), source: e })?;
     Ok(GpuDecodeReport { stats, gpu: gpu.info.clone(), decoders, launches, gpu_ms })
 }
 
@@ -470,7 +487,7 @@ mod tests {
 
     /// The stage's CPU twin (`QecSession`, which `qec_gpu_match` holds the device stage equal
     /// to) in place of the kernel, blocks run one after another: tests the host half.
-    struct CpuStage(QecSession);
+    struct CpuStage(QecSession<ExactDecoder>);
 
     impl Executor for CpuStage {
         fn run(
@@ -520,7 +537,7 @@ mod tests {
             syndrome_mapping_id: None,
             measure_time: false,
         };
-        let mut stage = CpuStage(QecSession::new(t, config).unwrap());
+        let mut stage = CpuStage(QecSession::with_table(t, config).unwrap());
         let mut gpu_out = Vec::new();
         let gpu = decode_stream(
             &mut stage,
@@ -588,7 +605,7 @@ mod tests {
         let mut buf = vec![0u8; request_len(9)];
         build_request(&mut buf, &mut [0xff, 0xff], 9, 0, 5).unwrap();
         let t = table();
-        let mut s = QecSession::new(t, SessionConfig::default()).unwrap();
+        let mut s = QecSession::with_table(t, SessionConfig::default()).unwrap();
         let mut out = [0u8; OUT_STRIDE];
         let n = s.handle(&buf, &mut out).unwrap() as i32;
         let (obs, rep) = parse_answer(&out, n, 2, 5).unwrap();

@@ -1,10 +1,12 @@
-//! QEC feed-forward decoding, host side (issue 5; QEC.md; PROTOCOLS.md 3).
+//! QEC feed-forward decoding, host side (QEC.md; PROTOCOLS.md 3). The decoders themselves
+//! live in the `rocelink_qec` crate (no I/O, no GPU); this module puts them behind the RPC
+//! session and the files.
 //!
 //! - [`dem`]: stim detector error model text -> flattened error mechanisms;
-//! - [`graph`]: matching graph (PyMatching's construction) and the all-pairs distance and
-//!   observable-parity tables, as flat row-major arrays the GPU kernel copies verbatim
-//!   (`f64` reference, `u32` PyMatching-exact, `u16` compact);
-//! - [`exact`]: decoder v1, exact subset-DP matching up to K defects, greedy above;
+//! - [`graph`]: matching graph (PyMatching's construction) and the all-pairs tables the GPU
+//!   stage copies (`rocelink_qec::graph`);
+//! - [`exact`]: the GPU stage's K-limited table decoder, kept as the bit-exact model the GPU
+//!   kernel is tested against until the GPU decoder is exact for any number of defects;
 //! - [`session`]: the decoder stage as a state machine over CUQR requests
 //!   (`enqueue_syndromes`, `get_corrections`, `reset_decoder`), no I/O, no clock unless asked;
 //! - [`predict`](mod@predict): the offline `pymatching predict` mirror (b8 / 01 files).
@@ -14,7 +16,6 @@
 
 pub mod dem;
 pub mod exact;
-pub mod graph;
 pub mod predict;
 pub mod session;
 
@@ -23,11 +24,14 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
+pub use rocelink_qec::graph;
+pub use rocelink_qec::{MatchingDecoder, SparseGraph};
+
 pub use dem::{DemError, DetectorErrorModel};
 pub use exact::{DecodeStatus, Decoded, ExactDecoder, DEFAULT_MAX_DEFECTS};
 pub use graph::{DistanceTable, GraphError, MatchingGraph, TableWeight};
 pub use predict::{predict, PredictStats, ShotFormat};
-pub use session::{QecSession, SessionConfig};
+pub use session::{QecSession, SessionConfig, SessionDecoder};
 
 /// Any failure of loading a DEM and building its decoder.
 #[derive(Debug, Error)]
@@ -46,6 +50,9 @@ pub enum QecError {
     /// The graph or its tables cannot be built.
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// The decoding graph cannot be built.
+    #[error(transparent)]
+    Sparse(#[from] rocelink_qec::SparseError),
     /// A bad decoder configuration.
     #[error(transparent)]
     Config(#[from] exact::ConfigError),
@@ -57,6 +64,16 @@ pub enum QecError {
         /// What is wrong (with the shot or line number).
         reason: String,
     },
+}
+
+impl From<rocelink_qec::LoadError> for QecError {
+    fn from(e: rocelink_qec::LoadError) -> Self {
+        match e {
+            rocelink_qec::LoadError::Dem(e) => QecError::Dem(e),
+            rocelink_qec::LoadError::Graph(e) => QecError::Graph(e),
+            rocelink_qec::LoadError::Sparse(e) => QecError::Sparse(e),
+        }
+    }
 }
 
 impl QecError {
@@ -71,7 +88,14 @@ pub fn load_dem(path: &Path) -> Result<DetectorErrorModel, QecError> {
     Ok(DetectorErrorModel::parse(&text)?)
 }
 
-/// The PyMatching-exact table of a DEM file (what the CPU stage and `predict` use).
+/// The decoding graph of a DEM file (what the CPU stage and `predict` decode on).
+pub fn sparse_graph_from_file(path: &Path) -> Result<Arc<SparseGraph>, QecError> {
+    let dem = load_dem(path)?;
+    let graph = MatchingGraph::from_dem(&dem, graph::GraphOptions::default())?;
+    Ok(Arc::new(SparseGraph::new(&graph)?))
+}
+
+/// The PyMatching-exact table of a DEM file (what the GPU stage and its model use).
 pub fn fine_table_from_file(path: &Path) -> Result<Arc<DistanceTable<u32>>, QecError> {
     let dem = load_dem(path)?;
     let graph = MatchingGraph::from_dem(&dem, graph::GraphOptions::default())?;

@@ -8,11 +8,17 @@
 //!
 //! Input shots have n = the DEM's detector count, output shots n = its observable count.
 //!
-//! Guarantees: output shot k is the decoder's prediction for input shot k, in order; a
-//! malformed input (wrong line length, a character other than 0/1, a b8 file ending inside
-//! a shot) stops with [`QecError::Input`] naming the shot and the file; decoding uses the
-//! PyMatching-exact table (`MatchingGraph::fine_table`) and allocates nothing per shot
-//! beyond the timing sample.
+//! Guarantees:
+//! - output shot k is the decoder's prediction for input shot k, in order, by the exact
+//!   decoder (`rocelink_qec::MatchingDecoder`, any number of defects, any code size);
+//! - a malformed input (wrong line length, a character other than 0/1, a b8 file ending
+//!   inside a shot) stops with [`QecError::Input`] naming the shot and the file;
+//! - with `expected_shots` set, a b8 input whose size is not that many shots of the DEM's
+//!   detector count is refused before decoding (a b8 file of another detector count reads
+//!   as valid shots otherwise), and any input with another shot count is an error;
+//! - the predictions file appears only complete: it is written beside the target
+//!   (`<out>.partial`) and renamed over it on success; on any error the partial file is
+//!   removed and an existing target is left as it was.
 
 use std::fmt;
 use std::fs::File;
@@ -23,8 +29,11 @@ use std::time::Instant;
 
 use rocelink_wire::qec::{packed_len, set_bit};
 
-use super::exact::{DecodeStatus, ExactDecoder};
+use rocelink_qec::MatchingDecoder;
+
+use super::exact::ExactDecoder;
 use super::graph::TableWeight;
+use super::session::{SessionDecoder, ShotOutcome};
 use super::QecError;
 
 /// A detection-event or prediction file format.
@@ -61,10 +70,10 @@ impl fmt::Display for ShotFormat {
 pub struct PredictStats {
     /// Shots decoded.
     pub shots: u64,
-    /// Shots above the defect cap (the fallback: exact per cluster, else greedy).
+    /// Shots above the defect cap of the GPU's table decoder (its fallback); 0 on the CPU.
     pub overflows: u64,
-    /// Shots without a perfect matching (their prediction is zero, or the greedy fallback's
-    /// for the defects it could match above the cap when the clusters do not all fit).
+    /// Shots without a perfect matching (the prediction is that of the clusters that
+    /// matched).
     pub unmatchable: u64,
     /// `defect_histogram[k]`: shots with k defects.
     pub defect_histogram: Vec<u64>,
@@ -89,31 +98,129 @@ impl PredictStats {
     }
 }
 
+/// A decoder of whole shots (b8 order), for [`predict_stream`].
+pub trait BatchDecoder {
+    /// Detection bits per shot.
+    fn num_detectors(&self) -> usize;
+    /// Observables per prediction.
+    fn num_observables(&self) -> usize;
+    /// Decodes one shot.
+    fn decode_shot(&mut self, shot: &[u8]) -> ShotOutcome;
+}
+
+impl BatchDecoder for MatchingDecoder {
+    fn num_detectors(&self) -> usize {
+        self.graph().num_detectors()
+    }
+    fn num_observables(&self) -> usize {
+        self.graph().num_observables()
+    }
+    fn decode_shot(&mut self, shot: &[u8]) -> ShotOutcome {
+        self.begin_shot();
+        self.add_bits(0, shot, self.graph().num_detectors());
+        SessionDecoder::finish(self, shot)
+    }
+}
+
+impl<W: TableWeight> BatchDecoder for ExactDecoder<W> {
+    fn num_detectors(&self) -> usize {
+        self.table().num_detectors
+    }
+    fn num_observables(&self) -> usize {
+        self.table().num_observables
+    }
+    fn decode_shot(&mut self, shot: &[u8]) -> ShotOutcome {
+        SessionDecoder::finish(self, shot)
+    }
+}
+
+/// Writes `out_path` only complete: `write` fills `<out_path>.partial`, which is renamed
+/// over `out_path` when it succeeds and removed when it fails.
+pub fn write_atomically<T, E: From<QecError>>(
+    out_path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> Result<T, E>,
+) -> Result<T, E> {
+    let mut partial = out_path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    let file = File::create(&partial).map_err(|e| QecError::io(&partial, e))?;
+    let mut writer = BufWriter::new(file);
+    let result = write(&mut writer).and_then(|v| {
+        writer.flush().map_err(|e| QecError::io(out_path, e))?;
+        writer.get_ref().sync_data().map_err(|e| QecError::io(out_path, e))?;
+        Ok(v)
+    });
+    drop(writer);
+    match result {
+        Ok(v) => {
+            std::fs::rename(&partial, out_path).map_err(|e| QecError::io(out_path, e))?;
+            Ok(v)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
+}
+
+/// Refuses a b8 input whose size is not `shots` shots of `n` detectors (module docs).
+pub fn check_shot_count(in_path: &Path, in_format: ShotFormat, n: usize, shots: u64) -> Result<(), QecError> {
+    if in_format != ShotFormat::B8 {
+        return Ok(());
+    }
+    let len = std::fs::metadata(in_path).map_err(|e| QecError::io(in_path, e))?.len();
+    let per_shot = packed_len(n) as u64;
+    if len != shots.saturating_mul(per_shot) {
+        let fits = if per_shot > 0 && len % per_shot == 0 {
+            format!("{} shots of {n} detectors", len / per_shot)
+        } else {
+            format!("not a whole number of {n}-detector shots")
+        };
+        return Err(QecError::Input {
+            path: in_path.to_path_buf(),
+            reason: format!(
+                "{len} bytes, but {shots} shots of the DEM's {n} detectors are {} bytes ({fits}): \
+                 the file was written for another shot count or another DEM",
+                shots.saturating_mul(per_shot)
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Decodes every shot of `in_path` with the DEM of `dem_path` and writes the predicted
-/// observable flips to `out_path` (module docs); `max_defects` is K.
+/// observable flips to `out_path` (module docs), with the exact decoder.
 pub fn predict(
     dem_path: &Path,
     in_path: &Path,
     in_format: ShotFormat,
     out_path: &Path,
     out_format: ShotFormat,
-    max_defects: usize,
+    expected_shots: Option<u64>,
 ) -> Result<PredictStats, QecError> {
-    let table = super::fine_table_from_file(dem_path)?;
-    let mut decoder = ExactDecoder::new(table, max_defects)?;
+    let graph = super::sparse_graph_from_file(dem_path)?;
+    if let Some(shots) = expected_shots {
+        check_shot_count(in_path, in_format, graph.num_detectors(), shots)?;
+    }
+    let mut decoder = MatchingDecoder::new(graph);
     let input = File::open(in_path).map_err(|e| QecError::io(in_path, e))?;
-    let output = File::create(out_path).map_err(|e| QecError::io(out_path, e))?;
-    let mut writer = BufWriter::new(output);
-    let stats =
-        predict_stream(&mut decoder, BufReader::new(input), in_format, &mut writer, out_format, in_path, out_path)?;
-    writer.flush().map_err(|e| QecError::io(out_path, e))?;
-    Ok(stats)
+    write_atomically(out_path, |writer| -> Result<PredictStats, QecError> {
+        let stats =
+            predict_stream(&mut decoder, BufReader::new(input), in_format, writer, out_format, in_path, out_path)?;
+        if let Some(shots) = expected_shots.filter(|&s| s != stats.shots) {
+            return Err(QecError::Input {
+                path: in_path.to_path_buf(),
+                reason: format!("{} shots, but {shots} were expected", stats.shots),
+            });
+        }
+        Ok(stats)
+    })
 }
 
 /// [`predict`] over open streams with a ready decoder; `in_name` and `out_name` only label
 /// errors.
-pub fn predict_stream<W: TableWeight>(
-    decoder: &mut ExactDecoder<W>,
+pub fn predict_stream<D: BatchDecoder>(
+    decoder: &mut D,
     mut input: impl BufRead,
     in_format: ShotFormat,
     mut output: impl Write,
@@ -121,8 +228,8 @@ pub fn predict_stream<W: TableWeight>(
     in_name: &Path,
     out_name: &Path,
 ) -> Result<PredictStats, QecError> {
-    let n = decoder.table().num_detectors;
-    let num_obs = decoder.table().num_observables;
+    let n = decoder.num_detectors();
+    let num_obs = decoder.num_observables();
     check_format(in_format, n, in_name)?;
     let mut shot = vec![0u8; packed_len(n)];
     let mut line = String::new();
@@ -132,15 +239,15 @@ pub fn predict_stream<W: TableWeight>(
     let mut times: Vec<u64> = Vec::new();
     while read_shot(&mut input, in_format, n, stats.shots, &mut shot, &mut line, in_name)? {
         let started = Instant::now();
-        let d = decoder.decode_b8(&shot);
+        let d = decoder.decode_shot(&shot);
         let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         times.push(ns);
         stats.decode_ns_total = stats.decode_ns_total.saturating_add(ns);
         stats.shots += 1;
-        match d.status {
-            DecodeStatus::Overflow => stats.overflows += 1,
-            DecodeStatus::Unmatchable | DecodeStatus::Invalid => stats.unmatchable += 1,
-            DecodeStatus::Ok => {}
+        match d.report {
+            rocelink_wire::qec::REPORT_OVERFLOW => stats.overflows += 1,
+            rocelink_wire::qec::REPORT_UNMATCHABLE => stats.unmatchable += 1,
+            _ => {}
         }
         if let Some(h) = stats.defect_histogram.get_mut(d.defects as usize) {
             *h += 1;
@@ -268,14 +375,12 @@ pub(crate) fn finish_stats(stats: &mut PredictStats, times: &mut [u64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qec::graph::MatchingGraph;
-    use std::sync::Arc;
 
-    fn decoder() -> ExactDecoder {
+    const CHAIN: &str = "error(0.1) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1 D2\nerror(0.1) D2\n";
+
+    fn decoder() -> MatchingDecoder {
         // 3 detectors in a chain; the left boundary edge flips L0.
-        let g = MatchingGraph::from_dem_text("error(0.1) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1 D2\nerror(0.1) D2\n")
-            .unwrap();
-        ExactDecoder::new(Arc::new(g.fine_table().unwrap()), 12).unwrap()
+        MatchingDecoder::new(rocelink_qec::sparse_graph_from_dem_text(CHAIN).unwrap())
     }
 
     fn run(input: &[u8], inf: ShotFormat, outf: ShotFormat) -> Result<(PredictStats, Vec<u8>), QecError> {
@@ -305,8 +410,8 @@ mod tests {
         assert_eq!(e.to_string(), "in: line 2: 2 characters, the DEM has 3 detectors");
         let e = run(b"1x0\n", ShotFormat::Zero1, ShotFormat::Zero1).unwrap_err();
         assert_eq!(e.to_string(), "in: line 1: character 2 is not 0 or 1");
-        let g = MatchingGraph::from_dem_text("error(0.1) D0\nerror(0.1) D8\n").unwrap();
-        let mut d = ExactDecoder::new(Arc::new(g.fine_table().unwrap()), 12).unwrap();
+        let mut d =
+            MatchingDecoder::new(rocelink_qec::sparse_graph_from_dem_text("error(0.1) D0\nerror(0.1) D8\n").unwrap());
         let mut out = Vec::new();
         let e = predict_stream(
             &mut d,
@@ -329,9 +434,94 @@ mod tests {
             ShotFormat::B8,
             Path::new("/nonexistent/out"),
             ShotFormat::Zero1,
-            12,
+            None,
         )
         .unwrap_err();
         assert!(matches!(e, QecError::Io { .. }), "{e}");
+    }
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("rocelink-predict-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("model.dem"), CHAIN).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_truncated_input_leaves_no_predictions_and_keeps_an_old_file() {
+        let d = scratch("trunc");
+        std::fs::write(d.join("in.01"), "100\n001\n1").unwrap();
+        std::fs::write(d.join("out.01"), "old").unwrap();
+        let e = predict(
+            &d.join("model.dem"),
+            &d.join("in.01"),
+            ShotFormat::Zero1,
+            &d.join("out.01"),
+            ShotFormat::Zero1,
+            None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("line 3"), "{e}");
+        assert_eq!(std::fs::read_to_string(d.join("out.01")).unwrap(), "old");
+        assert!(!d.join("out.01.partial").exists());
+        let e = predict(
+            &d.join("model.dem"),
+            &d.join("in.01"),
+            ShotFormat::Zero1,
+            &d.join("new.01"),
+            ShotFormat::Zero1,
+            None,
+        )
+        .unwrap_err();
+        assert!(matches!(e, QecError::Input { .. }));
+        assert!(!d.join("new.01").exists(), "no partial predictions file");
+        std::fs::write(d.join("in.01"), "100\n001\n").unwrap();
+        let s = predict(
+            &d.join("model.dem"),
+            &d.join("in.01"),
+            ShotFormat::Zero1,
+            &d.join("out.01"),
+            ShotFormat::Zero1,
+            None,
+        )
+        .unwrap();
+        assert_eq!(s.shots, 2);
+        assert_eq!(std::fs::read_to_string(d.join("out.01")).unwrap(), "1\n0\n");
+    }
+
+    #[test]
+    fn num_shots_refuses_a_b8_file_of_another_size() {
+        let d = scratch("count");
+        // 3 detectors: 1 byte a shot. 4 bytes are 4 shots here, or 2 of a 9..16-detector DEM.
+        std::fs::write(d.join("in.b8"), [1u8, 4, 3, 0]).unwrap();
+        let run = |n| {
+            predict(&d.join("model.dem"), &d.join("in.b8"), ShotFormat::B8, &d.join("out.01"), ShotFormat::Zero1, n)
+        };
+        let e = run(Some(2)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: 4 bytes, but 2 shots of the DEM's 3 detectors are 2 bytes (4 shots of 3 detectors): the file was \
+                 written for another shot count or another DEM",
+                d.join("in.b8").display()
+            )
+        );
+        assert!(!d.join("out.01").exists());
+        assert_eq!(run(Some(4)).unwrap().shots, 4);
+        assert_eq!(std::fs::read_to_string(d.join("out.01")).unwrap(), "1\n0\n0\n0\n");
+        // 01 input: the count is checked after reading.
+        std::fs::write(d.join("in.01"), "100\n").unwrap();
+        let e = predict(
+            &d.join("model.dem"),
+            &d.join("in.01"),
+            ShotFormat::Zero1,
+            &d.join("o.01"),
+            ShotFormat::Zero1,
+            Some(3),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("1 shots, but 3 were expected"), "{e}");
+        assert!(!d.join("o.01").exists());
     }
 }

@@ -17,8 +17,12 @@
 //!   (`correction_len(num_observables)` bytes, as `get_corrections` returns them) followed by
 //!   a 16-byte decode report (`rocelink_wire::qec::DecodeReportRepr`: status ok / overflow /
 //!   unmatchable, defects, weight, decode ns, shot index). Earlier messages are answered OK
-//!   with no result. Overflow (more than K defects) is not a wire error: the greedy answer is
-//!   sent with report status 1 and counted.
+//!   with no result. The CPU decoder ([`QecSession::new`]: `rocelink_qec::MatchingDecoder`)
+//!   is exact for any number of defects and grows each round's defects as the round
+//!   arrives, so the final round only clusters and matches. [`QecSession::with_table`] runs
+//!   the GPU stage's K-limited decoder instead (the bit-exact model the GPU kernel is tested
+//!   against): above K its fallback answer is sent with report status 1 (overflow) and
+//!   counted.
 //! - The correction of every decoded shot is XORed into the decoder's accumulated
 //!   corrections. `get_corrections{decoder_id, return_size, reset}` answers them (return_size
 //!   bits, LSB first, zero-padded to a multiple of 8 bytes; bits past the observables are 0),
@@ -44,6 +48,8 @@ use std::time::Instant;
 use rocelink_wire::qec::{self as wq, DecodeReportRepr, EnqueueSyndromesRepr, GetCorrectionsRepr, ResetDecoderRepr};
 use rocelink_wire::rpc::{self, function_id, status, RequestRepr, ResponseRepr};
 
+use rocelink_qec::{MatchingDecoder, SparseGraph};
+
 use super::exact::{ConfigError, ExactDecoder, DEFAULT_MAX_DEFECTS};
 use super::graph::{DistanceTable, TableWeight};
 
@@ -57,7 +63,8 @@ pub struct SessionConfig {
     pub decoders: usize,
     /// Rounds one `enqueue_syndromes` carries: the counter advances by this much.
     pub rounds_per_message: u32,
-    /// K, the exact matcher's defect cap.
+    /// K, the defect cap of the GPU stage's decoder and its model
+    /// ([`QecSession::with_table`]); the CPU decoder ([`QecSession::new`]) has none.
     pub max_defects: usize,
     /// When set, `enqueue_syndromes` must name this mapping (else `BAD_REQUEST`).
     pub syndrome_mapping_id: Option<i64>,
@@ -84,7 +91,7 @@ pub struct SessionCounters {
     pub messages: u64,
     /// Shots decoded.
     pub shots: u64,
-    /// Shots above K (the fallback).
+    /// Shots above K (the table decoder's fallback; always 0 for the CPU decoder).
     pub overflows: u64,
     /// Shots without a perfect matching.
     pub unmatchable: u64,
@@ -98,9 +105,68 @@ pub struct SessionCounters {
     pub bad_requests: u64,
 }
 
+/// One decoded shot, as the session reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ShotOutcome {
+    /// The correction.
+    pub observables: u64,
+    /// Matching weight, ln((1-p)/p) units.
+    pub weight: f64,
+    /// Defects in the shot.
+    pub defects: u32,
+    /// The wire report's status (`rocelink_wire::qec::REPORT_*`).
+    pub report: u8,
+}
+
+/// What the session needs of a decoder: it is told of each message's bits as they arrive
+/// (a streaming decoder starts work then) and asked for the result when the shot is
+/// complete.
+pub trait SessionDecoder: Send {
+    /// A new shot starts (any unfinished one is dropped).
+    fn begin(&mut self);
+    /// Bits `first..first + n` of `shot` (the shot assembled so far, b8 order) arrived.
+    fn round(&mut self, shot: &[u8], first: usize, n: usize);
+    /// The shot is complete (`shot` holds all its bits): decode it.
+    fn finish(&mut self, shot: &[u8]) -> ShotOutcome;
+}
+
+impl SessionDecoder for MatchingDecoder {
+    fn begin(&mut self) {
+        self.begin_shot();
+    }
+
+    fn round(&mut self, shot: &[u8], first: usize, n: usize) {
+        for i in first..first + n {
+            if shot.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1) {
+                self.add_defect(i as u32);
+            }
+        }
+    }
+
+    fn finish(&mut self, _shot: &[u8]) -> ShotOutcome {
+        let d = MatchingDecoder::finish(self);
+        let report = match d.status {
+            rocelink_qec::DecodeStatus::Ok => wq::REPORT_OK,
+            _ => wq::REPORT_UNMATCHABLE,
+        };
+        ShotOutcome { observables: d.observables, weight: d.weight, defects: d.defects, report }
+    }
+}
+
+impl<W: TableWeight> SessionDecoder for ExactDecoder<W> {
+    fn begin(&mut self) {}
+
+    fn round(&mut self, _shot: &[u8], _first: usize, _n: usize) {}
+
+    fn finish(&mut self, shot: &[u8]) -> ShotOutcome {
+        let d = self.decode_b8(shot);
+        ShotOutcome { observables: d.observables, weight: d.weight, defects: d.defects, report: d.status.report_code() }
+    }
+}
+
 #[derive(Debug)]
-struct Slot<W: TableWeight> {
-    decoder: ExactDecoder<W>,
+struct Slot<D> {
+    decoder: D,
     shot: Vec<u8>,
     bits: usize,
     in_shot: bool,
@@ -109,7 +175,7 @@ struct Slot<W: TableWeight> {
     counters: SessionCounters,
 }
 
-impl<W: TableWeight> Slot<W> {
+impl<D> Slot<D> {
     fn discard(&mut self) {
         self.in_shot = false;
         self.bits = 0;
@@ -118,11 +184,11 @@ impl<W: TableWeight> Slot<W> {
 
 /// The decoder stage (module docs).
 #[derive(Debug)]
-pub struct QecSession<W: TableWeight = u32> {
+pub struct QecSession<D = MatchingDecoder> {
     config: SessionConfig,
     num_detectors: usize,
     num_observables: usize,
-    slots: Vec<Slot<W>>,
+    slots: Vec<Slot<D>>,
     invalid_decoder: u64,
 }
 
@@ -144,24 +210,43 @@ fn append_bits(dst: &mut [u8], at: usize, src: &[u8], n: usize) {
     }
 }
 
-impl<W: TableWeight> QecSession<W> {
-    /// A stage decoding shots of `table`'s DEM.
-    pub fn new(table: Arc<DistanceTable<W>>, config: SessionConfig) -> Result<Self, ConfigError> {
+impl QecSession<MatchingDecoder> {
+    /// The CPU stage: shots of `graph`'s DEM decoded exactly, streamed round by round.
+    pub fn new(graph: Arc<SparseGraph>, config: SessionConfig) -> Result<Self, ConfigError> {
+        let (n, obs) = (graph.num_detectors(), graph.num_observables());
+        Self::with_decoders(config, n, obs, || Ok(MatchingDecoder::new(Arc::clone(&graph))))
+    }
+}
+
+impl<W: TableWeight> QecSession<ExactDecoder<W>> {
+    /// The GPU stage's model: `table`'s DEM decoded by the K-limited table decoder
+    /// (`config.max_defects`).
+    pub fn with_table(table: Arc<DistanceTable<W>>, config: SessionConfig) -> Result<Self, ConfigError> {
+        let (n, obs) = (table.num_detectors, table.num_observables);
+        Self::with_decoders(config, n, obs, || ExactDecoder::new(Arc::clone(&table), config.max_defects))
+    }
+}
+
+impl<D: SessionDecoder> QecSession<D> {
+    fn with_decoders(
+        config: SessionConfig,
+        num_detectors: usize,
+        num_observables: usize,
+        make: impl Fn() -> Result<D, ConfigError>,
+    ) -> Result<Self, ConfigError> {
         if config.decoders == 0 {
             return Err(ConfigError::Session("a QEC session needs at least one decoder"));
         }
         if config.rounds_per_message == 0 {
             return Err(ConfigError::Session("rounds_per_message must be at least 1"));
         }
-        if table.num_observables > 64 {
+        if num_observables > 64 {
             return Err(ConfigError::Session("more than 64 observables"));
         }
-        let num_detectors = table.num_detectors;
-        let num_observables = table.num_observables;
         let slots = (0..config.decoders)
             .map(|_| {
                 Ok(Slot {
-                    decoder: ExactDecoder::new(Arc::clone(&table), config.max_defects)?,
+                    decoder: make()?,
                     shot: vec![0; wq::packed_len(num_detectors)],
                     bits: 0,
                     in_shot: false,
@@ -274,6 +359,7 @@ impl<W: TableWeight> QecSession<W> {
             slot.shot.fill(0);
             slot.bits = 0;
             slot.in_shot = true;
+            slot.decoder.begin();
         } else if !slot.in_shot || m.counter != slot.next_counter {
             if slot.in_shot {
                 slot.counters.dropped_shots += 1;
@@ -293,6 +379,7 @@ impl<W: TableWeight> QecSession<W> {
         }
         let syndromes = args.get(wq::ENQUEUE_SYNDROMES_FIXED_LEN..).unwrap_or(&[]);
         append_bits(&mut slot.shot, slot.bits, syndromes, n);
+        slot.decoder.round(&slot.shot, slot.bits, n);
         slot.bits += n;
         slot.next_counter = next.unwrap_or(0);
         slot.counters.messages += 1;
@@ -303,23 +390,23 @@ impl<W: TableWeight> QecSession<W> {
         // The final round: decode now (QEC.md: the correction goes back in time for the
         // next conditional operation).
         let started = measure.then(Instant::now);
-        let d = slot.decoder.decode_b8(&slot.shot);
+        let d = slot.decoder.finish(&slot.shot);
         let decode_ns = started.map_or(0, |t| u32::try_from(t.elapsed().as_nanos()).unwrap_or(u32::MAX));
         slot.in_shot = false;
         slot.bits = 0;
         slot.corrections ^= d.observables;
         let shot_index = slot.counters.shots as u32;
         slot.counters.shots += 1;
-        match d.status {
-            super::DecodeStatus::Overflow => slot.counters.overflows += 1,
-            super::DecodeStatus::Unmatchable | super::DecodeStatus::Invalid => slot.counters.unmatchable += 1,
-            super::DecodeStatus::Ok => {}
+        match d.report {
+            wq::REPORT_OVERFLOW => slot.counters.overflows += 1,
+            wq::REPORT_UNMATCHABLE => slot.counters.unmatchable += 1,
+            _ => {}
         }
         let Ok(c) = wq::emit_corrections(d.observables, self.num_observables, body) else {
             return (status::INTERNAL_ERROR, 0);
         };
         let report = DecodeReportRepr {
-            status: d.status.report_code(),
+            status: d.report,
             reserved: 0,
             defects: d.defects.min(u16::MAX as u32) as u16,
             weight: d.weight as f32,
@@ -384,8 +471,17 @@ mod tests {
             s += &format!("error(0.1) D{} D{}\n", i, i + 1);
         }
         s += "error(0.1) D5\n";
+        QecSession::new(rocelink_qec::sparse_graph_from_dem_text(&s).unwrap(), cfg).unwrap()
+    }
+
+    fn table_session(cfg: SessionConfig) -> QecSession<ExactDecoder> {
+        let mut s = String::from("error(0.1) D0 L0\n");
+        for i in 0..5 {
+            s += &format!("error(0.1) D{} D{}\n", i, i + 1);
+        }
+        s += "error(0.1) D5\n";
         let g = MatchingGraph::from_dem_text(&s).unwrap();
-        QecSession::new(Arc::new(g.fine_table().unwrap()), cfg).unwrap()
+        QecSession::with_table(Arc::new(g.fine_table().unwrap()), cfg).unwrap()
     }
 
     fn request(function: u32, id: u32, args: &[u8]) -> Vec<u8> {
@@ -549,8 +645,10 @@ mod tests {
     #[test]
     fn overflow_is_reported_not_an_error() {
         let cfg = SessionConfig { max_defects: 2, ..SessionConfig::default() };
-        let mut s = session(cfg);
-        let (r, res) = call(&mut s, &enqueue(0, 0, 6, &[0b111]));
+        let mut s = table_session(cfg);
+        let mut out = [0u8; 256];
+        let n = s.handle(&enqueue(0, 0, 6, &[0b111]), &mut out).expect("answered");
+        let (r, res) = (ResponseRepr::parse(&out[..n]).unwrap(), out[rpc::HEADER_LEN..n].to_vec());
         assert_eq!(r.status, 0);
         let rep = DecodeReportRepr::parse(&res[8..]).unwrap();
         assert_eq!((rep.status, rep.defects), (REPORT_OVERFLOW, 3));

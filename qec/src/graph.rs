@@ -57,7 +57,7 @@ use std::ops::Add;
 
 use thiserror::Error;
 
-use super::dem::DetectorErrorModel;
+use rocelink_wire::dem::DetectorErrorModel;
 
 /// The boundary, as the second end of a boundary edge.
 pub const BOUNDARY: u32 = u32::MAX;
@@ -246,7 +246,7 @@ impl MatchingGraph {
     }
 
     /// Parses DEM text and builds its graph with default options.
-    pub fn from_dem_text(text: &str) -> Result<Self, super::QecError> {
+    pub fn from_dem_text(text: &str) -> Result<Self, crate::LoadError> {
         let dem = DetectorErrorModel::parse(text)?;
         Ok(Self::from_dem(&dem, GraphOptions::default())?)
     }
@@ -320,7 +320,8 @@ impl MatchingGraph {
     /// Integer Dijkstra on `round(w * scale)`; entries above `limit` become "never" when the
     /// matcher may skip them, else the build fails (`None`).
     fn integer_table(&self, scale: f64, limit: u64) -> Option<DistanceTable<u64>> {
-        let w: Vec<u64> = self.edges.iter().map(|e| (e.weight * scale).round().clamp(0.0, MAX_EDGE_UNITS) as u64).collect();
+        let w: Vec<u64> =
+            self.edges.iter().map(|e| (e.weight * scale).round().clamp(0.0, MAX_EDGE_UNITS) as u64).collect();
         let (mut d, parity) = self.all_pairs(&w);
         let n = self.num_detectors;
         let s = n + 1;

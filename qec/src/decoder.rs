@@ -1,0 +1,752 @@
+//! The exact decoder: minimum-weight perfect matching of any number of defects on the sparse
+//! graph ([`SparseGraph`]), each defect matched to another or to the boundary, which is the
+//! objective PyMatching minimises.
+//!
+//! Algorithm (exact, no table, no fallback): a restricted matching problem, solved, then
+//! proved optimal for the whole problem by its LP duals, and widened where the proof fails.
+//! 1. **Balls.** Each defect `a` grows a Dijkstra ball of radius `rho_a`, at first one edge
+//!    (the heaviest edge weight, at most `c_a`, its distance to the boundary). Two balls
+//!    that touch give a candidate pair: at a node both hold, or across an edge `(u, v)`
+//!    joining them, the path `d_a(u) + w(u, v) + d_b(v)`. Every candidate is a real path,
+//!    and a pair with `d(a, b) <= rho_a + rho_b` is found with its exact length (the last
+//!    node of a shortest path within `rho_a` of `a` has its successor within `rho_b` of `b`).
+//! 2. **Clusters.** Candidates with `d < c_a + c_b` link defects (a pair at least that long
+//!    is never better than both going to the boundary); linked defects form clusters.
+//! 3. **Matching.** Each cluster is solved exactly as a minimum-weight perfect matching of
+//!    its doubled graph `H`: two copies of the cluster's defects and candidate pairs, and an
+//!    edge of weight `2 c_a` between the two copies of each defect (both copies "go to the
+//!    boundary"). A matching `M` with boundary set `X` maps to `M`, its mirror and `X`'s
+//!    cross edges, of twice the weight, and every perfect matching of `H` is at least twice
+//!    the best one, so `H`'s optimum is the cluster's. `H` is sparse (no clique of boundary
+//!    copies), and its LP duals `y` make the proof below work across clusters, since
+//!    clusters share no edge of `H`. Clusters of one and two defects are solved in closed
+//!    form.
+//! 4. **Proof.** The matching is optimal for the whole problem when every pair left out
+//!    has a non-negative reduced cost under the duals, that is `y_a + y_b <= d(a, b)` in
+//!    both copies (blossom duals only add to reduced costs). A pair never found has
+//!    `d(a, b) > rho_a + rho_b`, so `y_a <= rho_a` for every defect proves them all; a found
+//!    pair that was left out (`d >= c_a + c_b`) is checked directly. A defect with
+//!    `y_a > rho_a` grows its ball (to `max(y_a, 2 rho_a)`) and a failed pair is put in,
+//!    then the clusters are solved again. Each round adds pairs or grows balls, and with
+//!    every ball grown to the whole graph nothing is left out, so the loop ends. At low
+//!    noise most defects sit in tight pairs and stay at one edge; only what needs a wider
+//!    search gets one.
+//!
+//! Streaming: a ball depends only on its defect and the static graph, so
+//! [`MatchingDecoder::add_defect`] grows the first ball as soon as the defect arrives (round
+//! by round) and finds its candidates with the earlier defects then;
+//! [`MatchingDecoder::finish`] does steps 2 to 4. The result does not depend on how the
+//! defects were split into rounds, nor on their order: candidates of one pair keep the
+//! shortest, then the smallest observable mask.
+//!
+//! Guarantees:
+//! - Exact: the weight equals the minimum-weight matching's over PyMatching's integer
+//!   weights; the observables differ from PyMatching's only where two matchings have equal
+//!   weight.
+//! - Buffers grow to the largest shot seen and are reused: no allocation per shot after that.
+//! - No panic on any input: a defect out of range or given twice makes the shot
+//!   [`DecodeStatus::Invalid`]; a cluster without a perfect matching (an odd number of
+//!   defects and no path to the boundary, once its balls cover the graph) makes it
+//!   [`DecodeStatus::Unmatchable`].
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+use crate::matching::PerfectMatching;
+use crate::sparse::{SparseGraph, UNREACHABLE};
+
+/// How a shot was decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DecodeStatus {
+    /// A minimum-weight perfect matching.
+    #[default]
+    Ok,
+    /// No perfect matching: some cluster has an odd number of defects and no path to the
+    /// boundary. Observables and weight are those of the clusters that matched.
+    Unmatchable,
+    /// A defect out of range or given twice.
+    Invalid,
+}
+
+/// One decoded shot.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Decoded {
+    /// Bit k set: observable k flips (the correction).
+    pub observables: u64,
+    /// Matching weight in ln((1-p)/p) units (`weight_units / scale`).
+    pub weight: f64,
+    /// Matching weight in the graph's integer units.
+    pub weight_units: u64,
+    /// Defects (detection events) in the shot.
+    pub defects: u32,
+    /// Clusters the shot split into (in the last, proved, round).
+    pub clusters: u32,
+    /// Defects of the largest cluster.
+    pub largest_cluster: u32,
+    /// Rounds of solving (1 when the first balls already proved the matching optimal).
+    pub rounds: u32,
+    /// How it was decoded.
+    pub status: DecodeStatus,
+}
+
+/// Counters since construction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DecoderCounters {
+    /// Shots decoded.
+    pub shots: u64,
+    /// Shots without a perfect matching.
+    pub unmatchable: u64,
+    /// Shots with an invalid defect list.
+    pub invalid: u64,
+    /// Clusters of three defects or more, solved by the blossom matcher.
+    pub blossom_clusters: u64,
+    /// Balls grown again because the duals asked for a wider search.
+    pub regrown_balls: u64,
+    /// Solving rounds beyond the first.
+    pub extra_rounds: u64,
+}
+
+/// A defect's ball reached a node: the defect (its index in the shot), the distance and the
+/// observables along the ball's shortest path, and the next visit of the same node.
+#[derive(Debug, Clone, Copy)]
+struct Visit {
+    defect: u32,
+    dist: u64,
+    obs: u64,
+    next: u32,
+}
+
+/// A candidate pair of defects (indices in the shot, `a < b`) with its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pair {
+    a: u32,
+    b: u32,
+    dist: u64,
+    obs: u64,
+    /// Linked in the clusters: `dist < c_a + c_b`, or a left-out pair the proof failed on.
+    linked: bool,
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The exact decoder with its reusable buffers (module docs).
+#[derive(Debug)]
+pub struct MatchingDecoder {
+    graph: Arc<SparseGraph>,
+    /// The first ball's radius cap: one edge.
+    first_radius: u64,
+    // The shot.
+    defects: Vec<u32>,
+    /// Radius each defect's ball is grown to.
+    radius: Vec<u64>,
+    is_defect: Vec<bool>,
+    invalid: bool,
+    // Dijkstra scratch for one ball, valid where `stamp == ball`.
+    dist: Vec<u64>,
+    obs: Vec<u64>,
+    stamp: Vec<u32>,
+    settled: Vec<u32>,
+    ball: u32,
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    ball_nodes: Vec<u32>,
+    // Visits of every ball of the shot, listed per node.
+    head: Vec<u32>,
+    visited: Vec<u32>,
+    visits: Vec<Visit>,
+    pairs: Vec<Pair>,
+    // Clustering, matching and the proof.
+    parent: Vec<u32>,
+    order: Vec<u32>,
+    local: Vec<u32>,
+    /// Per defect, the doubled duals of its two copies in `H` (`2 y`).
+    duals: Vec<(i64, i64)>,
+    edges: Vec<(u32, u32, i64)>,
+    mate: Vec<u32>,
+    matcher: PerfectMatching,
+    counters: DecoderCounters,
+}
+
+impl MatchingDecoder {
+    /// A decoder for `graph`'s DEM.
+    pub fn new(graph: Arc<SparseGraph>) -> Self {
+        let n = graph.num_detectors();
+        let first_radius =
+            (0..n as u32).flat_map(|v| graph.arcs(v).iter().map(|a| u64::from(a.weight))).max().unwrap_or(0);
+        MatchingDecoder {
+            graph,
+            first_radius,
+            defects: Vec::new(),
+            radius: Vec::new(),
+            is_defect: vec![false; n],
+            invalid: false,
+            dist: vec![0; n],
+            obs: vec![0; n],
+            stamp: vec![0; n],
+            settled: vec![0; n],
+            ball: 0,
+            heap: BinaryHeap::new(),
+            ball_nodes: Vec::new(),
+            head: vec![NONE; n],
+            visited: Vec::new(),
+            visits: Vec::new(),
+            pairs: Vec::new(),
+            parent: Vec::new(),
+            order: Vec::new(),
+            local: Vec::new(),
+            duals: Vec::new(),
+            edges: Vec::new(),
+            mate: Vec::new(),
+            matcher: PerfectMatching::new(),
+            counters: DecoderCounters::default(),
+        }
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Arc<SparseGraph> {
+        &self.graph
+    }
+
+    /// Counters since construction.
+    pub fn counters(&self) -> DecoderCounters {
+        self.counters
+    }
+
+    /// Defects of the shot being assembled.
+    pub fn pending_defects(&self) -> usize {
+        self.defects.len()
+    }
+
+    /// Starts a new shot, dropping any unfinished one.
+    pub fn begin_shot(&mut self) {
+        for &d in &self.defects {
+            if let Some(f) = self.is_defect.get_mut(d as usize) {
+                *f = false;
+            }
+        }
+        for &v in &self.visited {
+            self.head[v as usize] = NONE;
+        }
+        self.defects.clear();
+        self.radius.clear();
+        self.visited.clear();
+        self.visits.clear();
+        self.pairs.clear();
+        self.invalid = false;
+    }
+
+    /// Adds one defect (detection event) to the shot and grows its first ball now (module
+    /// docs).
+    pub fn add_defect(&mut self, detector: u32) {
+        let n = self.graph.num_detectors();
+        if (detector as usize) >= n || self.is_defect[detector as usize] || self.invalid {
+            self.invalid = true;
+            return;
+        }
+        self.is_defect[detector as usize] = true;
+        let index = self.defects.len() as u32;
+        self.defects.push(detector);
+        self.radius.push(0);
+        let c = self.graph.boundary_distance(detector).0;
+        self.grow_ball(index, self.first_radius.min(c), true);
+    }
+
+    /// Adds the set bits of `bits` (LSB first, stim b8 order) as defects, bit `i` being
+    /// detector `first + i`; bits at or beyond `count` or the detector count are ignored. For
+    /// a round of a stream, or a whole shot with `first = 0`.
+    pub fn add_bits(&mut self, first: u32, bits: &[u8], count: usize) {
+        let n = self.graph.num_detectors();
+        for (byte_index, &byte) in bits.iter().enumerate().take(count.div_ceil(8)) {
+            let mut b = byte;
+            while b != 0 {
+                let i = byte_index * 8 + b.trailing_zeros() as usize;
+                b &= b - 1;
+                let det = first as usize + i;
+                if i < count && det < n {
+                    self.add_defect(det as u32);
+                }
+            }
+        }
+    }
+
+    /// Decodes one shot given as its defects (detector indices, any order, each once).
+    pub fn decode_defects(&mut self, defects: &[u32]) -> Decoded {
+        self.begin_shot();
+        for &d in defects {
+            self.add_defect(d);
+        }
+        self.finish()
+    }
+
+    /// Decodes one shot of detection events bit-packed LSB first (stim b8); bits at or
+    /// beyond the detector count are ignored and a short buffer reads as zeros.
+    pub fn decode_b8(&mut self, shot: &[u8]) -> Decoded {
+        self.begin_shot();
+        self.add_bits(0, shot, self.graph.num_detectors());
+        self.finish()
+    }
+
+    /// Grows defect `index`'s ball to `new_radius` (module docs, step 1): the nodes beyond
+    /// its old radius are recorded, and give candidates with the other balls' visits.
+    fn grow_ball(&mut self, index: u32, new_radius: u64, first: bool) {
+        let g = Arc::clone(&self.graph);
+        let source = self.defects[index as usize];
+        let old = self.radius[index as usize];
+        self.radius[index as usize] = new_radius;
+        self.ball = self.ball.wrapping_add(1);
+        if self.ball == 0 {
+            self.stamp.fill(0);
+            self.settled.fill(0);
+            self.ball = 1;
+        }
+        let ball = self.ball;
+        self.ball_nodes.clear();
+        self.heap.clear();
+        self.dist[source as usize] = 0;
+        self.obs[source as usize] = 0;
+        self.stamp[source as usize] = ball;
+        self.heap.push(Reverse((0, source)));
+        while let Some(Reverse((d, u))) = self.heap.pop() {
+            let ui = u as usize;
+            if self.settled[ui] == ball || d > self.dist[ui] {
+                continue;
+            }
+            self.settled[ui] = ball;
+            if first || d > old {
+                self.ball_nodes.push(u);
+            }
+            for a in g.arcs(u) {
+                let v = a.to as usize;
+                let nd = d + u64::from(a.weight);
+                if nd > new_radius || self.settled[v] == ball {
+                    continue;
+                }
+                if self.stamp[v] != ball || nd < self.dist[v] {
+                    self.stamp[v] = ball;
+                    self.dist[v] = nd;
+                    self.obs[v] = self.obs[ui] ^ a.observables;
+                    self.heap.push(Reverse((nd, a.to)));
+                }
+            }
+        }
+
+        // Candidates with the other balls: at a node both hold, and across an edge.
+        for k in 0..self.ball_nodes.len() {
+            let u = self.ball_nodes[k];
+            let (du, ou) = (self.dist[u as usize], self.obs[u as usize]);
+            let mut at = self.head[u as usize];
+            while at != NONE {
+                let v = self.visits[at as usize];
+                self.offer(v.defect, index, du + v.dist, ou ^ v.obs);
+                at = v.next;
+            }
+            for a in g.arcs(u) {
+                let mut at = self.head[a.to as usize];
+                while at != NONE {
+                    let v = self.visits[at as usize];
+                    self.offer(v.defect, index, du + u64::from(a.weight) + v.dist, ou ^ a.observables ^ v.obs);
+                    at = v.next;
+                }
+            }
+        }
+        // Then record the new visits.
+        for k in 0..self.ball_nodes.len() {
+            let u = self.ball_nodes[k] as usize;
+            if self.head[u] == NONE {
+                self.visited.push(u as u32);
+            }
+            let next = self.head[u];
+            self.head[u] = self.visits.len() as u32;
+            self.visits.push(Visit { defect: index, dist: self.dist[u], obs: self.obs[u], next });
+        }
+    }
+
+    /// Records a candidate of the pair `(x, y)`; pairs never better than both defects going
+    /// to the boundary (`dist >= c_x + c_y`) are kept unlinked, for the proof.
+    #[inline]
+    fn offer(&mut self, x: u32, y: u32, dist: u64, obs: u64) {
+        if x == y {
+            return;
+        }
+        let (a, b) = (x.min(y), x.max(y));
+        let ca = self.graph.boundary_distance(self.defects[a as usize]).0;
+        let cb = self.graph.boundary_distance(self.defects[b as usize]).0;
+        let linked = ca == UNREACHABLE || cb == UNREACHABLE || dist < ca + cb;
+        self.pairs.push(Pair { a, b, dist, obs, linked });
+    }
+
+    /// Clusters, matches and proves the shot (module docs, steps 2 to 4).
+    pub fn finish(&mut self) -> Decoded {
+        self.counters.shots += 1;
+        let k = self.defects.len();
+        if self.invalid {
+            self.counters.invalid += 1;
+            let d = Decoded { defects: k as u32, status: DecodeStatus::Invalid, ..Decoded::default() };
+            self.begin_shot();
+            return d;
+        }
+        let mut rounds = 0;
+        let out = loop {
+            rounds += 1;
+            let out = self.solve_round();
+            if self.widen() == 0 {
+                break out;
+            }
+            self.counters.extra_rounds += 1;
+        };
+        let mut out = out;
+        out.rounds = rounds;
+        if out.status == DecodeStatus::Unmatchable {
+            self.counters.unmatchable += 1;
+        }
+        out.weight = out.weight_units as f64 / self.graph.scale();
+        self.begin_shot();
+        out
+    }
+
+    /// One round: clusters over the linked candidates, each matched exactly, duals kept.
+    fn solve_round(&mut self) -> Decoded {
+        let k = self.defects.len();
+        // Shortest candidate per pair, then the smallest observable mask, so the choice does
+        // not depend on the order the balls were grown in; a pair linked once stays linked.
+        // (Unstable sorts: the keys are total, and they do not allocate.)
+        self.pairs.sort_unstable_by_key(|p| (p.a, p.b, p.dist, p.obs, !p.linked));
+        let mut w = 0;
+        for r in 0..self.pairs.len() {
+            let p = self.pairs[r];
+            if w > 0 && (self.pairs[w - 1].a, self.pairs[w - 1].b) == (p.a, p.b) {
+                self.pairs[w - 1].linked |= p.linked;
+                continue;
+            }
+            self.pairs[w] = p;
+            w += 1;
+        }
+        self.pairs.truncate(w);
+
+        self.parent.clear();
+        self.parent.extend(0..k as u32);
+        for i in 0..self.pairs.len() {
+            let p = self.pairs[i];
+            if !p.linked {
+                continue;
+            }
+            let (ra, rb) = (find(&mut self.parent, p.a), find(&mut self.parent, p.b));
+            if ra != rb {
+                let (lo, hi) = (ra.min(rb), ra.max(rb));
+                self.parent[hi as usize] = lo;
+            }
+        }
+        for i in 0..k as u32 {
+            find(&mut self.parent, i);
+        }
+        self.order.clear();
+        self.order.extend(0..k as u32);
+        let parent = &self.parent;
+        self.order.sort_unstable_by_key(|&i| (parent[i as usize], i));
+        self.duals.clear();
+        self.duals.resize(k, (0, 0));
+
+        let mut out = Decoded { defects: k as u32, ..Decoded::default() };
+        let mut start = 0;
+        while start < k {
+            let root = self.parent[self.order[start] as usize];
+            let mut end = start + 1;
+            while end < k && self.parent[self.order[end] as usize] == root {
+                end += 1;
+            }
+            out.clusters += 1;
+            out.largest_cluster = out.largest_cluster.max((end - start) as u32);
+            if !self.match_cluster(start, end, &mut out) {
+                out.status = DecodeStatus::Unmatchable;
+            }
+            start = end;
+        }
+        out
+    }
+
+    /// The proof (module docs, step 4): grows the balls of the defects whose duals exceed
+    /// their radius and links the left-out pairs whose reduced cost is negative. Returns how
+    /// many were widened (0: the matching is proved optimal).
+    fn widen(&mut self) -> usize {
+        let mut widened = 0;
+        for i in 0..self.pairs.len() {
+            let p = self.pairs[i];
+            if p.linked {
+                continue;
+            }
+            let (ya, yb) = (self.duals[p.a as usize], self.duals[p.b as usize]);
+            let d2 = 2 * p.dist as i64;
+            if ya.0 + yb.0 > d2 || ya.1 + yb.1 > d2 {
+                self.pairs[i].linked = true;
+                widened += 1;
+            }
+        }
+        for i in 0..self.defects.len() {
+            let y2 = self.duals[i].0.max(self.duals[i].1);
+            let r = self.radius[i];
+            if r == UNREACHABLE || y2 <= 0 || (y2 as u64) <= 2 * r {
+                continue;
+            }
+            // `i64::MAX`: an unmatchable cluster, whose balls cover the graph next.
+            let wanted = if y2 == i64::MAX { UNREACHABLE } else { (y2 as u64).div_ceil(2).max(2 * r).max(1) };
+            self.counters.regrown_balls += 1;
+            self.grow_ball(i as u32, wanted, false);
+            widened += 1;
+        }
+        widened
+    }
+
+    /// Matches the cluster `order[start..end]`, adding its weight and observables to `out`
+    /// and leaving its duals in `duals`; false when it has no perfect matching (then its
+    /// balls are grown to the whole graph, so that the next round can find what is missing,
+    /// and the shot is unmatchable only once they all are).
+    fn match_cluster(&mut self, start: usize, end: usize, out: &mut Decoded) -> bool {
+        let g = Arc::clone(&self.graph);
+        let size = end - start;
+        let c = |i: u32| g.boundary_distance(self.defects[i as usize]);
+        if size == 1 {
+            let i = self.order[start];
+            let (d, o) = c(i);
+            if d == UNREACHABLE {
+                self.unmatchable_cluster(start, end);
+                return false;
+            }
+            out.weight_units += d;
+            out.observables ^= o;
+            let y2 = 2 * d as i64;
+            self.duals[i as usize] = (y2, y2);
+            return true;
+        }
+        if size == 2 {
+            let (a, b) = (self.order[start], self.order[start + 1]);
+            let p = self.pairs[self.pair_index(a.min(b), a.max(b)).expect("a cluster of two is one pair")];
+            out.weight_units += p.dist;
+            out.observables ^= p.obs;
+            // Duals: y_a + y_b = d in both copies, y_a <= c_a, y_b <= c_b (the cross edges);
+            // within that, y_a <= rho_a and y_b <= rho_b when possible (the proof).
+            let (ca, cb) = (c(a).0, c(b).0);
+            let (ra, rb) = (self.radius[a as usize], self.radius[b as usize]);
+            let d = p.dist as i128;
+            let lo = (d - cb.min(u64::MAX / 2) as i128).max(d - rb.min(u64::MAX / 2) as i128);
+            let hi = (ca.min(u64::MAX / 2) as i128).min(ra.min(u64::MAX / 2) as i128);
+            let hard_lo = d - cb.min(u64::MAX / 2) as i128;
+            let hard_hi = ca.min(u64::MAX / 2) as i128;
+            let t = if lo <= hi { lo } else { hi.clamp(hard_lo, hard_hi) };
+            let (ya, yb) = ((2 * t) as i64, (2 * (d - t)) as i64);
+            self.duals[a as usize] = (ya, ya);
+            self.duals[b as usize] = (yb, yb);
+            return true;
+        }
+        self.counters.blossom_clusters += 1;
+        // H: defects 0..size and their copies size..2*size (module docs, step 3).
+        self.local.clear();
+        self.local.resize(self.defects.len(), NONE);
+        for (x, &i) in self.order[start..end].iter().enumerate() {
+            self.local[i as usize] = x as u32;
+        }
+        self.edges.clear();
+        let s = size as u32;
+        for x in 0..s {
+            let (d, _) = c(self.order[start + x as usize]);
+            if d != UNREACHABLE {
+                self.edges.push((x, s + x, 2 * d as i64));
+            }
+        }
+        for p in &self.pairs {
+            let (x, y) = (self.local[p.a as usize], self.local[p.b as usize]);
+            if p.linked && x != NONE && y != NONE {
+                self.edges.push((x, y, p.dist as i64));
+                self.edges.push((s + x, s + y, p.dist as i64));
+            }
+        }
+        let Some(total) = self.matcher.solve(2 * size, &self.edges, &mut self.mate) else {
+            self.unmatchable_cluster(start, end);
+            return false;
+        };
+        out.weight_units += total as u64 / 2;
+        for x in 0..s {
+            let i = self.order[start + x as usize];
+            self.duals[i as usize] =
+                (self.matcher.vertex_dual_doubled(x as usize), self.matcher.vertex_dual_doubled((s + x) as usize));
+            let m = self.mate[x as usize];
+            if m == s + x {
+                out.observables ^= c(i).1;
+            } else if m < s && x < m {
+                let j = self.order[start + m as usize];
+                let p = self.pairs[self.pair_index(i.min(j), i.max(j)).expect("matched pairs are candidates")];
+                out.observables ^= p.obs;
+            }
+        }
+        true
+    }
+
+    /// A cluster without a perfect matching: its defects' duals are set so that the proof
+    /// grows every ball of it not yet covering the graph.
+    fn unmatchable_cluster(&mut self, start: usize, end: usize) {
+        for x in start..end {
+            let i = self.order[x] as usize;
+            let big = if self.radius[i] == UNREACHABLE { 0 } else { i64::MAX };
+            self.duals[i] = (big, big);
+        }
+    }
+
+    /// The candidate of pair `(a, b)`, `a < b` (pairs are sorted and deduplicated).
+    fn pair_index(&self, a: u32, b: u32) -> Option<usize> {
+        self.pairs.binary_search_by_key(&(a, b), |p| (p.a, p.b)).ok()
+    }
+}
+
+/// Union-find root with path halving.
+fn find(parent: &mut [u32], mut x: u32) -> u32 {
+    while parent[x as usize] != x {
+        let g = parent[parent[x as usize] as usize];
+        parent[x as usize] = g;
+        x = g;
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::MatchingGraph;
+
+    /// A small random DEM: a grid of detectors with random edge probabilities, some boundary
+    /// edges, random observables.
+    fn random_dem(seed: u64, w: usize, h: usize, boundary_every: usize) -> String {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut s = String::new();
+        let p = |r: u64| 0.001 + (r % 1000) as f64 / 1000.0 * 0.2;
+        for i in 0..w * h {
+            let (r, c) = (i / w, i % w);
+            let obs = |v: u64| if v.is_multiple_of(5) { " L0" } else { "" };
+            if c + 1 < w {
+                s += &format!("error({}) D{} D{}{}\n", p(next()), i, i + 1, obs(next()));
+            }
+            if r + 1 < h {
+                s += &format!("error({}) D{} D{}{}\n", p(next()), i, i + w, obs(next()));
+            }
+            if boundary_every > 0 && (c == 0 || c + 1 == w) && i % boundary_every == 0 {
+                s += &format!("error({}) D{}{}\n", p(next()), i, obs(next()));
+            }
+        }
+        s
+    }
+
+    /// Minimum matching weight (integer units) over the all-pairs table, by subset DP: the
+    /// reference, independent of the balls and clusters.
+    fn reference(t: &crate::graph::DistanceTable<u32>, defects: &[u32]) -> Option<u64> {
+        let b = t.boundary();
+        let k = defects.len();
+        let inf = u64::MAX;
+        let d = |i: usize, j: usize| {
+            let v = t.distance(i, j);
+            if v == u32::MAX {
+                inf
+            } else {
+                u64::from(v)
+            }
+        };
+        let mut dp = vec![inf; 1 << k];
+        dp[0] = 0;
+        for mask in 1usize..1 << k {
+            let a = mask.trailing_zeros() as usize;
+            let rest = mask & !(1 << a);
+            let da = d(defects[a] as usize, b);
+            if da != inf && dp[rest] != inf {
+                dp[mask] = dp[mask].min(da + dp[rest]);
+            }
+            for j in a + 1..k {
+                if rest >> j & 1 == 1 {
+                    let r = rest & !(1 << j);
+                    let dj = d(defects[a] as usize, defects[j] as usize);
+                    if dj != inf && dp[r] != inf {
+                        dp[mask] = dp[mask].min(dj + dp[r]);
+                    }
+                }
+            }
+        }
+        (dp[(1 << k) - 1] != inf).then(|| dp[(1 << k) - 1])
+    }
+
+    #[test]
+    fn equals_the_table_dp_on_random_graphs_and_shots() {
+        let mut checked = 0;
+        for seed in 1..60u64 {
+            let (w, h) = (3 + seed as usize % 5, 2 + seed as usize % 4);
+            let text = random_dem(seed, w, h, if seed % 7 == 0 { 0 } else { 1 + seed as usize % 3 });
+            let graph = MatchingGraph::from_dem_text(&text).unwrap();
+            let sparse = Arc::new(SparseGraph::new(&graph).unwrap());
+            let mut dec = MatchingDecoder::new(Arc::clone(&sparse));
+            let table = graph.fine_table().unwrap();
+            let n = graph.num_detectors as u64;
+            let mut x = seed;
+            for shot in 0..40 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let k = 1 + (x >> 33) as usize % 10.min(n as usize);
+                let mut defects: Vec<u32> = Vec::new();
+                let mut y = x;
+                while defects.len() < k {
+                    y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    let d = ((y >> 33) % n) as u32;
+                    if !defects.contains(&d) {
+                        defects.push(d);
+                    }
+                }
+                // Arrival order does not matter: shuffle half the shots.
+                if shot % 2 == 1 {
+                    defects.reverse();
+                }
+                let got = dec.decode_defects(&defects);
+                let mut sorted = defects.clone();
+                sorted.sort_unstable();
+                match reference(&table, &sorted) {
+                    Some(w) => {
+                        assert_eq!(got.status, DecodeStatus::Ok, "seed {seed} shot {shot} {defects:?}");
+                        assert_eq!(got.weight_units, w, "seed {seed} shot {shot} {defects:?}\n{text}");
+                    }
+                    None => assert_eq!(got.status, DecodeStatus::Unmatchable, "seed {seed} shot {shot}"),
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked > 2000);
+    }
+
+    #[test]
+    fn invalid_defects_and_reuse() {
+        let g = crate::sparse_graph_from_dem_text("error(0.1) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1\n").unwrap();
+        let mut d = MatchingDecoder::new(g);
+        assert_eq!(d.decode_defects(&[0, 0]).status, DecodeStatus::Invalid);
+        assert_eq!(d.decode_defects(&[2]).status, DecodeStatus::Invalid);
+        let ok = d.decode_defects(&[0]);
+        assert_eq!((ok.status, ok.observables, ok.defects), (DecodeStatus::Ok, 1, 1));
+        let pair = d.decode_defects(&[1, 0]);
+        assert_eq!((pair.status, pair.observables, pair.clusters), (DecodeStatus::Ok, 0, 1));
+        let empty = d.decode_defects(&[]);
+        assert_eq!((empty.status, empty.weight_units, empty.clusters), (DecodeStatus::Ok, 0, 0));
+        assert_eq!(d.counters().invalid, 2);
+        // Streaming: defects added one by one, then finished, give the same answer.
+        d.begin_shot();
+        d.add_bits(0, &[0b01], 1);
+        d.add_bits(1, &[0b1], 1);
+        assert_eq!(d.pending_defects(), 2);
+        assert_eq!(d.finish(), pair);
+    }
+
+    #[test]
+    fn no_boundary_odd_cluster_is_unmatchable() {
+        let g = crate::sparse_graph_from_dem_text("error(0.1) D0 D1\nerror(0.1) D1 D2\n").unwrap();
+        let mut d = MatchingDecoder::new(g);
+        assert_eq!(d.decode_defects(&[0, 1, 2]).status, DecodeStatus::Unmatchable);
+        let two = d.decode_defects(&[0, 2]);
+        assert_eq!(two.status, DecodeStatus::Ok);
+        assert!((two.weight - 2.0 * 9f64.ln()).abs() < 1e-5);
+    }
+}

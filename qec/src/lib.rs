@@ -1,0 +1,50 @@
+//! rocelink's QEC decoding, on its own: the matching graph of a stim detector error model
+//! and an exact minimum-weight perfect matching decoder for any number of defects, with
+//! nothing else (no I/O, no GPU, no clock). The operator's decoder stage, `rocelink decode`
+//! and the GPU stage's host side use it (QEC.md).
+//!
+//! - [`dem`]: stim DEM text -> flattened error mechanisms (`rocelink_wire::dem`, shared with
+//!   fpga-sim's syndrome replay);
+//! - [`graph`]: the matching graph as PyMatching builds it (merged edges, observables), and
+//!   the all-pairs tables the GPU stage copies for small codes;
+//! - [`sparse`]: the decoding graph in PyMatching's integer weights, linear in the DEM;
+//! - [`matching`]: the dense exact blossom matcher a cluster of defects is solved with;
+//! - [`decoder`]: the exact decoder, whole shots or streamed defect by defect.
+
+pub mod decoder;
+pub mod graph;
+pub mod matching;
+pub mod sparse;
+
+/// The stim DEM parser (module docs in `rocelink_wire::dem`).
+pub mod dem {
+    pub use rocelink_wire::dem::*;
+}
+
+use std::sync::Arc;
+
+use thiserror::Error;
+
+pub use decoder::{DecodeStatus, Decoded, DecoderCounters, MatchingDecoder};
+pub use graph::{GraphError, GraphOptions, MatchingGraph};
+pub use sparse::{SparseError, SparseGraph};
+
+/// Why DEM text cannot be turned into a decoder.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// The DEM does not parse.
+    #[error(transparent)]
+    Dem(#[from] dem::DemError),
+    /// The matching graph cannot be built.
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    /// The decoding graph cannot be built.
+    #[error(transparent)]
+    Sparse(#[from] SparseError),
+}
+
+/// The decoding graph of DEM text (default graph options).
+pub fn sparse_graph_from_dem_text(text: &str) -> Result<Arc<SparseGraph>, LoadError> {
+    let graph = MatchingGraph::from_dem_text(text)?;
+    Ok(Arc::new(SparseGraph::new(&graph)?))
+}
