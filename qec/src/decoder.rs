@@ -4,8 +4,8 @@
 //!
 //! Algorithm (exact, no table, no fallback): a restricted matching problem, solved, then
 //! proved optimal for the whole problem by its LP duals, and widened where the proof fails.
-//! 1. **Balls.** Each defect `a` grows a Dijkstra ball of radius `rho_a`, at first one edge
-//!    (the heaviest edge weight, at most `c_a`, its distance to the boundary). Two balls
+//! 1. **Balls.** Each defect `a` grows a Dijkstra ball of radius `rho_a`, at first the
+//!    lightest edge weight (at most `c_a`, its distance to the boundary). Two balls
 //!    that touch give a candidate pair: at a node both hold, or across an edge `(u, v)`
 //!    joining them, the path `d_a(u) + w(u, v) + d_b(v)`. Every candidate is a real path,
 //!    and a pair with `d(a, b) <= rho_a + rho_b` is found with its exact length (the last
@@ -134,7 +134,7 @@ const NONE: u32 = u32::MAX;
 #[derive(Debug)]
 pub struct MatchingDecoder {
     graph: Arc<SparseGraph>,
-    /// The first ball's radius cap: one edge.
+    /// The first ball's radius cap: the lightest edge weight.
     first_radius: u64,
     // The shot.
     defects: Vec<u32>,
@@ -155,6 +155,10 @@ pub struct MatchingDecoder {
     visited: Vec<u32>,
     visits: Vec<Visit>,
     pairs: Vec<Pair>,
+    /// While one ball grows: the candidate it has with each other defect (`pairs` index),
+    /// valid where `offer_stamp == ball`, so a pair is recorded once per growth.
+    offer_slot: Vec<u32>,
+    offer_stamp: Vec<u32>,
     // Clustering, matching and the proof.
     parent: Vec<u32>,
     order: Vec<u32>,
@@ -171,8 +175,10 @@ impl MatchingDecoder {
     /// A decoder for `graph`'s DEM.
     pub fn new(graph: Arc<SparseGraph>) -> Self {
         let n = graph.num_detectors();
+        // The first ball: the lightest edge (latency-reports/decisions.md: the fastest of the
+        // radii measured; heavier first balls cost more than the regrowth they save).
         let first_radius =
-            (0..n as u32).flat_map(|v| graph.arcs(v).iter().map(|a| u64::from(a.weight))).max().unwrap_or(0);
+            (0..n as u32).flat_map(|v| graph.arcs(v).iter().map(|a| u64::from(a.weight))).min().unwrap_or(0);
         MatchingDecoder {
             graph,
             first_radius,
@@ -191,6 +197,8 @@ impl MatchingDecoder {
             visited: Vec::new(),
             visits: Vec::new(),
             pairs: Vec::new(),
+            offer_slot: Vec::new(),
+            offer_stamp: Vec::new(),
             parent: Vec::new(),
             order: Vec::new(),
             local: Vec::new(),
@@ -297,7 +305,12 @@ impl MatchingDecoder {
         if self.ball == 0 {
             self.stamp.fill(0);
             self.settled.fill(0);
+            self.offer_stamp.fill(0);
             self.ball = 1;
+        }
+        if self.offer_stamp.len() < self.defects.len() {
+            self.offer_stamp.resize(self.defects.len(), 0);
+            self.offer_slot.resize(self.defects.len(), 0);
         }
         let ball = self.ball;
         self.ball_nodes.clear();
@@ -368,6 +381,23 @@ impl MatchingDecoder {
         if x == y {
             return;
         }
+        // `y` is the growing ball: one record per other defect and growth, the best kept.
+        let o = x as usize;
+        if self.offer_stamp[o] == self.ball {
+            let p = &mut self.pairs[self.offer_slot[o] as usize];
+            if (dist, obs) < (p.dist, p.obs) {
+                p.dist = dist;
+                p.obs = obs;
+                let (ca, cb) = (
+                    self.graph.boundary_distance(self.defects[p.a as usize]).0,
+                    self.graph.boundary_distance(self.defects[p.b as usize]).0,
+                );
+                p.linked = ca == UNREACHABLE || cb == UNREACHABLE || dist < ca + cb;
+            }
+            return;
+        }
+        self.offer_stamp[o] = self.ball;
+        self.offer_slot[o] = self.pairs.len() as u32;
         let (a, b) = (x.min(y), x.max(y));
         let ca = self.graph.boundary_distance(self.defects[a as usize]).0;
         let cb = self.graph.boundary_distance(self.defects[b as usize]).0;
