@@ -3,6 +3,9 @@
 #   bash scripts/gpu-tests.sh build   # on the Rust machine: release binary + test binaries -> .carry/
 #   bash scripts/gpu-tests.sh run     # on the GPU machine (carry .carry): runs the ignored GPU tests
 #   bash scripts/gpu-tests.sh bench OUT_DIR [NAME]  # on the GPU machine: the latency benchmark
+#   bash scripts/gpu-tests.sh decoders OUT_DIR [NAME] # on the GPU machine: the decoders against
+#       PyMatching on fresh stim shots, CPU and GPU (scripts/bench_decoders.py; stim and
+#       PyMatching from the carried wheels)
 #   bash scripts/gpu-tests.sh qec OUT_DIR [NAME]    # on the GPU machine: the QEC benchmark
 #       (rocelink bench-qec, PyMatching from the carried wheel) and the d=5 graph at a fixed
 #       1 us syndrome cycle with 1, 3 and 6 rounds per message on the GPU
@@ -44,6 +47,10 @@ for l in sys.stdin:
     ls .carry/wheels/pymatching-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: \
         --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .carry/wheels pymatching==2.4.0 \
         || echo "no PyMatching wheel: bench-qec will skip its column" >&2
+    # stim, for the decoder benchmark's fresh circuits
+    ls .carry/wheels/stim-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: \
+        --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .carry/wheels 'stim==1.16.*' \
+        || echo "no stim wheel: the decoder benchmark cannot run there" >&2
     ls -la .carry
     ;;
   run)
@@ -81,6 +88,14 @@ for l in sys.stdin:
     cores=$(bash scripts/pick-cores.sh 3)
     ./.carry/rocelink bench --gpu 0 --sizes 32,64,256,1024 --count "${COUNT:-100000}" --cores "$cores" --spin dedicated --out "$out" --name "$name"
     ;;
+  decoders)
+    out=${2:?out dir}; name=${3:-qec-decoders}
+    if ! python3 -c 'import pymatching, stim' 2>/dev/null && ls .carry/wheels/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/rl-site .carry/wheels/*.whl && export PYTHONPATH=/tmp/rl-site
+    fi
+    python3 scripts/bench_decoders.py --rocelink ./.carry/rocelink --backends cpu,gpu --out-dir "$out" --name "$name" \
+      --distances "${DISTANCES:-3,5,7,9,11,13}" --ps "${PS:-0.001,0.003,0.005}" --shots "${SHOTS:-20000}" --large-shots "${LARGE_SHOTS:-10000}"
+    ;;
   qec)
     out=${2:?out dir}; name=${3:-bench-qec}
     if ! python3 -c 'import pymatching' 2>/dev/null && ls .carry/wheels/pymatching-*.whl >/dev/null 2>&1; then
@@ -97,5 +112,5 @@ for l in sys.stdin:
         --set "outputs.dir=$out/$name-cycle-r$r" 2>&1 | grep -E "rocelink run|qec:|shots sent|reaction|throughput"
     done
     ;;
-  *) echo "usage: $0 build | run [test filter] | bench OUT_DIR [NAME] | qec OUT_DIR [NAME]" >&2; exit 2 ;;
+  *) echo "usage: $0 build | run [test filter] | bench OUT_DIR [NAME] | decoders OUT_DIR [NAME] | qec OUT_DIR [NAME]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Decoder benchmark: rocelink's decoders against PyMatching on the same stim shots.
+
+For every code distance d and noise strength p: a stim rotated memory-Z circuit (QEC.md's
+recipe, rounds = d, the same p on all four noise channels), fresh shots, then
+- PyMatching 2.4 `decode_batch`: predictions, time per shot (best of two passes);
+- `rocelink decode --backend B` for each backend (cpu: the exact decoder; gpu: the device
+  stage in a batch kernel): predictions, and the decoder's own time per shot (p50, p99,
+  mean; the decoder alone, no file I/O);
+- logical errors of each against stim's true observables, with 95% Wilson intervals, and
+  the shots where each differs from PyMatching.
+
+Writes <out-dir>/<name>.md and <name>.json. Needs stim and pymatching (PyPI) and numpy.
+
+    python3 scripts/bench_decoders.py --rocelink target/release/rocelink \
+        --distances 3,5,7,9,11,13 --ps 0.001,0.003,0.005 --backends cpu,gpu
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def wilson(k, n, z=1.96):
+    if n == 0:
+        return (0.0, 0.0)
+    ph = k / n
+    den = 1 + z * z / n
+    centre = (ph + z * z / (2 * n)) / den
+    half = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def fmt_rate(k, n):
+    lo, hi = wilson(k, n)
+    return f"{k} ({k / n:.2e}; {lo:.1e}-{hi:.1e})" if n else "-"
+
+
+def run_rocelink(exe, backend, dem, dets, out, shots):
+    cmd = [exe, "decode", "--dem", dem, "--in", dets, "--in-format", "b8", "--out", out,
+           "--out-format", "b8", "--num-shots", str(shots), "--backend", backend]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        return None, (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
+    line = [l for l in p.stderr.splitlines() if l.startswith("decoded ")]
+    m = re.search(r"mean (\d+) ns, p50 (\d+) ns, p99 (\d+) ns, max (\d+) ns", line[-1] if line else "")
+    over = re.search(r" (\d+) above the GPU decoder", line[-1] if line else "")
+    stats = {
+        "mean_ns": int(m.group(1)) if m else None,
+        "p50_ns": int(m.group(2)) if m else None,
+        "p99_ns": int(m.group(3)) if m else None,
+        "max_ns": int(m.group(4)) if m else None,
+        "overflows": int(over.group(1)) if over else 0,
+        "wall_s": wall,
+        "summary": line[-1] if line else "",
+    }
+    return stats, None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rocelink", default="target/release/rocelink")
+    ap.add_argument("--distances", default="3,5,7,9,11,13")
+    ap.add_argument("--ps", default="0.001,0.003,0.005")
+    ap.add_argument("--shots", type=int, default=20000, help="shots per point up to d = 7")
+    ap.add_argument("--large-shots", type=int, default=10000, help="shots per point from d = 9")
+    ap.add_argument("--backends", default="cpu")
+    ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    ap.add_argument("--out-dir", default="latency-reports")
+    ap.add_argument("--name", default="qec-decoders")
+    a = ap.parse_args()
+
+    import numpy as np
+    import pymatching
+    import stim
+
+    backends = [b for b in a.backends.split(",") if b]
+    rows = []
+    work = tempfile.mkdtemp(prefix="rocelink-bench-decoders-")
+    for d in [int(x) for x in a.distances.split(",")]:
+        for p in [float(x) for x in a.ps.split(",")]:
+            shots = a.shots if d <= 7 else a.large_shots
+            c = stim.Circuit.generated("surface_code:rotated_memory_z", distance=d, rounds=d,
+                                       after_clifford_depolarization=p,
+                                       before_round_data_depolarization=p,
+                                       before_measure_flip_probability=p,
+                                       after_reset_flip_probability=p)
+            dem = c.detector_error_model(decompose_errors=True).flattened()
+            dets, obs = c.compile_detector_sampler(seed=a.seed + d * 1000 + int(p * 1e5)).sample(
+                shots, separate_observables=True)
+            truth = obs[:, 0].astype(np.uint8)
+            folder = os.path.join(work, f"d{d}_p{p}")
+            os.makedirs(folder, exist_ok=True)
+            dem_path = os.path.join(folder, "model.dem")
+            with open(dem_path, "w") as f:
+                f.write(str(dem) + "\n")
+            dets_path = os.path.join(folder, "dets.b8")
+            np.packbits(dets.astype(np.uint8), axis=1, bitorder="little").tofile(dets_path)
+
+            m = pymatching.Matching.from_detector_error_model(dem)
+            best = float("inf")
+            for _ in range(2):
+                t = time.perf_counter()
+                pred = m.decode_batch(dets)
+                best = min(best, time.perf_counter() - t)
+            pm = pred[:, 0].astype(np.uint8)
+            row = {
+                "d": d, "p": p, "shots": shots, "detectors": dem.num_detectors,
+                "mean_defects": float(dets.sum(axis=1).mean()),
+                "pymatching": {"logical_errors": int((pm != truth).sum()), "us_per_shot": best / shots * 1e6},
+            }
+            for b in backends:
+                out = os.path.join(folder, f"pred-{b.replace(':', '')}.b8")
+                stats, err = run_rocelink(a.rocelink, b, dem_path, dets_path, out, shots)
+                if err:
+                    row[b] = {"error": err}
+                    continue
+                ours = np.unpackbits(np.fromfile(out, dtype=np.uint8).reshape(shots, -1), axis=1,
+                                     bitorder="little")[:, 0]
+                stats["logical_errors"] = int((ours != truth).sum())
+                stats["differ_from_pymatching"] = int((ours != pm).sum())
+                row[b] = stats
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+    os.makedirs(a.out_dir, exist_ok=True)
+    meta = {"stim": stim.__version__, "pymatching": pymatching.__version__, "seed": a.seed,
+            "host": platform.node(), "cpu": platform.processor() or platform.machine(),
+            "backends": backends}
+    with open(os.path.join(a.out_dir, a.name + ".json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+
+    lines = [f"# QEC decoders against PyMatching ({a.name})", "",
+             "stim %s rotated memory-Z, rounds = d, the same p on all four noise channels; seed %d; "
+             "PyMatching %s `decode_batch` (best of two passes) and `rocelink decode` on the same shots. "
+             "Logical errors: count (rate; 95%% Wilson interval). Decode times are the decoder's own "
+             "(rocelink: per shot, no I/O; PyMatching: the batch call divided by the shots)."
+             % (meta["stim"], a.seed, meta["pymatching"]), ""]
+    head = "| d | p | shots | mean defects | PyMatching errors | PyMatching us/shot |"
+    sep = "|---|---|---|---|---|---|"
+    for b in backends:
+        head += f" {b} errors | {b} differs | {b} us/shot mean (p50, p99) | {b} / PyMatching |"
+        sep += "---|---|---|---|"
+    lines += [head, sep]
+    for r in rows:
+        pmr = r["pymatching"]
+        line = (f"| {r['d']} | {r['p']} | {r['shots']} | {r['mean_defects']:.1f} | "
+                f"{fmt_rate(pmr['logical_errors'], r['shots'])} | {pmr['us_per_shot']:.2f} |")
+        for b in backends:
+            s = r.get(b, {})
+            if "error" in s or not s:
+                line += f" {s.get('error', '-')} | | | |"
+                continue
+            mean = (s["mean_ns"] or 0) / 1000
+            extra = f"; {s['overflows']} above the cap" if s.get("overflows") else ""
+            line += (f" {fmt_rate(s['logical_errors'], r['shots'])} | {s['differ_from_pymatching']}{extra} | "
+                     f"{mean:.2f} ({(s['p50_ns'] or 0) / 1000:.2f}, {(s['p99_ns'] or 0) / 1000:.2f}) | "
+                     f"{mean / pmr['us_per_shot']:.2f}x |")
+        lines.append(line)
+    with open(os.path.join(a.out_dir, a.name + ".md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
