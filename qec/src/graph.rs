@@ -262,6 +262,14 @@ impl MatchingGraph {
         }
     }
 
+    /// Every edge's weight in PyMatching's integer units, `round(w * pymatching_scale())`
+    /// (at most `u32::MAX`), in edge order: what the sparse decoding graph and the oracles in
+    /// the tests match on.
+    pub fn integer_weights(&self) -> Vec<u64> {
+        let scale = self.pymatching_scale();
+        self.edges.iter().map(|e| (e.weight * scale).round().clamp(0.0, u32::MAX as f64) as u64).collect()
+    }
+
     fn check_size(&self) -> Result<(), GraphError> {
         if self.num_detectors > MAX_TABLE_DETECTORS {
             return Err(GraphError::TooManyDetectors(self.num_detectors));

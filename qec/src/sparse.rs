@@ -77,17 +77,16 @@ impl SparseGraph {
             return Err(SparseError::TooManyObservables(graph.num_observables));
         }
         let scale = graph.pymatching_scale();
-        let units = |w: f64| (w * scale).round().clamp(0.0, u32::MAX as f64) as u64;
-        let max_weight = graph.edges.iter().map(|e| units(e.weight)).max().unwrap_or(0);
+        let units = graph.integer_weights();
+        let max_weight = units.iter().copied().max().unwrap_or(0);
         if max_weight.saturating_mul(n as u64 + 1) > MAX_PATH_UNITS {
             return Err(SparseError::TooLarge { detectors: n, max_weight });
         }
 
         let mut deg = vec![0u32; n + 1];
         let mut boundary_edge = vec![(UNREACHABLE, 0u64); n];
-        for e in &graph.edges {
+        for (e, &w) in graph.edges.iter().zip(&units) {
             if e.b == BOUNDARY {
-                let w = units(e.weight);
                 // A merged graph has one boundary edge per detector; keep the lightest anyway.
                 if w < boundary_edge[e.a as usize].0 {
                     boundary_edge[e.a as usize] = (w, e.observables);
@@ -103,8 +102,8 @@ impl SparseGraph {
         }
         let mut fill: Vec<u32> = start[..n].to_vec();
         let mut arcs = vec![Arc { to: 0, weight: 0, observables: 0 }; start[n] as usize];
-        for e in graph.edges.iter().filter(|e| e.b != BOUNDARY) {
-            let w = units(e.weight) as u32;
+        for (e, &w) in graph.edges.iter().zip(&units).filter(|(e, _)| e.b != BOUNDARY) {
+            let w = w as u32;
             for (from, to) in [(e.a, e.b), (e.b, e.a)] {
                 arcs[fill[from as usize] as usize] = Arc { to, weight: w, observables: e.observables };
                 fill[from as usize] += 1;
