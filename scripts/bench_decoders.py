@@ -133,9 +133,15 @@ def main():
             print(json.dumps(row), flush=True)
 
     os.makedirs(a.out_dir, exist_ok=True)
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
     meta = {"stim": stim.__version__, "pymatching": pymatching.__version__, "seed": a.seed,
-            "host": platform.node(), "cpu": platform.processor() or platform.machine(),
-            "backends": backends}
+            "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "backends": backends,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with open(os.path.join(a.out_dir, a.name + ".json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
@@ -144,7 +150,9 @@ def main():
              "PyMatching %s `decode_batch` (best of two passes) and `rocelink decode` on the same shots. "
              "Logical errors: count (rate; 95%% Wilson interval). Decode times are the decoder's own "
              "(rocelink: per shot, no I/O; PyMatching: the batch call divided by the shots)."
-             % (meta["stim"], a.seed, meta["pymatching"]), ""]
+             % (meta["stim"], a.seed, meta["pymatching"]), "",
+             "Machine: %s, %s, %d cores; %s UTC; both decoders single-threaded, one after the other."
+             % (meta["host"], meta["cpu"], meta["cores"] or 0, meta["date"]), ""]
     head = "| d | p | shots | mean defects | PyMatching errors | PyMatching us/shot |"
     sep = "|---|---|---|---|---|---|"
     for b in backends:
