@@ -135,8 +135,8 @@ pub struct QecStats {
     pub decode: DecodeTimes,
 }
 
-/// A histogram of the decoder's own decode times (`ext::QEC_DECODE_BINS` bins of
-/// `ext::QEC_DECODE_BIN_NS`) and their maximum. Written by the data-plane thread only.
+/// A histogram of the decoder's own decode times (`ext::QEC_DECODE_BINS` log-linear bins,
+/// `ext::qec_decode_bin`) and their maximum. Written by the data-plane thread only.
 #[derive(Debug)]
 pub struct DecodeTimes {
     bins: Box<[AtomicU32]>,
@@ -153,7 +153,7 @@ impl DecodeTimes {
     /// Counts one decode of `ns`.
     #[inline]
     pub fn record(&self, ns: u32) {
-        let bin = (ns / ext::QEC_DECODE_BIN_NS).min(ext::QEC_DECODE_BINS - 1) as usize;
+        let bin = ext::qec_decode_bin(ns) as usize;
         Stats::bump(&self.bins[bin]);
         if ns > self.max.load(Ordering::Relaxed) {
             self.max.store(ns, Ordering::Relaxed);
@@ -188,7 +188,7 @@ impl DecodeTimes {
         for (i, b) in self.bins.iter().enumerate() {
             seen = seen.saturating_add(b.load(Ordering::Relaxed));
             if seen >= rank {
-                let edge = (i as u32 + 1).saturating_mul(ext::QEC_DECODE_BIN_NS);
+                let edge = ext::qec_decode_bin_edge(i as u32);
                 return if i as u32 == ext::QEC_DECODE_BINS - 1 { self.max() } else { edge.min(self.max()) };
             }
         }
@@ -339,8 +339,8 @@ mod tests {
         let q = QecStats::default();
         assert_eq!(q.read_register(ext::QEC_DECODE_COUNT), Some(0));
         assert_eq!(q.read_register(ext::QEC_DECODE_P99_NS), Some(0));
-        // 98 decodes of 100 ns (bin 3: up to 128), one of 1000 (bin 31: up to 1024), one far
-        // past the last bin
+        // 98 decodes of 100 ns (bin 3: up to 128), one of 1000 (bin 31: up to 1024), one of
+        // 40 us (a log bin: 40,000 ns is 1250 units, in [1216, 1280) units, up to 40,960 ns)
         for _ in 0..98 {
             q.decode.record(100);
         }
@@ -350,7 +350,17 @@ mod tests {
         assert_eq!(q.read_register(ext::QEC_DECODE_P50_NS), Some(128));
         assert_eq!(q.read_register(ext::QEC_DECODE_P99_NS), Some(1024));
         assert_eq!(q.read_register(ext::QEC_DECODE_MAX_NS), Some(40_000));
-        assert_eq!(q.decode.quantile(1.0), 40_000, "the last bin reads as the maximum");
+        assert_eq!(q.decode.quantile(1.0), 40_000, "a percentile is never above the maximum");
+        // Milliseconds keep their percentiles (3% bins), beyond the old 16 us linear range.
+        let m = QecStats::default();
+        for ns in [20_000u32, 500_000, 900_000, 1_000_000, 3_000_000] {
+            for _ in 0..20 {
+                m.decode.record(ns);
+            }
+        }
+        let p50 = m.decode.quantile(0.5);
+        assert!((900_000..=900_000 * 103 / 100).contains(&p50), "{p50}");
+        assert_eq!(m.decode.quantile(1.0), 3_000_000);
         // a percentile is never above the maximum
         let r = QecStats::default();
         r.decode.record(5);

@@ -283,8 +283,8 @@ pub mod ext {
     pub const QEC_STATUS_WORDS: u32 = 8;
     /// The decoder's own decode time, from the `decode_ns` of every decode report the peer
     /// received (read-only): how many ([`QEC_DECODE_COUNT`]), the median and the 99th
-    /// percentile (the upper edge of the [`QEC_DECODE_BIN_NS`]-wide bin that holds them; a
-    /// percentile beyond the last bin reads as the maximum) and the maximum, in ns. The
+    /// percentile (the upper edge of the histogram bin that holds them, never above the
+    /// maximum: [`qec_decode_bin`]) and the maximum, in ns. The
     /// decoder times itself (the GPU stage with %globaltimer, the CPU stage with its clock),
     /// so this is the decode alone, apart from the transport.
     pub const QEC_DECODE_COUNT: u32 = 0x4000_02A0;
@@ -294,10 +294,44 @@ pub mod ext {
     pub const QEC_DECODE_P99_NS: u32 = 0x4000_02A8;
     /// See [`QEC_DECODE_COUNT`].
     pub const QEC_DECODE_MAX_NS: u32 = 0x4000_02AC;
-    /// Bin width of the decode-time histogram behind [`QEC_DECODE_P50_NS`].
+    /// Width of the finest bins of the decode-time histogram behind [`QEC_DECODE_P50_NS`].
     pub const QEC_DECODE_BIN_NS: u32 = 32;
-    /// Bins of that histogram (the last also holds everything above it: 16.4 us).
-    pub const QEC_DECODE_BINS: u32 = 512;
+    /// Bins of that histogram: 64 of [`QEC_DECODE_BIN_NS`] (to 2.05 us), then 32 per octave
+    /// (3% wide) to 2^32 ns; the last also holds everything above.
+    pub const QEC_DECODE_BINS: u32 = 64 + 32 * 21;
+
+    /// The decode-time histogram's bin of `ns` (log-linear, [`QEC_DECODE_BINS`]): exact to
+    /// 32 ns below 2.05 us, within 3% above, so that percentiles of decoders taking
+    /// milliseconds are as meaningful as those of decoders taking nanoseconds.
+    pub const fn qec_decode_bin(ns: u32) -> u32 {
+        let v = ns / QEC_DECODE_BIN_NS;
+        if v < 64 {
+            return v;
+        }
+        let e = 31 - v.leading_zeros() - 5; // v in [2^(e+5), 2^(e+6)), e >= 1
+        let bin = 64 + (e - 1) * 32 + ((v >> e) - 32);
+        if bin < QEC_DECODE_BINS {
+            bin
+        } else {
+            QEC_DECODE_BINS - 1
+        }
+    }
+
+    /// The upper edge (exclusive), in ns, of bin `bin` of [`qec_decode_bin`] (saturating).
+    pub const fn qec_decode_bin_edge(bin: u32) -> u32 {
+        let v = if bin < 64 {
+            bin as u64 + 1
+        } else {
+            let e = (bin - 64) / 32 + 1;
+            ((33 + (bin - 64) % 32) as u64) << e
+        };
+        let ns = v * QEC_DECODE_BIN_NS as u64;
+        if ns > u32::MAX as u64 {
+            u32::MAX
+        } else {
+            ns as u32
+        }
+    }
 }
 
 /// Why a peer refused to start its traffic player: the code in [`ext::PLAYER_START_ERROR`]
@@ -764,5 +798,32 @@ mod tests {
         let mut zeros = [0u8; 8];
         scramble_args(0, &mut zeros);
         assert_eq!(u64::from_le_bytes(zeros), 0xE220_A839_7B1D_CDAF);
+    }
+}
+
+#[cfg(test)]
+mod decode_bin_tests {
+    use super::ext::{qec_decode_bin, qec_decode_bin_edge, QEC_DECODE_BINS};
+
+    #[test]
+    fn decode_bins_are_monotonic_cover_every_value_and_stay_within_3_percent() {
+        let mut prev = 0;
+        let mut ns = 0u32;
+        while ns < u32::MAX - ns / 97 - 1 {
+            let b = qec_decode_bin(ns);
+            assert!(b >= prev && b < QEC_DECODE_BINS, "{ns}");
+            let hi = qec_decode_bin_edge(b);
+            let lo = if b == 0 { 0 } else { qec_decode_bin_edge(b - 1) };
+            assert!(lo <= ns && (ns < hi || b == QEC_DECODE_BINS - 1), "{ns}: bin {b} [{lo}, {hi})");
+            if ns >= 2048 && b < QEC_DECODE_BINS - 1 {
+                assert!(f64::from(hi - lo) <= 0.032 * f64::from(lo), "{ns}: bin {b} [{lo}, {hi})");
+            }
+            prev = b;
+            ns += 1 + ns / 97;
+        }
+        assert_eq!(qec_decode_bin(31), 0);
+        assert_eq!(qec_decode_bin(2047), 63);
+        assert_eq!(qec_decode_bin(2048), 64);
+        assert_eq!(qec_decode_bin(u32::MAX), QEC_DECODE_BINS - 1);
     }
 }
