@@ -125,73 +125,8 @@
  * below it, so 32-bit sums are the CPU's 64-bit sums exactly. */
 #define RL_QEC_INF 0xFFFFFFFFu
 
-/* ---------------------------------------------------------------------------------------
- * The state blob (device memory, one per chain; mirrored in operator/src/gpu/qec_state.rs
- * with size and offset assertions, and checked against this file by NVRTC in
- * operator/tests/qec_gpu_state.rs):
- *
- *   0                 struct rl_qec_header (128 bytes)
- *   distances_off     uint32_t D[(n+1)*(n+1)]  row-major, boundary = row/column n,
- *                                               RL_QEC_INF = no path (fine_table, u32)
- *   parities_off      uint32_t P[(n+1)*(n+1)]  observables flipped along that path
- *   decoders_off      struct rl_qec_decoder[decoders]  (128 bytes each)
- *   shots_off         uint32_t shot[decoders][shot_words]  detection bits, LSB first
- *
- * Sections start on 128-byte boundaries. Written by the host before the launch; after it,
- * the tables and the rest of the header are read-only, and the decoder records, shots and
- * `invalid_decoder` are written by this stage only (each record and shot by one block, one
- * request at a time; `invalid_decoder` with an atomic add).
- * ------------------------------------------------------------------------------------- */
-#define RL_QEC_MAGIC 0x31434551u /* 'QEC1' */
-
-struct rl_qec_header {
-    uint32_t magic;              /*   0: RL_QEC_MAGIC */
-    uint32_t header_bytes;       /*   4: sizeof(struct rl_qec_header) */
-    uint32_t num_detectors;      /*   8: n; the boundary is node n */
-    uint32_t num_observables;    /*  12: <= RL_QEC_MAX_OBSERVABLES */
-    uint32_t max_defects;        /*  16: K <= RL_QEC_MAX_K */
-    uint32_t decoders;           /*  20: decoder ids 0..decoders */
-    uint32_t rounds_per_message; /*  24: the counter advances by this much per message */
-    uint32_t shot_words;         /*  28: ceil(n / 32) */
-    uint32_t has_mapping;        /*  32: 1 when syndrome_mapping_id must equal mapping_id */
-    uint32_t rsvd0;              /*  36 */
-    long long mapping_id;        /*  40 */
-    double scale;                /*  48: table units per ln((1-p)/p) unit (weight = sum / scale) */
-    uint64_t distances_off;      /*  56: byte offsets from the start of the blob */
-    uint64_t parities_off;       /*  64 */
-    uint64_t decoders_off;       /*  72 */
-    uint64_t shots_off;          /*  80 */
-    uint64_t total_bytes;        /*  88 */
-    uint64_t invalid_decoder;    /*  96: requests naming a decoder that does not exist (device-written) */
-    uint64_t token;              /* 104: nonzero, random per build: keys the stage's shared-memory copy */
-    uint64_t rsvd1[2];           /* 112 */
-};
-
-/** One decoder id's state: session.rs `Slot` (shot assembly) and `SessionCounters`. */
-struct rl_qec_decoder {
-    uint32_t bits;             /*   0: detection bits of the shot assembled so far */
-    uint32_t in_shot;          /*   4: a shot is being assembled */
-    long long next_counter;    /*   8: the counter the next message must carry */
-    uint64_t corrections;      /*  16: XOR of every decoded shot's observables */
-    uint64_t messages;         /*  24: SessionCounters, in its field order */
-    uint64_t shots;            /*  32 */
-    uint64_t overflows;        /*  40 */
-    uint64_t unmatchable;      /*  48 */
-    uint64_t dropped_messages; /*  56 */
-    uint64_t dropped_shots;    /*  64 */
-    uint64_t abandoned_shots;  /*  72 */
-    uint64_t bad_requests;     /*  80 */
-    uint64_t rsvd[5];          /*  88 */
-};
-
-RL_STATIC_ASSERT(sizeof(struct rl_qec_header) == 128, "qec header");
-RL_STATIC_ASSERT(sizeof(struct rl_qec_decoder) == 128, "qec decoder record");
-RL_OFFSET_ASSERT(struct rl_qec_header, mapping_id, 40, "qec header: mapping_id");
-RL_OFFSET_ASSERT(struct rl_qec_header, scale, 48, "qec header: scale");
-RL_OFFSET_ASSERT(struct rl_qec_header, invalid_decoder, 96, "qec header: invalid_decoder");
-RL_OFFSET_ASSERT(struct rl_qec_header, token, 104, "qec header: token");
-RL_OFFSET_ASSERT(struct rl_qec_decoder, next_counter, 8, "qec decoder: next_counter");
-RL_OFFSET_ASSERT(struct rl_qec_decoder, bad_requests, 80, "qec decoder: bad_requests");
+/* The state blob's layout (struct rl_qec_header, struct rl_qec_decoder, RL_QEC_MAGIC) is in
+ * abi.h, the one definition the host's Rust bindings are generated from. */
 
 /* Everything above is plain C/C++ (a host compiler checks it against the Rust mirror:
  * operator/tests/qec_gpu_state.rs); the device code below only for CUDA. */

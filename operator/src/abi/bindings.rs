@@ -52,6 +52,7 @@ pub const RL_ERR_CQE_ERROR: u32 = 2;
 pub const RL_ERR_SQ_FULL: u32 = 3;
 pub const RL_EXIT_POLL_EVERY: u32 = 1024;
 pub const RL_HEARTBEAT_EVERY: u32 = 4096;
+pub const RL_QEC_MAGIC: u32 = 826492241;
 /** Control segment, first 16 bytes of every send WQE. All fields BE.
  Written by the data path (GPU kernel or CPU backend) before the doorbell; read by the NIC
  after it sees the doorbell (ordered by the doorbell's release fence).*/
@@ -561,4 +562,155 @@ const _: () = {
     [
         "Offset of field: rl_transceiver_desc::uar",
     ][::core::mem::offset_of!(rl_transceiver_desc, uar) - 184usize];
+};
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq)]
+pub struct rl_qec_header {
+    pub magic: u32,
+    pub header_bytes: u32,
+    pub num_detectors: u32,
+    pub num_observables: u32,
+    pub max_defects: u32,
+    pub decoders: u32,
+    pub rounds_per_message: u32,
+    pub shot_words: u32,
+    pub has_mapping: u32,
+    pub rsvd0: u32,
+    pub mapping_id: ::core::ffi::c_longlong,
+    pub scale: f64,
+    pub distances_off: u64,
+    pub parities_off: u64,
+    pub decoders_off: u64,
+    pub shots_off: u64,
+    pub total_bytes: u64,
+    pub invalid_decoder: u64,
+    pub token: u64,
+    pub rsvd1: [u64; 2usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rl_qec_header"][::core::mem::size_of::<rl_qec_header>() - 128usize];
+    ["Alignment of rl_qec_header"][::core::mem::align_of::<rl_qec_header>() - 8usize];
+    [
+        "Offset of field: rl_qec_header::magic",
+    ][::core::mem::offset_of!(rl_qec_header, magic) - 0usize];
+    [
+        "Offset of field: rl_qec_header::header_bytes",
+    ][::core::mem::offset_of!(rl_qec_header, header_bytes) - 4usize];
+    [
+        "Offset of field: rl_qec_header::num_detectors",
+    ][::core::mem::offset_of!(rl_qec_header, num_detectors) - 8usize];
+    [
+        "Offset of field: rl_qec_header::num_observables",
+    ][::core::mem::offset_of!(rl_qec_header, num_observables) - 12usize];
+    [
+        "Offset of field: rl_qec_header::max_defects",
+    ][::core::mem::offset_of!(rl_qec_header, max_defects) - 16usize];
+    [
+        "Offset of field: rl_qec_header::decoders",
+    ][::core::mem::offset_of!(rl_qec_header, decoders) - 20usize];
+    [
+        "Offset of field: rl_qec_header::rounds_per_message",
+    ][::core::mem::offset_of!(rl_qec_header, rounds_per_message) - 24usize];
+    [
+        "Offset of field: rl_qec_header::shot_words",
+    ][::core::mem::offset_of!(rl_qec_header, shot_words) - 28usize];
+    [
+        "Offset of field: rl_qec_header::has_mapping",
+    ][::core::mem::offset_of!(rl_qec_header, has_mapping) - 32usize];
+    [
+        "Offset of field: rl_qec_header::rsvd0",
+    ][::core::mem::offset_of!(rl_qec_header, rsvd0) - 36usize];
+    [
+        "Offset of field: rl_qec_header::mapping_id",
+    ][::core::mem::offset_of!(rl_qec_header, mapping_id) - 40usize];
+    [
+        "Offset of field: rl_qec_header::scale",
+    ][::core::mem::offset_of!(rl_qec_header, scale) - 48usize];
+    [
+        "Offset of field: rl_qec_header::distances_off",
+    ][::core::mem::offset_of!(rl_qec_header, distances_off) - 56usize];
+    [
+        "Offset of field: rl_qec_header::parities_off",
+    ][::core::mem::offset_of!(rl_qec_header, parities_off) - 64usize];
+    [
+        "Offset of field: rl_qec_header::decoders_off",
+    ][::core::mem::offset_of!(rl_qec_header, decoders_off) - 72usize];
+    [
+        "Offset of field: rl_qec_header::shots_off",
+    ][::core::mem::offset_of!(rl_qec_header, shots_off) - 80usize];
+    [
+        "Offset of field: rl_qec_header::total_bytes",
+    ][::core::mem::offset_of!(rl_qec_header, total_bytes) - 88usize];
+    [
+        "Offset of field: rl_qec_header::invalid_decoder",
+    ][::core::mem::offset_of!(rl_qec_header, invalid_decoder) - 96usize];
+    [
+        "Offset of field: rl_qec_header::token",
+    ][::core::mem::offset_of!(rl_qec_header, token) - 104usize];
+    [
+        "Offset of field: rl_qec_header::rsvd1",
+    ][::core::mem::offset_of!(rl_qec_header, rsvd1) - 112usize];
+};
+/// One decoder id's state: session.rs `Slot` (shot assembly) and `SessionCounters`.
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct rl_qec_decoder {
+    pub bits: u32,
+    pub in_shot: u32,
+    pub next_counter: ::core::ffi::c_longlong,
+    pub corrections: u64,
+    pub messages: u64,
+    pub shots: u64,
+    pub overflows: u64,
+    pub unmatchable: u64,
+    pub dropped_messages: u64,
+    pub dropped_shots: u64,
+    pub abandoned_shots: u64,
+    pub bad_requests: u64,
+    pub rsvd: [u64; 5usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rl_qec_decoder"][::core::mem::size_of::<rl_qec_decoder>() - 128usize];
+    ["Alignment of rl_qec_decoder"][::core::mem::align_of::<rl_qec_decoder>() - 8usize];
+    [
+        "Offset of field: rl_qec_decoder::bits",
+    ][::core::mem::offset_of!(rl_qec_decoder, bits) - 0usize];
+    [
+        "Offset of field: rl_qec_decoder::in_shot",
+    ][::core::mem::offset_of!(rl_qec_decoder, in_shot) - 4usize];
+    [
+        "Offset of field: rl_qec_decoder::next_counter",
+    ][::core::mem::offset_of!(rl_qec_decoder, next_counter) - 8usize];
+    [
+        "Offset of field: rl_qec_decoder::corrections",
+    ][::core::mem::offset_of!(rl_qec_decoder, corrections) - 16usize];
+    [
+        "Offset of field: rl_qec_decoder::messages",
+    ][::core::mem::offset_of!(rl_qec_decoder, messages) - 24usize];
+    [
+        "Offset of field: rl_qec_decoder::shots",
+    ][::core::mem::offset_of!(rl_qec_decoder, shots) - 32usize];
+    [
+        "Offset of field: rl_qec_decoder::overflows",
+    ][::core::mem::offset_of!(rl_qec_decoder, overflows) - 40usize];
+    [
+        "Offset of field: rl_qec_decoder::unmatchable",
+    ][::core::mem::offset_of!(rl_qec_decoder, unmatchable) - 48usize];
+    [
+        "Offset of field: rl_qec_decoder::dropped_messages",
+    ][::core::mem::offset_of!(rl_qec_decoder, dropped_messages) - 56usize];
+    [
+        "Offset of field: rl_qec_decoder::dropped_shots",
+    ][::core::mem::offset_of!(rl_qec_decoder, dropped_shots) - 64usize];
+    [
+        "Offset of field: rl_qec_decoder::abandoned_shots",
+    ][::core::mem::offset_of!(rl_qec_decoder, abandoned_shots) - 72usize];
+    [
+        "Offset of field: rl_qec_decoder::bad_requests",
+    ][::core::mem::offset_of!(rl_qec_decoder, bad_requests) - 80usize];
+    [
+        "Offset of field: rl_qec_decoder::rsvd",
+    ][::core::mem::offset_of!(rl_qec_decoder, rsvd) - 88usize];
 };

@@ -5,9 +5,9 @@
 //! starts, and passed to the stage as `rl_transceiver_desc.stage_state`.
 //!
 //! Layout (little-endian; sections on 128-byte boundaries; `struct rl_qec_header` and
-//! `struct rl_qec_decoder` in qec.cuh, mirrored by [`QecHeader`] and [`QecDecoderRecord`] with
-//! size and offset assertions here, and checked against the C structs by NVRTC in
-//! `operator/tests/qec_gpu_state.rs`):
+//! `struct rl_qec_decoder` are defined once, in `kernels/abi.h`, and [`QecHeader`] and
+//! [`QecDecoderRecord`] are the bindings `scripts/abi-gen` generates from it, with bindgen's
+//! layout tests; `operator/tests/qec_gpu_state.rs` also checks them with NVRTC):
 //!
 //! ```text
 //! 0              QecHeader (128 bytes): sizes, the table scale, section offsets, the
@@ -59,7 +59,7 @@ use crate::qec::session::{SessionConfig, SessionCounters};
 use crate::stage::StageSpec;
 
 /// `RL_QEC_MAGIC`: "QEC1".
-pub const MAGIC: u32 = 0x3143_4551;
+pub const MAGIC: u32 = crate::abi::RL_QEC_MAGIC;
 /// `RL_QEC_MAX_K`: the largest defect cap the device DP holds.
 pub const MAX_K: usize = 12;
 /// `RL_QEC_MAX_DETECTORS`: the greedy fallback's capacity.
@@ -71,64 +71,14 @@ pub const SECTION_ALIGN: usize = 128;
 /// `RL_QEC_INF`: no path, and an infinite sum.
 pub const INF: u32 = u32::MAX;
 
-/// `struct rl_qec_header` (qec.cuh), the first 128 bytes of the blob.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct QecHeader {
-    pub magic: u32,
-    /// `size_of::<QecHeader>()`.
-    pub header_bytes: u32,
-    /// n; the boundary is node n.
-    pub num_detectors: u32,
-    pub num_observables: u32,
-    /// K.
-    pub max_defects: u32,
-    pub decoders: u32,
-    pub rounds_per_message: u32,
-    /// u32 words of one shot: ceil(n / 32).
-    pub shot_words: u32,
-    /// 1 when `enqueue_syndromes` must carry `mapping_id`.
-    pub has_mapping: u32,
-    pub rsvd0: u32,
-    pub mapping_id: i64,
-    /// Table units per unit of ln((1-p)/p): weight = sum / scale.
-    pub scale: f64,
-    pub distances_off: u64,
-    pub parities_off: u64,
-    pub decoders_off: u64,
-    pub shots_off: u64,
-    pub total_bytes: u64,
-    /// Requests that named a decoder id out of range (written by the device).
-    pub invalid_decoder: u64,
-    /// Nonzero, random per build: keys the stage's shared-memory copy (module docs).
-    pub token: u64,
-    pub rsvd1: [u64; 2],
-}
+/// `struct rl_qec_header` (kernels/abi.h; Rust bindings generated from it), the first 128
+/// bytes of the blob.
+pub type QecHeader = crate::abi::rl_qec_header;
 
-/// `struct rl_qec_decoder` (qec.cuh): one decoder id's shot assembly and counters.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct QecDecoderRecord {
-    /// Bits of the shot assembled so far.
-    pub bits: u32,
-    /// 1 while a shot is being assembled.
-    pub in_shot: u32,
-    /// The counter the next message must carry.
-    pub next_counter: i64,
-    /// XOR of the decoded shots' observables.
-    pub corrections: u64,
-    pub messages: u64,
-    pub shots: u64,
-    pub overflows: u64,
-    pub unmatchable: u64,
-    pub dropped_messages: u64,
-    pub dropped_shots: u64,
-    pub abandoned_shots: u64,
-    pub bad_requests: u64,
-    pub rsvd: [u64; 5],
-}
+/// `struct rl_qec_decoder` (kernels/abi.h): one decoder id's shot assembly and counters.
+pub type QecDecoderRecord = crate::abi::rl_qec_decoder;
 
-// The layout qec.cuh asserts too (and tests/qec_gpu_state.rs checks every offset with NVRTC).
+// The layout abi.h asserts too (and tests/qec_gpu_state.rs checks every offset with NVRTC).
 const _: () = assert!(size_of::<QecHeader>() == 128);
 const _: () = assert!(size_of::<QecDecoderRecord>() == 128);
 const _: () = assert!(offset_of!(QecHeader, mapping_id) == 40);
