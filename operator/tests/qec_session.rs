@@ -1,7 +1,8 @@
 //! The decoder stage end to end over RPC bytes: fixture shots replayed round by round as
 //! `enqueue_syndromes` (what fpga-sim's QEC mode sends; PROTOCOLS.md 3). The stage streams
-//! (each round's defects are worked on as the round arrives), so its corrections must equal
-//! the whole-shot decode's exactly, and PyMatching's predictions but for ties.
+//! (each round's defects are worked on as the round arrives), so its matching weights must
+//! equal the whole-shot decode's exactly, and its corrections the whole shot's and
+//! PyMatching's but for ties.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -48,7 +49,7 @@ fn replay(fixture: &str, rounds_per_message: usize) {
     assert_eq!(*cuts.last().unwrap(), n);
 
     let (mut req, mut out, mut args, mut bits) = (Vec::new(), vec![0u8; 512], Vec::new(), Vec::new());
-    let (mut agree, mut ties, mut id) = (0usize, 0usize, 0u32);
+    let (mut agree, mut ties, mut stream_ties, mut id) = (0usize, 0usize, 0usize, 0u32);
     for (s, shot) in dets.chunks(per_shot).enumerate() {
         for (m, w) in cuts.windows(2).enumerate() {
             let (from, to) = (w[0], w[1]);
@@ -82,9 +83,10 @@ fn replay(fixture: &str, rounds_per_message: usize) {
             assert_eq!(report.shot as usize, s);
             assert_eq!(report.status, REPORT_OK, "shot {s}");
             let w = whole.decode_b8(shot);
-            assert_eq!(u64::from(correction), w.observables, "shot {s}: streamed differs from the whole-shot decode");
-            assert_eq!(report.weight, w.weight as f32, "shot {s}");
+            // The same minimum weight; another equal-weight matching would be a tie.
+            assert_eq!(report.weight, w.weight as f32, "shot {s}: streamed weight differs from the whole shot's");
             assert_eq!(u32::from(report.defects), w.defects, "shot {s}");
+            stream_ties += usize::from(u64::from(correction) != w.observables);
             if correction == preds[s] {
                 agree += 1;
             } else {
@@ -99,6 +101,7 @@ fn replay(fixture: &str, rounds_per_message: usize) {
     // Ties with PyMatching (equal weight, another matching; qec/tests/pymatching_fixtures.rs
     // checks the weights) are rare.
     assert!(ties * 100 <= agree, "{ties} corrections differ from PyMatching's");
+    assert!(stream_ties * 100 <= agree, "{stream_ties} streamed corrections differ from the whole shot's");
     println!(
         "{fixture}, {rounds_per_message} round(s) per message ({} messages a shot): {agree} corrections equal \
          PyMatching's, {ties} ties",

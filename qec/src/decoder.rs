@@ -105,6 +105,8 @@ pub struct DecoderCounters {
     pub regrown_balls: u64,
     /// Solving rounds beyond the first.
     pub extra_rounds: u64,
+    /// Clusters whose last solution was reused (streaming: solved in an earlier round).
+    pub reused_clusters: u64,
 }
 
 /// A defect's ball reached a node: the defect (its index in the shot), the distance and the
@@ -165,6 +167,13 @@ pub struct MatchingDecoder {
     local: Vec<u32>,
     /// Per defect, the doubled duals of its two copies in `H` (`2 y`).
     duals: Vec<(i64, i64)>,
+    /// Per defect: something that can change its cluster's matching happened since that
+    /// cluster was last solved (the defect is new, its ball grew, it got a candidate).
+    dirty: Vec<bool>,
+    /// Per cluster, by its first defect: the last solution (defects, weight, observables,
+    /// matched), reused while none of its defects is dirty (clusters only ever merge, and
+    /// a merge makes both sides dirty).
+    solved: Vec<(u32, u64, u64, bool)>,
     edges: Vec<(u32, u32, i64)>,
     mate: Vec<u32>,
     matcher: PerfectMatching,
@@ -203,6 +212,8 @@ impl MatchingDecoder {
             order: Vec::new(),
             local: Vec::new(),
             duals: Vec::new(),
+            dirty: Vec::new(),
+            solved: Vec::new(),
             edges: Vec::new(),
             mate: Vec::new(),
             matcher: PerfectMatching::new(),
@@ -237,6 +248,9 @@ impl MatchingDecoder {
         }
         self.defects.clear();
         self.radius.clear();
+        self.duals.clear();
+        self.dirty.clear();
+        self.solved.clear();
         self.visited.clear();
         self.visits.clear();
         self.pairs.clear();
@@ -255,6 +269,7 @@ impl MatchingDecoder {
         let index = self.defects.len() as u32;
         self.defects.push(detector);
         self.radius.push(0);
+        self.dirty.push(true);
         let c = self.graph.boundary_distance(detector).0;
         self.grow_ball(index, self.first_radius.min(c), true);
     }
@@ -301,6 +316,7 @@ impl MatchingDecoder {
         let source = self.defects[index as usize];
         let old = self.radius[index as usize];
         self.radius[index as usize] = new_radius;
+        self.dirty[index as usize] = true;
         self.ball = self.ball.wrapping_add(1);
         if self.ball == 0 {
             self.stamp.fill(0);
@@ -381,7 +397,8 @@ impl MatchingDecoder {
         if x == y {
             return;
         }
-        // `y` is the growing ball: one record per other defect and growth, the best kept.
+        // `y` is the growing ball: one record per other defect and growth, the best kept. A
+        // linked candidate can change the clusters' matchings: its defects become dirty.
         let o = x as usize;
         if self.offer_stamp[o] == self.ball {
             let p = &mut self.pairs[self.offer_slot[o] as usize];
@@ -393,6 +410,10 @@ impl MatchingDecoder {
                     self.graph.boundary_distance(self.defects[p.b as usize]).0,
                 );
                 p.linked = ca == UNREACHABLE || cb == UNREACHABLE || dist < ca + cb;
+                if p.linked {
+                    self.dirty[x as usize] = true;
+                    self.dirty[y as usize] = true;
+                }
             }
             return;
         }
@@ -402,6 +423,10 @@ impl MatchingDecoder {
         let ca = self.graph.boundary_distance(self.defects[a as usize]).0;
         let cb = self.graph.boundary_distance(self.defects[b as usize]).0;
         let linked = ca == UNREACHABLE || cb == UNREACHABLE || dist < ca + cb;
+        if linked {
+            self.dirty[x as usize] = true;
+            self.dirty[y as usize] = true;
+        }
         self.pairs.push(Pair { a, b, dist, obs, linked });
     }
 
@@ -415,17 +440,7 @@ impl MatchingDecoder {
             self.begin_shot();
             return d;
         }
-        let mut rounds = 0;
-        let out = loop {
-            rounds += 1;
-            let out = self.solve_round();
-            if self.widen() == 0 {
-                break out;
-            }
-            self.counters.extra_rounds += 1;
-        };
-        let mut out = out;
-        out.rounds = rounds;
+        let mut out = self.solve_proved();
         if out.status == DecodeStatus::Unmatchable {
             self.counters.unmatchable += 1;
         }
@@ -434,7 +449,34 @@ impl MatchingDecoder {
         out
     }
 
-    /// One round: clusters over the linked candidates, each matched exactly, duals kept.
+    /// Solves the defects so far and proves the matching optimal for them, without ending
+    /// the shot: a stream calls it after each round, so that the final round finds balls
+    /// already grown where the earlier defects need them and clusters already solved, and
+    /// re-solves only the clusters the final round's defects touch. The shot's result is
+    /// the same minimum weight either way (equal-weight matchings may be chosen differently).
+    pub fn settle(&mut self) {
+        if !self.invalid {
+            let _ = self.solve_proved();
+        }
+    }
+
+    /// Solving rounds until the proof holds (module docs, steps 2 to 4).
+    fn solve_proved(&mut self) -> Decoded {
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let mut out = self.solve_round();
+            if self.widen() == 0 {
+                out.rounds = rounds;
+                out.weight = out.weight_units as f64 / self.graph.scale();
+                return out;
+            }
+            self.counters.extra_rounds += 1;
+        }
+    }
+
+    /// One round: clusters over the linked candidates, each matched exactly (or its last
+    /// solution reused when none of its defects is dirty), duals kept.
     fn solve_round(&mut self) -> Decoded {
         let k = self.defects.len();
         // Shortest candidate per pair, then the smallest observable mask, so the choice does
@@ -473,8 +515,9 @@ impl MatchingDecoder {
         self.order.extend(0..k as u32);
         let parent = &self.parent;
         self.order.sort_unstable_by_key(|&i| (parent[i as usize], i));
-        self.duals.clear();
+        // Duals of clean clusters stay as their last solve left them.
         self.duals.resize(k, (0, 0));
+        self.solved.resize(k, (0, 0, 0, false));
 
         let mut out = Decoded { defects: k as u32, ..Decoded::default() };
         let mut start = 0;
@@ -485,8 +528,27 @@ impl MatchingDecoder {
                 end += 1;
             }
             out.clusters += 1;
-            out.largest_cluster = out.largest_cluster.max((end - start) as u32);
-            if !self.match_cluster(start, end, &mut out) {
+            let size = (end - start) as u32;
+            out.largest_cluster = out.largest_cluster.max(size);
+            let first = self.order[start] as usize;
+            let cached = self.solved[first];
+            let clean = cached.0 == size && self.order[start..end].iter().all(|&i| !self.dirty[i as usize]);
+            let matched = if clean {
+                self.counters.reused_clusters += 1;
+                out.weight_units += cached.1;
+                out.observables ^= cached.2;
+                cached.3
+            } else {
+                let (w0, o0) = (out.weight_units, out.observables);
+                let ok = self.match_cluster(start, end, &mut out);
+                self.solved[first] = (size, out.weight_units - w0, out.observables ^ o0, ok);
+                for x in start..end {
+                    let i = self.order[x] as usize;
+                    self.dirty[i] = false;
+                }
+                ok
+            };
+            if !matched {
                 out.status = DecodeStatus::Unmatchable;
             }
             start = end;
@@ -508,6 +570,8 @@ impl MatchingDecoder {
             let d2 = 2 * p.dist as i64;
             if ya.0 + yb.0 > d2 || ya.1 + yb.1 > d2 {
                 self.pairs[i].linked = true;
+                self.dirty[p.a as usize] = true;
+                self.dirty[p.b as usize] = true;
                 widened += 1;
             }
         }

@@ -6,10 +6,12 @@
 //! the same integer objective, so they differ only by float rounding: 1e-6 relative); the
 //! observables equal PyMatching's prediction except on ties (equal weight, another
 //! matching), which are counted and must stay rare; the logical errors are printed beside
-//! PyMatching's.
+//! PyMatching's. Each shot is also decoded streamed, round by round as the decoder stage
+//! receives it: the same weight on every shot.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rocelink_qec::{sparse_graph_from_dem_text, DecodeStatus, MatchingDecoder};
@@ -59,10 +61,36 @@ fn check(dir: &Path) -> Outcome {
     assert_eq!(predictions.len(), shots.len(), "{name}");
     assert_eq!(weights.len(), shots.len(), "{name}");
 
-    let mut decoder = MatchingDecoder::new(graph);
+    let mut decoder = MatchingDecoder::new(Arc::clone(&graph));
     let t = Instant::now();
     let results: Vec<_> = shots.iter().map(|s| decoder.decode_b8(s)).collect();
     let us_per_shot = t.elapsed().as_secs_f64() * 1e6 / shots.len() as f64;
+
+    // Streamed round by round (stim's time coordinate), settled after every round but the
+    // last, as the decoder stage runs: the same weight on every shot, ties rare.
+    let dem = rocelink_qec::dem::DetectorErrorModel::parse(&text).unwrap();
+    let rounds = dem.detectors_per_round().expect("stim's coordinates give rounds");
+    let mut streamed = MatchingDecoder::new(graph);
+    let mut stream_ties = 0;
+    for (i, shot) in shots.iter().enumerate() {
+        streamed.begin_shot();
+        let mut first = 0usize;
+        for (r, &len) in rounds.iter().enumerate() {
+            for det in first..first + len {
+                if shot[det / 8] >> (det % 8) & 1 == 1 {
+                    streamed.add_defect(det as u32);
+                }
+            }
+            first += len;
+            if r + 1 < rounds.len() {
+                streamed.settle();
+            }
+        }
+        let got = streamed.finish();
+        assert_eq!(got.weight_units, results[i].weight_units, "{name} shot {i}: streamed weight");
+        stream_ties += usize::from(got.observables != results[i].observables);
+    }
+    assert!(stream_ties as f64 <= MAX_TIE_FRACTION * shots.len() as f64, "{name}: {stream_ties} streamed ties");
 
     let mut ties = 0;
     let mut failures = Vec::new();

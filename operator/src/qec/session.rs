@@ -18,8 +18,9 @@
 //!   a 16-byte decode report (`rocelink_wire::qec::DecodeReportRepr`: status ok / overflow /
 //!   unmatchable, defects, weight, decode ns, shot index). Earlier messages are answered OK
 //!   with no result. The CPU decoder ([`QecSession::new`]: `rocelink_qec::MatchingDecoder`)
-//!   is exact for any number of defects and grows each round's defects as the round
-//!   arrives, so the final round only clusters and matches. [`QecSession::with_table`] runs
+//!   is exact for any number of defects and works on each round as it arrives (grows its
+//!   defects' balls, solves and proves the shot so far), so the final round re-solves only
+//!   the clusters its own defects touch. [`QecSession::with_table`] runs
 //!   the GPU stage's K-limited decoder instead (the bit-exact model the GPU kernel is tested
 //!   against): above K its fallback answer is sent with report status 1 (overflow) and
 //!   counted.
@@ -140,6 +141,10 @@ impl SessionDecoder for MatchingDecoder {
             if shot.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1) {
                 self.add_defect(i as u32);
             }
+        }
+        // Not after the final round: finish() does that work on the answer's path anyway.
+        if first + n < self.graph().num_detectors() {
+            self.settle();
         }
     }
 
