@@ -35,9 +35,13 @@
 //! Streaming: a ball depends only on its defect and the static graph, so
 //! [`MatchingDecoder::add_defect`] grows the first ball as soon as the defect arrives (round
 //! by round) and finds its candidates with the earlier defects then;
-//! [`MatchingDecoder::finish`] does steps 2 to 4. The result does not depend on how the
-//! defects were split into rounds, nor on their order: candidates of one pair keep the
-//! shortest, then the smallest observable mask.
+//! [`MatchingDecoder::settle`], called after a round, does steps 2 to 4 for the defects so
+//! far (the balls they need grow then, their clusters are solved then); a cluster none of
+//! whose defects changed since keeps its solution, so [`MatchingDecoder::finish`] re-solves
+//! only what the last round touched. The weight does not depend on how the defects were
+//! split into rounds or settled, nor on their order (candidates of one pair keep the
+//! shortest, then the smallest observable mask); where two matchings tie, streaming may pick
+//! the other one.
 //!
 //! Guarantees:
 //! - Exact: the weight equals the minimum-weight matching's over PyMatching's integer
