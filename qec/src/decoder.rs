@@ -136,6 +136,14 @@ struct Pair {
 
 const NONE: u32 = u32::MAX;
 
+/// The largest dirty cluster [`MatchingDecoder::settle`] solves; larger ones wait for
+/// `finish` (latency-reports/decisions.md).
+pub const SETTLE_MAX_CLUSTER: usize = 32;
+
+/// [`MatchingDecoder::settle`] leaves alone the clusters holding a defect of the last this
+/// many rounds (latency-reports/decisions.md).
+pub const SETTLE_LAG: u32 = 1;
+
 /// The exact decoder with its reusable buffers (module docs).
 #[derive(Debug)]
 pub struct MatchingDecoder {
@@ -178,6 +186,15 @@ pub struct MatchingDecoder {
     /// matched), reused while none of its defects is dirty (clusters only ever merge, and
     /// a merge makes both sides dirty).
     solved: Vec<(u32, u64, u64, bool)>,
+    /// Per defect: its cluster was left unsolved this round (`settle`'s size limit).
+    deferred: Vec<bool>,
+    settle_max_cluster: usize,
+    /// Rounds (`settle` calls) of the shot so far, and the round each defect arrived in:
+    /// `settle` leaves the clusters of the last `settle_lag` rounds' defects alone (their
+    /// partners are likely still to come; solving them now only grows balls for nothing).
+    epoch: u32,
+    born: Vec<u32>,
+    settle_lag: u32,
     edges: Vec<(u32, u32, i64)>,
     mate: Vec<u32>,
     matcher: PerfectMatching,
@@ -218,11 +235,28 @@ impl MatchingDecoder {
             duals: Vec::new(),
             dirty: Vec::new(),
             solved: Vec::new(),
+            deferred: Vec::new(),
+            settle_max_cluster: SETTLE_MAX_CLUSTER,
+            epoch: 0,
+            born: Vec::new(),
+            settle_lag: SETTLE_LAG,
             edges: Vec::new(),
             mate: Vec::new(),
             matcher: PerfectMatching::new(),
             counters: DecoderCounters::default(),
         }
+    }
+
+    /// The largest dirty cluster [`settle`](Self::settle) solves ([`SETTLE_MAX_CLUSTER`] by
+    /// default; 0 makes `settle` only grow balls, `usize::MAX` solves every cluster).
+    pub fn set_settle_max_cluster(&mut self, defects: usize) {
+        self.settle_max_cluster = defects;
+    }
+
+    /// How many of the latest rounds' clusters [`settle`](Self::settle) leaves alone
+    /// ([`SETTLE_LAG`] by default; 0 settles them too).
+    pub fn set_settle_lag(&mut self, rounds: u32) {
+        self.settle_lag = rounds;
     }
 
     /// The graph.
@@ -254,6 +288,8 @@ impl MatchingDecoder {
         self.radius.clear();
         self.duals.clear();
         self.dirty.clear();
+        self.born.clear();
+        self.epoch = 0;
         self.solved.clear();
         self.visited.clear();
         self.visits.clear();
@@ -274,6 +310,7 @@ impl MatchingDecoder {
         self.defects.push(detector);
         self.radius.push(0);
         self.dirty.push(true);
+        self.born.push(self.epoch);
         let c = self.graph.boundary_distance(detector).0;
         self.grow_ball(index, self.first_radius.min(c), true);
     }
@@ -444,7 +481,7 @@ impl MatchingDecoder {
             self.begin_shot();
             return d;
         }
-        let mut out = self.solve_proved();
+        let mut out = self.solve_proved(usize::MAX, u32::MAX);
         if out.status == DecodeStatus::Unmatchable {
             self.counters.unmatchable += 1;
         }
@@ -458,18 +495,28 @@ impl MatchingDecoder {
     /// already grown where the earlier defects need them and clusters already solved, and
     /// re-solves only the clusters the final round's defects touch. The shot's result is
     /// the same minimum weight either way (equal-weight matchings may be chosen differently).
+    ///
+    /// A dirty cluster of more than [`SETTLE_MAX_CLUSTER`] defects is left to `finish`: at
+    /// high noise one cluster can take most of the shot, and re-solving it every round
+    /// would cost more per round than the final round saves.
     pub fn settle(&mut self) {
         if !self.invalid {
-            let _ = self.solve_proved();
+            // Defects of this round have `born == epoch`: the last `lag` rounds are those
+            // born at `epoch + 1 - lag` or later.
+            let fresh = (self.epoch + 1).saturating_sub(self.settle_lag);
+            let _ = self.solve_proved(self.settle_max_cluster, fresh);
+            self.epoch += 1;
         }
     }
 
     /// Solving rounds until the proof holds (module docs, steps 2 to 4).
-    fn solve_proved(&mut self) -> Decoded {
+    /// Dirty clusters above `limit` defects are deferred: not solved, not proved.
+    /// And so are clusters holding a defect born in round `fresh` or later.
+    fn solve_proved(&mut self, limit: usize, fresh: u32) -> Decoded {
         let mut rounds = 0;
         loop {
             rounds += 1;
-            let mut out = self.solve_round();
+            let mut out = self.solve_round(limit, fresh);
             if self.widen() == 0 {
                 out.rounds = rounds;
                 out.weight = out.weight_units as f64 / self.graph.scale();
@@ -481,8 +528,10 @@ impl MatchingDecoder {
 
     /// One round: clusters over the linked candidates, each matched exactly (or its last
     /// solution reused when none of its defects is dirty), duals kept.
-    fn solve_round(&mut self) -> Decoded {
+    fn solve_round(&mut self, limit: usize, fresh: u32) -> Decoded {
         let k = self.defects.len();
+        self.deferred.clear();
+        self.deferred.resize(k, false);
         // Shortest candidate per pair, then the smallest observable mask, so the choice does
         // not depend on the order the balls were grown in; a pair linked once stays linked.
         // (Unstable sorts: the keys are total, and they do not allocate.)
@@ -537,6 +586,15 @@ impl MatchingDecoder {
             let first = self.order[start] as usize;
             let cached = self.solved[first];
             let clean = cached.0 == size && self.order[start..end].iter().all(|&i| !self.dirty[i as usize]);
+            let young = || self.order[start..end].iter().any(|&i| self.born[i as usize] >= fresh);
+            if !clean && (size as usize > limit || young()) {
+                for x in start..end {
+                    let i = self.order[x] as usize;
+                    self.deferred[i] = true;
+                }
+                start = end;
+                continue;
+            }
             let matched = if clean {
                 self.counters.reused_clusters += 1;
                 out.weight_units += cached.1;
@@ -567,7 +625,7 @@ impl MatchingDecoder {
         let mut widened = 0;
         for i in 0..self.pairs.len() {
             let p = self.pairs[i];
-            if p.linked {
+            if p.linked || self.deferred[p.a as usize] || self.deferred[p.b as usize] {
                 continue;
             }
             let (ya, yb) = (self.duals[p.a as usize], self.duals[p.b as usize]);
@@ -580,6 +638,9 @@ impl MatchingDecoder {
             }
         }
         for i in 0..self.defects.len() {
+            if self.deferred[i] {
+                continue;
+            }
             let y2 = self.duals[i].0.max(self.duals[i].1);
             let r = self.radius[i];
             if r == UNREACHABLE || y2 <= 0 || (y2 as u64) <= 2 * r {
