@@ -1,5 +1,6 @@
 //! `rocelink decode` mirrors `pymatching predict`: on the committed stim/PyMatching fixtures,
-//! its predictions equal PyMatching's on every shot within the defect cap, in both formats.
+//! its predictions (the exact decoder's) equal PyMatching's on every shot, in both formats;
+//! `--num-shots` refuses a file of another size and leaves no predictions behind.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,30 +25,45 @@ fn decode(dir: &Path, out: &Path, out_format: &str) -> String {
     err
 }
 
-fn overflows(report: &str) -> usize {
-    let after = report.split("shots: ").nth(1).expect("summary line");
-    after.split_whitespace().next().unwrap().parse().unwrap()
-}
-
 #[test]
-fn predictions_equal_pymatching_within_the_cap() {
+fn predictions_equal_pymatching_on_every_shot() {
     let tmp = std::env::temp_dir().join(format!("rocelink-decode-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     for name in ["d3_p0.001", "d3_p0.003", "d5_p0.001", "d5_p0.003"] {
         let dir = fixture(name);
         let out = tmp.join(format!("{name}.01"));
         let report = decode(&dir, &out, "01");
+        assert!(report.contains("0 unmatchable"), "{name}: {report}");
         let ours = std::fs::read_to_string(&out).unwrap();
         let theirs = std::fs::read_to_string(dir.join("pred.01")).unwrap();
         let (ours, theirs): (Vec<_>, Vec<_>) = (ours.lines().collect(), theirs.lines().collect());
         assert_eq!(ours.len(), theirs.len(), "{name}: shot count");
+        // Both decoders are exact; these fixtures have no equal-weight ties.
         let differ = ours.iter().zip(&theirs).filter(|(a, b)| a != b).count();
-        // Shots above the cap take the fallback (exact per cluster, else greedy): only they may differ.
-        assert!(differ <= overflows(&report), "{name}: {differ} predictions differ, {report}");
-        if name.starts_with("d3") {
-            assert_eq!(differ, 0, "{name}");
-        }
+        assert_eq!(differ, 0, "{name}: {differ} predictions differ, {report}");
     }
+}
+
+#[test]
+fn num_shots_refuses_a_file_of_another_size_and_writes_nothing() {
+    let dir = fixture("d5_p0.001");
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-n-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let out = tmp.join("p.01");
+    let _ = std::fs::remove_file(&out);
+    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["decode", "--dem"])
+        .arg(dir.join("model.dem"))
+        .arg("--in")
+        .arg(dir.join("dets.b8"))
+        .args(["--num-shots", "4999", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("but 4999 shots of the DEM's 120 detectors are 74985 bytes (5000 shots of 120 detectors)"), "{err}");
+    assert!(!out.exists() && !tmp.join("p.01.partial").exists());
 }
 
 #[test]
