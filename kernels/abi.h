@@ -423,21 +423,35 @@ struct rl_qec_header {
     uint64_t rsvd1[2];           /* 112 */
 };
 
-/** One decoder id's state: session.rs `Slot` (shot assembly) and `SessionCounters`. */
+/** A decoder id's counters, monotonic: the CPU stage's (`SessionCounters` in session.rs is
+ * this struct) and the GPU stage's, one definition. */
+struct rl_qec_counters {
+    /** `enqueue_syndromes` messages accepted into a shot. */
+    uint64_t messages;
+    /** Shots decoded. */
+    uint64_t shots;
+    /** Shots above the table decoder's defect cap (its fallback; 0 for the exact decoder). */
+    uint64_t overflows;
+    /** Shots without a perfect matching. */
+    uint64_t unmatchable;
+    /** Messages answered `SYNDROMES_DROPPED`. */
+    uint64_t dropped_messages;
+    /** Unfinished shots discarded by a gap or a bad message. */
+    uint64_t dropped_shots;
+    /** Unfinished shots abandoned by a new `counter == 0`. */
+    uint64_t abandoned_shots;
+    /** Requests answered `BAD_REQUEST`. */
+    uint64_t bad_requests;
+};
+
+/** One decoder id's state: session.rs `Slot` (shot assembly) and its counters. */
 struct rl_qec_decoder {
-    uint32_t bits;             /*   0: detection bits of the shot assembled so far */
-    uint32_t in_shot;          /*   4: a shot is being assembled */
-    long long next_counter;    /*   8: the counter the next message must carry */
-    uint64_t corrections;      /*  16: XOR of every decoded shot's observables */
-    uint64_t messages;         /*  24: SessionCounters, in its field order */
-    uint64_t shots;            /*  32 */
-    uint64_t overflows;        /*  40 */
-    uint64_t unmatchable;      /*  48 */
-    uint64_t dropped_messages; /*  56 */
-    uint64_t dropped_shots;    /*  64 */
-    uint64_t abandoned_shots;  /*  72 */
-    uint64_t bad_requests;     /*  80 */
-    uint64_t rsvd[5];          /*  88 */
+    uint32_t bits;                   /*   0: detection bits of the shot assembled so far */
+    uint32_t in_shot;                /*   4: a shot is being assembled */
+    long long next_counter;          /*   8: the counter the next message must carry */
+    uint64_t corrections;            /*  16: XOR of every decoded shot's observables */
+    struct rl_qec_counters counters; /*  24: messages .. bad_requests (80) */
+    uint64_t rsvd[5];                /*  88 */
 };
 
 RL_STATIC_ASSERT(sizeof(struct rl_qec_header) == 128, "qec header");
@@ -447,6 +461,8 @@ RL_OFFSET_ASSERT(struct rl_qec_header, scale, 48, "qec header: scale");
 RL_OFFSET_ASSERT(struct rl_qec_header, invalid_decoder, 96, "qec header: invalid_decoder");
 RL_OFFSET_ASSERT(struct rl_qec_header, token, 104, "qec header: token");
 RL_OFFSET_ASSERT(struct rl_qec_decoder, next_counter, 8, "qec decoder: next_counter");
-RL_OFFSET_ASSERT(struct rl_qec_decoder, bad_requests, 80, "qec decoder: bad_requests");
+RL_STATIC_ASSERT(sizeof(struct rl_qec_counters) == 64, "qec counters");
+RL_OFFSET_ASSERT(struct rl_qec_decoder, counters, 24, "qec decoder: counters");
+RL_OFFSET_ASSERT(struct rl_qec_counters, bad_requests, 56, "qec counters: bad_requests");
 
 #endif /* ROCELINK_ABI_H */

@@ -694,37 +694,37 @@ __device__ __forceinline__ int rl_qec_enqueue(const uint8_t *args, uint32_t arg_
     if ((uint32_t)(cap - RL_RPC_HEADER_LEN) < final_len) return RL_QEC_INTERNAL_ERROR;
     c->touched = 1;
     if (k->has_mapping && mapping != k->mapping_id) {
-        s->bad_requests++;
+        s->counters.bad_requests++;
         return RL_QEC_BAD_REQUEST;
     }
     uint32_t zero = 0;
     if (counter == 0) {
         /* A new shot; an unfinished one is abandoned (and counted). */
-        if (s->in_shot) s->abandoned_shots++;
+        if (s->in_shot) s->counters.abandoned_shots++;
         s->bits = 0;
         s->in_shot = 1;
         zero = 1;
     } else if (!s->in_shot || counter != s->next_counter) {
         /* A gap: the unfinished shot is discarded, this and later messages are dropped
          * until the next counter 0. */
-        if (s->in_shot) s->dropped_shots++;
+        if (s->in_shot) s->counters.dropped_shots++;
         rl_qec_discard(s);
-        s->dropped_messages++;
+        s->counters.dropped_messages++;
         return RL_QEC_SYNDROMES_DROPPED;
     }
     const long long rounds = (long long)k->rounds;
     const uint32_t at = s->bits; /* <= n: every accepted message kept it so */
     if ((uint64_t)nsyn > (uint64_t)(k->n - at) || counter > 0x7fffffffffffffffLL - rounds) {
         /* More bits than the shot has room for, or a counter that cannot advance. */
-        s->bad_requests++;
-        s->dropped_shots++;
+        s->counters.bad_requests++;
+        s->counters.dropped_shots++;
         rl_qec_discard(s);
         return RL_QEC_BAD_REQUEST;
     }
     const uint32_t nbits = (uint32_t)nsyn;
     s->bits = at + nbits;
     s->next_counter = counter + rounds;
-    s->messages++;
+    s->counters.messages++;
     /* The append, word by word (bounded by the mirror's size whatever the cache holds) */
     const uint32_t W = k->words < RL_QEC_MAX_WORDS ? k->words : RL_QEC_MAX_WORDS;
     uint32_t w0 = 0, w1 = W;
@@ -760,7 +760,7 @@ __device__ __noinline__ int rl_qec_other(uint32_t fn, const uint8_t *args, uint3
         const int sl = rl_qec_slot(k, base, grid, token, trusted, id);
         if (sl != 0) return sl;
         if (size < 0 || size > RL_QEC_MAX_RETURN_BITS) {
-            s->bad_requests++;
+            s->counters.bad_requests++;
             sm->c.touched = 1;
             return RL_QEC_BAD_REQUEST;
         }
@@ -1129,7 +1129,7 @@ __device__ __noinline__ void rl_qec_speculate(struct rl_qec_smem *sm, uint8_t *b
 #endif
     const uint32_t nd = k->ndef;
     if (k->tab != RL_QEC_TAB_SHARED || k->hot < 0 || k->rec.in_shot == 0 || nd > RL_QEC_LANE_K) return;
-    const unsigned long long msgs = k->rec.messages;
+    const unsigned long long msgs = k->rec.counters.messages;
     if (k->spec.ok != 0 && k->spec.msgs == msgs && k->spec.nd == nd) return;
     const unsigned long long t0 = rl_qec_clock();
     const uint2 dp = rl_qec_lane_dp(sm->defs, nd, k->n);

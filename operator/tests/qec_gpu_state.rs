@@ -12,6 +12,7 @@ use std::sync::Arc;
 use rocelink_operator::gpu::qec_state::{self, QecDecoderRecord, QecHeader, QecState, QecStateError};
 use rocelink_operator::gpu::{kernels, nvrtc};
 use rocelink_operator::qec::graph::{DistanceTable, MatchingGraph};
+use rocelink_operator::qec::session::SessionCounters;
 use rocelink_operator::qec::{fine_table_from_file, ExactDecoder, SessionConfig};
 use rocelink_operator::stage::StageSpec;
 
@@ -214,9 +215,9 @@ fn a_table_whose_sums_overflow_is_stored_without_never_pairs() {
     assert!(u64::from(max) * 12 < u64::from(u32::MAX));
 }
 
-/// `static_assert`s of every offset and size of the Rust mirror against qec.cuh's C structs,
-/// compiled by the host C++ compiler (qec.cuh's layout part is plain C/C++, like abi.h; NVRTC
-/// has no `offsetof`), and the sizes and capacities also by NVRTC.
+/// `static_assert`s of every offset and size of the Rust types (bindgen's, from abi.h) against
+/// the C structs as qec.cuh sees them, compiled by the host C++ compiler (NVRTC has no
+/// `offsetof`), and the sizes and capacities also by NVRTC.
 #[test]
 fn c_and_rust_layouts_agree() {
     let mut offsets = String::new();
@@ -258,6 +259,12 @@ fn c_and_rust_layouts_agree() {
         in_shot,
         next_counter,
         corrections,
+        counters,
+        rsvd
+    );
+    off!(
+        "rl_qec_counters",
+        SessionCounters,
         messages,
         shots,
         overflows,
@@ -265,8 +272,7 @@ fn c_and_rust_layouts_agree() {
         dropped_messages,
         dropped_shots,
         abandoned_shots,
-        bad_requests,
-        rsvd
+        bad_requests
     );
     sizes += &format!(
         "static_assert(RL_QEC_MAX_K == {}, \"K\");\nstatic_assert(RL_QEC_MAX_DETECTORS == {}, \"n\");\nstatic_assert(RL_QEC_MAX_OBSERVABLES == {}, \"obs\");\nstatic_assert(RL_QEC_MAGIC == {}u, \"magic\");\n",

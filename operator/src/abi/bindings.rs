@@ -652,7 +652,60 @@ const _: () = {
         "Offset of field: rl_qec_header::rsvd1",
     ][::core::mem::offset_of!(rl_qec_header, rsvd1) - 112usize];
 };
-/// One decoder id's state: session.rs `Slot` (shot assembly) and `SessionCounters`.
+/** A decoder id's counters, monotonic: the CPU stage's (`SessionCounters` in session.rs is
+ this struct) and the GPU stage's, one definition.*/
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
+pub struct rl_qec_counters {
+    /// `enqueue_syndromes` messages accepted into a shot.
+    pub messages: u64,
+    /// Shots decoded.
+    pub shots: u64,
+    /// Shots above the table decoder's defect cap (its fallback; 0 for the exact decoder).
+    pub overflows: u64,
+    /// Shots without a perfect matching.
+    pub unmatchable: u64,
+    /// Messages answered `SYNDROMES_DROPPED`.
+    pub dropped_messages: u64,
+    /// Unfinished shots discarded by a gap or a bad message.
+    pub dropped_shots: u64,
+    /// Unfinished shots abandoned by a new `counter == 0`.
+    pub abandoned_shots: u64,
+    /// Requests answered `BAD_REQUEST`.
+    pub bad_requests: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rl_qec_counters"][::core::mem::size_of::<rl_qec_counters>() - 64usize];
+    [
+        "Alignment of rl_qec_counters",
+    ][::core::mem::align_of::<rl_qec_counters>() - 8usize];
+    [
+        "Offset of field: rl_qec_counters::messages",
+    ][::core::mem::offset_of!(rl_qec_counters, messages) - 0usize];
+    [
+        "Offset of field: rl_qec_counters::shots",
+    ][::core::mem::offset_of!(rl_qec_counters, shots) - 8usize];
+    [
+        "Offset of field: rl_qec_counters::overflows",
+    ][::core::mem::offset_of!(rl_qec_counters, overflows) - 16usize];
+    [
+        "Offset of field: rl_qec_counters::unmatchable",
+    ][::core::mem::offset_of!(rl_qec_counters, unmatchable) - 24usize];
+    [
+        "Offset of field: rl_qec_counters::dropped_messages",
+    ][::core::mem::offset_of!(rl_qec_counters, dropped_messages) - 32usize];
+    [
+        "Offset of field: rl_qec_counters::dropped_shots",
+    ][::core::mem::offset_of!(rl_qec_counters, dropped_shots) - 40usize];
+    [
+        "Offset of field: rl_qec_counters::abandoned_shots",
+    ][::core::mem::offset_of!(rl_qec_counters, abandoned_shots) - 48usize];
+    [
+        "Offset of field: rl_qec_counters::bad_requests",
+    ][::core::mem::offset_of!(rl_qec_counters, bad_requests) - 56usize];
+};
+/// One decoder id's state: session.rs `Slot` (shot assembly) and its counters.
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone, PartialEq, Eq)]
 pub struct rl_qec_decoder {
@@ -660,14 +713,7 @@ pub struct rl_qec_decoder {
     pub in_shot: u32,
     pub next_counter: ::core::ffi::c_longlong,
     pub corrections: u64,
-    pub messages: u64,
-    pub shots: u64,
-    pub overflows: u64,
-    pub unmatchable: u64,
-    pub dropped_messages: u64,
-    pub dropped_shots: u64,
-    pub abandoned_shots: u64,
-    pub bad_requests: u64,
+    pub counters: rl_qec_counters,
     pub rsvd: [u64; 5usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -687,29 +733,8 @@ const _: () = {
         "Offset of field: rl_qec_decoder::corrections",
     ][::core::mem::offset_of!(rl_qec_decoder, corrections) - 16usize];
     [
-        "Offset of field: rl_qec_decoder::messages",
-    ][::core::mem::offset_of!(rl_qec_decoder, messages) - 24usize];
-    [
-        "Offset of field: rl_qec_decoder::shots",
-    ][::core::mem::offset_of!(rl_qec_decoder, shots) - 32usize];
-    [
-        "Offset of field: rl_qec_decoder::overflows",
-    ][::core::mem::offset_of!(rl_qec_decoder, overflows) - 40usize];
-    [
-        "Offset of field: rl_qec_decoder::unmatchable",
-    ][::core::mem::offset_of!(rl_qec_decoder, unmatchable) - 48usize];
-    [
-        "Offset of field: rl_qec_decoder::dropped_messages",
-    ][::core::mem::offset_of!(rl_qec_decoder, dropped_messages) - 56usize];
-    [
-        "Offset of field: rl_qec_decoder::dropped_shots",
-    ][::core::mem::offset_of!(rl_qec_decoder, dropped_shots) - 64usize];
-    [
-        "Offset of field: rl_qec_decoder::abandoned_shots",
-    ][::core::mem::offset_of!(rl_qec_decoder, abandoned_shots) - 72usize];
-    [
-        "Offset of field: rl_qec_decoder::bad_requests",
-    ][::core::mem::offset_of!(rl_qec_decoder, bad_requests) - 80usize];
+        "Offset of field: rl_qec_decoder::counters",
+    ][::core::mem::offset_of!(rl_qec_decoder, counters) - 24usize];
     [
         "Offset of field: rl_qec_decoder::rsvd",
     ][::core::mem::offset_of!(rl_qec_decoder, rsvd) - 88usize];

@@ -86,7 +86,7 @@ const _: () = assert!(offset_of!(QecHeader, scale) == 48);
 const _: () = assert!(offset_of!(QecHeader, invalid_decoder) == 96);
 const _: () = assert!(offset_of!(QecHeader, token) == 104);
 const _: () = assert!(offset_of!(QecDecoderRecord, next_counter) == 8);
-const _: () = assert!(offset_of!(QecDecoderRecord, bad_requests) == 80);
+const _: () = assert!(offset_of!(QecDecoderRecord, counters) + offset_of!(SessionCounters, bad_requests) == 80);
 
 /// Why a QEC decoder cannot run as a device stage.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -407,31 +407,27 @@ pub fn decoder_record(blob: &[u8], i: usize) -> Option<QecDecoderRecord> {
         in_shot: u32_at(blob, at + offset_of!(QecDecoderRecord, in_shot))?,
         next_counter: u64f(offset_of!(QecDecoderRecord, next_counter))? as i64,
         corrections: u64f(offset_of!(QecDecoderRecord, corrections))?,
-        messages: u64f(offset_of!(QecDecoderRecord, messages))?,
-        shots: u64f(offset_of!(QecDecoderRecord, shots))?,
-        overflows: u64f(offset_of!(QecDecoderRecord, overflows))?,
-        unmatchable: u64f(offset_of!(QecDecoderRecord, unmatchable))?,
-        dropped_messages: u64f(offset_of!(QecDecoderRecord, dropped_messages))?,
-        dropped_shots: u64f(offset_of!(QecDecoderRecord, dropped_shots))?,
-        abandoned_shots: u64f(offset_of!(QecDecoderRecord, abandoned_shots))?,
-        bad_requests: u64f(offset_of!(QecDecoderRecord, bad_requests))?,
+        counters: {
+            let c = |f: usize| u64f(offset_of!(QecDecoderRecord, counters) + f);
+            SessionCounters {
+                messages: c(offset_of!(SessionCounters, messages))?,
+                shots: c(offset_of!(SessionCounters, shots))?,
+                overflows: c(offset_of!(SessionCounters, overflows))?,
+                unmatchable: c(offset_of!(SessionCounters, unmatchable))?,
+                dropped_messages: c(offset_of!(SessionCounters, dropped_messages))?,
+                dropped_shots: c(offset_of!(SessionCounters, dropped_shots))?,
+                abandoned_shots: c(offset_of!(SessionCounters, abandoned_shots))?,
+                bad_requests: c(offset_of!(SessionCounters, bad_requests))?,
+            }
+        },
         rsvd: [0; 5],
     })
 }
 
 impl QecDecoderRecord {
-    /// The counters in the CPU session's form.
+    /// The counters (the CPU session's type: one definition, kernels/abi.h).
     pub fn counters(&self) -> SessionCounters {
-        SessionCounters {
-            messages: self.messages,
-            shots: self.shots,
-            overflows: self.overflows,
-            unmatchable: self.unmatchable,
-            dropped_messages: self.dropped_messages,
-            dropped_shots: self.dropped_shots,
-            abandoned_shots: self.abandoned_shots,
-            bad_requests: self.bad_requests,
-        }
+        self.counters
     }
 }
 

@@ -85,26 +85,9 @@ impl Default for SessionConfig {
     }
 }
 
-/// Per-decoder counters (monotonic).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SessionCounters {
-    /// `enqueue_syndromes` messages accepted into a shot.
-    pub messages: u64,
-    /// Shots decoded.
-    pub shots: u64,
-    /// Shots above K (the table decoder's fallback; always 0 for the CPU decoder).
-    pub overflows: u64,
-    /// Shots without a perfect matching.
-    pub unmatchable: u64,
-    /// Messages answered `SYNDROMES_DROPPED`.
-    pub dropped_messages: u64,
-    /// Unfinished shots discarded by a gap or a bad message.
-    pub dropped_shots: u64,
-    /// Unfinished shots abandoned by a new `counter == 0`.
-    pub abandoned_shots: u64,
-    /// Requests answered `BAD_REQUEST`.
-    pub bad_requests: u64,
-}
+/// Per-decoder counters (monotonic): `struct rl_qec_counters` of kernels/abi.h, the one
+/// definition the GPU stage's records hold too (field docs there).
+pub type SessionCounters = crate::abi::rl_qec_counters;
 
 /// One decoded shot, as the session reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
