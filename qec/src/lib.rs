@@ -10,6 +10,26 @@
 //! - [`sparse`]: the decoding graph in PyMatching's integer weights, linear in the DEM;
 //! - [`matching`]: the dense exact blossom matcher a cluster of defects is solved with;
 //! - [`decoder`]: the exact decoder, whole shots or streamed defect by defect.
+//!
+//! ```
+//! use rocelink_qec::{sparse_graph_from_dem_text, DecodeStatus, MatchingDecoder};
+//!
+//! // A repetition code of two detectors; the left boundary edge flips L0.
+//! let graph = sparse_graph_from_dem_text("error(0.1) D0 L0\nerror(0.1) D0 D1\nerror(0.1) D1\n").unwrap();
+//! let mut decoder = MatchingDecoder::new(graph);
+//!
+//! // A whole shot: D0 alone goes to the nearer boundary, across L0.
+//! let d = decoder.decode_defects(&[0]);
+//! assert_eq!((d.status, d.observables), (DecodeStatus::Ok, 1));
+//!
+//! // Streamed as rounds arrive: work is done per round, the final round only finishes.
+//! decoder.begin_shot();
+//! decoder.add_defect(0);
+//! decoder.settle();
+//! decoder.add_defect(1);
+//! let s = decoder.finish();
+//! assert_eq!((s.observables, s.defects), (0, 2)); // D0 and D1 matched to each other
+//! ```
 
 pub mod decoder;
 pub mod graph;
