@@ -441,34 +441,26 @@ impl MatchingDecoder {
         // `y` is the growing ball: one record per other defect and growth, the best kept. A
         // linked candidate can change the clusters' matchings: its defects become dirty.
         let o = x as usize;
-        if self.offer_stamp[o] == self.ball {
-            let p = &mut self.pairs[self.offer_slot[o] as usize];
-            if (dist, obs) < (p.dist, p.obs) {
-                p.dist = dist;
-                p.obs = obs;
-                let (ca, cb) = (
-                    self.graph.boundary_distance(self.defects[p.a as usize]).0,
-                    self.graph.boundary_distance(self.defects[p.b as usize]).0,
-                );
-                p.linked = ca == UNREACHABLE || cb == UNREACHABLE || dist < ca + cb;
-                if p.linked {
-                    self.dirty[x as usize] = true;
-                    self.dirty[y as usize] = true;
-                }
+        let slot = if self.offer_stamp[o] == self.ball {
+            let i = self.offer_slot[o] as usize;
+            if (dist, obs) >= (self.pairs[i].dist, self.pairs[i].obs) {
+                return;
             }
-            return;
-        }
-        self.offer_stamp[o] = self.ball;
-        self.offer_slot[o] = self.pairs.len() as u32;
-        let (a, b) = (x.min(y), x.max(y));
-        let ca = self.graph.boundary_distance(self.defects[a as usize]).0;
-        let cb = self.graph.boundary_distance(self.defects[b as usize]).0;
+            i
+        } else {
+            self.offer_stamp[o] = self.ball;
+            self.offer_slot[o] = self.pairs.len() as u32;
+            self.pairs.push(Pair { a: x.min(y), b: x.max(y), dist, obs, linked: false });
+            self.pairs.len() - 1
+        };
+        let (ca, cb) =
+            (self.graph.boundary_distance(self.defects[o]).0, self.graph.boundary_distance(self.defects[y as usize]).0);
         let linked = ca == UNREACHABLE || cb == UNREACHABLE || dist < ca + cb;
+        self.pairs[slot] = Pair { dist, obs, linked, ..self.pairs[slot] };
         if linked {
-            self.dirty[x as usize] = true;
+            self.dirty[o] = true;
             self.dirty[y as usize] = true;
         }
-        self.pairs.push(Pair { a, b, dist, obs, linked });
     }
 
     /// Clusters, matches and proves the shot (module docs, steps 2 to 4).

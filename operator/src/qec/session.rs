@@ -132,7 +132,12 @@ impl SessionDecoder for MatchingDecoder {
     }
 
     fn finish(&mut self, _shot: &[u8]) -> ShotOutcome {
-        let d = MatchingDecoder::finish(self);
+        ShotOutcome::from(MatchingDecoder::finish(self))
+    }
+}
+
+impl From<rocelink_qec::Decoded> for ShotOutcome {
+    fn from(d: rocelink_qec::Decoded) -> Self {
         let report = match d.status {
             rocelink_qec::DecodeStatus::Ok => wq::REPORT_OK,
             _ => wq::REPORT_UNMATCHABLE,
