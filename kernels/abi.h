@@ -392,6 +392,8 @@ RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 7 * 8 + 8 * 4 + 
  *   parities_off      uint32_t P[(n+1)*(n+1)]  observables flipped along that path
  *   decoders_off      struct rl_qec_decoder[decoders]  (128 bytes each)
  *   shots_off         uint32_t shot[decoders][shot_words]  detection bits, LSB first
+ *   scratch_off       scratch_blocks x scratch_stride bytes: each block's work space for
+ *                     shots above K (device memory only: allocated, never uploaded)
  *
  * Sections start on 128-byte boundaries. Written by the host before the launch; after it,
  * the tables and the rest of the header are read-only, and the decoder records, shots and
@@ -410,7 +412,7 @@ struct rl_qec_header {
     uint32_t rounds_per_message; /*  24: the counter advances by this much per message */
     uint32_t shot_words;         /*  28: ceil(n / 32) */
     uint32_t has_mapping;        /*  32: 1 when syndrome_mapping_id must equal mapping_id */
-    uint32_t rsvd0;              /*  36 */
+    uint32_t scratch_edges;      /*  36: edges of the largest cluster matching a block's scratch takes */
     long long mapping_id;        /*  40 */
     double scale;                /*  48: table units per ln((1-p)/p) unit (weight = sum / scale) */
     uint64_t distances_off;      /*  56: byte offsets from the start of the blob */
@@ -420,8 +422,22 @@ struct rl_qec_header {
     uint64_t total_bytes;        /*  88 */
     uint64_t invalid_decoder;    /*  96: requests naming a decoder that does not exist (device-written) */
     uint64_t token;              /* 104: nonzero, random per build: keys the stage's shared-memory copy */
-    uint64_t rsvd1[2];           /* 112 */
+    uint64_t scratch_off;        /* 112: the blocks' scratch (device-only, not uploaded) */
+    uint32_t scratch_stride;     /* 120: bytes of one block's scratch */
+    uint32_t scratch_blocks;     /* 124: blocks with a scratch area (block b uses the b-th) */
 };
+
+/* A block's scratch, for a shot of more than K defects: the defects, their clusters, and the
+ * exact matcher of a cluster above K (kernels/stages/blossom.cuh) on the cluster's doubled
+ * graph (2 c vertices for c defects; up to `scratch_edges` edges). The host sizes
+ * scratch_stride as RL_QEC_SCRATCH_DEFECT_BYTES * n + RL_PM_VERTEX_BYTES * 2n +
+ * RL_PM_EDGE_BYTES * scratch_edges + RL_PM_SLACK_BYTES, rounded up to 128; the stage checks
+ * the matcher's own count (rl_pm_bytes) against it and, where it does not fit, answers such
+ * a shot OVERFLOW rather than write past it. */
+#define RL_QEC_SCRATCH_DEFECT_BYTES 20
+#define RL_PM_VERTEX_BYTES 238
+#define RL_PM_EDGE_BYTES 40
+#define RL_PM_SLACK_BYTES 1024
 
 /** A decoder id's counters, monotonic: the CPU stage's (`SessionCounters` in session.rs is
  * this struct) and the GPU stage's, one definition. */
@@ -430,7 +446,7 @@ struct rl_qec_counters {
     uint64_t messages;
     /** Shots decoded. */
     uint64_t shots;
-    /** Shots above the table decoder's defect cap (its fallback; 0 for the exact decoder). */
+    /** Shots not decoded (the GPU stage: a cluster over its scratch; never on the CPU). */
     uint64_t overflows;
     /** Shots without a perfect matching. */
     uint64_t unmatchable;
@@ -460,6 +476,8 @@ RL_OFFSET_ASSERT(struct rl_qec_header, mapping_id, 40, "qec header: mapping_id")
 RL_OFFSET_ASSERT(struct rl_qec_header, scale, 48, "qec header: scale");
 RL_OFFSET_ASSERT(struct rl_qec_header, invalid_decoder, 96, "qec header: invalid_decoder");
 RL_OFFSET_ASSERT(struct rl_qec_header, token, 104, "qec header: token");
+RL_OFFSET_ASSERT(struct rl_qec_header, scratch_off, 112, "qec header: scratch_off");
+RL_OFFSET_ASSERT(struct rl_qec_header, scratch_blocks, 124, "qec header: scratch_blocks");
 RL_OFFSET_ASSERT(struct rl_qec_decoder, next_counter, 8, "qec decoder: next_counter");
 RL_STATIC_ASSERT(sizeof(struct rl_qec_counters) == 64, "qec counters");
 RL_OFFSET_ASSERT(struct rl_qec_decoder, counters, 24, "qec decoder: counters");

@@ -53,7 +53,7 @@ def run_rocelink(exe, backend, dem, dets, out, shots):
         return None, (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]
     line = [l for l in p.stderr.splitlines() if l.startswith("decoded ")]
     m = re.search(r"mean (\d+) ns, p50 (\d+) ns, p99 (\d+) ns, max (\d+) ns", line[-1] if line else "")
-    over = re.search(r" (\d+) above the GPU decoder", line[-1] if line else "")
+    over = re.search(r" (\d+) over the GPU decoder", line[-1] if line else "")
     stats = {
         "mean_ns": int(m.group(1)) if m else None,
         "p50_ns": int(m.group(2)) if m else None,
@@ -169,7 +169,7 @@ def main():
                 line += f" {s.get('error', '-')} | | | |"
                 continue
             mean = (s["mean_ns"] or 0) / 1000
-            extra = f"; {s['overflows']} above the cap" if s.get("overflows") else ""
+            extra = f"; {s['overflows']} decoded on the CPU (over the GPU scratch)" if s.get("overflows") else ""
             line += (f" {fmt_rate(s['logical_errors'], r['shots'])} | {s['differ_from_pymatching']}{extra} | "
                      f"{mean:.2f} ({(s['p50_ns'] or 0) / 1000:.2f}, {(s['p99_ns'] or 0) / 1000:.2f}) | "
                      f"{mean / pmr['us_per_shot']:.2f}x |")

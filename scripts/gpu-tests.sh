@@ -93,7 +93,7 @@ for l in sys.stdin:
     if ! python3 -c 'import pymatching, stim' 2>/dev/null && ls .carry/wheels/*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/rl-site .carry/wheels/*.whl && export PYTHONPATH=/tmp/rl-site
     fi
-    python3 scripts/bench_decoders.py --rocelink ./.carry/rocelink --backends cpu,gpu --out-dir "$out" --name "$name" \
+    python3 scripts/bench_decoders.py --rocelink ./.carry/rocelink --backends "${BACKENDS:-cpu,gpu}" --out-dir "$out" --name "$name" \
       --distances "${DISTANCES:-3,5,7,9,11,13}" --ps "${PS:-0.001,0.003,0.005}" --shots "${SHOTS:-20000}" --large-shots "${LARGE_SHOTS:-10000}"
     ;;
   qec)

@@ -444,7 +444,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 ),
                 DecodeBackend::Gpu(n) => {
                     let r = rocelink_operator::gpu::qec_batch::decode_file(n, &dem, &input, in_format, &out, out_format, max_defects, num_shots)?;
-                    let cap = format!(" {} above the GPU decoder's {max_defects}-defect cap (its fallback answered),", r.stats.overflows);
+                    let cap = format!(" {} over the GPU decoder's scratch (decoded on the CPU),", r.stats.overflows);
                     (r.stats, format!("GPU {} {} ({} blocks, {} launches, {:.1} ms), in-kernel decode time per shot", r.gpu.ordinal, r.gpu.name, r.decoders, r.launches, r.gpu_ms), cap)
                 }
             };

@@ -1,9 +1,9 @@
 /*
  * kernels/stages/qec.cuh — the QEC decoder as a device stage (QEC.md "Decoder v1"; issue 5;
  * PROTOCOLS.md 3): CUQR `enqueue_syndromes` / `get_corrections` / `reset_decoder` in, CUQS
- * answers out, with exact minimum-weight matching by subset DP for up to K defects and the
- * fallback above K (exact.rs: the shot's clusters matched exactly when each has at most K
- * defects, rl_qec_clusters; else greedy).
+ * answers out, with exact minimum-weight matching: by subset DP for up to K defects, and
+ * above K the shot's independent clusters, each exact (the DP up to K defects, the blossom
+ * matcher of blossom.cuh above; rl_qec_clusters, exact.rs clusters()).
  *
  * It is the device twin of the CPU reference, operator/src/qec/session.rs (protocol) and
  * operator/src/qec/exact.rs (decoder), and must give the same answer byte for byte except the
@@ -59,7 +59,7 @@
  * - Otherwise warp 0 runs the decode, for up to RL_QEC_WARP_K defects all of it (one round of
  *   table loads; the DP over the masks reachable from the full set only, by layer of lowest
  *   defect, each mask's options loaded together and reduced by a tree, __syncwarp between
- *   layers): one block barrier per request. Larger shots hand the DP layers (or the greedy
+ *   layers): one block barrier per request. Larger shots hand the DP layers (or the clusters
  *   fallback) to the whole block. Every path picks the same matching (same options, same
  *   order, ties to the earlier option) as the CPU's exact.rs.
  * `-DRL_QEC_PROFILE` records clock64 at phase marks in `rl_qec_prof` (thread 0) for the
@@ -70,6 +70,7 @@
 
 #include "../abi.h"
 #include "stage.cuh"
+#include "blossom.cuh"
 
 #ifndef RL_RPC_REQUEST_MAGIC
 #define RL_RPC_REQUEST_MAGIC 0x43555152u /* 'CUQR' */
@@ -110,13 +111,13 @@
 #define RL_QEC_REPORT_LEN 16
 
 /* ---------------------------------------------------------------------------------------
- * Capacities. The DP and the greedy fallback share one 32 KiB shared-memory union; the
+ * Capacities. The DP and a large shot's defect list share one 32 KiB shared-memory union; the
  * builder (qec_state.rs) refuses configurations above these with a clear error, and the stage
  * re-checks the header so that a bad blob cannot make it write past its arrays.
  * ------------------------------------------------------------------------------------- */
 /** K, the largest defect cap: the DP holds 2^K costs and 2^K parities (32 KiB at 12). */
 #define RL_QEC_MAX_K 12
-/** Detectors: the greedy fallback keeps 9 bytes per defect in the same 32 KiB. */
+/** Detectors: a shot's defect list (2 bytes each) in the same 32 KiB, with room to spare. */
 #define RL_QEC_MAX_DETECTORS 3584
 /** Observables: the parity table keeps 32-bit masks (DistanceTable::parities_u32). */
 #define RL_QEC_MAX_OBSERVABLES 32
@@ -152,7 +153,7 @@
 
 #define RL_QEC_MODE_DONE 0u   /* after warp 0: the answer is complete */
 #define RL_QEC_MODE_EXACT 1u  /* the block runs the DP layers of s->defs, then thread 0 finishes */
-#define RL_QEC_MODE_GREEDY 2u /* the block runs the fallback (clusters, else greedy) on s->u.g.def, then thread 0 finishes */
+#define RL_QEC_MODE_CLUSTERS 2u /* the block runs the clusters of s->u.g.def, then thread 0 finishes */
 
 /** How a request checks the cache's token (1 is the stage's; the others for timing
  * comparisons only): 1 a load through the read-only path (ld.global.nc: the token is never
@@ -276,6 +277,9 @@ static_assert(sizeof(struct rl_qec_spec) == 32, "rl_qec_spec: two 16-byte words"
 struct rl_qec_cache : rl_qec_head {
     struct rl_qec_decoder *records;
     uint32_t *shots;
+    uint8_t *scr;        /* this block's scratch (abi.h), 0: none */
+    uint32_t scr_edges;  /* the edges its matcher holds */
+    uint32_t fast_bytes; /* dynamic shared memory free for the clusters' work (the table is not there) */
     __align__(16) struct rl_qec_sched sched;        /* the DP's schedule (rl_qec_sched_g) */
     __align__(16) struct rl_qec_decoder rec;         /* records[hot] */
     __align__(16) struct rl_qec_spec spec;           /* rl_qec_speculate */
@@ -320,13 +324,13 @@ struct rl_qec_ctl {
     unsigned long long t0;        /* decode start (%globaltimer) */
 };
 
-/** The fallback's outcome (clusters or greedy), written by thread 0 only between barriers. */
+/** The clusters' outcome, written by thread 0 (and the small clusters' atomics) between barriers. */
 struct rl_qec_result {
     uint32_t status;          /* report status */
     uint32_t obs;             /* observables of the matching */
     uint32_t infinite;        /* the weight is infinite */
-    uint32_t done;            /* greedy loop: finished */
-    uint32_t left;            /* greedy loop: live defects */
+    uint32_t done;            /* rl_qec_match_cluster: its outcome, broadcast */
+    uint32_t left;            /* the clusters' count; rl_qec_match_cluster: its pair edges */
     uint32_t rsvd[3];
     unsigned long long cost;  /* matching weight in table units */
 };
@@ -339,17 +343,13 @@ struct rl_qec_smem {
             uint2 wo[1u << RL_QEC_MAX_K];
         } dp;
         struct {
-            uint32_t cost[RL_QEC_MAX_DETECTORS];    /* exact.rs best_cost */
-            uint16_t def[RL_QEC_MAX_DETECTORS];     /* the defects, increasing */
-            uint16_t partner[RL_QEC_MAX_DETECTORS]; /* exact.rs best_partner */
-            uint8_t alive[RL_QEC_MAX_DETECTORS];
+            uint16_t def[RL_QEC_MAX_DETECTORS]; /* a shot of more than K defects: its defects, increasing */
         } g;
     } u;
     /* exact.rs gather(): the k x k sub-table of the shot's defects, (distance, parity): row x
      * holds the boundary option at [x][x] and the partners y > x at [x][y] */
     __align__(16) uint2 sub[RL_QEC_MAX_K * RL_QEC_MAX_K];
     __align__(16) uint16_t defs[16]; /* the first K defects, increasing (16: two 16-byte loads) */
-    unsigned long long wk[32]; /* greedy: per-warp minimum keys; clusters: their defect lists and sizes */
     __align__(16) struct rl_qec_ctl c;
     __align__(16) struct rl_qec_result r;
     __align__(16) struct rl_qec_cache k; /* kept across requests */
@@ -360,7 +360,7 @@ struct rl_qec_smem {
  * clock is read when the mark issues: a load still in flight is charged to the phase that
  * first uses it.
  *   0 entry, 1 protocol and append done (lane 0), 2 defects listed, 3 table gathered,
- *   4 DP / greedy done, 5 answer written (before the last barrier); 6 the fast path's
+ *   4 DP / clusters done, 5 answer written (before the last barrier); 6 the fast path's
  *   checks passed, 7 the decoded shot's record updated in shared memory (in the answer).
  * ------------------------------------------------------------------------------------- */
 #define RL_QEC_PROF_N 8
@@ -519,6 +519,38 @@ __device__ __forceinline__ uint32_t rl_qec_src32(const uint8_t *src, uint32_t nb
  * The cache (lane 0 of warp 0)
  * ------------------------------------------------------------------------------------- */
 
+/** The scratch's defect arrays (abi.h RL_QEC_SCRATCH_DEFECT_BYTES per detector), then the
+ * matcher's (16-byte aligned). */
+struct rl_qec_scr {
+    uint32_t *def;    /* [n] the shot's defects, increasing */
+    uint32_t *uf;     /* [n] union-find parents; then a cluster's boundary distances */
+    uint32_t *list;   /* [n] the defects cluster after cluster, increasing within each */
+    uint32_t *cstart; /* [n + 1] where each cluster starts in `list` (then its end) */
+    uint32_t *row;    /* [n] per root: members, then a fill cursor; per cluster row: its edges */
+    uint8_t *pm;      /* the matcher's arrays (rl_pm_carve) */
+};
+
+/** Bytes of the defect arrays for `cap` defects (five arrays of 32-bit entries, cstart one
+ * longer: abi.h RL_QEC_SCRATCH_DEFECT_BYTES per defect), rounded up to 16. */
+__host__ __device__ __forceinline__ unsigned long long rl_qec_lists_bytes(uint32_t cap) { return (4ull * (5ull * cap + 1ull) + 15ull) & ~15ull; }
+
+__device__ __forceinline__ struct rl_qec_scr rl_qec_scr_of(uint8_t *at, uint32_t cap) {
+    struct rl_qec_scr r;
+    r.def = (uint32_t *)at;
+    r.uf = r.def + cap;
+    r.list = r.uf + cap;
+    r.cstart = r.list + cap;
+    r.row = r.cstart + cap + 1u;
+    r.pm = at + rl_qec_lists_bytes(cap);
+    return r;
+}
+
+/** Bytes of scratch a block needs: the defect arrays and a matcher of 2n vertices and
+ * `edges` edges. */
+__device__ __forceinline__ unsigned long long rl_qec_scr_bytes(uint32_t n, uint32_t edges) {
+    return rl_qec_lists_bytes(n) + rl_pm_bytes(2u * n, edges);
+}
+
 /** Refills the cache from the blob's header (one round of loads) and checks the header: a
  * missing or inconsistent blob (never a host-built one) leaves `ok` 0, and every request is
  * dropped rather than read or written outside it. No decoder is mirrored afterwards. */
@@ -546,6 +578,7 @@ __device__ __noinline__ void rl_qec_fill(struct rl_qec_cache *k, uint8_t *base, 
     uint32_t dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
     k->tab = (uint64_t)(n + 1u) * (n + 1u) * sizeof(uint2) <= dyn ? RL_QEC_TAB_WANTED : RL_QEC_TAB_GLOBAL;
+    k->fast_bytes = k->tab == RL_QEC_TAB_GLOBAL ? dyn : 0u;
     k->hot_shot = 0;
     k->hot_rec = 0;
     k->decoders = h->decoders;
@@ -557,6 +590,11 @@ __device__ __noinline__ void rl_qec_fill(struct rl_qec_cache *k, uint8_t *base, 
     k->par = (const uint32_t *)(base + h->parities_off);
     k->records = (struct rl_qec_decoder *)(base + h->decoders_off);
     k->shots = (uint32_t *)(base + h->shots_off);
+    /* the scratch only where the matcher's own count fits the host's stride */
+    const bool scr = blockIdx.x < h->scratch_blocks && ((h->scratch_off | h->scratch_stride) & 15u) == 0 &&
+                     rl_qec_scr_bytes(n, h->scratch_edges) <= h->scratch_stride;
+    k->scr = scr ? base + h->scratch_off + (uint64_t)blockIdx.x * h->scratch_stride : 0;
+    k->scr_edges = h->scratch_edges;
     k->hot = -1;
     /* the DP's schedule: 137 16-byte words, 8 loads in flight */
     const uint4 *const from = (const uint4 *)&rl_qec_sched_g;
@@ -1161,7 +1199,7 @@ __device__ __forceinline__ uint32_t rl_qec_lane0(const uint8_t *req, int len, ui
 }
 
 /* ---------------------------------------------------------------------------------------
- * Decoder: exact.rs decode_b8 -> exact() or greedy()
+ * Decoder: exact.rs decode_b8 -> exact() or clusters()
  * ------------------------------------------------------------------------------------- */
 
 /** Where dp[mask] lives in s->u.dp.wo: the mask with its low four bits XORed with the next two
@@ -1242,7 +1280,7 @@ __device__ __forceinline__ void rl_qec_dp(struct rl_qec_smem *s, uint32_t k, uin
 }
 
 /** Warp 0: the defects of the mirrored shot in increasing order (exact.rs decode_b8), into
- * s->defs when k <= K (the DP's list) or s->u.g.def (the greedy's, k <= n <= its capacity):
+ * s->defs when k <= K (the DP's list) or s->u.g.def (the clusters', k <= n <= its capacity):
  * each lane a contiguous run of words, a warp scan for its first slot. Returns k. */
 __device__ __forceinline__ uint32_t rl_qec_defects(struct rl_qec_smem *s, uint32_t lane) {
     const struct rl_qec_cache *k = &s->k;
@@ -1407,7 +1445,7 @@ __device__ __forceinline__ void rl_qec_gather(struct rl_qec_smem *s, uint32_t kd
 
 /** Thread 0, after the decode: session.rs enqueue() from the decode on: the decoder's state
  * (written through), then the final answer (corrections, then the 16-byte decode report).
- * The matching is the DP's (mode EXACT) or the greedy's (GREEDY). */
+ * The matching is the DP's (mode EXACT) or the clusters' (CLUSTERS). */
 __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *sm, uint32_t mode) {
     const unsigned long long t1 = rl_qec_clock();
     struct rl_qec_ctl *c = &sm->c;
@@ -1474,7 +1512,7 @@ __device__ __noinline__ void rl_qec_tab_load(struct rl_qec_smem *s, uint32_t lan
 
 /** Warp 0, a shot to decode (lane 0's work visible to the warp): the defects (listed by the
  * fast path when nd <= K, else extracted here), and for k <= RL_QEC_WARP_K the whole exact
- * decode and the answer; else c->mode hands the DP layers (or the greedy fallback) to the
+ * decode and the answer; else c->mode hands the DP layers (or the clusters) to the
  * block. The gather and the DP are instantiated for 4, 8 and 12 defects (J: the options each
  * mask evaluates and the layers unrolled). */
 __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t lane, uint32_t nd) {
@@ -1490,7 +1528,7 @@ __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *
     if (kd > K) {
         if (lane == 0) {
             s->c.k = kd;
-            s->c.mode = RL_QEC_MODE_GREEDY;
+            s->c.mode = RL_QEC_MODE_CLUSTERS;
         }
         return;
     }
@@ -1529,213 +1567,314 @@ __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *
  * ------------------------------------------------------------------------------------- */
 
 /** Table entry `at` (row * (n + 1) + column): distance and parity, from the shared copy
- * when `sh` (k->tab SHARED), else from the blob. The greedy's scans are dependent loads one
- * after another, so where they come from is most of its time. */
+ * when `sh` (k->tab SHARED), else from the blob. The clusters' table reads go where the
+ * table is. */
 __device__ __forceinline__ uint32_t rl_qec_dist(bool sh, const uint32_t *D, uint64_t at) { return sh ? rl_qec_tab_s[at].x : __ldg(D + at); }
 __device__ __forceinline__ uint32_t rl_qec_par(bool sh, const uint32_t *P, uint64_t at) { return sh ? rl_qec_tab_s[at].y : __ldg(P + at); }
 
-/** exact.rs nearest(): the closest live option of defect x, boundary first, then partners
- * by increasing index, replaced only when strictly smaller. */
-__device__ __forceinline__ void rl_qec_nearest(struct rl_qec_smem *s, uint32_t x, uint32_t k, uint32_t stride, uint32_t n,
-                                               const uint32_t *D) {
-    const uint64_t at = (uint64_t)s->u.g.def[x] * stride;
-    const bool sh = s->k.tab == RL_QEC_TAB_SHARED;
-    uint32_t best = RL_QEC_INF, partner = RL_QEC_NO_PARTNER;
-    const uint32_t tb = rl_qec_dist(sh, D, at + n);
-    if (tb != RL_QEC_INF) {
-        best = tb;
-        partner = RL_QEC_TO_BOUNDARY;
-    }
-    for (uint32_t y = 0; y < k; y++) {
-        if (y == x || !s->u.g.alive[y]) continue;
-        const uint32_t e = rl_qec_dist(sh, D, at + s->u.g.def[y]);
-        if (e != RL_QEC_INF && e < best) {
-            best = e;
-            partner = y;
-        }
-    }
-    s->u.g.cost[x] = best;
-    s->u.g.partner[x] = (uint16_t)partner;
+/** exact.rs linked(): whether an optimal matching may pair x and y (distance e, boundary
+ * distances bx, by): e finite and below bx + by, or either without a boundary path. */
+__device__ __forceinline__ bool rl_qec_linked(uint32_t e, uint32_t bx, uint32_t by) {
+    return e != RL_QEC_INF && (bx == RL_QEC_INF || by == RL_QEC_INF || (unsigned long long)e < (unsigned long long)bx + by);
 }
 
-/** exact.rs greedy() over the k > K defects in s->u.g.def: repeatedly the globally closest
- * option (lowest cost, then lowest defect index: the minimum of (cost << 32 | index)). */
-__device__ __forceinline__ void rl_qec_greedy(struct rl_qec_smem *s, uint32_t k) {
-    const struct rl_qec_cache *kc = &s->k;
-    struct rl_qec_result *res = &s->r;
-    const uint32_t tid = threadIdx.x, T = blockDim.x, lane = tid & 31u, warp = tid >> 5, nw = (T + 31u) >> 5;
-    const uint32_t n = kc->n, stride = n + 1u;
-    const uint32_t *D = kc->dist, *P = kc->par;
-    for (uint32_t x = tid; x < k; x += T) s->u.g.alive[x] = 1;
-    __syncthreads();
-    for (uint32_t x = tid; x < k; x += T) rl_qec_nearest(s, x, k, stride, n, D);
-    if (tid == 0) {
-        res->left = k;
-        res->cost = 0;
-        res->obs = 0;
-        res->infinite = 0;
-        res->status = RL_QEC_REPORT_OVERFLOW;
-        res->done = 0;
+__device__ __forceinline__ uint32_t rl_qec_uf_find(volatile uint32_t *uf, uint32_t x) {
+    uint32_t p = uf[x];
+    while (p != x) {
+        x = p;
+        p = uf[x];
     }
-    __syncthreads();
+    return x;
+}
+
+/** Joins the clusters of a and b: the higher root points at the lower, so a cluster's root
+ * is its lowest index whatever order the links come in. */
+__device__ __forceinline__ void rl_qec_uf_union(uint32_t *uf, uint32_t a, uint32_t b) {
     for (;;) {
-        unsigned long long key = ~0ull;
-        for (uint32_t x = tid; x < k; x += T) {
-            if (s->u.g.alive[x] && s->u.g.partner[x] != RL_QEC_NO_PARTNER) {
-                const unsigned long long kk = ((unsigned long long)s->u.g.cost[x] << 32) | x;
-                key = kk < key ? kk : key;
-            }
+        a = rl_qec_uf_find(uf, a);
+        b = rl_qec_uf_find(uf, b);
+        if (a == b) return;
+        if (a < b) {
+            const uint32_t t = a;
+            a = b;
+            b = t;
         }
-#pragma unroll
-        for (uint32_t o = 16; o > 0; o >>= 1) {
-            const unsigned long long y = __shfl_down_sync(0xffffffffu, key, o);
-            key = y < key ? y : key;
-        }
-        if (lane == 0) s->wk[warp] = key;
-        __syncthreads();
-        if (tid == 0) {
-            unsigned long long best = ~0ull;
-            for (uint32_t i = 0; i < nw; i++) best = s->wk[i] < best ? s->wk[i] : best;
-            if (best == ~0ull) {
-                /* live defects with nowhere to go: the rest cannot be matched */
-                res->status = RL_QEC_REPORT_UNMATCHABLE;
-                res->done = 1;
-            } else {
-                const uint32_t pick = (uint32_t)best, partner = s->u.g.partner[pick];
-                const uint64_t dp = s->u.g.def[pick];
-                res->cost += s->u.g.cost[pick];
-                s->u.g.alive[pick] = 0;
-                res->left--;
-                if (partner == RL_QEC_TO_BOUNDARY) {
-                    res->obs ^= rl_qec_par(kc->tab == RL_QEC_TAB_SHARED, P, dp * stride + n);
-                } else {
-                    res->obs ^= rl_qec_par(kc->tab == RL_QEC_TAB_SHARED, P, dp * stride + s->u.g.def[partner]);
-                    s->u.g.alive[partner] = 0;
-                    res->left--;
-                }
-                res->done = res->left == 0;
-            }
-        }
-        __syncthreads();
-        if (res->done) break;
-        /* whoever had a now-matched defect as nearest looks again */
-        for (uint32_t x = tid; x < k; x += T) {
-            if (s->u.g.alive[x]) {
-                const uint32_t p = s->u.g.partner[x];
-                if (p != RL_QEC_TO_BOUNDARY && p != RL_QEC_NO_PARTNER && !s->u.g.alive[p]) rl_qec_nearest(s, x, k, stride, n, D);
-            }
-        }
-        __syncthreads();
+        if (atomicCAS(uf + a, a, b) == a) return;
     }
 }
 
-/** The fallback's clusters: shots of up to this many defects are split (one 64-bit
- * adjacency word per defect); exact.rs CLUSTER_MAX_DEFECTS. */
-#define RL_QEC_CLUSTER_MAX 64
+/** All threads: exact.rs match_cluster(), the cluster list[0..c] (c > K defects, increasing)
+ * matched exactly on its doubled graph by thread 0 (blossom.cuh): two copies of the cluster's
+ * linked pairs (weight D), and each defect's two copies joined by twice its boundary distance,
+ * the edges in exact.rs's order (copy one by (i, j), copy two likewise, then the joins by i).
+ * The matcher's arrays in `fast` (shared memory, `room` bytes) when this cluster's fit there,
+ * else in the block's global scratch, else the cluster is not decoded. Thread 0 adds to
+ * *cost and *obs; returns (block-uniform) 0 done, 1 no perfect matching, 2 no room. */
+__device__ __noinline__ uint32_t rl_qec_match_cluster(struct rl_qec_smem *s, const struct rl_qec_scr &w, const uint32_t *list, uint32_t c,
+                                                      uint8_t *fast, unsigned long long room, unsigned long long *cost, uint32_t *obs) {
+    const struct rl_qec_cache *kc = &s->k;
+    const uint32_t tid = threadIdx.x, T = blockDim.x;
+    const uint32_t n = kc->n;
+    const uint64_t stride = (uint64_t)n + 1u;
+    const bool sh = kc->tab == RL_QEC_TAB_SHARED;
+    const uint32_t *const D = kc->dist, *const P = kc->par;
+    uint32_t *const bnd = w.uf; /* free once the clusters are listed */
+    /* each row's linked partners above it, and its boundary distance */
+    for (uint32_t i = tid; i < c; i += T) bnd[i] = rl_qec_dist(sh, D, (uint64_t)list[i] * stride + n);
+    __syncthreads();
+    for (uint32_t i = tid; i < c; i += T) {
+        const uint64_t ai = (uint64_t)list[i] * stride;
+        uint32_t m = 0;
+        for (uint32_t j = i + 1u; j < c; j++)
+            if (rl_qec_linked(rl_qec_dist(sh, D, ai + list[j]), bnd[i], bnd[j])) m++;
+        w.row[i] = m;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        /* rows to offsets; the joins' offsets in w.def (free once listed) */
+        uint32_t L = 0, J = 0;
+        for (uint32_t i = 0; i < c; i++) {
+            const uint32_t m = w.row[i];
+            w.row[i] = L;
+            L += m;
+            w.def[i] = J;
+            J += bnd[i] != RL_QEC_INF;
+        }
+        const unsigned long long E = 2ull * L + J;
+        /* where the matcher goes: shared memory, sized to this cluster; else the global
+         * scratch, sized to the caps (exact.rs's edge cap) */
+        uint32_t where = 2;
+        if (rl_pm_bytes(2u * c, (uint32_t)E) <= room && E < 0x40000000ull)
+            where = 0;
+        else if (kc->scr != 0 && E <= kc->scr_edges)
+            where = 1;
+        s->r.done = where;
+        s->r.left = L;
+        s->r.rsvd[0] = (uint32_t)E;
+    }
+    __syncthreads();
+    const uint32_t where = s->r.done;
+    if (where == 2) return 2;
+    const uint32_t L = s->r.left, E = s->r.rsvd[0];
+    struct rl_pm pm;
+    if (where == 0)
+        rl_pm_carve(&pm, fast, 2u * c, E);
+    else
+        rl_pm_carve(&pm, rl_qec_scr_of(kc->scr, n).pm, 2u * n, kc->scr_edges);
+    for (uint32_t i = tid; i < c; i += T) {
+        const uint64_t ai = (uint64_t)list[i] * stride;
+        uint32_t o = w.row[i];
+        for (uint32_t j = i + 1u; j < c; j++) {
+            const uint32_t e = rl_qec_dist(sh, D, ai + list[j]);
+            if (!rl_qec_linked(e, bnd[i], bnd[j])) continue;
+            pm.ends[2u * o] = i;
+            pm.ends[2u * o + 1u] = j;
+            pm.wt[o] = 2ll * e;
+            pm.ends[2u * (L + o)] = c + i;
+            pm.ends[2u * (L + o) + 1u] = c + j;
+            pm.wt[L + o] = 2ll * e;
+            o++;
+        }
+        if (bnd[i] != RL_QEC_INF) {
+            const uint32_t q = 2u * L + w.def[i];
+            pm.ends[2u * q] = i;
+            pm.ends[2u * q + 1u] = c + i;
+            pm.wt[q] = 4ll * bnd[i];
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        pm.n = 2u * c;
+        pm.m = E;
+        uint32_t r = 1;
+        if (rl_pm_solve(&pm)) {
+            r = 0;
+            /* copy one's matching: each defect to its partner or across to its own copy */
+            for (uint32_t i = 0; i < c; i++) {
+                const uint32_t u = rl_pm_head(&pm, pm.mate[i]);
+                if (u == c + i) {
+                    *cost += bnd[i];
+                    *obs ^= rl_qec_par(sh, P, (uint64_t)list[i] * stride + n);
+                } else if (u < c && i < u) {
+                    *cost += rl_qec_dist(sh, D, (uint64_t)list[i] * stride + list[u]);
+                    *obs ^= rl_qec_par(sh, P, (uint64_t)list[i] * stride + list[u]);
+                }
+            }
+        }
+        s->r.done = r;
+    }
+    __syncthreads();
+    return s->r.done;
+}
 
-/** All threads, k > K defects in s->u.g.def: exact.rs clusters(), the fallback's first try.
- * Defects x < y are linked when D[x][y] is finite and below the sum of their boundary
- * distances (or either has none); when every connected cluster has at most K defects, each is
- * decoded exactly by the DP (its defects, increasing, in s->defs; the gather and the block's
- * layers, as a shot of that many defects), the costs summed and the observables XORed, and
- * the result left in s->r as the greedy leaves it (status OVERFLOW, or UNMATCHABLE with an
- * infinite weight when a cluster has no perfect matching). Returns false (block-uniform,
- * nothing decoded) for more than RL_QEC_CLUSTER_MAX defects or a cluster above K: then the
- * greedy runs. Shared memory: the adjacency words in u.g.alive, the clusters' defect lists
- * and sizes in wk (neither is touched by the gather or the DP, which reuse the union). */
-__device__ __noinline__ bool rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) {
-    if (k > RL_QEC_CLUSTER_MAX) return false;
+/** A cluster of one or two defects (a < b; b unused for one), as exact.rs's DP decides it:
+ * one to the boundary; two both to the boundary, or paired when strictly cheaper. Returns
+ * false when it has no matching. */
+__device__ __forceinline__ bool rl_qec_small(bool sh, const uint32_t *D, const uint32_t *P, uint64_t stride, uint32_t n, uint32_t size,
+                                             uint32_t a, uint32_t b, unsigned long long *cost, uint32_t *obs) {
+    const uint64_t aa = (uint64_t)a * stride;
+    const uint32_t ba = rl_qec_dist(sh, D, aa + n);
+    if (size == 1) {
+        if (ba == RL_QEC_INF) return false;
+        *cost = ba;
+        *obs = rl_qec_par(sh, P, aa + n);
+        return true;
+    }
+    const uint64_t ab = (uint64_t)b * stride;
+    const uint32_t bb = rl_qec_dist(sh, D, ab + n), e = rl_qec_dist(sh, D, aa + b);
+    unsigned long long best = ~0ull;
+    uint32_t o = 0;
+    if (ba != RL_QEC_INF && bb != RL_QEC_INF) {
+        best = (unsigned long long)ba + bb;
+        o = rl_qec_par(sh, P, aa + n) ^ rl_qec_par(sh, P, ab + n);
+    }
+    if (e != RL_QEC_INF && e < best) {
+        best = e;
+        o = rl_qec_par(sh, P, aa + b);
+    }
+    *cost = best;
+    *obs = o;
+    return best != ~0ull;
+}
+
+/** All threads, k > K defects in s->u.g.def: exact.rs clusters(). Defects x < y are linked
+ * when an optimal matching may pair them (rl_qec_linked, on D[lower][higher]); a pair across
+ * clusters can always be replaced by both defects to the boundary at no extra weight, so the
+ * sum of the clusters' exact matchings is a minimum-weight matching of the shot. The
+ * clusters, in order of their lowest defect (the root of a union-find whose roots are the
+ * lowest index, so the clusters do not depend on the order the threads link them in): one or
+ * two defects in parallel, by the DP's rule (rl_qec_small); three up to K one after another
+ * by the DP (its defects, increasing, in s->defs; the gather and the block's layers, as a
+ * shot of that many defects); more by the matcher (rl_qec_match_cluster). Sums and XORs do
+ * not depend on the order, and the first failing cluster (by index, as exact.rs stops there)
+ * names the status. The result in s->r: status OK, or UNMATCHABLE (infinite weight) when a
+ * cluster has no perfect matching, or OVERFLOW (no decode, infinite weight) when a cluster
+ * above K fits neither the shared memory left nor the block's scratch. Work space: the
+ * launch's dynamic shared memory when the table is not there (k->fast_bytes), else this
+ * block's global scratch; the defects are copied there first, as the DP reuses the union
+ * that holds them. */
+__device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) {
     const struct rl_qec_cache *kc = &s->k;
     const uint32_t tid = threadIdx.x, T = blockDim.x;
     const uint32_t n = kc->n, K = kc->K < RL_QEC_MAX_K ? kc->K : RL_QEC_MAX_K;
     const uint64_t stride = (uint64_t)n + 1u;
     const bool sh = kc->tab == RL_QEC_TAB_SHARED;
-    const uint32_t *const D = kc->dist;
-    unsigned long long *const adj = (unsigned long long *)s->u.g.alive; /* 64 words: 512 of its 3,584 bytes */
-    const uint16_t *const def = s->u.g.def;
-    uint16_t *const list = (uint16_t *)s->wk;      /* the clusters' defects, cluster after cluster: 128 bytes */
-    uint8_t *const sizes = (uint8_t *)s->wk + 128; /* their sizes: 64 bytes */
-    /* thread x: its adjacency word (exact.rs linked(), on D[lower][higher] as there) */
-    for (uint32_t x = tid; x < k; x += T) {
-        const uint64_t ax = (uint64_t)def[x] * stride;
-        const uint32_t bx = rl_qec_dist(sh, D, ax + n);
-        unsigned long long m = 0;
-        for (uint32_t y = 0; y < k; y++) {
-            if (y == x) continue;
-            const uint64_t ay = (uint64_t)def[y] * stride;
-            const uint32_t e = rl_qec_dist(sh, D, x < y ? ax + def[y] : ay + def[x]);
-            const uint32_t by = rl_qec_dist(sh, D, ay + n);
-            const bool linked = e != RL_QEC_INF && (bx == RL_QEC_INF || by == RL_QEC_INF || (unsigned long long)e < (unsigned long long)bx + by);
-            if (linked) m |= 1ull << y;
+    const uint32_t *const D = kc->dist, *const P = kc->par;
+    uint8_t *const fast = (uint8_t *)rl_qec_tab_s;
+    const unsigned long long lists = rl_qec_lists_bytes(k);
+    const bool in_fast = lists <= kc->fast_bytes;
+    if (!in_fast && kc->scr == 0) { /* block-uniform */
+        if (tid == 0) {
+            s->r.status = RL_QEC_REPORT_OVERFLOW;
+            s->r.infinite = 1;
+            s->r.obs = 0;
+            s->r.cost = 0;
         }
-        adj[x] = m;
+        return;
+    }
+    const struct rl_qec_scr w = in_fast ? rl_qec_scr_of(fast, k) : rl_qec_scr_of(kc->scr, n);
+    uint8_t *const pm_fast = in_fast ? fast + lists : fast;
+    const unsigned long long pm_room = in_fast ? kc->fast_bytes - lists : 0;
+    for (uint32_t x = tid; x < k; x += T) {
+        w.def[x] = s->u.g.def[x];
+        w.uf[x] = x;
+    }
+    if (tid == 0) {
+        s->r.cost = 0;
+        s->r.obs = 0;
+        s->r.rsvd[1] = 0xFFFFFFFFu; /* the first failing cluster: index << 2 | code */
+    }
+    __syncthreads();
+    for (uint32_t x = tid; x < k; x += T) {
+        const uint64_t ax = (uint64_t)w.def[x] * stride;
+        const uint32_t bx = rl_qec_dist(sh, D, ax + n);
+        for (uint32_t y = x + 1u; y < k; y++) {
+            const uint32_t e = rl_qec_dist(sh, D, ax + w.def[y]);
+            if (e == RL_QEC_INF) continue;
+            if (rl_qec_linked(e, bx, rl_qec_dist(sh, D, (uint64_t)w.def[y] * stride + n))) rl_qec_uf_union(w.uf, x, y);
+        }
     }
     __syncthreads();
     if (tid == 0) {
-        /* the clusters in order of their lowest defect (exact.rs: a flood fill from it) */
-        unsigned long long left = k == 64 ? ~0ull : (1ull << k) - 1ull;
-        uint32_t ncomp = 0, pos = 0, ok = 1;
-        while (left != 0) {
-            unsigned long long comp = left & (~left + 1ull), frontier = comp;
-            while (frontier != 0) {
-                const uint32_t y = (uint32_t)__ffsll((long long)frontier) - 1u;
-                frontier &= frontier - 1ull;
-                const unsigned long long fresh = adj[y] & ~comp;
-                comp |= fresh;
-                frontier |= fresh;
-            }
-            const uint32_t size = (uint32_t)__popcll(comp);
-            if (size > K) {
-                ok = 0;
-                break;
-            }
-            left &= ~comp;
-            sizes[ncomp++] = (uint8_t)size;
-            for (unsigned long long m = comp; m != 0; m &= m - 1ull) list[pos++] = def[__ffsll((long long)m) - 1];
+        /* the clusters by their root (their lowest defect), members in increasing order;
+         * the roots found here, by one thread, after every link is made */
+        for (uint32_t r = 0; r < k; r++) w.row[r] = 0;
+        for (uint32_t x = 0; x < k; x++) {
+            const uint32_t r = rl_qec_uf_find(w.uf, x);
+            w.uf[x] = r;
+            w.row[r]++;
         }
-        s->r.done = ok;
-        s->r.left = ncomp;
+        uint32_t nc = 0, pos = 0;
+        for (uint32_t r = 0; r < k; r++) {
+            const uint32_t m = w.row[r];
+            if (m == 0) continue;
+            w.cstart[nc++] = pos;
+            w.row[r] = pos;
+            pos += m;
+        }
+        w.cstart[nc] = pos;
+        for (uint32_t x = 0; x < k; x++) w.list[w.row[w.uf[x]]++] = w.def[x];
+        s->r.left = nc;
     }
     __syncthreads();
-    if (!s->r.done) return false;
-    const uint32_t ncomp = s->r.left;
-    unsigned long long cost = 0;
-    uint32_t obs = 0, infinite = 0, pos = 0;
-    for (uint32_t c = 0; c < ncomp; c++) {
-        const uint32_t size = sizes[c];
-        if (tid < size) s->defs[tid] = list[pos + tid];
-        pos += size;
+    const uint32_t nc = s->r.left;
+    /* one or two defects: every thread its share, summed and XORed into s->r */
+    for (uint32_t ci = tid; ci < nc; ci += T) {
+        const uint32_t start = w.cstart[ci], size = w.cstart[ci + 1u] - start;
+        if (size > 2u || size > K) continue;
+        unsigned long long c1;
+        uint32_t o1;
+        if (rl_qec_small(sh, D, P, stride, n, size, w.list[start], size == 2u ? w.list[start + 1u] : 0u, &c1, &o1)) {
+            atomicAdd(&s->r.cost, c1);
+            atomicXor(&s->r.obs, o1);
+        } else {
+            atomicMin(&s->r.rsvd[1], ci << 2 | 1u);
+        }
+    }
+    unsigned long long cost = 0; /* thread 0's */
+    uint32_t obs = 0;
+    for (uint32_t ci = 0; ci < nc; ci++) {
+        const uint32_t start = w.cstart[ci], size = w.cstart[ci + 1u] - start;
+        if (size <= 2u && size <= K) continue;
+        if (size > K) {
+            const uint32_t f = rl_qec_match_cluster(s, w, w.list + start, size, pm_fast, pm_room, &cost, &obs);
+            if (f != 0 && tid == 0) atomicMin(&s->r.rsvd[1], ci << 2 | f);
+            continue;
+        }
+        if (tid < size) s->defs[tid] = (uint16_t)w.list[start + tid];
         __syncthreads();
         if (tid < 32) rl_qec_gather<RL_QEC_MAX_K>(s, size, tid);
         __syncthreads();
         rl_qec_dp<RL_QEC_MAX_K>(s, size, tid, T, true);
         __syncthreads();
         if (tid == 0) {
-            const uint2 w = s->u.dp.wo[rl_qec_sw((1u << size) - 1u)];
-            if (w.x == RL_QEC_INF) {
-                infinite = 1;
+            const uint2 v = s->u.dp.wo[rl_qec_sw((1u << size) - 1u)];
+            if (v.x == RL_QEC_INF) {
+                atomicMin(&s->r.rsvd[1], ci << 2 | 1u);
             } else {
-                cost += w.x;
-                obs ^= w.y;
+                cost += v.x;
+                obs ^= v.y;
             }
         }
         __syncthreads(); /* the next cluster's gather overwrites the DP's entries */
     }
+    __syncthreads(); /* the small clusters' atomics */
     if (tid == 0) {
-        s->r.status = infinite ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OVERFLOW;
-        s->r.infinite = infinite;
-        s->r.obs = infinite ? 0u : obs;
-        s->r.cost = infinite ? 0ull : cost;
+        const uint32_t first = s->r.rsvd[1];
+        const uint32_t fail = first == 0xFFFFFFFFu ? 0u : first & 3u;
+        s->r.status = fail == 0 ? RL_QEC_REPORT_OK : fail == 1 ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OVERFLOW;
+        s->r.infinite = fail != 0;
+        s->r.obs = fail != 0 ? 0u : s->r.obs ^ obs;
+        s->r.cost = fail != 0 ? 0ull : s->r.cost + cost;
     }
-    return true;
 }
 
-/** All threads, c->mode EXACT or GREEDY: the block's decode, then thread 0's answer. */
+/** All threads, c->mode EXACT or CLUSTERS: the block's decode, then thread 0's answer. */
 __device__ __noinline__ void rl_qec_block(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t mode) {
     if (mode == RL_QEC_MODE_EXACT)
         rl_qec_dp<RL_QEC_MAX_K>(s, s->c.k, threadIdx.x, blockDim.x, true);
-    else if (!rl_qec_clusters(s, s->c.k))
-        rl_qec_greedy(s, s->c.k);
+    else
+        rl_qec_clusters(s, s->c.k);
     RL_QEC_MARK(4);
     if (threadIdx.x == 0) rl_qec_finish(req, resp, s, mode);
     RL_QEC_MARK(5);

@@ -13,9 +13,9 @@
 //! output past `cap`, never writes the request, and returns one value in every thread.
 //!
 //! Workloads: every committed fixture replayed round by round over two interleaved decoder
-//! ids (and d=5 with 2 and 6 rounds per message); small K to drive the greedy fallback; a
+//! ids (and d=5 with 2 and 6 rounds per message); small K to drive the clusters (the DP and the matcher); a
 //! long chain whose table needs the 32-bit-sum transform of `gpu::qec_state`; a DEM with
-//! components that cannot reach the boundary (unmatchable shots, exact and greedy); and a
+//! components that cannot reach the boundary (unmatchable shots, whole and in clusters); and a
 //! random protocol stream (every status, truncations, bad ids, gaps, small output buffers).
 //!
 //! On the GPU machine:
@@ -694,7 +694,7 @@ struct GpuRun {
     mhz: f64,
 }
 
-fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecState, shared_table: bool) -> GpuRun {
+fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecState, shared_cap: usize) -> GpuRun {
     let mut blob = Vec::new();
     let mut offs = Vec::new();
     for r in &wl.reqs {
@@ -748,10 +748,11 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
     // SAFETY: rl_qec_replay's parameters are four device pointers, a u32 and six device
     // pointers in this order;
     // every buffer lives until after the stream is idle below.
-    // With the table in dynamic shared memory (as the transceiver launches the stage) or
-    // without (as the batch kernel does): the stage must answer alike.
-    let shared = if shared_table { state.dynamic_shared(gpu, module, 0).unwrap() } else { 0 };
-    assert!(!shared_table || shared > 0, "{}: the table does not fit in shared memory", wl.name);
+    // With dynamic shared memory up to `shared_cap` (the table there where it fits, as the
+    // transceiver launches the stage, else the clusters' work) or none: the stage must
+    // answer alike.
+    let shared = if shared_cap == 0 { 0 } else { state.dynamic_shared(gpu, module, 0, shared_cap).unwrap() };
+    assert!(shared_cap == 0 || shared > 0, "{}: no dynamic shared memory", wl.name);
     unsafe { stream.launch_shared(module.function(0), kernels::TRANSCEIVER_THREADS, shared, &mut params) }.unwrap();
     loop {
         match stream.query() {
@@ -903,15 +904,15 @@ impl Timing {
 }
 
 /// Compares one workload; returns a summary line.
-fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_table: bool) -> String {
-    compare_timed(gpu, module, wl, shared_table).0
+fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_cap: usize) -> String {
+    compare_timed(gpu, module, wl, shared_cap).0
 }
 
 /// [`compare`], and the stage times.
-fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_table: bool) -> (String, Timing) {
+fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_cap: usize) -> (String, Timing) {
     let state = QecState::build(&wl.table, &wl.config).unwrap_or_else(|e| panic!("{}: {e}", wl.name));
     let (cpu, session) = cpu_answers(wl);
-    let run = run_on_gpu(gpu, module, wl, &state, shared_table);
+    let run = run_on_gpu(gpu, module, wl, &state, shared_cap);
     let mut timing = Timing { mhz: run.mhz, rows: Vec::with_capacity(wl.reqs.len()), decodes: Vec::new() };
     assert_eq!(run.violations, [0, 0, 0], "{}: [writes past cap, request bytes changed, threads disagreeing]", wl.name);
     let nobs = wl.table.num_observables;
@@ -1008,14 +1009,17 @@ fn qec_gpu_matches_cpu() {
     let max = std::env::var("ROCELINK_QEC_GPU_MAX_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
     for mut wl in workloads() {
         wl.reqs.truncate(max);
-        // The table in shared memory where it fits (the transceiver's way), and in global
-        // memory (the batch kernel's).
-        let fits = QecState::build(&wl.table, &wl.config)
-            .is_ok_and(|s| s.shared_table_bytes() <= module.dynamic_shared_room(&gpu, 0));
-        if fits {
-            println!("[table in shared memory] {}", compare(&gpu, &module, &wl, true));
+        // The table in shared memory where it fits (the transceiver's way); in global memory
+        // with the clusters' work in 48 KiB of shared memory (a larger DEM's way); and with no
+        // shared memory at all (the clusters' work in the block's global scratch).
+        let table = QecState::build(&wl.table, &wl.config).map(|s| s.shared_table_bytes()).unwrap_or(usize::MAX);
+        if table <= module.dynamic_shared_room(&gpu, 0) {
+            println!("[table in shared memory] {}", compare(&gpu, &module, &wl, usize::MAX));
         }
-        println!("[table in global memory] {}", compare(&gpu, &module, &wl, false));
+        if table > 48 * 1024 {
+            println!("[table in global memory, the clusters' work in shared] {}", compare(&gpu, &module, &wl, 48 * 1024));
+        }
+        println!("[table in global memory] {}", compare(&gpu, &module, &wl, 0));
     }
     module.unload();
 }
@@ -1114,7 +1118,7 @@ fn qec_gpu_stage_timing() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let module = gpu.load(&c.cubin, &["rl_qec_replay"]).unwrap();
         for wl in &wls {
-            let (line, t) = compare_timed(&gpu, &module, wl, true);
+            let (line, t) = compare_timed(&gpu, &module, wl, usize::MAX);
             println!("[{name}] {line}");
             if opts.iter().any(|o| o == "-DRL_QEC_PROFILE") {
                 println!(

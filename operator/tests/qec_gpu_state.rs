@@ -46,14 +46,21 @@ fn blob_of_every_fixture_holds_the_cpu_tables() {
         assert_eq!((h.has_mapping, h.mapping_id), (0, 0));
         assert_eq!(h.scale.to_bits(), table.scale.to_bits());
         // Sections: in order, 128-byte aligned, each as long as it must be, inside the blob.
-        let sections = [h.distances_off, h.parities_off, h.decoders_off, h.shots_off, h.total_bytes];
+        let sections = [h.distances_off, h.parities_off, h.decoders_off, h.shots_off, h.scratch_off, h.total_bytes];
         assert!(sections.iter().all(|&o| o % 128 == 0), "{name}: {sections:?}");
         assert_eq!(h.distances_off, 128);
         assert!(h.parities_off >= h.distances_off + (4 * s * s) as u64);
         assert!(h.decoders_off >= h.parities_off + (4 * s * s) as u64);
         assert!(h.shots_off >= h.decoders_off + 3 * 128);
-        assert!(h.total_bytes >= h.shots_off + 3 * 4 * u64::from(h.shot_words));
-        assert_eq!(state.bytes().len() as u64, h.total_bytes);
+        assert!(h.scratch_off >= h.shots_off + 3 * 4 * u64::from(h.shot_words));
+        // The scratch: one per decoder id (each block's), for every defect and the edge cap;
+        // allocated on the device, never uploaded.
+        assert_eq!(h.scratch_blocks, 3);
+        assert_eq!(h.scratch_edges as usize, qec_state::scratch_edges(n));
+        assert_eq!(Some(h.scratch_stride as usize), qec_state::scratch_stride(n, h.scratch_edges as usize));
+        assert_eq!(h.total_bytes, h.scratch_off + 3 * u64::from(h.scratch_stride));
+        assert_eq!(state.bytes().len() as u64, h.scratch_off);
+        assert_eq!(state.device_bytes() as u64, h.total_bytes);
         // The tables are the CPU stage's, verbatim (the fixtures' sums fit 32 bits as they are).
         assert_eq!(state.never_pairs(), 0, "{name}");
         assert_eq!(state.distances(), table.distances, "{name}");
@@ -162,7 +169,7 @@ fn lcg(state: &mut u64) -> u64 {
 }
 
 /// The CPU decoder on the table with never-matched pairs dropped decides exactly as on the
-/// verbatim table (the proof in qec_state's module docs), through both the DP and the greedy.
+/// verbatim table (the proof in qec_state's module docs), through both the DP and the clusters.
 fn assert_same_decisions(table: &DistanceTable<u32>, shots: &[Vec<u8>]) -> usize {
     let (dropped_dist, dropped) = qec_state::drop_never_pairs(table);
     let dropped_table = DistanceTable { distances: dropped_dist, ..table.clone() };
@@ -240,7 +247,7 @@ fn c_and_rust_layouts_agree() {
         rounds_per_message,
         shot_words,
         has_mapping,
-        rsvd0,
+        scratch_edges,
         mapping_id,
         scale,
         distances_off,
@@ -250,7 +257,9 @@ fn c_and_rust_layouts_agree() {
         total_bytes,
         invalid_decoder,
         token,
-        rsvd1
+        scratch_off,
+        scratch_stride,
+        scratch_blocks
     );
     off!(
         "rl_qec_decoder",

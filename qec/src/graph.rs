@@ -486,6 +486,9 @@ pub trait TableWeight: Copy + PartialEq + Debug + Send + Sync + 'static {
     /// infinite: a DP option's cost, without a branch on the data (the exact matcher's
     /// options), as the GPU stage computes it.
     fn option_cost(self, r: Self::Acc) -> Self::Acc;
+    /// The entry as an exact matcher's integer weight (`matching::PerfectMatching`), or None
+    /// for a float table, which has none.
+    fn matching_weight(self) -> Option<i64>;
 }
 
 impl TableWeight for f64 {
@@ -501,6 +504,9 @@ impl TableWeight for f64 {
     }
     fn option_cost(self, r: f64) -> f64 {
         self + r // infinities stay infinite; no entry is negative
+    }
+    fn matching_weight(self) -> Option<i64> {
+        None
     }
 }
 
@@ -521,6 +527,9 @@ macro_rules! integer_table_weight {
             fn option_cost(self, r: u64) -> u64 {
                 let e = if self == <$t>::MAX { u64::MAX } else { u64::from(self) };
                 e.saturating_add(r)
+            }
+            fn matching_weight(self) -> Option<i64> {
+                i64::try_from(self).ok()
             }
         }
     )*};

@@ -252,7 +252,7 @@ pub mod ext {
     pub const QEC_LOGICAL_ERRORS: u32 = 0x4000_0248;
     /// Decoded shots whose correction differs from the reference prediction.
     pub const QEC_DISAGREEMENTS: u32 = 0x4000_024C;
-    /// Decoded shots whose report says overflow (greedy fallback).
+    /// Decoded shots whose report says overflow (not decoded).
     pub const QEC_OVERFLOWS: u32 = 0x4000_0250;
     /// Decoded shots whose report says unmatchable.
     pub const QEC_UNMATCHABLE: u32 = 0x4000_0254;
@@ -500,7 +500,7 @@ pub mod capture_flags {
     pub const LOGICAL_OK: u32 = 16;
     /// QEC replay: the correction equals the reference prediction (only when one is loaded).
     pub const MATCHES_REFERENCE: u32 = 32;
-    /// QEC replay: the decode report says overflow (greedy fallback).
+    /// QEC replay: the decode report says overflow (not decoded).
     pub const OVERFLOW: u32 = 64;
     /// QEC replay: the decode report says unmatchable.
     pub const UNMATCHABLE: u32 = 128;

@@ -360,7 +360,7 @@ impl ResetDecoderRepr {
 /// that expects an empty answer can ignore it.
 ///
 /// ```text
-/// 0  u8  status      0 ok, 1 overflow (greedy fallback), 2 unmatchable
+/// 0  u8  status      0 ok, 1 overflow (not decoded), 2 unmatchable
 /// 1  u8  reserved
 /// 2  u16 defects     saturating
 /// 4  f32 weight      matching weight, ln((1-p)/p) units
@@ -388,7 +388,7 @@ pub const DECODE_REPORT_LEN: usize = 16;
 
 /// Report status: exact matching within the defect cap.
 pub const REPORT_OK: u8 = 0;
-/// Report status: more defects than the cap; the answer is the greedy fallback's.
+/// Report status: not decoded (a cluster over the decoder's capacity); no correction.
 pub const REPORT_OVERFLOW: u8 = 1;
 /// Report status: no perfect matching exists (odd defects in a component without boundary).
 pub const REPORT_UNMATCHABLE: u8 = 2;

@@ -53,6 +53,10 @@ pub const RL_ERR_SQ_FULL: u32 = 3;
 pub const RL_EXIT_POLL_EVERY: u32 = 1024;
 pub const RL_HEARTBEAT_EVERY: u32 = 4096;
 pub const RL_QEC_MAGIC: u32 = 826492241;
+pub const RL_QEC_SCRATCH_DEFECT_BYTES: u32 = 20;
+pub const RL_PM_VERTEX_BYTES: u32 = 238;
+pub const RL_PM_EDGE_BYTES: u32 = 40;
+pub const RL_PM_SLACK_BYTES: u32 = 1024;
 /** Control segment, first 16 bytes of every send WQE. All fields BE.
  Written by the data path (GPU kernel or CPU backend) before the doorbell; read by the NIC
  after it sees the doorbell (ordered by the doorbell's release fence).*/
@@ -575,7 +579,7 @@ pub struct rl_qec_header {
     pub rounds_per_message: u32,
     pub shot_words: u32,
     pub has_mapping: u32,
-    pub rsvd0: u32,
+    pub scratch_edges: u32,
     pub mapping_id: ::core::ffi::c_longlong,
     pub scale: f64,
     pub distances_off: u64,
@@ -585,7 +589,9 @@ pub struct rl_qec_header {
     pub total_bytes: u64,
     pub invalid_decoder: u64,
     pub token: u64,
-    pub rsvd1: [u64; 2usize],
+    pub scratch_off: u64,
+    pub scratch_stride: u32,
+    pub scratch_blocks: u32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -619,8 +625,8 @@ const _: () = {
         "Offset of field: rl_qec_header::has_mapping",
     ][::core::mem::offset_of!(rl_qec_header, has_mapping) - 32usize];
     [
-        "Offset of field: rl_qec_header::rsvd0",
-    ][::core::mem::offset_of!(rl_qec_header, rsvd0) - 36usize];
+        "Offset of field: rl_qec_header::scratch_edges",
+    ][::core::mem::offset_of!(rl_qec_header, scratch_edges) - 36usize];
     [
         "Offset of field: rl_qec_header::mapping_id",
     ][::core::mem::offset_of!(rl_qec_header, mapping_id) - 40usize];
@@ -649,8 +655,14 @@ const _: () = {
         "Offset of field: rl_qec_header::token",
     ][::core::mem::offset_of!(rl_qec_header, token) - 104usize];
     [
-        "Offset of field: rl_qec_header::rsvd1",
-    ][::core::mem::offset_of!(rl_qec_header, rsvd1) - 112usize];
+        "Offset of field: rl_qec_header::scratch_off",
+    ][::core::mem::offset_of!(rl_qec_header, scratch_off) - 112usize];
+    [
+        "Offset of field: rl_qec_header::scratch_stride",
+    ][::core::mem::offset_of!(rl_qec_header, scratch_stride) - 120usize];
+    [
+        "Offset of field: rl_qec_header::scratch_blocks",
+    ][::core::mem::offset_of!(rl_qec_header, scratch_blocks) - 124usize];
 };
 /** A decoder id's counters, monotonic: the CPU stage's (`SessionCounters` in session.rs is
  this struct) and the GPU stage's, one definition.*/
@@ -661,7 +673,7 @@ pub struct rl_qec_counters {
     pub messages: u64,
     /// Shots decoded.
     pub shots: u64,
-    /// Shots above the table decoder's defect cap (its fallback; 0 for the exact decoder).
+    /// Shots not decoded (the GPU stage: a cluster over its scratch; never on the CPU).
     pub overflows: u64,
     /// Shots without a perfect matching.
     pub unmatchable: u64,

@@ -114,7 +114,7 @@ fn stage_state(chain: &[StageSpec]) -> Result<Option<QecState>, String> {
 
 /// Copies the state blob to new device memory.
 fn upload_state(gpu: &Gpu, state: &QecState) -> Result<DeviceBuffer, String> {
-    let buf = gpu.alloc(state.bytes().len()).map_err(|e| e.to_string())?;
+    let buf = gpu.alloc(state.device_bytes()).map_err(|e| e.to_string())?;
     if let Err(e) = gpu.upload(&buf, 0, state.bytes()) {
         // SAFETY: no kernel has been given the buffer.
         let _ = unsafe { gpu.free(buf) };
@@ -192,8 +192,9 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
     m.atomic_u32(l.state()).store(abi::RL_STATE_LAUNCHED, Ordering::Release);
     m.atomic_u32(l.exit_flag()).store(0, Ordering::Release);
     let mut params = [&mut desc as *mut abi::rl_transceiver_desc as *mut c_void];
-    // The QEC stage keeps its table in shared memory when it fits (dynamic shared memory).
-    let shared = match state.as_ref().map(|s| s.dynamic_shared(&gpu, &module, 0)).transpose() {
+    // The QEC stage keeps its table in shared memory when it fits, else works on a shot's
+    // clusters there (dynamic shared memory; one block, so all of it).
+    let shared = match state.as_ref().map(|s| s.dynamic_shared(&gpu, &module, 0, usize::MAX)).transpose() {
         Ok(v) => v.unwrap_or(0),
         Err(e) => {
             free_state(state_buf);
@@ -201,7 +202,8 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBacken
         }
     };
     if state.is_some() {
-        tracing::info!(bytes = shared, "QEC table in shared memory: {}", if shared > 0 { "yes" } else { "no (too large: read from global memory)" });
+        let table = state.as_ref().is_some_and(|s| shared as usize == s.shared_table_bytes());
+        tracing::info!(bytes = shared, "QEC table in shared memory: {}", if table { "yes" } else { "no (too large: read from global memory; the bytes hold the clusters' work)" });
     }
     // SAFETY: rl_transceiver takes one `struct rl_transceiver_desc` by value (abi.h, the same
     // definition bindgen made `desc` from); every address in it points into the registered

@@ -13,6 +13,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("stages/qec.cuh", include_str!("../../../kernels/stages/qec.cuh")),
     ("../abi.h", include_str!("../../../kernels/abi.h")),
     ("stage.cuh", include_str!("../../../kernels/stages/stage.cuh")),
+    ("blossom.cuh", include_str!("../../../kernels/stages/blossom.cuh")),
 ];
 
 const TRANSCEIVER: &str = include_str!("../../../kernels/transceiver.cu");

@@ -18,6 +18,9 @@
 //! decoders_off   QecDecoderRecord[decoders]   per decoder id: shot assembly and counters
 //!                                             (session.rs `Slot` and `SessionCounters`)
 //! shots_off      u32 shot[decoders][ceil(n/32)]  the shot being assembled, LSB first
+//! scratch_off    scratch_blocks x scratch_stride  each block's work space for a shot of
+//!                                 more than K defects (device memory only: allocated with
+//!                                 the blob, never uploaded; [`QecState::device_bytes`])
 //! ```
 //!
 //! Why 32-bit distances: the CPU stage decodes on `DistanceTable<u32>` (`QecSession<u32>`),
@@ -33,8 +36,8 @@
 //! lowest) and `b`, the boundary option of `a` is evaluated first and costs
 //! `dp[mask\a] + D[a][n] <= dp[mask\{a,b}] + D[b][n] + D[a][n] < dp[mask\{a,b}] + D[a][b]`
 //! (the DP is the exact minimum over matchings, and `b` to the boundary is one of them), so
-//! the pair never strictly wins; in the greedy fallback `nearest()` starts from the boundary
-//! (`D[a][n] < D[a][b]`) and replaces only when strictly smaller. The same "never" entries
+//! the pair never strictly wins; and above K such a pair is never linked (`linked()` needs
+//! `D[a][b] < D[a][n] + D[b][n]`), so the clusters and their matchings are the same. The same "never" entries
 //! are what `compact_table()` uses (graph.rs `useful`). If the bound still fails, the build
 //! fails with [`QecStateError::SumOverflow`].
 //!
@@ -44,10 +47,16 @@
 //! token are the ones it was filled from, so that shared memory left by an earlier kernel is
 //! never taken for this blob's state.
 //!
+//! The scratch: a shot of more than K defects is split into clusters and a cluster above K
+//! is matched exactly on its doubled graph (kernels/stages/blossom.cuh), in per-block
+//! scratch of global memory sized for the largest cluster (every defect) with
+//! [`scratch_edges`] edges; a cluster whose doubled graph has more edges is answered
+//! OVERFLOW (no decode), as the model (exact.rs) does with the same cap.
+//!
 //! Capacities (qec.cuh): K <= 12 (the DP's 2^K weights and parities, 32 KiB of shared
-//! memory), at most 3584 detectors (the greedy fallback's per-defect arrays share those
-//! 32 KiB), at most 32 observables (32-bit parities). Larger configurations are refused with
-//! a clear error and run on the CPU backend.
+//! memory), at most 3584 detectors (a shot's defect list shares those 32 KiB), at most 32
+//! observables (32-bit parities). Larger configurations are refused with a clear error and
+//! run on the CPU backend.
 
 use std::mem::{offset_of, size_of};
 
@@ -62,7 +71,7 @@ use crate::stage::StageSpec;
 pub const MAGIC: u32 = crate::abi::RL_QEC_MAGIC;
 /// `RL_QEC_MAX_K`: the largest defect cap the device DP holds.
 pub const MAX_K: usize = 12;
-/// `RL_QEC_MAX_DETECTORS`: the greedy fallback's capacity.
+/// `RL_QEC_MAX_DETECTORS`: the shared defect list's capacity.
 pub const MAX_DETECTORS: usize = 3584;
 /// `RL_QEC_MAX_OBSERVABLES`: 32-bit parity masks.
 pub const MAX_OBSERVABLES: usize = 32;
@@ -100,9 +109,9 @@ pub enum QecStateError {
          shared memory (2^K weights and parities, 32 KiB); use max_defects <= {MAX_K}, or the CPU backend"
     )]
     MaxDefects(usize),
-    /// More detectors than the greedy fallback's arrays hold.
+    /// More detectors than the defect list holds.
     #[error(
-        "QEC decoder: the DEM has {0} detectors; the GPU decoder's greedy fallback holds at most {MAX_DETECTORS} \
+        "QEC decoder: the DEM has {0} detectors; the GPU decoder holds at most {MAX_DETECTORS} \
          (use the CPU backend)"
     )]
     TooManyDetectors(usize),
@@ -236,7 +245,11 @@ impl QecState {
         let records = config.decoders.checked_mul(size_of::<QecDecoderRecord>()).ok_or(QecStateError::TooLarge)?;
         let shots_off = align(decoders_off.checked_add(records).ok_or(QecStateError::TooLarge)?).ok_or(QecStateError::TooLarge)?;
         let shot_bytes = config.decoders.checked_mul(shot_words * 4).ok_or(QecStateError::TooLarge)?;
-        let total = align(shots_off.checked_add(shot_bytes).ok_or(QecStateError::TooLarge)?).ok_or(QecStateError::TooLarge)?;
+        let upload = align(shots_off.checked_add(shot_bytes).ok_or(QecStateError::TooLarge)?).ok_or(QecStateError::TooLarge)?;
+        let edges = scratch_edges(n);
+        let stride = scratch_stride(n, edges).ok_or(QecStateError::TooLarge)?;
+        let scratch = config.decoders.checked_mul(stride).ok_or(QecStateError::TooLarge)?;
+        let total = upload.checked_add(scratch).ok_or(QecStateError::TooLarge)?;
 
         let header = QecHeader {
             magic: MAGIC,
@@ -248,7 +261,7 @@ impl QecState {
             rounds_per_message: config.rounds_per_message,
             shot_words: shot_words as u32,
             has_mapping: u32::from(config.syndrome_mapping_id.is_some()),
-            rsvd0: 0,
+            scratch_edges: u32::try_from(edges).map_err(|_| QecStateError::TooLarge)?,
             mapping_id: config.syndrome_mapping_id.unwrap_or(0),
             scale: table.scale,
             distances_off: distances_off as u64,
@@ -258,11 +271,13 @@ impl QecState {
             total_bytes: total as u64,
             invalid_decoder: 0,
             token: new_token(),
-            rsvd1: [0; 2],
+            scratch_off: upload as u64,
+            scratch_stride: u32::try_from(stride).map_err(|_| QecStateError::TooLarge)?,
+            scratch_blocks: decoders,
         };
         // Zero everywhere else: every decoder starts idle (no shot, next counter 0, no
         // corrections, zero counters), as QecSession::new leaves its slots.
-        let mut bytes = vec![0u8; total];
+        let mut bytes = vec![0u8; upload];
         write_header(&mut bytes, &header);
         for (i, v) in dist.iter().enumerate() {
             put(&mut bytes, distances_off + 4 * i, &v.to_le_bytes());
@@ -294,9 +309,14 @@ impl QecState {
         QecState::build(&table, &config).map(Some)
     }
 
-    /// The bytes to copy to the device.
+    /// The bytes to copy to the device: the blob up to its scratch.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// The device memory the blob takes, scratch included (at least [`Self::bytes`]).
+    pub fn device_bytes(&self) -> usize {
+        self.header.total_bytes as usize
     }
 
     /// The header as written.
@@ -318,17 +338,26 @@ impl QecState {
     }
 
     /// The dynamic shared memory to launch function `i` of `module` with, for a kernel that
-    /// runs the QEC stage on this state: [`Self::shared_table_bytes`] when that fits beside
-    /// the function's static shared memory (the function is allowed that much), else 0, and
-    /// the stage reads the table from global memory. A d=5 memory experiment of 6 rounds
-    /// (120 detectors) takes 117 KiB; Hopper gives a block up to 227 KiB.
-    pub fn dynamic_shared(&self, gpu: &super::driver::Gpu, module: &super::driver::Module, i: usize) -> Result<u32, super::driver::GpuError> {
+    /// runs the QEC stage on this state, at most `cap` bytes: [`Self::shared_table_bytes`]
+    /// when that fits beside the function's static shared memory (the function is allowed
+    /// that much), and the stage reads the table there; else all the room there is (up to
+    /// `cap`), and the stage reads the table from global memory and works on a shot's
+    /// clusters there (qec.cuh rl_qec_clusters). A d=5 memory experiment of 6 rounds (120
+    /// detectors) takes 117 KiB for its table; Hopper gives a block up to 227 KiB.
+    pub fn dynamic_shared(
+        &self,
+        gpu: &super::driver::Gpu,
+        module: &super::driver::Module,
+        i: usize,
+        cap: usize,
+    ) -> Result<u32, super::driver::GpuError> {
+        let room = module.dynamic_shared_room(gpu, i).min(cap);
         let want = self.shared_table_bytes();
-        if want > module.dynamic_shared_room(gpu, i) {
-            return Ok(0);
+        let bytes = if want <= room { want } else { room & !15 };
+        if bytes > 0 {
+            module.allow_dynamic_shared(i, bytes)?;
         }
-        module.allow_dynamic_shared(i, want)?;
-        Ok(want as u32)
+        Ok(bytes as u32)
     }
 
     /// The distance section.
@@ -362,7 +391,7 @@ fn write_header(b: &mut [u8], h: &QecHeader) {
     w!(rounds_per_message);
     w!(shot_words);
     w!(has_mapping);
-    w!(rsvd0);
+    w!(scratch_edges);
     w!(mapping_id);
     w!(scale);
     w!(distances_off);
@@ -372,6 +401,28 @@ fn write_header(b: &mut [u8], h: &QecHeader) {
     w!(total_bytes);
     w!(invalid_decoder);
     w!(token);
+    w!(scratch_off);
+    w!(scratch_stride);
+    w!(scratch_blocks);
+}
+
+/// Edges a block's scratch holds for one cluster's doubled graph on `n` detectors: the
+/// model's cap (exact.rs [`crate::qec::exact::matching_edge_cap`]), one definition.
+pub fn scratch_edges(n: usize) -> usize {
+    crate::qec::exact::matching_edge_cap(n)
+}
+
+/// Bytes of one block's scratch (abi.h): the defect arrays, and the matcher for 2n vertices
+/// and `edges` edges, rounded up to the section alignment; the stage checks the matcher's
+/// own count against it.
+pub fn scratch_stride(n: usize, edges: usize) -> Option<usize> {
+    use crate::abi::{RL_PM_EDGE_BYTES, RL_PM_SLACK_BYTES, RL_PM_VERTEX_BYTES, RL_QEC_SCRATCH_DEFECT_BYTES};
+    let b = (RL_QEC_SCRATCH_DEFECT_BYTES as usize)
+        .checked_mul(n)?
+        .checked_add((RL_PM_VERTEX_BYTES as usize).checked_mul(2 * n)?)?
+        .checked_add((RL_PM_EDGE_BYTES as usize).checked_mul(edges)?)?
+        .checked_add(RL_PM_SLACK_BYTES as usize)?;
+    align(b)
 }
 
 /// A nonzero token that differs between builds (module docs): the process's random hash keys

@@ -15,7 +15,7 @@ pub static DECL: OperatorDecl = OperatorDecl {
     params: &[
         ParamDecl { name: "dem", kind: ParamKind::Str, default: ParamDefault::Required, doc: "the detector error model file (stim .dem), relative to the working directory" },
         ParamDecl { name: "rounds_per_message", kind: ParamKind::Int { min: 1, max: 1 << 16 }, default: ParamDefault::Int(1), doc: "syndrome rounds each enqueue_syndromes carries" },
-        ParamDecl { name: "max_defects", kind: ParamKind::Int { min: 1, max: 20 }, default: ParamDefault::Int(12), doc: "K: defects matched exactly; above it the fallback answers (exact per independent cluster when each fits under K, else greedy), counted as overflow" },
+        ParamDecl { name: "max_defects", kind: ParamKind::Int { min: 1, max: 20 }, default: ParamDefault::Int(12), doc: "K: the subset DP's defect cap (GPU model); above it the shot is split into independent clusters, each matched exactly" },
         ParamDecl { name: "decoders", kind: ParamKind::Int { min: 1, max: 1024 }, default: ParamDefault::Int(1), doc: "decoder ids 0..decoders, each with its own shot" },
     ],
     build: Build::Stage(build),

@@ -1,6 +1,10 @@
-//! Decoder v1: exact minimum-weight perfect matching with boundary by subset DP (QEC.md,
-//! "Decoder v1"), for up to K defects; above K a fallback (exact per independent cluster when
-//! each fits under K, else greedy), an `Overflow` status and a counter.
+//! The GPU stage's decoder, as its model: exact minimum-weight perfect matching with boundary
+//! on the all-pairs table, by subset DP for up to K defects (QEC.md, "Decoder v1"); above K
+//! the shot's independent clusters, each matched exactly (the DP up to K defects, an exact
+//! blossom matcher on its doubled graph above). No greedy step: every decode is exact, or
+//! (a cluster over the GPU scratch's edge cap, [`matching_edge_cap`]) not made at all,
+//! status `Overflow`. The CPU stage decodes with `rocelink_qec::MatchingDecoder`; this one
+//! is what `kernels/stages/qec.cuh` computes, bit for bit.
 //!
 //! For defects `b_0 < b_1 < ... < b_{k-1}` (detector order) and a subset `mask` of them, with
 //! `a` the lowest defect in `mask`:
@@ -25,19 +29,21 @@
 //!   first, then partners by increasing defect index, replacing the best only when strictly
 //!   smaller. Observables are the XOR of the chosen option's parity and the sub-mask's.
 //!   Entries equal to `UNREACHABLE` are never chosen, nor are infinite sub-problems.
-//! - **Fallback above K** (status [`DecodeStatus::Overflow`], counted): first the shot split
-//!   into clusters (at most [`CLUSTER_MAX_DEFECTS`] defects): defects x and y are linked when
-//!   some optimal matching may pair them, that is when their distance is finite and below
-//!   the sum of their boundary distances (or either has no boundary path). A pair across
-//!   clusters can always be replaced by both defects to the boundary at no extra weight, so
-//!   when every cluster has at most K defects the sum of the clusters' exact matchings
-//!   (each by the DP above, on its defects in increasing order) is a minimum-weight matching
-//!   of the whole shot: exact, weights equal to PyMatching's, observables differing only on
-//!   ties. Otherwise (a cluster above K, or more defects than that) the greedy matching:
-//!   repeatedly the globally closest pair or defect-boundary (ties: lowest defect index,
-//!   boundary before partners, then lowest partner index). The GPU stage does the same.
-//! - **No allocation per shot** after [`ExactDecoder::new`]: every buffer is sized for K (the
-//!   DP) or for all detectors (defect list and fallback) at construction.
+//! - **Above K: clusters, each exact.** Defects x and y are linked when some optimal matching
+//!   may pair them, that is when their distance is finite and below the sum of their
+//!   boundary distances (or either has no boundary path). A pair across clusters can always
+//!   be replaced by both defects to the boundary at no extra weight, so the sum of the
+//!   clusters' exact matchings is a minimum-weight matching of the whole shot: weights equal
+//!   to PyMatching's, observables differing only on ties. Clusters go in order of their
+//!   lowest defect, each with its defects in increasing order: up to K by the DP above;
+//!   above K by `rocelink_qec::matching::PerfectMatching` on the cluster's doubled graph (two
+//!   copies of its linked pairs, each defect's copies joined by twice its boundary distance;
+//!   a perfect matching there is two matchings with boundary of equal total, so copy one's
+//!   half is optimal), its edges in the order the GPU writes them: copy one's pairs by
+//!   (i, j), copy two's likewise, then the joins by i. The GPU's matcher
+//!   (kernels/stages/blossom.cuh) is this one statement for statement.
+//! - **Allocation**: the DP's buffers are sized for K at construction; the cluster buffers
+//!   grow to the largest shot seen and are reused.
 //! - **No panic on any input**: bits beyond the DEM's detectors are ignored; out-of-range or
 //!   unsorted defect lists give [`DecodeStatus::Invalid`].
 
@@ -53,9 +59,13 @@ pub const DEFAULT_MAX_DEFECTS: usize = 12;
 /// The DP holds 2^K entries; 20 keeps that at 16 MiB and sums of 20 16-bit entries in a u32.
 pub const MAX_MAX_DEFECTS: usize = 20;
 
-/// The fallback splits shots of up to this many defects into clusters (one 64-bit adjacency
-/// word per defect; kernels/stages/qec.cuh RL_QEC_CLUSTER_MAX); larger ones go greedy.
-pub const CLUSTER_MAX_DEFECTS: usize = 64;
+/// The edges a cluster's doubled graph may have on a table of `n` detectors: what the GPU
+/// stage's per-block scratch holds (gpu/qec_state.rs sizes it so); a cluster with more is
+/// not decoded (status [`DecodeStatus::Overflow`]). Generous: a cluster of c defects has
+/// 2 L + c edges for L linked pairs, and at circuit-level noise a defect links to a few.
+pub const fn matching_edge_cap(n: usize) -> usize {
+    16 * n + 1024
+}
 
 /// How a shot was decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -63,7 +73,8 @@ pub enum DecodeStatus {
     /// Exact minimum-weight matching.
     #[default]
     Ok,
-    /// More than K defects: the fallback (exact per cluster, or greedy; module docs).
+    /// Not decoded: a cluster's doubled graph above [`matching_edge_cap`] (module docs).
+    /// Observables 0, infinite weight.
     Overflow,
     /// No perfect matching: a defect with no path to any partner or the boundary (odd
     /// defects in a component without boundary). Observables and weight are those of the
@@ -102,7 +113,7 @@ pub struct Decoded {
 pub struct DecoderCounters {
     /// Shots decoded.
     pub shots: u64,
-    /// Shots above K (the fallback).
+    /// Shots not decoded (a cluster above the matcher's edge cap).
     pub overflows: u64,
     /// Shots without a perfect matching.
     pub unmatchable: u64,
@@ -140,17 +151,20 @@ pub struct ExactDecoder<W: TableWeight = u32> {
     /// The reachable masks of three defects or more, by layer (module docs of `schedule`).
     schedule: Schedule,
     k: usize,
-    /// The fallback's cluster being decoded (at most K defects).
-    cluster: Vec<u32>,
-    // Greedy fallback, sized for every detector.
-    best_cost: Vec<W::Acc>,
-    best_partner: Vec<u32>,
-    alive: Vec<bool>,
+    /// Above K: union-find parents, then roots; the clusters' defects, cluster after
+    /// cluster; where each starts; per root a count, then a cursor.
+    uf: Vec<u32>,
+    list: Vec<u32>,
+    starts: Vec<usize>,
+    cursor: Vec<usize>,
+    /// A cluster above K: its boundary distances, doubled graph and matching.
+    bnd: Vec<W>,
+    edges: Vec<(u32, u32, i64)>,
+    mate: Vec<u32>,
+    matcher: rocelink_qec::matching::PerfectMatching,
+    edge_cap: usize,
     counters: DecoderCounters,
 }
-
-const NO_PARTNER: u32 = u32::MAX - 1;
-const TO_BOUNDARY: u32 = u32::MAX;
 
 impl<W: TableWeight> ExactDecoder<W> {
     /// A decoder over `table` with cap `max_defects` (K).
@@ -175,10 +189,15 @@ impl<W: TableWeight> ExactDecoder<W> {
             dp_obs: vec![0; 1 << k],
             schedule: Schedule::new(k),
             k: 0,
-            cluster: Vec::with_capacity(k),
-            best_cost: Vec::with_capacity(n),
-            best_partner: Vec::with_capacity(n),
-            alive: Vec::with_capacity(n),
+            uf: Vec::new(),
+            list: Vec::new(),
+            starts: Vec::new(),
+            cursor: Vec::new(),
+            bnd: Vec::new(),
+            edges: Vec::new(),
+            mate: Vec::new(),
+            matcher: rocelink_qec::matching::PerfectMatching::new(),
+            edge_cap: matching_edge_cap(n),
             counters: DecoderCounters::default(),
             table,
         })
@@ -241,17 +260,12 @@ impl<W: TableWeight> ExactDecoder<W> {
     fn decode_sorted(&mut self, defects: &[u32]) -> Decoded {
         self.counters.shots += 1;
         let k = defects.len();
-        let (cost, observables, status) = if k <= self.max_defects {
-            self.exact(defects)
-        } else {
-            self.counters.overflows += 1;
-            match self.clusters(defects) {
-                Some(r) => r,
-                None => self.greedy(defects),
-            }
-        };
-        if status == DecodeStatus::Unmatchable {
-            self.counters.unmatchable += 1;
+        let (cost, observables, status) =
+            if k <= self.max_defects { self.exact(defects) } else { self.clusters(defects) };
+        match status {
+            DecodeStatus::Unmatchable => self.counters.unmatchable += 1,
+            DecodeStatus::Overflow => self.counters.overflows += 1,
+            _ => {}
         }
         let weight = if cost == W::ACC_INF { f64::INFINITY } else { W::acc_to_f64(cost) / self.table.scale };
         Decoded { observables, weight, defects: k as u32, status }
@@ -390,162 +404,141 @@ impl<W: TableWeight> ExactDecoder<W> {
         (cost[full], obsv[full])
     }
 
-    /// Nearest option of defect `x` among live ones: (cost, partner or TO_BOUNDARY).
-    fn nearest(&self, defects: &[u32], x: usize) -> (W::Acc, u32) {
-        let t = &*self.table;
-        let dx = defects[x] as usize;
-        let mut best = W::ACC_INF;
-        let mut partner = NO_PARTNER;
-        let tb = t.distance(dx, t.boundary());
-        if tb != W::UNREACHABLE {
-            best = tb.to_acc();
-            partner = TO_BOUNDARY;
-        }
-        for (y, &dy) in defects.iter().enumerate() {
-            if y == x || !self.alive[y] {
-                continue;
-            }
-            let e = t.distance(dx, dy as usize);
-            if e != W::UNREACHABLE && e.to_acc() < best {
-                best = e.to_acc();
-                partner = y as u32;
-            }
-        }
-        (best, partner)
-    }
-
-    /// Whether an optimal matching may pair defects `dx` and `dy` (module docs: the fallback's
-    /// clusters): a finite distance below the sum of their boundary distances, or either
+    /// Whether an optimal matching may pair two defects at distance `e` whose boundary
+    /// distances are `bx` and `by` (module docs): `e` finite and below `bx + by`, or either
     /// without a boundary path.
-    fn linked(t: &DistanceTable<W>, dx: usize, dy: usize) -> bool {
-        let e = t.distance(dx, dy);
-        if e == W::UNREACHABLE {
-            return false;
-        }
-        let (bx, by) = (t.distance(dx, t.boundary()), t.distance(dy, t.boundary()));
-        bx == W::UNREACHABLE || by == W::UNREACHABLE || e.to_acc() < bx.to_acc() + by.to_acc()
+    fn linked(e: W, bx: W, by: W) -> bool {
+        e != W::UNREACHABLE
+            && (bx == W::UNREACHABLE || by == W::UNREACHABLE || e.to_acc() < bx.to_acc() + by.to_acc())
     }
 
-    /// The fallback's first try (module docs): the shot's clusters, each decoded exactly, when
-    /// it has at most [`CLUSTER_MAX_DEFECTS`] defects and every cluster at most K; else None.
-    /// Clusters in order of their lowest defect; any cluster without a perfect matching makes
-    /// the shot [`DecodeStatus::Unmatchable`] (infinite weight, no observables).
-    fn clusters(&mut self, defects: &[u32]) -> Option<(W::Acc, u64, DecodeStatus)> {
-        let k = defects.len();
-        if k > CLUSTER_MAX_DEFECTS {
-            return None;
+    fn find(uf: &[u32], mut x: u32) -> u32 {
+        while uf[x as usize] != x {
+            x = uf[x as usize];
         }
+        x
+    }
+
+    /// Above K (module docs): the shot's clusters, each decoded exactly. Any cluster without
+    /// a perfect matching makes the shot [`DecodeStatus::Unmatchable`], any over the edge
+    /// cap [`DecodeStatus::Overflow`] (infinite weight, no observables either way).
+    fn clusters(&mut self, defects: &[u32]) -> (W::Acc, u64, DecodeStatus) {
+        let k = defects.len();
         let t = Arc::clone(&self.table);
-        let mut adj = [0u64; CLUSTER_MAX_DEFECTS];
+        let b = t.boundary();
+        self.uf.clear();
+        self.uf.extend(0..k as u32);
         for x in 0..k {
+            let bx = t.distance(defects[x] as usize, b);
             for y in x + 1..k {
-                if Self::linked(&t, defects[x] as usize, defects[y] as usize) {
-                    adj[x] |= 1 << y;
-                    adj[y] |= 1 << x;
-                }
-            }
-        }
-        let mut comps = [0u64; CLUSTER_MAX_DEFECTS];
-        let mut ncomp = 0;
-        let mut left = if k == 64 { u64::MAX } else { (1u64 << k) - 1 };
-        while left != 0 {
-            let mut comp = left & left.wrapping_neg();
-            let mut frontier = comp;
-            while frontier != 0 {
-                let y = frontier.trailing_zeros() as usize;
-                frontier &= frontier - 1;
-                let new = adj[y] & !comp;
-                comp |= new;
-                frontier |= new;
-            }
-            if comp.count_ones() as usize > self.max_defects {
-                return None;
-            }
-            left &= !comp;
-            comps[ncomp] = comp;
-            ncomp += 1;
-        }
-        let (mut total, mut obs) = (W::ACC_ZERO, 0u64);
-        let mut cluster = std::mem::take(&mut self.cluster);
-        let mut unmatchable = false;
-        for &comp in &comps[..ncomp] {
-            cluster.clear();
-            let mut m = comp;
-            while m != 0 {
-                cluster.push(defects[m.trailing_zeros() as usize]);
-                m &= m - 1;
-            }
-            let (c, o, st) = self.exact(&cluster);
-            if st == DecodeStatus::Unmatchable {
-                unmatchable = true;
-                break;
-            }
-            total = total + c;
-            obs ^= o;
-        }
-        self.cluster = cluster;
-        Some(if unmatchable { (W::ACC_INF, 0, DecodeStatus::Unmatchable) } else { (total, obs, DecodeStatus::Overflow) })
-    }
-
-    /// Greedy fallback (module docs).
-    fn greedy(&mut self, defects: &[u32]) -> (W::Acc, u64, DecodeStatus) {
-        let k = defects.len();
-        self.alive.clear();
-        self.alive.resize(k, true);
-        self.best_cost.clear();
-        self.best_partner.clear();
-        for x in 0..k {
-            let (c, p) = self.nearest(defects, x);
-            self.best_cost.push(c);
-            self.best_partner.push(p);
-        }
-        let t = Arc::clone(&self.table);
-        let mut total = W::ACC_ZERO;
-        let mut obs = 0u64;
-        let mut left = k;
-        let mut status = DecodeStatus::Overflow;
-        while left > 0 {
-            // The globally closest option among live defects.
-            let mut pick = usize::MAX;
-            for x in 0..k {
-                if self.alive[x]
-                    && self.best_partner[x] != NO_PARTNER
-                    && (pick == usize::MAX || self.best_cost[x] < self.best_cost[pick])
-                {
-                    pick = x;
-                }
-            }
-            if pick == usize::MAX {
-                // Live defects with nowhere to go: the rest cannot be matched.
-                status = DecodeStatus::Unmatchable;
-                break;
-            }
-            let partner = self.best_partner[pick];
-            total = total + self.best_cost[pick];
-            self.alive[pick] = false;
-            left -= 1;
-            let dp = defects[pick] as usize;
-            if partner == TO_BOUNDARY {
-                obs ^= t.parity(dp, t.boundary());
-            } else {
-                let y = partner as usize;
-                obs ^= t.parity(dp, defects[y] as usize);
-                self.alive[y] = false;
-                left -= 1;
-            }
-            // Whoever had a now-matched defect as nearest looks again.
-            for x in 0..k {
-                if self.alive[x] {
-                    let p = self.best_partner[x];
-                    if p != TO_BOUNDARY && p != NO_PARTNER && !self.alive[p as usize] {
-                        let (c, q) = self.nearest(defects, x);
-                        self.best_cost[x] = c;
-                        self.best_partner[x] = q;
+                let e = t.distance(defects[x] as usize, defects[y] as usize);
+                if Self::linked(e, bx, t.distance(defects[y] as usize, b)) {
+                    // the higher root under the lower: a cluster's root is its lowest defect
+                    let (rx, ry) = (Self::find(&self.uf, x as u32), Self::find(&self.uf, y as u32));
+                    if rx != ry {
+                        self.uf[rx.max(ry) as usize] = rx.min(ry);
                     }
                 }
             }
         }
-        (total, obs, status)
+        for x in 0..k {
+            self.uf[x] = Self::find(&self.uf, x as u32);
+        }
+        // clusters by root, members in increasing order
+        self.cursor.clear();
+        self.cursor.resize(k, 0);
+        for x in 0..k {
+            self.cursor[self.uf[x] as usize] += 1;
+        }
+        self.starts.clear();
+        let mut pos = 0;
+        for r in 0..k {
+            let m = self.cursor[r];
+            if m > 0 {
+                self.starts.push(pos);
+                self.cursor[r] = pos;
+                pos += m;
+            }
+        }
+        self.starts.push(pos);
+        self.list.clear();
+        self.list.resize(k, 0);
+        for x in 0..k {
+            let r = self.uf[x] as usize;
+            self.list[self.cursor[r]] = defects[x];
+            self.cursor[r] += 1;
+        }
+        let (mut total, mut obs) = (W::ACC_ZERO, 0u64);
+        let list = std::mem::take(&mut self.list);
+        let starts = std::mem::take(&mut self.starts);
+        let mut status = DecodeStatus::Ok;
+        for c in 0..starts.len() - 1 {
+            let cluster = &list[starts[c]..starts[c + 1]];
+            let (cost, o, st) =
+                if cluster.len() <= self.max_defects { self.exact(cluster) } else { self.match_cluster(cluster) };
+            if st != DecodeStatus::Ok {
+                status = st;
+                break;
+            }
+            total = total + cost;
+            obs ^= o;
+        }
+        self.list = list;
+        self.starts = starts;
+        match status {
+            DecodeStatus::Ok => (total, obs, status),
+            _ => (W::ACC_INF, 0, status),
+        }
+    }
+
+    /// One cluster above K, exactly, on its doubled graph (module docs).
+    fn match_cluster(&mut self, cluster: &[u32]) -> (W::Acc, u64, DecodeStatus) {
+        let t = Arc::clone(&self.table);
+        let b = t.boundary();
+        let c = cluster.len();
+        self.bnd.clear();
+        self.bnd.extend(cluster.iter().map(|&d| t.distance(d as usize, b)));
+        self.edges.clear();
+        for i in 0..c {
+            for j in i + 1..c {
+                let e = t.distance(cluster[i] as usize, cluster[j] as usize);
+                if Self::linked(e, self.bnd[i], self.bnd[j]) {
+                    let Some(w) = e.matching_weight() else { return (W::ACC_INF, 0, DecodeStatus::Overflow) };
+                    self.edges.push((i as u32, j as u32, w));
+                }
+            }
+        }
+        let pairs = self.edges.len();
+        let joins = self.bnd.iter().filter(|&&x| x != W::UNREACHABLE).count();
+        if 2 * pairs + joins > self.edge_cap {
+            return (W::ACC_INF, 0, DecodeStatus::Overflow);
+        }
+        for q in 0..pairs {
+            let (i, j, w) = self.edges[q];
+            self.edges.push((c as u32 + i, c as u32 + j, w));
+        }
+        for i in 0..c {
+            if self.bnd[i] != W::UNREACHABLE {
+                let Some(w) = self.bnd[i].matching_weight() else { return (W::ACC_INF, 0, DecodeStatus::Overflow) };
+                self.edges.push((i as u32, (c + i) as u32, 2 * w));
+            }
+        }
+        if self.matcher.solve(2 * c, &self.edges, &mut self.mate).is_none() {
+            return (W::ACC_INF, 0, DecodeStatus::Unmatchable);
+        }
+        let (mut total, mut obs) = (W::ACC_ZERO, 0u64);
+        for i in 0..c {
+            let u = self.mate[i] as usize;
+            let di = cluster[i] as usize;
+            if u == c + i {
+                total = total + self.bnd[i].to_acc();
+                obs ^= t.parity(di, b);
+            } else if u < c && i < u {
+                total = total + t.distance(di, cluster[u] as usize).to_acc();
+                obs ^= t.parity(di, cluster[u] as usize);
+            }
+        }
+        (total, obs, DecodeStatus::Ok)
     }
 }
 
@@ -745,21 +738,19 @@ mod tests {
     }
 
     #[test]
-    fn overflow_uses_greedy_and_counts() {
+    fn above_k_the_clusters_are_exact() {
         let g = repetition(8);
         let mut d = decoder(g.fine_table().unwrap(), 2);
-        // D0, D1, D2: above K = 2. Every nearest option costs w; the lowest defect, D0,
-        // goes first and prefers the boundary on the tie (L0); then D1-D2.
+        // D0, D1, D2: one cluster above K = 2, matched on its doubled graph: D0 to the
+        // boundary (w, L0) + D1-D2 (w) = 2w, L0, as the DP finds it.
         let r = d.decode_b8(&[0b111]);
-        assert_eq!(r.status, DecodeStatus::Overflow);
-        assert_eq!(r.defects, 3);
-        assert_eq!(d.counters().overflows, 1);
-        // Exact answer for comparison: D0 to boundary (w, L0) + D1-D2 (w) = 2w, L0.
         let mut e = decoder(g.fine_table().unwrap(), 12);
         let x = e.decode_b8(&[0b111]);
-        assert_eq!(x.status, DecodeStatus::Ok);
+        assert_eq!((r.status, x.status), (DecodeStatus::Ok, DecodeStatus::Ok));
+        assert_eq!(r.defects, 3);
+        assert_eq!(d.counters().overflows, 0);
         assert_eq!((r.observables, x.observables), (1, 1));
-        assert!((r.weight - x.weight).abs() < 1e-5);
+        assert!((r.weight - x.weight).abs() < 1e-9);
     }
 
     /// An r x c grid of detectors, each with its own boundary edge (p = 0.02; the left
@@ -783,15 +774,16 @@ mod tests {
     }
 
     #[test]
-    fn clusters_that_fit_under_k_give_the_exact_matching() {
-        // 13-20 defects on an 8 x 12 grid with K = 6: whenever the fallback's clusters all fit,
-        // the weight is the exact one (K = 20 on the same table); the clusters must apply often.
+    fn clusters_under_and_above_k_give_the_exact_weight() {
+        // 13-20 defects on an 8 x 12 grid: K = 6 (clusters by the DP or the matcher) and
+        // K = 0 (every cluster by the matcher) against K = 20 (the DP of the whole shot).
         let g = grid(8, 12);
         let t = g.fine_table().unwrap();
-        let mut fallback = decoder(t.clone(), 6);
+        let mut six = decoder(t.clone(), 6);
+        let mut zero = decoder(t.clone(), 0);
         let mut exact = decoder(t, 20);
         let mut state = 777u64;
-        let (mut clustered, mut greedy) = (0, 0);
+        let mut tried = 0;
         for _ in 0..400 {
             let mut defects = Vec::new();
             for i in 0..96u32 {
@@ -803,24 +795,17 @@ mod tests {
             if !(13..=20).contains(&defects.len()) {
                 continue;
             }
+            tried += 1;
             let want = exact.decode_defects(&defects);
             assert_eq!(want.status, DecodeStatus::Ok);
-            let got = fallback.decode_defects(&defects);
-            assert_eq!(got.status, DecodeStatus::Overflow);
-            match fallback.clusters(&defects) {
-                Some((c, o, st)) => {
-                    clustered += 1;
-                    assert_eq!(st, DecodeStatus::Overflow);
-                    assert!((want.weight - got.weight).abs() < 1e-9, "{defects:?}: clusters {} exact {}", got.weight, want.weight);
-                    assert_eq!((c as f64 / fallback.table().scale, o), (got.weight, got.observables));
-                }
-                None => {
-                    greedy += 1;
-                    assert!(got.weight >= want.weight - 1e-9);
-                }
+            for d in [&mut six, &mut zero] {
+                let got = d.decode_defects(&defects);
+                assert_eq!(got.status, DecodeStatus::Ok);
+                assert!((want.weight - got.weight).abs() < 1e-9, "{defects:?}: {} against {}", got.weight, want.weight);
             }
         }
-        assert!(clustered > 30 && greedy > 0, "clustered {clustered}, greedy {greedy}");
+        assert!(tried > 30, "{tried}");
+        assert_eq!(six.counters().overflows + zero.counters().overflows, 0);
     }
 
     #[test]
@@ -838,16 +823,16 @@ mod tests {
         let g = MatchingGraph::from_dem_text(&dem).unwrap();
         let mut d = decoder(g.fine_table().unwrap(), 2);
         let r = d.decode_defects(&[0, 1, 14, 15, 28, 29]);
-        assert_eq!(r.status, DecodeStatus::Overflow);
+        assert_eq!(r.status, DecodeStatus::Ok);
         let w = (0.9f64 / 0.1).ln();
         assert!((r.weight - 3.0 * w).abs() < 1e-4, "{}", r.weight);
         assert_eq!(r.observables, 0);
-        assert_eq!(d.counters().overflows, 1);
-        // Three in a row are one cluster of three: above K = 2, greedy (D0 boundary first on
-        // the tie, then D1-D2: 2 w and L0, which is also the exact answer here).
+        assert_eq!(d.counters().overflows, 0);
+        // Three in a row are one cluster of three, above K = 2: the matcher's 2 w (one pair,
+        // one defect to the boundary).
         let r = d.decode_defects(&[0, 1, 2]);
-        assert_eq!((r.status, r.observables), (DecodeStatus::Overflow, 1));
-        assert!(d.clusters(&[0, 1, 2]).is_none());
+        assert_eq!(r.status, DecodeStatus::Ok);
+        assert!((r.weight - 2.0 * w).abs() < 1e-4, "{}", r.weight);
         // Clusters {D0, D1}, {D2}, {D3} under K = 2, but D3 has no path anywhere: the whole
         // shot is unmatchable.
         let g = MatchingGraph::from_dem_text("error(0.1) D0 D1\nerror(0.1) D2\nerror(0.1) D3 D4\n").unwrap();
@@ -859,18 +844,26 @@ mod tests {
     }
 
     #[test]
-    fn greedy_is_a_valid_matching_on_long_chains() {
+    fn long_chains_are_matched_exactly_and_the_edge_cap_is_kept() {
         let g = repetition(40);
         let t = g.fine_table().unwrap();
-        let mut d = decoder(t, 4);
+        let mut d = decoder(t.clone(), 4);
         let r = d.decode_b8(&[0xFF; 5]);
-        assert_eq!(r.status, DecodeStatus::Overflow);
+        assert_eq!(r.status, DecodeStatus::Ok);
         assert_eq!(r.defects, 40);
-        // Ties at w everywhere: D0 takes the boundary first (L0), then D1-D2, ..., D37-D38,
-        // and D39 its boundary: 21 w, where the exact matching (20 pairs) has 20 w.
+        // All 40 defects: 20 neighbouring pairs, 20 w (a greedy start at the boundary costs 21 w).
         let w = (0.9f64 / 0.1).ln();
-        assert!((r.weight - 21.0 * w).abs() < 1e-4, "{}", r.weight);
-        assert_eq!(r.observables, 1);
+        assert!((r.weight - 20.0 * w).abs() < 1e-4, "{}", r.weight);
+        assert_eq!(r.observables, 0);
+        // Over the edge cap the shot is not decoded, and counted.
+        d.edge_cap = 10;
+        let r = d.decode_b8(&[0xFF; 5]);
+        assert_eq!((r.status, r.observables), (DecodeStatus::Overflow, 0));
+        assert!(r.weight.is_infinite());
+        assert_eq!(d.counters().overflows, 1);
+        // A float table has no integer weights for the matcher: not decoded either.
+        let mut f = decoder(g.float_table().unwrap(), 4);
+        assert_eq!(f.decode_b8(&[0xFF; 5]).status, DecodeStatus::Overflow);
     }
 
     #[test]
