@@ -1707,43 +1707,58 @@ __device__ __noinline__ uint32_t rl_qec_match_cluster(struct rl_qec_smem *s, con
     return s->r.done;
 }
 
-/** A cluster of one or two defects (a < b; b unused for one), as exact.rs's DP decides it:
- * one to the boundary; two both to the boundary, or paired when strictly cheaper. Returns
- * false when it has no matching. */
-__device__ __forceinline__ bool rl_qec_small(bool sh, const uint32_t *D, const uint32_t *P, uint64_t stride, uint32_t n, uint32_t size,
-                                             uint32_t a, uint32_t b, unsigned long long *cost, uint32_t *obs) {
-    const uint64_t aa = (uint64_t)a * stride;
-    const uint32_t ba = rl_qec_dist(sh, D, aa + n);
-    if (size == 1) {
-        if (ba == RL_QEC_INF) return false;
-        *cost = ba;
-        *obs = rl_qec_par(sh, P, aa + n);
-        return true;
+/** A cluster of one to four defects (increasing), as exact.rs's DP decides it: the lane
+ * DP's formulas (rl_qec_lane_dp, the DP written out, same options, same order, same ties),
+ * on the table wherever it is. Returns (cost, observables), cost RL_QEC_INF when it has no
+ * matching. */
+__device__ __forceinline__ uint2 rl_qec_small(bool sh, const uint32_t *D, const uint32_t *P, uint64_t stride, uint32_t n, uint32_t nd,
+                                              const uint32_t *defs) {
+    const uint2 inf = make_uint2(RL_QEC_INF, 0u);
+    uint64_t r[4];
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++) r[i] = i < nd ? (uint64_t)defs[i] * stride : 0u;
+#define RL_QEC_T(at) make_uint2(rl_qec_dist(sh, D, (at)), rl_qec_par(sh, P, (at)))
+    uint2 b[4];
+#pragma unroll
+    for (uint32_t i = 0; i < 4; i++) b[i] = i < nd ? RL_QEC_T(r[i] + n) : inf;
+    const uint2 e01 = 1u < nd ? RL_QEC_T(r[0] + defs[1]) : inf, e02 = 2u < nd ? RL_QEC_T(r[0] + defs[2]) : inf,
+                e03 = 3u < nd ? RL_QEC_T(r[0] + defs[3]) : inf, e12 = 2u < nd ? RL_QEC_T(r[1] + defs[2]) : inf,
+                e13 = 3u < nd ? RL_QEC_T(r[1] + defs[3]) : inf, e23 = 3u < nd ? RL_QEC_T(r[2] + defs[3]) : inf;
+#undef RL_QEC_T
+    switch (nd) {
+    case 1: return rl_qec_dp1(b[0]);
+    case 2: return rl_qec_pair_dp(b[0], b[1], e01);
+    case 3: {
+        uint2 q = rl_qec_opt(b[0], rl_qec_pair_dp(b[1], b[2], e12));
+        q = rl_qec_first_min(q, rl_qec_opt(e01, rl_qec_dp1(b[2])));
+        q = rl_qec_first_min(q, rl_qec_opt(e02, rl_qec_dp1(b[1])));
+        return rl_qec_dp1(q);
     }
-    const uint64_t ab = (uint64_t)b * stride;
-    const uint32_t bb = rl_qec_dist(sh, D, ab + n), e = rl_qec_dist(sh, D, aa + b);
-    unsigned long long best = ~0ull;
-    uint32_t o = 0;
-    if (ba != RL_QEC_INF && bb != RL_QEC_INF) {
-        best = (unsigned long long)ba + bb;
-        o = rl_qec_par(sh, P, aa + n) ^ rl_qec_par(sh, P, ab + n);
+    default: {
+        const uint2 p23 = rl_qec_pair_dp(b[2], b[3], e23), p13 = rl_qec_pair_dp(b[1], b[3], e13), p12 = rl_qec_pair_dp(b[1], b[2], e12);
+        uint2 t = rl_qec_opt(b[1], p23);
+        t = rl_qec_first_min(t, rl_qec_opt(e12, rl_qec_dp1(b[3])));
+        t = rl_qec_first_min(t, rl_qec_opt(e13, rl_qec_dp1(b[2])));
+        t = rl_qec_dp1(t);
+        uint2 q = rl_qec_opt(b[0], t);
+        q = rl_qec_first_min(q, rl_qec_opt(e01, p23));
+        q = rl_qec_first_min(q, rl_qec_opt(e02, p13));
+        q = rl_qec_first_min(q, rl_qec_opt(e03, p12));
+        return rl_qec_dp1(q);
     }
-    if (e != RL_QEC_INF && e < best) {
-        best = e;
-        o = rl_qec_par(sh, P, aa + b);
     }
-    *cost = best;
-    *obs = o;
-    return best != ~0ull;
 }
+
+/** Clusters up to this many defects (and K) are decoded one per thread, in parallel. */
+#define RL_QEC_SMALL 4u
 
 /** All threads, k > K defects in s->u.g.def: exact.rs clusters(). Defects x < y are linked
  * when an optimal matching may pair them (rl_qec_linked, on D[lower][higher]); a pair across
  * clusters can always be replaced by both defects to the boundary at no extra weight, so the
  * sum of the clusters' exact matchings is a minimum-weight matching of the shot. The
  * clusters, in order of their lowest defect (the root of a union-find whose roots are the
- * lowest index, so the clusters do not depend on the order the threads link them in): one or
- * two defects in parallel, by the DP's rule (rl_qec_small); three up to K one after another
+ * lowest index, so the clusters do not depend on the order the threads link them in): up to
+ * four defects in parallel, by the DP's rule (rl_qec_small); five up to K one after another
  * by the DP (its defects, increasing, in s->defs; the gather and the block's layers, as a
  * shot of that many defects); more by the matcher (rl_qec_match_cluster). Sums and XORs do
  * not depend on the order, and the first failing cluster (by index, as exact.rs stops there)
@@ -1818,15 +1833,14 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
     }
     __syncthreads();
     const uint32_t nc = s->r.left;
-    /* one or two defects: every thread its share, summed and XORed into s->r */
+    /* up to RL_QEC_SMALL defects: every thread its share, summed and XORed into s->r */
     for (uint32_t ci = tid; ci < nc; ci += T) {
         const uint32_t start = w.cstart[ci], size = w.cstart[ci + 1u] - start;
-        if (size > 2u || size > K) continue;
-        unsigned long long c1;
-        uint32_t o1;
-        if (rl_qec_small(sh, D, P, stride, n, size, w.list[start], size == 2u ? w.list[start + 1u] : 0u, &c1, &o1)) {
-            atomicAdd(&s->r.cost, c1);
-            atomicXor(&s->r.obs, o1);
+        if (size > RL_QEC_SMALL || size > K) continue;
+        const uint2 v = rl_qec_small(sh, D, P, stride, n, size, w.list + start);
+        if (v.x != RL_QEC_INF) {
+            atomicAdd(&s->r.cost, (unsigned long long)v.x);
+            atomicXor(&s->r.obs, v.y);
         } else {
             atomicMin(&s->r.rsvd[1], ci << 2 | 1u);
         }
@@ -1835,7 +1849,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
     uint32_t obs = 0;
     for (uint32_t ci = 0; ci < nc; ci++) {
         const uint32_t start = w.cstart[ci], size = w.cstart[ci + 1u] - start;
-        if (size <= 2u && size <= K) continue;
+        if (size <= RL_QEC_SMALL && size <= K) continue;
         if (size > K) {
             const uint32_t f = rl_qec_match_cluster(s, w, w.list + start, size, pm_fast, pm_room, &cost, &obs);
             if (f != 0 && tid == 0) atomicMin(&s->r.rsvd[1], ci << 2 | f);
