@@ -5,11 +5,11 @@
 //! exact decoder, on the same files.
 //!
 //! What is checked, per fixture:
-//! - every shot within the defect cap: observables equal PyMatching's prediction, or the
+//! - every shot (the DP up to K = 12 defects, its clusters above): observables equal PyMatching's prediction, or the
 //!   shot is an equal-weight tie (same weight within 1e-9 relative, another matching), which
 //!   is counted and printed, not failed; ties must stay a small fraction;
 //! - weights within 1e-4 relative of PyMatching's where not tied;
-//! - overflow shots (above K = 12) are counted;
+//! - shots not decoded (status overflow: a cluster over the matcher's edge cap) are counted;
 //! - the 16-bit GPU table and the float table give the same observables as the
 //!   PyMatching-exact table on those shots, except on ties (equal weight within the table's
 //!   rounding: 1e-3 relative for 16 bits, 1e-6 for the float table against PyMatching's
@@ -169,7 +169,7 @@ fn check(fx: &Fixture) -> Agreement {
         }
     }
     println!(
-        "{name}: {} shots, {} within K={DEFAULT_MAX_DEFECTS}: {} agree with PyMatching, {} equal-weight ties, \
+        "{name}: {} shots, {} decoded (K={DEFAULT_MAX_DEFECTS}): {} agree with PyMatching, {} equal-weight ties, \
          {} overflows; max weight error {:.2e}; logical errors {} (PyMatching {}); \
          u16 table: {} disagreements + {} ties; f64 table: {} disagreements + {} ties",
         a.shots,

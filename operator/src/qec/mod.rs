@@ -5,8 +5,9 @@
 //! - [`dem`]: stim detector error model text -> flattened error mechanisms;
 //! - [`graph`]: matching graph (PyMatching's construction) and the all-pairs tables the GPU
 //!   stage copies (`rocelink_qec::graph`);
-//! - [`exact`]: the GPU stage's K-limited table decoder, kept as the bit-exact model the GPU
-//!   kernel is tested against until the GPU decoder is exact for any number of defects;
+//! - [`exact`]: the GPU stage's decoder on the all-pairs table (exact: the subset DP up to K
+//!   defects, independent clusters above), the bit-exact model the GPU kernel is tested
+//!   against;
 //! - [`session`]: the decoder stage as a state machine over CUQR requests
 //!   (`enqueue_syndromes`, `get_corrections`, `reset_decoder`), no I/O, no clock unless asked;
 //! - [`predict`](mod@predict): the offline `pymatching predict` mirror (b8 / 01 files).

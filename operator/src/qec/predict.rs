@@ -70,7 +70,8 @@ impl fmt::Display for ShotFormat {
 pub struct PredictStats {
     /// Shots decoded.
     pub shots: u64,
-    /// Shots above the defect cap of the GPU's table decoder (its fallback); 0 on the CPU.
+    /// Shots the GPU could not decode (a cluster over its scratch), decoded on the CPU; 0 on
+    /// the CPU.
     pub overflows: u64,
     /// Shots without a perfect matching (the prediction is that of the clusters that
     /// matched).

@@ -21,9 +21,9 @@
 //!   is exact for any number of defects and works on each round as it arrives (grows its
 //!   defects' balls, solves and proves the shot so far), so the final round re-solves only
 //!   the clusters its own defects touch. [`QecSession::with_table`] runs
-//!   the GPU stage's K-limited decoder instead (the bit-exact model the GPU kernel is tested
-//!   against): above K its fallback answer is sent with report status 1 (overflow) and
-//!   counted.
+//!   the GPU stage's table decoder instead (the bit-exact model the GPU kernel is tested
+//!   against, exact too); a shot it cannot decode (a cluster over the GPU scratch's edge
+//!   cap) is answered with report status 1 (overflow), no correction, and counted.
 //! - The correction of every decoded shot is XORed into the decoder's accumulated
 //!   corrections. `get_corrections{decoder_id, return_size, reset}` answers them (return_size
 //!   bits, LSB first, zero-padded to a multiple of 8 bytes; bits past the observables are 0),
@@ -212,8 +212,8 @@ impl QecSession<MatchingDecoder> {
 }
 
 impl<W: TableWeight> QecSession<ExactDecoder<W>> {
-    /// The GPU stage's model: `table`'s DEM decoded by the K-limited table decoder
-    /// (`config.max_defects`).
+    /// The GPU stage's model: `table`'s DEM decoded by the table decoder (the subset DP up
+    /// to `config.max_defects`, clusters above).
     pub fn with_table(table: Arc<DistanceTable<W>>, config: SessionConfig) -> Result<Self, ConfigError> {
         let (n, obs) = (table.num_detectors, table.num_observables);
         Self::with_decoders(config, n, obs, || ExactDecoder::new(Arc::clone(&table), config.max_defects))
