@@ -212,7 +212,7 @@ struct rl_cq_dbrec {
  *   Unchecked (bit RL_DB_CHECKED_BIT clear): the writer fenced (system-scope release) after its WQE
  *   writes and before this store: every WQE below the index is complete when it is seen.
  *   Checked (bit RL_DB_CHECKED_BIT set): no fence before the store, which is what it saves
- *   (a release fence across PCIe is ~0.55 us, latency-reports/README.md). Its range, the
+ *   (a release fence across PCIe is ~0.55 us, latency-reports/history.md). Its range, the
  *   last (bits 16..19) + 1 WQEBBs below the index, holds the WQEs written since the writer's
  *   last fence: only they may still be landing; every WQE below the range is complete. Bits
  *   21..63 are the top 43 bits of the range's check: the XOR of a mix of every 16-byte chunk

@@ -13,7 +13,7 @@
  *      the slot the peer should write next (lanes 4..; peers cycle their slots in order); the
  *      exit flag is read by one more lane every RL_EXIT_POLL_EVERY polls (idle or not), in the
  *      same round, or on its own when warp 1's pre-poll read the message (PERF.md: every extra poller or dependent read of host memory costs ~1 us; reads
- *      by other multiprocessors also slow the doorbell's fence, latency-reports/README.md).
+ *      by other multiprocessors also slow the doorbell's fence, latency-reports/history.md).
  *      Words of that read which may predate the
  *      NIC's write are trusted only when they no longer hold the poison written there after
  *      the message before was consumed (abi.h RL_SPEC_POISON); otherwise, and for a
@@ -197,7 +197,7 @@
  * PCIe read (~1.2 us), back to back from the doorbell on, so in a closed loop (and under any
  * periodic traffic: a fixed syndrome cycle) the next message lands at a fixed offset into a
  * read and waits for the next sample: up to a read's time more (the round trip sits in one of
- * two modes a read apart, latency-reports/README.md). The raw mapped ping-pong measured 1.63
+ * two modes a read apart, latency-reports/history.md). The raw mapped ping-pong measured 1.63
  * to 2.79 us p50 by such a wait alone (scripts/probes/poll_stagger.cu, ONLY_DELAY). With the
  * lock, warp 0 starts polling `delta` ns after the doorbell, and picks delta itself: it tries
  * RL_PHASE_STEPS waits over one read, RL_PHASE_SAMPLES messages each, keeps the one with the

@@ -2,7 +2,7 @@
  * scripts/probes/sm_placement.cu — a measurement probe (not part of the data path): does the
  * multiprocessor a persistent kernel lands on, or where its host buffer lies, set the mapped
  * ping-pong's round trip? The floor and the data path both measure in one of two modes ~0.3 us
- * apart from one launch (or allocation) to the next (latency-reports/README.md).
+ * apart from one launch (or allocation) to the next (latency-reports/history.md).
  *
  * One block per multiprocessor takes its turn (blocks find their SM with %smid; the first on
  * each SM plays, the rest leave): one thread makes `n` dependent reads of a host line (ns per
