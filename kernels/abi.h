@@ -383,6 +383,26 @@ RL_STATIC_ASSERT(sizeof(struct rl_queue_desc) == 24, "queue desc");
 RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 7 * 8 + 8 * 4 + 8, "transceiver desc");
 
 /* ---------------------------------------------------------------------------------------
+ * The CUDA-Q Realtime RPC header the stages read and write (rocelink_wire::rpc, whose
+ * constants a test holds equal to these): magic, function id, arg_len (or status and
+ * result_len in a response), request_id, ptp_timestamp; little-endian.
+ * ------------------------------------------------------------------------------------- */
+#define RL_RPC_REQUEST_MAGIC 0x43555152u  /* 'CUQR' */
+#define RL_RPC_RESPONSE_MAGIC 0x43555153u /* 'CUQS' */
+#define RL_RPC_HEADER_LEN 24
+
+/* The QEC functions' ids (FNV-1a of their names) and response status codes. */
+#define RL_QEC_FN_ENQUEUE 0x7ED8BE82u /* enqueue_syndromes */
+#define RL_QEC_FN_GET 0x882D5BA1u     /* get_corrections */
+#define RL_QEC_FN_RESET 0x977A59CFu   /* reset_decoder */
+#define RL_QEC_OK 0
+#define RL_QEC_INVALID_DECODER 1
+#define RL_QEC_BAD_REQUEST 2
+#define RL_QEC_INTERNAL_ERROR 3
+#define RL_QEC_NOT_READY 4
+#define RL_QEC_SYNDROMES_DROPPED 6
+
+/* ---------------------------------------------------------------------------------------
  * The state blob of the QEC decoder stage (stages/qec.cuh; device memory, one per
  * chain; built by operator/src/gpu/qec_state.rs on the bindings generated from here):
  *

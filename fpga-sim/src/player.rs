@@ -56,9 +56,8 @@ use crate::qec::QecPlan;
 use crate::regs::MAX_IN_FLIGHT;
 use crate::stats::Stats;
 
-/// RPC header offsets the player rewrites (PROTOCOLS.md 3: request_id at 12, timestamp at 16).
-const REQUEST_ID_AT: usize = 12;
-const TIMESTAMP_AT: usize = 16;
+// RPC header offsets the player rewrites.
+use rocelink_wire::rpc::{REQUEST_ID_AT, TIMESTAMP_AT};
 const PSN_MASK: u32 = 0x00FF_FFFF;
 
 /// Everything one run needs, snapshotted from the registers when the run bit is set.

@@ -49,9 +49,8 @@ pub use rocelink_wire::dem::{MAX_DETECTORS, MAX_FLAT_STEPS as MAX_DEM_STEPS, MAX
 
 /// RPC header plus the fixed part of `enqueue_syndromes`: the bytes before the syndromes.
 const HEAD_LEN: usize = rpc::HEADER_LEN + wq::ENQUEUE_SYNDROMES_FIXED_LEN;
-/// Where the player stamps request_id and send time (PROTOCOLS.md 3).
-const REQUEST_ID_AT: usize = 12;
-const TIMESTAMP_AT: usize = 16;
+// Where the player stamps request_id and send time.
+use rocelink_wire::rpc::{REQUEST_ID_AT, TIMESTAMP_AT};
 
 /// Why a replay could not be loaded or set up.
 #[derive(Debug, thiserror::Error)]

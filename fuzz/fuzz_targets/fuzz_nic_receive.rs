@@ -33,7 +33,7 @@ use rocelink_wire::bth::Opcode;
 use rocelink_wire::roce::{self, Endpoints};
 use rocelink_wire::{icrc, ipv4};
 
-const QPN: u32 = 0x00_0101;
+const QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 const GUARD: usize = 64;
 const SLOTS: u32 = 8;
 const STRIDE: u32 = 1024;

@@ -13,10 +13,6 @@
 #include "../abi.h"
 #include "stage.cuh"
 
-#define RL_RPC_REQUEST_MAGIC 0x43555152u
-#define RL_RPC_RESPONSE_MAGIC 0x43555153u
-#define RL_RPC_HEADER_LEN 24
-
 /** What the answer is: its arg_len and status, from the request's header (every thread alike). */
 __device__ __forceinline__ int rl_stage_echo_check(const uint8_t *req, int len, int cap, uint32_t *arg_len, int *status) {
     if (len < RL_RPC_HEADER_LEN) return -1;

@@ -72,28 +72,7 @@
 #include "stage.cuh"
 #include "blossom.cuh"
 
-#ifndef RL_RPC_REQUEST_MAGIC
-#define RL_RPC_REQUEST_MAGIC 0x43555152u /* 'CUQR' */
-#endif
-#ifndef RL_RPC_RESPONSE_MAGIC
-#define RL_RPC_RESPONSE_MAGIC 0x43555153u /* 'CUQS' */
-#endif
-#ifndef RL_RPC_HEADER_LEN
-#define RL_RPC_HEADER_LEN 24
-#endif
-
-/* Function ids (FNV-1a of the names; PROTOCOLS.md 3, pinned in rocelink-wire). */
-#define RL_QEC_FN_ENQUEUE 0x7ED8BE82u
-#define RL_QEC_FN_GET 0x882D5BA1u
-#define RL_QEC_FN_RESET 0x977A59CFu
-
-/* Response status codes (PROTOCOLS.md 3). */
-#define RL_QEC_OK 0
-#define RL_QEC_INVALID_DECODER 1
-#define RL_QEC_BAD_REQUEST 2
-#define RL_QEC_INTERNAL_ERROR 3
-#define RL_QEC_NOT_READY 4
-#define RL_QEC_SYNDROMES_DROPPED 6
+/* The function ids and response status codes are abi.h's (RL_QEC_FN_*, RL_QEC_OK, ...). */
 
 /* Decode report status (rocelink_wire::qec::REPORT_*). */
 #define RL_QEC_REPORT_OK 0u

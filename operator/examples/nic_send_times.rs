@@ -19,7 +19,7 @@ use rocelink_operator::nic::{MrTable, NicCounters, NicOptions, QpAttrs, SoftNic}
 use rocelink_operator::rings::{QpMemory, QpSizes};
 use rocelink_wire::roce::{self, Endpoints};
 
-const QPN: u32 = 0x101;
+const QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -35,8 +35,8 @@ use rocelink_operator::stage::{Echo, Outcome, Stage};
 use rocelink_operator::verbs::HostVerbs;
 use rocelink_wire::roce::{self, Endpoints};
 
-const HOST_QPN: u32 = 0x101;
-const PEER_QPN: u32 = 2;
+const HOST_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
+const PEER_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_FPGA_QP;
 
 /// The steps of one round trip, in order.
 const STEPS: [&str; 9] = [

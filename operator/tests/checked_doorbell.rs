@@ -24,7 +24,7 @@ use rocelink_operator::nic::{Access, MrTable, NicCounters, NicEngine, NicEngineC
 use rocelink_operator::rings::{QpMemory, QpSizes};
 use rocelink_wire::roce::{self, Endpoints};
 
-const QPN: u32 = 0x101;
+const QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 const ENTRIES: u32 = 64;
 const MESSAGES: u32 = 3000;
 

@@ -36,8 +36,8 @@ use rocelink_wire::reth::RethRepr;
 use rocelink_wire::roce::{self, Endpoints, RoceRepr};
 use rocelink_wire::{icrc, immdt, ipv4};
 
-const QPN: u32 = 0x00_0101;
-const PEER_QPN: u32 = 2;
+const QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
+const PEER_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_FPGA_QP;
 const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const HOST_IP: [u8; 4] = [192, 168, 0, 101];

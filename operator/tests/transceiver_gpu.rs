@@ -37,8 +37,8 @@ use rocelink_wire::reth::RethRepr;
 use rocelink_wire::roce::{self, Endpoints, RoceRepr};
 use rocelink_wire::rpc::{self, RequestRepr};
 
-const HOST_QPN: u32 = 0x101;
-const PEER_QPN: u32 = 2;
+const HOST_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
+const PEER_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_FPGA_QP;
 /// How long one answer may take before the test calls the kernel stuck.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the test waits to be sure that a refused request gets no answer.

@@ -200,6 +200,9 @@ pub mod ext {
 
     /// Default of [`PLAYER_FPGA_QP`] (PROTOCOLS.md 2.3).
     pub const DEFAULT_FPGA_QP: u32 = 2;
+    /// The host's QP number, where the peer's writes go (`RDMA_QP`; any 24-bit value: an HSB
+    /// host gets its own from `ibv_create_qp`, rocelink's software NIC uses this one).
+    pub const DEFAULT_HOST_QP: u32 = 0x000_0101;
     /// QP number that means control-over-RoCE (PROTOCOLS.md 2.3).
     pub const CONTROL_QP: u32 = 0x1000;
     /// Default of [`PLAYER_RESPONSE_TIMEOUT_US`].

@@ -61,6 +61,11 @@ pub mod status {
     pub const SYNDROMES_DROPPED: i32 = 6;
 }
 
+/// Where a request's `request_id` (u32, little-endian) sits: a peer rewrites it per message.
+pub const REQUEST_ID_AT: usize = field::REQUEST_ID.start;
+/// Where a request's `ptp_timestamp` (u64, little-endian) sits: a peer stamps its send time.
+pub const TIMESTAMP_AT: usize = field::PTP_TIMESTAMP.start;
+
 mod field {
     use crate::bytes::{Field, Rest};
     pub const MAGIC: Field = 0..4;

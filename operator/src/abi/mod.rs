@@ -32,6 +32,20 @@ const _: () = assert!(std::mem::size_of::<rl_proxy_doorbell>() == LINE);
 const _: () = assert!(std::mem::size_of::<rl_control>() == 2 * LINE);
 const _: () = assert!(std::mem::offset_of!(rl_control, heartbeat) == LINE);
 const _: () = assert!(std::mem::size_of::<rl_msg_timestamp>() == 48);
+// The RPC constants the stages use are rocelink-wire's.
+const _: () = assert!(RL_RPC_REQUEST_MAGIC == rocelink_wire::rpc::REQUEST_MAGIC);
+const _: () = assert!(RL_RPC_RESPONSE_MAGIC == rocelink_wire::rpc::RESPONSE_MAGIC);
+const _: () = assert!(RL_RPC_HEADER_LEN as usize == rocelink_wire::rpc::HEADER_LEN);
+const _: () = assert!(RL_QEC_FN_ENQUEUE == rocelink_wire::rpc::function_id::ENQUEUE_SYNDROMES);
+const _: () = assert!(RL_QEC_FN_GET == rocelink_wire::rpc::function_id::GET_CORRECTIONS);
+const _: () = assert!(RL_QEC_FN_RESET == rocelink_wire::rpc::function_id::RESET_DECODER);
+const _: () = assert!(RL_QEC_OK as i32 == rocelink_wire::rpc::status::OK);
+const _: () = assert!(RL_QEC_INVALID_DECODER as i32 == rocelink_wire::rpc::status::INVALID_DECODER);
+const _: () = assert!(RL_QEC_BAD_REQUEST as i32 == rocelink_wire::rpc::status::BAD_REQUEST);
+const _: () = assert!(RL_QEC_INTERNAL_ERROR as i32 == rocelink_wire::rpc::status::INTERNAL_ERROR);
+const _: () = assert!(RL_QEC_NOT_READY as i32 == rocelink_wire::rpc::status::NOT_READY);
+const _: () = assert!(RL_QEC_SYNDROMES_DROPPED as i32 == rocelink_wire::rpc::status::SYNDROMES_DROPPED);
+
 /// Bytes of one per-message timestamp record.
 pub const TIMESTAMP: usize = std::mem::size_of::<rl_msg_timestamp>();
 

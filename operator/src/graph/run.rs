@@ -40,8 +40,8 @@ use crate::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
 use crate::rings::{QpMemory, QpSizes};
 use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 
-/// The host's QP number (any 24-bit value; HSB hosts get theirs from ibv_create_qp).
-pub const HOST_QPN: u32 = 0x000_0101;
+/// The host's QP number (`hsb::ext::DEFAULT_HOST_QP`).
+const HOST_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 /// How long each part gets to stop.
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
