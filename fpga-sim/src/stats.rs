@@ -196,38 +196,9 @@ impl DecodeTimes {
     }
 }
 
-/// A copy of the QEC counters at one moment (each read on its own).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QecStatsSnapshot {
-    pub shots_sent: u32,
-    pub shots_decoded: u32,
-    pub logical_errors: u32,
-    pub disagreements: u32,
-    pub overflows: u32,
-    pub unmatchable: u32,
-    pub rounds_sent: u32,
-    pub bad_answers: u32,
-    pub first_send_ns: u64,
-    pub last_send_ns: u64,
-    pub last_correction_ns: u64,
-    pub status: [u32; ext::QEC_STATUS_WORDS as usize],
-    /// Decode reports counted, and their decode_ns median, 99th percentile and maximum.
-    pub decode_count: u32,
-    pub decode_p50_ns: u32,
-    pub decode_p99_ns: u32,
-    pub decode_max_ns: u32,
-}
-
-impl QecStatsSnapshot {
-    /// Rounds decoded per microsecond: rounds of the decoded shots over the time from the
-    /// first message sent to the last correction received (`None` before any).
-    pub fn rounds_per_us(&self, rounds_per_shot: u32) -> Option<f64> {
-        let span = self.last_correction_ns.checked_sub(self.first_send_ns)?;
-        (span > 0 && self.shots_decoded > 0).then(|| {
-            1_000.0 * f64::from(self.shots_decoded) * f64::from(rounds_per_shot) / span as f64
-        })
-    }
-}
+/// A copy of the QEC counters at one moment (each read on its own): the registers' values,
+/// `hsb::QecCounters`.
+pub type QecStatsSnapshot = rocelink_wire::hsb::QecCounters;
 
 impl QecStats {
     fn counters(&self) -> [&AtomicU32; 8] {
@@ -322,10 +293,12 @@ impl QecStats {
             last_send_ns: t(&self.last_send_ns),
             last_correction_ns: t(&self.last_correction_ns),
             status: std::array::from_fn(|i| r(&self.status[i])),
-            decode_count: self.decode.count(),
-            decode_p50_ns: self.decode.quantile(0.5),
-            decode_p99_ns: self.decode.quantile(0.99),
-            decode_max_ns: self.decode.max(),
+            decode: rocelink_wire::hsb::DecoderTime {
+                count: self.decode.count(),
+                p50_ns: self.decode.quantile(0.5),
+                p99_ns: self.decode.quantile(0.99),
+                max_ns: self.decode.max(),
+            },
         }
     }
 }
@@ -366,7 +339,7 @@ mod tests {
         r.decode.record(5);
         assert_eq!(r.decode.quantile(0.5), 5);
         let s = q.snapshot();
-        assert_eq!((s.decode_count, s.decode_p50_ns, s.decode_p99_ns, s.decode_max_ns), (100, 128, 1024, 40_000));
+        assert_eq!((s.decode.count, s.decode.p50_ns, s.decode.p99_ns, s.decode.max_ns), (100, 128, 1024, 40_000));
         q.reset();
         assert_eq!(q.read_register(ext::QEC_DECODE_COUNT), Some(0));
         assert_eq!(q.read_register(ext::QEC_DECODE_MAX_NS), Some(0));

@@ -1158,7 +1158,9 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
         }
     }
     assert_eq!(statuses.into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 6], "every status but BUSY");
-    assert!(overflows > 100 && unmatchable > 100 && dropped > 100, "{overflows} {unmatchable} {dropped}");
+    // Small K (0, 2, 3, 4) drives the clusters, by the DP and the matcher: every shot decoded.
+    assert_eq!(overflows, 0, "the table decoder is exact above K");
+    assert!(unmatchable > 100 && dropped > 100, "{unmatchable} {dropped}");
     assert!(never_pairs > 0, "one workload exercises the 32-bit transform");
     if !nvrtc::present_or_skip("the replay kernel compile") {
         return;

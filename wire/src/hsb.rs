@@ -337,6 +337,68 @@ pub mod ext {
     }
 }
 
+/// A QEC replay's results as the peer counts them: the values of the registers
+/// [`ext::QEC_SHOTS_SENT`] ..= [`ext::QEC_STATUS_COUNTS`] and [`ext::QEC_DECODE_COUNT`] ..
+/// (fpga-sim writes them, the host reads them over ECB; one definition for both). Times are
+/// nanoseconds of the peer's clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct QecCounters {
+    /// Shots whose every message was sent ([`ext::QEC_SHOTS_SENT`]).
+    pub shots_sent: u32,
+    /// Shots whose correction came back ([`ext::QEC_SHOTS_DECODED`]).
+    pub shots_decoded: u32,
+    /// Corrections that disagree with the shot's true observables.
+    pub logical_errors: u32,
+    /// Corrections that differ from the reference decoder's prediction.
+    pub disagreements: u32,
+    /// Decode reports with status overflow (not decoded).
+    pub overflows: u32,
+    /// Decode reports with status unmatchable.
+    pub unmatchable: u32,
+    /// Syndrome rounds sent.
+    pub rounds_sent: u32,
+    /// Answers that were not a valid response to a request of the replay.
+    pub bad_answers: u32,
+    /// When the first message was sent.
+    pub first_send_ns: u64,
+    /// When the last message was sent.
+    pub last_send_ns: u64,
+    /// When the last correction arrived.
+    pub last_correction_ns: u64,
+    /// Word 0: every non-OK answer; word `s` (1..=6): status `s`; word 7: other statuses.
+    pub status: [u32; ext::QEC_STATUS_WORDS as usize],
+    /// The decoder's own decode time from its decode reports; all 0 from a peer without
+    /// these registers.
+    pub decode: DecoderTime,
+}
+
+impl QecCounters {
+    /// Rounds decoded per microsecond: rounds of the decoded shots over the time from the
+    /// first message sent to the last correction received (`None` before any).
+    pub fn rounds_per_us(&self, rounds_per_shot: u32) -> Option<f64> {
+        let span = self.last_correction_ns.checked_sub(self.first_send_ns)?;
+        (span > 0 && self.shots_decoded > 0)
+            .then(|| 1_000.0 * f64::from(self.shots_decoded) * f64::from(rounds_per_shot) / span as f64)
+    }
+}
+
+/// The decoder's own decode times as the peer counts them ([`ext::QEC_DECODE_COUNT`] ..):
+/// reports counted, median, 99th percentile and maximum in ns (percentiles to the peer's
+/// bins, [`ext::qec_decode_bin`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct DecoderTime {
+    /// Decode reports counted.
+    pub count: u32,
+    /// Their decode_ns median.
+    pub p50_ns: u32,
+    /// 99th percentile.
+    pub p99_ns: u32,
+    /// Maximum.
+    pub max_ns: u32,
+}
+
 /// Why a peer refused to start its traffic player: the code in [`ext::PLAYER_START_ERROR`]
 /// and its two detail words ([`ext::PLAYER_START_DETAIL`]). Total: every code maps to a
 /// variant and back ([`PlayerRefusal::from_words`], [`PlayerRefusal::code`]).

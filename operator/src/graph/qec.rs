@@ -566,7 +566,7 @@ mod tests {
             rec(10, 9999, ok | cf::FINAL_ROUND | cf::DUPLICATE),
         ];
         let info = QecInfo { loaded: true, has_reference: true, messages_per_shot: 2, rounds_per_shot: 4, observables: 1, ..QecInfo::default() };
-        let counters = QecCounters { shots_sent: 3, shots_decoded: 3, logical_errors: 1, disagreements: 1, overflows: 1, first_send_ns: 1_000, last_correction_ns: 13_000, status: [2, 0, 0, 0, 0, 0, 2, 0], ..QecCounters::default() };
+        let counters = QecCounters { peer: rocelink_wire::hsb::QecCounters { shots_sent: 3, shots_decoded: 3, logical_errors: 1, disagreements: 1, overflows: 1, first_send_ns: 1_000, last_correction_ns: 13_000, status: [2, 0, 0, 0, 0, 0, 2, 0], ..Default::default() }, ..QecCounters::default() };
         let q = QecRun { decoder: "decoder".into(), dem: "m.dem".into(), rounds_per_message: 2, replay: None };
         let mut d = QecDriven { info, counters: Some(counters), interval_clocks: 0, closed_loop: true };
         let r = report(&q, &d, &records, 5, 1, &[]);

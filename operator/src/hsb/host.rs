@@ -99,39 +99,24 @@ pub struct QecInfo {
     pub max_message_bytes: u32,
 }
 
-/// A QEC run's results, as the peer counts them (QEC_SHOTS_SENT ..= QEC_STATUS_COUNTS, and
-/// STAT_TIMEOUTS). Times are nanoseconds of the peer's clock.
+/// A QEC run's results, as the peer counts them (`hsb::QecCounters`, the registers' one
+/// definition), and its response timeouts (`STAT_TIMEOUTS`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct QecCounters {
-    pub shots_sent: u32,
-    pub shots_decoded: u32,
-    pub logical_errors: u32,
-    pub disagreements: u32,
-    pub overflows: u32,
-    pub unmatchable: u32,
-    pub rounds_sent: u32,
-    pub bad_answers: u32,
-    pub first_send_ns: u64,
-    pub last_send_ns: u64,
-    pub last_correction_ns: u64,
-    /// Word 0: every non-OK answer; word `s` (1..=6): status `s`; word 7: other statuses.
-    pub status: [u32; 8],
+    #[serde(flatten)]
+    pub peer: rocelink_wire::hsb::QecCounters,
     /// Messages never answered within the response timeout.
     pub timeouts: u32,
-    /// The decoder's own decode time from its decode reports (ext::QEC_DECODE_COUNT ..); all
-    /// 0 from a peer without these registers.
-    pub decode: DecoderTime,
 }
 
-/// The decoder's own decode times as the peer counts them: reports counted, median, 99th
-/// percentile and maximum in ns (percentiles to the peer's bins: 32 ns to 2 us, 3% above).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct DecoderTime {
-    pub count: u32,
-    pub p50_ns: u32,
-    pub p99_ns: u32,
-    pub max_ns: u32,
+impl std::ops::Deref for QecCounters {
+    type Target = rocelink_wire::hsb::QecCounters;
+    fn deref(&self) -> &Self::Target {
+        &self.peer
+    }
 }
+
+pub use rocelink_wire::hsb::DecoderTime;
 
 /// How a QEC run plays its shots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -421,6 +406,7 @@ impl HsbHost {
         }
         let dw = |i: usize| decode.get(i).copied().unwrap_or(0);
         Ok(Some(QecCounters {
+            peer: rocelink_wire::hsb::QecCounters {
             shots_sent: word(ext::QEC_SHOTS_SENT),
             shots_decoded: word(ext::QEC_SHOTS_DECODED),
             logical_errors: word(ext::QEC_LOGICAL_ERRORS),
@@ -433,8 +419,9 @@ impl HsbHost {
             last_send_ns: time(ext::QEC_LAST_SEND_LO),
             last_correction_ns: time(ext::QEC_LAST_CORRECTION_LO),
             status,
-            timeouts,
             decode: DecoderTime { count: dw(0), p50_ns: dw(1), p99_ns: dw(2), max_ns: dw(3) },
+            },
+            timeouts,
         }))
     }
 
