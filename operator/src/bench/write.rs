@@ -311,82 +311,82 @@ pub fn svg(title: &str, series: &[(&BenchRow, &[u64])]) -> Result<String, String
         let edges = log_edges(lo, hist_hi);
         let hists: Vec<Vec<f64>> = series.iter().map(|(_, s)| shares(s, &edges)).collect();
         let ymax = hists.iter().flat_map(|h| h.iter().copied()).fold(0.0, f64::max).max(1.0) * 1.1;
-        let mut chart = ChartBuilder::on(&left)
-            .caption(format!("histogram (x clipped at {hist_hi:.2} us = 2x the largest p99.9)"), ("sans-serif", 15))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(60)
-            .build_cartesian_2d(log_axis(lo, hist_hi), 0.0..ymax)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("round trip (us, log scale)")
-            .y_desc("% of round trips per bin")
-            .x_label_formatter(&|v| tick_label(*v))
-            .y_label_formatter(&|v| format!("{v:.1}"))
-            .draw()
-            .map_err(plot_err)?;
-        for (i, ((row, _), h)) in series.iter().zip(&hists).enumerate() {
-            let colour = COLOURS[i % COLOURS.len()];
+        let lines = series.iter().zip(&hists).map(|((row, _), h)| {
             let mut pts = Vec::with_capacity(h.len() * 2);
             for (b, &y) in h.iter().enumerate() {
                 pts.push((edges[b], y));
                 pts.push((edges[b + 1], y));
             }
-            chart
-                .draw_series(LineSeries::new(pts, colour.stroke_width(2)))
-                .map_err(plot_err)?
-                .label(row.path.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3)));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(plot_err)?;
+            (row.path.clone(), pts)
+        });
+        let caption = format!("histogram (x clipped at {hist_hi:.2} us = 2x the largest p99.9)");
+        let y = Axis { desc: "% of round trips per bin", max: ymax, decimals: 1 };
+        panel(&left, &caption, (lo, hist_hi), y, lines, SeriesLabelPosition::UpperRight)?;
 
         // CDF over everything, max included.
-        let mut chart = ChartBuilder::on(&right)
-            .caption("CDF (whole range)", ("sans-serif", 15))
-            .margin(12)
-            .x_label_area_size(45)
-            .y_label_area_size(60)
-            .build_cartesian_2d(log_axis(lo, cdf_hi), 0.0..100.0)
-            .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc("round trip (us, log scale)")
-            .y_desc("% of round trips at or below")
-            .x_label_formatter(&|v| tick_label(*v))
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .draw()
-            .map_err(plot_err)?;
-        for (i, (row, s)) in series.iter().enumerate() {
-            let colour = COLOURS[i % COLOURS.len()];
+        let lines = series.iter().map(|(row, s)| {
             let n = s.len();
             let step = (n / CDF_POINTS).max(1);
-            let mut pts: Vec<(f64, f64)> = (0..n).step_by(step).map(|k| (to_us(s[k]), (k + 1) as f64 * 100.0 / n as f64)).collect();
+            let mut pts: Vec<(f64, f64)> =
+                (0..n).step_by(step).map(|k| (to_us(s[k]), (k + 1) as f64 * 100.0 / n as f64)).collect();
             pts.push((to_us(s[n - 1]), 100.0));
-            chart
-                .draw_series(LineSeries::new(pts, colour.stroke_width(2)))
-                .map_err(plot_err)?
-                .label(row.path.clone())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3)));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 14))
-            .draw()
-            .map_err(plot_err)?;
+            (row.path.clone(), pts)
+        });
+        let y = Axis { desc: "% of round trips at or below", max: 100.0, decimals: 0 };
+        panel(&right, "CDF (whole range)", (lo, cdf_hi), y, lines, SeriesLabelPosition::LowerRight)?;
         root.present().map_err(plot_err)?;
     }
     Ok(out)
+}
+
+/// A panel's y axis: its label, top and tick decimals (it starts at 0).
+struct Axis {
+    desc: &'static str,
+    max: f64,
+    decimals: usize,
+}
+
+/// One panel of [`svg`]: round trips on a logarithmic x axis over `x`, every line in its own
+/// colour, with a legend at `legend`.
+fn panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    caption: &str,
+    x: (f64, f64),
+    y: Axis,
+    lines: impl Iterator<Item = (String, Vec<(f64, f64)>)>,
+    legend: SeriesLabelPosition,
+) -> Result<(), String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 15))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(log_axis(x.0, x.1), 0.0..y.max)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("round trip (us, log scale)")
+        .y_desc(y.desc)
+        .x_label_formatter(&|v| tick_label(*v))
+        .y_label_formatter(&|v| format!("{v:.*}", y.decimals))
+        .draw()
+        .map_err(plot_err)?;
+    for (i, (label, pts)) in lines.enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(pts, colour.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3)));
+    }
+    chart
+        .configure_series_labels()
+        .position(legend)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+        .map_err(plot_err)
 }
 
 /// A logarithmic axis from `lo` to `hi` with ticks at 1, 2, 5 x 10^k (or every 10^k over
