@@ -21,6 +21,36 @@ pub struct Environment {
     pub gpu: Option<String>,
 }
 
+/// The Markdown "Environment" section of a report: the date, this machine's rows (host, CPU,
+/// cores, kernel, GPU, rocelink's version), then the report's own `rows` (backend, wire,
+/// spin mode, pinned cores, ...). The one place every report's header is written.
+pub fn write_markdown(s: &mut String, date_utc: &str, m: &Environment, rows: &[(&str, String)]) {
+    use std::fmt::Write as _;
+    let _ = writeln!(s, "## Environment\n\n| | |\n|---|---|");
+    let machine = [
+        ("date (UTC)", date_utc.to_string()),
+        ("host", m.host.clone()),
+        ("CPU", m.cpu.clone()),
+        ("cores available", m.cores.to_string()),
+        ("kernel", m.kernel.clone()),
+        ("GPU", m.gpu.clone().unwrap_or_else(|| "none used".into())),
+        ("rocelink", m.rocelink_version.clone()),
+    ];
+    for (k, v) in machine.iter().map(|(k, v)| (*k, v)).chain(rows.iter().map(|(k, v)| (*k, v))) {
+        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
+    }
+}
+
+impl Environment {
+    /// The pinned cores as `thread core, ...`, or `unpinned`.
+    pub fn pinned_text(&self) -> String {
+        if self.pinned.is_empty() {
+            return "unpinned".into();
+        }
+        self.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
 fn read_trim(path: &str) -> String {
     std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_else(|_| "unknown".into())
 }

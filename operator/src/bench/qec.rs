@@ -544,25 +544,16 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
     if r.interrupted {
         let _ = writeln!(s, "**Interrupted**: the rows cover what was measured before the interrupt.\n");
     }
-    let _ = writeln!(s, "## Environment\n\n| | |\n|---|---|");
-    for (k, v) in [
-        ("date (UTC)", e.date_utc.clone()),
-        ("host", m.host.clone()),
-        ("CPU", m.cpu.clone()),
-        ("cores available", m.cores.to_string()),
-        ("kernel", m.kernel.clone()),
-        ("GPU", m.gpu.clone().unwrap_or_else(|| "none used".into())),
-        ("rocelink", m.rocelink_version.clone()),
+    let rows = [
         ("backends", e.backends.join(", ")),
         ("skipped", if e.skipped.is_empty() { "none".into() } else { e.skipped.join("; ") }),
         ("wires", e.wires.join(", ")),
         ("distances", e.distances.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
         ("p", e.ps.join(", ")),
         ("spin mode", m.spin_mode.clone()),
-        ("pinned cores", if m.pinned.is_empty() { "unpinned".to_string() } else { m.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ") }),
-    ] {
-        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
-    }
+        ("pinned cores", m.pinned_text()),
+    ];
+    crate::env::write_markdown(&mut s, &e.date_utc, m, &rows);
 
     let _ = writeln!(s, "\n## Latency (us)\n");
     let _ = writeln!(s, "| d | p | wire | backend | path | size (B) | count | min | p50 | p90 | p99 | p99.9 | max | p50 - echo p50 | lost |");

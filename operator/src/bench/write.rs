@@ -121,33 +121,22 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
         let _ = writeln!(s);
     }
 
-    let _ = writeln!(s, "## Environment\n");
-    let _ = writeln!(s, "| | |\n|---|---|");
     let spin_note = match m.spin_mode.as_str() {
         "shared" => "shared: fewer cores than spinners, so every spinner (floors included) spins briefly, then yields its core",
         "dedicated" if std::env::var_os("ROCELINK_SPIN_PAUSE").is_some_and(|v| v != "0") => "dedicated: every spinner has a core and never yields (floors too); PAUSE between polls (ROCELINK_SPIN_PAUSE)",
         "dedicated" => "dedicated: every spinner has a core and never yields, polling back to back without PAUSE (floors too)",
         other => other,
     };
-    let pinned: Vec<String> = m.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let c = &report.clock_overhead_ns;
-    for (k, v) in [
-        ("date (UTC)", e.date_utc.clone()),
-        ("host", m.host.clone()),
-        ("CPU", m.cpu.clone()),
-        ("cores available", m.cores.to_string()),
-        ("kernel", m.kernel.clone()),
-        ("GPU", m.gpu.clone().unwrap_or_else(|| "none used".into())),
-        ("rocelink", m.rocelink_version.clone()),
+    let rows = [
         ("backend", m.backend.clone()),
         ("wires", e.wires.join(", ")),
         ("payload sizes (B)", e.sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")),
         ("spin mode", spin_note.into()),
-        ("pinned cores", pinned.join(", ")),
+        ("pinned cores", m.pinned_text()),
         ("clock", format!("CLOCK_MONOTONIC; two reads back to back: p50 {} ns, p99 {} ns", c.p50, c.p99)),
-    ] {
-        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
-    }
+    ];
+    crate::env::write_markdown(&mut s, &e.date_utc, m, &rows);
 
     let _ = writeln!(s, "\n## Round trips (us)\n");
     let _ = writeln!(s, "| path | wire | size (B) | count | min | p50 | p90 | p99 | p99.9 | max | p50 / floor | p99 / floor | lost |");

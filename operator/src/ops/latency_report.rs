@@ -117,25 +117,15 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
         if r.qec.is_some() { " at most" } else { "" },
         r.stopped_by
     );
-    let _ = writeln!(s, "## Environment\n\n| | |\n|---|---|");
-    let pinned: Vec<String> = e.pinned.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    for (k, v) in [
-        ("date (UTC)", r.date_utc.clone()),
+    let rows = [
         ("graph", r.graph_file.clone().unwrap_or_else(|| "built in memory".into())),
-        ("host", e.host.clone()),
-        ("CPU", e.cpu.clone()),
-        ("cores available", e.cores.to_string()),
-        ("kernel", e.kernel.clone()),
-        ("GPU", e.gpu.clone().unwrap_or_else(|| "none used".into())),
         ("backend", e.backend.clone()),
         ("stage chain", r.stage_chain.join(" -> ")),
         ("wire", e.wire.clone()),
         ("spin mode", e.spin_mode.clone()),
-        ("pinned cores", pinned.join(", ")),
-        ("rocelink", e.rocelink_version.clone()),
-    ] {
-        let _ = writeln!(s, "| {k} | {} |", v.replace('|', "\\|"));
-    }
+        ("pinned cores", e.pinned_text()),
+    ];
+    crate::env::write_markdown(&mut s, &r.date_utc, e, &rows);
     if let Some(q) = &r.qec {
         let _ = writeln!(s, "\n{}", crate::graph::qec::markdown(q).trim_end());
     }
