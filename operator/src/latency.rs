@@ -230,6 +230,23 @@ pub struct Breakdown {
     pub profile_written: Option<Summary>,
 }
 
+impl Breakdown {
+    /// The split at p50, in words and microseconds: the one text of every report.
+    pub fn p50_text(&self) -> String {
+        format!(
+            "wire and NIC in {}, data-path turnaround {}, the rest (CQE to the data path, doorbell to the NIC, NIC and wire out) {} us",
+            us(self.wire_nic_in.p50),
+            us(self.turnaround.p50),
+            us(self.rest.p50)
+        )
+    }
+}
+
+/// Nanoseconds as microseconds with two decimals, as every report prints them.
+pub fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1000.0)
+}
+
 /// [`Breakdown::rest`] for the round trips the NIC's send trace holds.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct RestSplit {

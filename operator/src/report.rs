@@ -5,9 +5,7 @@ use std::path::Path;
 
 use crate::echo::EchoReport;
 
-fn us(ns: u64) -> String {
-    format!("{:.2}", ns as f64 / 1000.0)
-}
+use crate::latency::us;
 
 /// The human summary printed at the end of a run.
 pub fn echo_text(r: &EchoReport) -> String {
@@ -29,14 +27,7 @@ pub fn echo_text(r: &EchoReport) -> String {
         let _ = writeln!(s, "  host side (us, request in -> answer out at the NIC, {} messages): p50 {}  p99 {}", h.count, us(h.p50), us(h.p99));
     }
     if let Some(b) = &r.breakdown_ns {
-        let _ = writeln!(
-            s,
-            "  where it went (p50, us, {} matched): wire+NIC in {}  data-path turnaround {}  rest (CQE to data path, doorbell to NIC, NIC+wire out) {}",
-            b.matched,
-            us(b.wire_nic_in.p50),
-            us(b.turnaround.p50),
-            us(b.rest.p50)
-        );
+        let _ = writeln!(s, "  where it went (p50, {} matched): {}", b.matched, b.p50_text());
         if let Some(r) = &b.rest_split {
             let _ = writeln!(
                 s,

@@ -520,9 +520,7 @@ fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMa
     row
 }
 
-fn us(ns: u64) -> String {
-    format!("{:.2}", ns as f64 / 1000.0)
-}
+use crate::latency::us;
 
 fn opt<T: std::fmt::Display>(v: &Option<T>) -> String {
     v.as_ref().map_or("-".into(), |x| x.to_string())

@@ -14,9 +14,7 @@ use plotters::prelude::*;
 use super::{BenchReport, BenchRow};
 use crate::latency::Summary;
 
-fn us(ns: u64) -> String {
-    format!("{:.2}", ns as f64 / 1000.0)
-}
+use crate::latency::us;
 
 fn times(r: f64) -> String {
     if r.is_finite() {

@@ -96,9 +96,7 @@ impl HostOperator for LatencyReport {
     }
 }
 
-fn us(ns: u64) -> String {
-    format!("{:.2}", ns as f64 / 1000.0)
-}
+use crate::latency::us;
 
 /// The Markdown report.
 pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
@@ -133,14 +131,7 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
     let _ = writeln!(s, "\n## Round trips (us)\n\n| count | min | p50 | p90 | p99 | p99.9 | max |\n|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} |", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
     if let Some(b) = &r.breakdown_ns {
-        let _ = writeln!(
-            s,
-            "\nWhere the round trip went (p50, from the data path's timestamps, {} messages): wire and NIC in {}, transceiver loop {}, the rest (CQE to the loop, doorbell to the NIC, NIC and wire out) {} us.",
-            b.matched,
-            us(b.wire_nic_in.p50),
-            us(b.turnaround.p50),
-            us(b.rest.p50)
-        );
+        let _ = writeln!(s, "\nWhere the round trip went (p50, from the data path's timestamps, {} messages): {}.", b.matched, b.p50_text());
     }
     if let Some(l) = loop_ns {
         let _ = writeln!(s, "\nTransceiver loop per message (CQE seen to doorbell rung, from the tap, {} messages): min {}  p50 {}  p99 {}  max {} us.", l.count, us(l.min), us(l.p50), us(l.p99), us(l.max));
