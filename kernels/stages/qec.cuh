@@ -116,8 +116,6 @@
  * Shared memory of the stage (static, ~37.8 KB; the transceiver's own is ~8.5 KB; ptxas caps the
  * sum at 48 KB, checked in CI by operator/tests/kernels_compile.rs), and dynamically the table.
  * ------------------------------------------------------------------------------------- */
-#define RL_QEC_NO_PARTNER 0xFFFFu  /* exact.rs NO_PARTNER */
-#define RL_QEC_TO_BOUNDARY 0xFFFEu /* exact.rs TO_BOUNDARY */
 /** Shot words of the largest shot (RL_QEC_MAX_DETECTORS bits). */
 #define RL_QEC_MAX_WORDS ((RL_QEC_MAX_DETECTORS + 31) / 32)
 /** Up to this many defects warp 0 decodes alone (at most 26 masks per layer up to 9: one per
@@ -310,7 +308,9 @@ struct rl_qec_result {
     uint32_t infinite;        /* the weight is infinite */
     uint32_t done;            /* rl_qec_match_cluster: its outcome, broadcast */
     uint32_t left;            /* the clusters' count; rl_qec_match_cluster: its pair edges */
-    uint32_t rsvd[3];
+    uint32_t edges;           /* rl_qec_match_cluster: its doubled graph's edges, broadcast */
+    uint32_t first_fail;      /* the first failing cluster: index << 2 | code (all ones: none) */
+    uint32_t rsvd;
     unsigned long long cost;  /* matching weight in table units */
 };
 
@@ -1629,12 +1629,12 @@ __device__ __noinline__ uint32_t rl_qec_match_cluster(struct rl_qec_smem *s, con
             where = 1;
         s->r.done = where;
         s->r.left = L;
-        s->r.rsvd[0] = (uint32_t)E;
+        s->r.edges = (uint32_t)E;
     }
     __syncthreads();
     const uint32_t where = s->r.done;
     if (where == 2) return 2;
-    const uint32_t L = s->r.left, E = s->r.rsvd[0];
+    const uint32_t L = s->r.left, E = s->r.edges;
     struct rl_pm pm;
     if (where == 0)
         rl_pm_carve(&pm, fast, 2u * c, E);
@@ -1776,7 +1776,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
     if (tid == 0) {
         s->r.cost = 0;
         s->r.obs = 0;
-        s->r.rsvd[1] = 0xFFFFFFFFu; /* the first failing cluster: index << 2 | code */
+        s->r.first_fail = 0xFFFFFFFFu;
     }
     __syncthreads();
     for (uint32_t x = tid; x < k; x += T) {
@@ -1821,7 +1821,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
             atomicAdd(&s->r.cost, (unsigned long long)v.x);
             atomicXor(&s->r.obs, v.y);
         } else {
-            atomicMin(&s->r.rsvd[1], ci << 2 | 1u);
+            atomicMin(&s->r.first_fail, ci << 2 | 1u);
         }
     }
     unsigned long long cost = 0; /* thread 0's */
@@ -1831,7 +1831,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
         if (size <= RL_QEC_SMALL && size <= K) continue;
         if (size > K) {
             const uint32_t f = rl_qec_match_cluster(s, w, w.list + start, size, pm_fast, pm_room, &cost, &obs);
-            if (f != 0 && tid == 0) atomicMin(&s->r.rsvd[1], ci << 2 | f);
+            if (f != 0 && tid == 0) atomicMin(&s->r.first_fail, ci << 2 | f);
             continue;
         }
         if (tid < size) s->defs[tid] = (uint16_t)w.list[start + tid];
@@ -1843,7 +1843,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
         if (tid == 0) {
             const uint2 v = s->u.dp.wo[rl_qec_sw((1u << size) - 1u)];
             if (v.x == RL_QEC_INF) {
-                atomicMin(&s->r.rsvd[1], ci << 2 | 1u);
+                atomicMin(&s->r.first_fail, ci << 2 | 1u);
             } else {
                 cost += v.x;
                 obs ^= v.y;
@@ -1853,7 +1853,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
     }
     __syncthreads(); /* the small clusters' atomics */
     if (tid == 0) {
-        const uint32_t first = s->r.rsvd[1];
+        const uint32_t first = s->r.first_fail;
         const uint32_t fail = first == 0xFFFFFFFFu ? 0u : first & 3u;
         s->r.status = fail == 0 ? RL_QEC_REPORT_OK : fail == 1 ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OVERFLOW;
         s->r.infinite = fail != 0;
