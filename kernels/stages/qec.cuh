@@ -1,9 +1,10 @@
 /*
- * kernels/stages/qec.cuh — the QEC decoder as a device stage (QEC.md "Decoder v1"; issue 5;
+ * kernels/stages/qec.cuh — the QEC decoder as a device stage (QEC.md "Decoder v1";
  * PROTOCOLS.md 3): CUQR `enqueue_syndromes` / `get_corrections` / `reset_decoder` in, CUQS
  * answers out, with exact minimum-weight matching: by subset DP for up to K defects, and
- * above K the shot's independent clusters, each exact (the DP up to K defects, the blossom
- * matcher of blossom.cuh above; rl_qec_clusters, exact.rs clusters()).
+ * above K the shot's clusters, each exact (closed forms up to four defects, the blossom
+ * matcher of blossom.cuh above), joined until their LP duals prove the whole shot optimal
+ * (rl_qec_clusters, exact.rs clusters()).
  *
  * It is the device twin of the CPU reference, operator/src/qec/session.rs (protocol) and
  * operator/src/qec/exact.rs (decoder), and must give the same answer byte for byte except the
@@ -25,7 +26,7 @@
  * the compile-time capacities of the shared arrays (a blob that breaks them drops every
  * request instead of touching memory it does not own). No dynamic allocation.
  *
- * Latency (issue 5: the stage as close to echo as possible). Measured on the H200 (one block,
+ * Latency (the stage as close to echo as possible). On the H200 (one block,
  * after the transceiver's `fence.acq_rel.sys`, which also empties L1): a shared load costs
  * ~26 cycles, a global load ~290 (L2), __syncthreads ~20; one warp running dependent code
  * retires an instruction every ~5 cycles. The stage's time is its serial path length on
@@ -59,8 +60,9 @@
  * - Otherwise warp 0 runs the decode, for up to RL_QEC_WARP_K defects all of it (one round of
  *   table loads; the DP over the masks reachable from the full set only, by layer of lowest
  *   defect, each mask's options loaded together and reduced by a tree, __syncwarp between
- *   layers): one block barrier per request. Larger shots hand the DP layers (or the clusters
- *   fallback) to the whole block. Every path picks the same matching (same options, same
+ *   layers): one block barrier per request. Larger shots hand the DP layers (or the
+ *   clusters) to the whole block: the clusters' pairs spread over its threads, each cluster
+ *   solved by one thread. Every path picks the same matching (same options, same
  *   order, ties to the earlier option) as the CPU's exact.rs.
  * `-DRL_QEC_PROFILE` records clock64 at phase marks in `rl_qec_prof` (thread 0) for the
  * replay test (operator/tests/qec_gpu_match.rs prints them).
@@ -306,11 +308,10 @@ struct rl_qec_result {
     uint32_t status;          /* report status */
     uint32_t obs;             /* observables of the matching */
     uint32_t infinite;        /* the weight is infinite */
-    uint32_t done;            /* rl_qec_match_cluster: its outcome, broadcast */
-    uint32_t left;            /* the clusters' count; rl_qec_match_cluster: its pair edges */
-    uint32_t edges;           /* rl_qec_match_cluster: its doubled graph's edges, broadcast */
-    uint32_t first_fail;      /* the first failing cluster: index << 2 | code (all ones: none) */
-    uint32_t rsvd;
+    uint32_t done;            /* rl_qec_clusters: the proof joined clusters this round */
+    uint32_t left;            /* rl_qec_clusters: the clusters' count */
+    uint32_t edges;           /* rl_qec_clusters: a cluster is not decoded (OVERFLOW) */
+    uint32_t rsvd[2];
     unsigned long long cost;  /* matching weight in table units */
 };
 
@@ -498,28 +499,54 @@ __device__ __forceinline__ uint32_t rl_qec_src32(const uint8_t *src, uint32_t nb
  * The cache (lane 0 of warp 0)
  * ------------------------------------------------------------------------------------- */
 
-/** The scratch's defect arrays (abi.h RL_QEC_SCRATCH_DEFECT_BYTES per detector), then the
- * matcher's (16-byte aligned). */
+/** The scratch's defect arrays (abi.h RL_QEC_SCRATCH_DEFECT_BYTES per detector: three of
+ * 64-bit entries, thirteen of 32-bit ones, cstart one longer), then the matchers' work
+ * space (16-byte aligned). Indexed by defect (its index in the shot), by root (the lowest
+ * defect of a cluster) or by cluster (its place in the list). */
 struct rl_qec_scr {
-    uint32_t *def;    /* [n] the shot's defects, increasing */
-    uint32_t *uf;     /* [n] union-find parents; then a cluster's boundary distances */
-    uint32_t *list;   /* [n] the defects cluster after cluster, increasing within each */
-    uint32_t *cstart; /* [n + 1] where each cluster starts in `list` (then its end) */
-    uint32_t *row;    /* [n] per root: members, then a fill cursor; per cluster row: its edges */
-    uint8_t *pm;      /* the matcher's arrays (rl_pm_carve) */
+    long long *y0, *y1;       /* [n] per defect: its two copies' doubled duals (exact.rs duals) */
+    unsigned long long *cost; /* [n] per root: its cluster's matching weight */
+    uint32_t *def;            /* [n] per defect: its detector, increasing */
+    uint32_t *bnd;            /* [n] per defect: its boundary distance */
+    uint32_t *uf;             /* [n] union-find parents */
+    uint32_t *rt;             /* [n] per defect: its root when the clusters were listed */
+    uint32_t *list;           /* [n] the defects cluster after cluster, increasing within each */
+    uint32_t *cstart;         /* [n + 1] where each cluster starts in `list` (then its end) */
+    uint32_t *cnt;            /* [n] per root: members, then a fill cursor */
+    uint32_t *size;           /* [n] per root: its cluster's size when last solved (0: never) */
+    uint32_t *obs;            /* [n] per root: its matching's observables */
+    uint32_t *stat;           /* [n] per root: RL_QEC_ST_* */
+    uint32_t *at;             /* [n] per cluster: its matcher's place / 16, or RL_QEC_AT_* */
+    uint32_t *owner;          /* [n] per cluster: the thread that runs its matcher */
+    uint32_t *edges;          /* [n] per cluster: its doubled graph's edges (all ones: over the cap) */
+    uint8_t *pm;              /* the matchers' work space (rl_pm_carve) */
 };
 
-/** Bytes of the defect arrays for `cap` defects (five arrays of 32-bit entries, cstart one
- * longer: abi.h RL_QEC_SCRATCH_DEFECT_BYTES per defect), rounded up to 16. */
-__host__ __device__ __forceinline__ unsigned long long rl_qec_lists_bytes(uint32_t cap) { return (4ull * (5ull * cap + 1ull) + 15ull) & ~15ull; }
+/** Bytes of the defect arrays for `cap` defects (abi.h RL_QEC_SCRATCH_DEFECT_BYTES per
+ * defect, and cstart's extra entry), rounded up to 16. */
+__host__ __device__ __forceinline__ unsigned long long rl_qec_lists_bytes(uint32_t cap) {
+    return (24ull * cap + 4ull * (13ull * cap + 1ull) + 15ull) & ~15ull;
+}
+static_assert(24u + 4u * 13u == RL_QEC_SCRATCH_DEFECT_BYTES, "abi.h RL_QEC_SCRATCH_DEFECT_BYTES: the scratch's defect arrays");
 
 __device__ __forceinline__ struct rl_qec_scr rl_qec_scr_of(uint8_t *at, uint32_t cap) {
     struct rl_qec_scr r;
-    r.def = (uint32_t *)at;
-    r.uf = r.def + cap;
-    r.list = r.uf + cap;
+    r.y0 = (long long *)at;
+    r.y1 = r.y0 + cap;
+    r.cost = (unsigned long long *)(r.y1 + cap);
+    r.def = (uint32_t *)(r.cost + cap);
+    r.bnd = r.def + cap;
+    r.uf = r.bnd + cap;
+    r.rt = r.uf + cap;
+    r.list = r.rt + cap;
     r.cstart = r.list + cap;
-    r.row = r.cstart + cap + 1u;
+    r.cnt = r.cstart + cap + 1u;
+    r.size = r.cnt + cap;
+    r.obs = r.size + cap;
+    r.stat = r.obs + cap;
+    r.at = r.stat + cap;
+    r.owner = r.at + cap;
+    r.edges = r.owner + cap;
     r.pm = at + rl_qec_lists_bytes(cap);
     return r;
 }
@@ -1582,70 +1609,212 @@ __device__ __forceinline__ void rl_qec_uf_union(uint32_t *uf, uint32_t a, uint32
     }
 }
 
-/** All threads: exact.rs match_cluster(), the cluster list[0..c] (c > K defects, increasing)
- * matched exactly on its doubled graph by thread 0 (blossom.cuh): two copies of the cluster's
- * linked pairs (weight D), and each defect's two copies joined by twice its boundary distance,
- * the edges in exact.rs's order (copy one by (i, j), copy two likewise, then the joins by i).
- * The matcher's arrays in `fast` (shared memory, `room` bytes) when this cluster's fit there,
- * else in the block's global scratch, else the cluster is not decoded. Thread 0 adds to
- * *cost and *obs; returns (block-uniform) 0 done, 1 no perfect matching, 2 no room. */
-__device__ __noinline__ uint32_t rl_qec_match_cluster(struct rl_qec_smem *s, const struct rl_qec_scr &w, const uint32_t *list, uint32_t c,
-                                                      uint8_t *fast, unsigned long long room, unsigned long long *cost, uint32_t *obs) {
-    const struct rl_qec_cache *kc = &s->k;
-    const uint32_t tid = threadIdx.x, T = blockDim.x;
+/** The doubled dual of a defect whose cluster has no perfect matching (exact.rs BIG). */
+#define RL_QEC_BIG (1ll << 60)
+/** rl_qec_scr.at: a cluster solved already (or in closed form this round), one whose
+ * matcher did not fit beside the others (solved alone after them), one waiting for its
+ * place. */
+#define RL_QEC_AT_DONE 0xFFFFFFFFu
+#define RL_QEC_AT_ALONE 0xFFFFFFFEu
+#define RL_QEC_AT_WAIT 0xFFFFFFFDu
+/** rl_qec_scr.stat: a cluster's outcome (exact.rs DecodeStatus). */
+#define RL_QEC_ST_OK 0u
+#define RL_QEC_ST_UNMATCHABLE 1u
+
+/** exact.rs SMALL_MATCHINGS: partner lists (a defect's own index: the boundary), of three
+ * defects (the first 4) and of four (the last 10), in the order the first of equal weight is
+ * kept. */
+__device__ const uint8_t rl_qec_small_m[14][4] = {
+    {0, 1, 2, 3}, {1, 0, 2, 3}, {2, 1, 0, 3}, {0, 2, 1, 3},
+    {0, 1, 2, 3}, {1, 0, 2, 3}, {2, 1, 0, 3}, {3, 1, 2, 0}, {0, 2, 1, 3}, {0, 3, 2, 1}, {0, 1, 3, 2}, {1, 0, 3, 2}, {2, 3, 0, 1}, {3, 2, 1, 0},
+};
+
+/** floor(r / 2), and the ceiling. */
+__device__ __forceinline__ long long rl_qec_half_down(long long r) { return r >= 0 ? r / 2 : -((1 - r) / 2); }
+__device__ __forceinline__ long long rl_qec_half_up(long long r) { return -rl_qec_half_down(-r); }
+__device__ __forceinline__ long long rl_qec_max3(long long a, long long b, long long c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+__device__ __forceinline__ long long rl_qec_min3(long long a, long long b, long long c) { return a < b ? (a < c ? a : c) : (b < c ? b : c); }
+__device__ __forceinline__ long long rl_qec_clamp(long long v, long long lo, long long hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/** exact.rs solve_small, for C = 3 or 4 defects (w.list[start..start+C]), in registers: the
+ * cheapest matching by enumeration, then duals from its pairs' free variables (the bounds
+ * l1..h2, the sums' s_lo..s_hi and the differences' d_lo..d_hi, as exact.rs names them);
+ * false when they do not exist (the matcher decides then), else its weight, observables and
+ * outcome by its root, and its defects' duals, written. */
+template <uint32_t C>
+__device__ __noinline__ bool rl_qec_solve_small(const struct rl_qec_cache *kc, const struct rl_qec_scr &w, uint32_t start) {
     const uint32_t n = kc->n;
     const uint64_t stride = (uint64_t)n + 1u;
     const bool sh = kc->tab == RL_QEC_TAB_SHARED;
     const uint32_t *const D = kc->dist, *const P = kc->par;
-    uint32_t *const bnd = w.uf; /* free once the clusters are listed */
-    /* each row's linked partners above it, and its boundary distance */
-    for (uint32_t i = tid; i < c; i += T) bnd[i] = rl_qec_dist(sh, D, (uint64_t)list[i] * stride + n);
-    __syncthreads();
-    for (uint32_t i = tid; i < c; i += T) {
-        const uint64_t ai = (uint64_t)list[i] * stride;
-        uint32_t m = 0;
-        for (uint32_t j = i + 1u; j < c; j++)
-            if (rl_qec_linked(rl_qec_dist(sh, D, ai + list[j]), bnd[i], bnd[j])) m++;
-        w.row[i] = m;
+    uint32_t x[C], dx[C];
+    long long cb[C];
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++) {
+        x[i] = w.list[start + i];
+        dx[i] = w.def[x[i]];
     }
-    __syncthreads();
-    if (tid == 0) {
-        /* rows to offsets; the joins' offsets in w.def (free once listed) */
-        uint32_t L = 0, J = 0;
-        for (uint32_t i = 0; i < c; i++) {
-            const uint32_t m = w.row[i];
-            w.row[i] = L;
-            L += m;
-            w.def[i] = J;
-            J += bnd[i] != RL_QEC_INF;
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++) {
+        const uint32_t b = w.bnd[x[i]];
+        cb[i] = b == RL_QEC_INF ? -1ll : (long long)b; /* -1: no path */
+    }
+    long long d[C][C];
+    bool lk[C][C];
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++)
+#pragma unroll
+        for (uint32_t j = i + 1u; j < C; j++) d[i][j] = (long long)rl_qec_dist(sh, D, (uint64_t)dx[i] * stride + dx[j]);
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++)
+#pragma unroll
+        for (uint32_t j = i + 1u; j < C; j++) lk[i][j] = rl_qec_linked((uint32_t)d[i][j], w.bnd[x[i]], w.bnd[x[j]]);
+    /* the cheapest matching (partners; a defect's own index: the boundary) */
+    const uint32_t first = C == 3u ? 0u : 4u, last = C == 3u ? 4u : 14u;
+    long long best = -1;
+    uint32_t bm = 0;
+#pragma unroll
+    for (uint32_t q = first; q < last; q++) {
+        long long cost = 0;
+        bool ok = true;
+#pragma unroll
+        for (uint32_t i = 0; i < C; i++) {
+            const uint32_t j = rl_qec_small_m[q][i];
+            if (j == i) {
+                ok = ok && cb[i] >= 0;
+                cost += cb[i];
+            }
+#pragma unroll
+            for (uint32_t jj = i + 1u; jj < C; jj++)
+                if (j == jj) {
+                    ok = ok && lk[i][jj];
+                    cost += d[i][jj];
+                }
         }
-        const unsigned long long E = 2ull * L + J;
-        /* where the matcher goes: shared memory, sized to this cluster; else the global
-         * scratch, sized to the caps (exact.rs's edge cap) */
-        uint32_t where = 2;
-        if (rl_pm_bytes(2u * c, (uint32_t)E) <= room && E < 0x40000000ull)
-            where = 0;
-        else if (kc->scr != 0 && E <= kc->scr_edges)
-            where = 1;
-        s->r.done = where;
-        s->r.left = L;
-        s->r.edges = (uint32_t)E;
+        if (ok && (best < 0 || cost < best)) {
+            best = cost;
+            bm = q;
+        }
     }
-    __syncthreads();
-    const uint32_t where = s->r.done;
-    if (where == 2) return 2;
-    const uint32_t L = s->r.left, E = s->r.edges;
+    if (best < 0) return false;
+    uint32_t m[C];
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++) m[i] = rl_qec_small_m[bm][i];
+    /* Y_i = base[i] + ca[i] t1 + cv[i] t2, the pairs in order of their lower defect */
+    long long base[C], ca[C], cv[C], split[2] = {0, 0};
+    uint32_t pairs = 0;
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++) {
+        base[i] = m[i] == i ? 2ll * cb[i] : 0ll;
+        ca[i] = cv[i] = 0;
+    }
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++)
+#pragma unroll
+        for (uint32_t j = i + 1u; j < C; j++)
+            if (m[i] == j) {
+                if (pairs == 0) {
+                    ca[i] = 1;
+                    ca[j] = -1;
+                } else {
+                    cv[i] = 1;
+                    cv[j] = -1;
+                }
+                base[j] = 2ll * d[i][j];
+                split[pairs == 0 ? 0 : 1] = d[i][j];
+                pairs++;
+            }
+    /* the constraints a t1 + b t2 <= r, each kind kept as its tightest bound: the joins,
+     * then the linked pairs not matched */
+    long long l1 = -RL_QEC_BIG, h1 = RL_QEC_BIG, l2 = -RL_QEC_BIG, h2 = RL_QEC_BIG;
+    long long s_lo = -RL_QEC_BIG, s_hi = RL_QEC_BIG, d_lo = -RL_QEC_BIG, d_hi = RL_QEC_BIG;
+    bool ok = true;
+#define RL_QEC_CONSTRAIN(a, b, r)                                       \
+    do {                                                                \
+        const long long a_ = (a), b_ = (b), r_ = (r);                   \
+        if (a_ == 0 && b_ == 0) ok = ok && r_ >= 0;                     \
+        else if (b_ == 0) {                                             \
+            if (a_ > 0) h1 = h1 < r_ ? h1 : r_;                         \
+            else l1 = l1 > -r_ ? l1 : -r_;                              \
+        } else if (a_ == 0) {                                           \
+            if (b_ > 0) h2 = h2 < r_ ? h2 : r_;                         \
+            else l2 = l2 > -r_ ? l2 : -r_;                              \
+        } else if (a_ == b_) {                                          \
+            if (a_ > 0) s_hi = s_hi < r_ ? s_hi : r_;                   \
+            else s_lo = s_lo > -r_ ? s_lo : -r_;                        \
+        } else {                                                        \
+            if (a_ > 0) d_hi = d_hi < r_ ? d_hi : r_;                   \
+            else d_lo = d_lo > -r_ ? d_lo : -r_;                        \
+        }                                                               \
+    } while (0)
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++)
+        if (m[i] != i && cb[i] >= 0) RL_QEC_CONSTRAIN(ca[i], cv[i], 2ll * cb[i] - base[i]);
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++)
+#pragma unroll
+        for (uint32_t j = i + 1u; j < C; j++)
+            if (m[i] != j && lk[i][j]) RL_QEC_CONSTRAIN(ca[i] + ca[j], cv[i] + cv[j], 2ll * d[i][j] - base[i] - base[j]);
+#undef RL_QEC_CONSTRAIN
+    /* t1's range with t2 eliminated (Fourier-Motzkin), then t2's given t1 */
+    const long long lo1 = rl_qec_max3(l1, s_lo - h2, rl_qec_max3(d_lo + l2, rl_qec_half_up(s_lo + d_lo), -RL_QEC_BIG));
+    const long long hi1 = rl_qec_min3(h1, s_hi - l2, rl_qec_min3(d_hi + h2, rl_qec_half_down(s_hi + d_hi), RL_QEC_BIG));
+    if (!ok || l2 > h2 || s_lo > s_hi || d_lo > d_hi || lo1 > hi1) return false;
+    const long long t1 = pairs > 0 ? rl_qec_clamp(split[0], lo1, hi1) : 0;
+    const long long lo2 = rl_qec_max3(l2, s_lo - t1, t1 - d_hi), hi2 = rl_qec_min3(h2, s_hi - t1, t1 - d_lo);
+    if (lo2 > hi2) return false;
+    const long long t2 = pairs > 1 ? rl_qec_clamp(split[1], lo2, hi2) : 0;
+    unsigned long long cost = 0;
+    uint32_t obs = 0;
+#pragma unroll
+    for (uint32_t i = 0; i < C; i++) {
+        const long long y = base[i] + ca[i] * t1 + cv[i] * t2;
+        w.y0[x[i]] = w.y1[x[i]] = y;
+        const uint64_t ai = (uint64_t)dx[i] * stride;
+        if (m[i] == i) {
+            cost += (unsigned long long)cb[i];
+            obs ^= rl_qec_par(sh, P, ai + n);
+        }
+#pragma unroll
+        for (uint32_t j = i + 1u; j < C; j++)
+            if (m[i] == j) {
+                cost += (unsigned long long)d[i][j];
+                obs ^= rl_qec_par(sh, P, ai + dx[j]);
+            }
+    }
+    const uint32_t root = x[0];
+    w.size[root] = C;
+    w.cost[root] = cost;
+    w.obs[root] = obs;
+    w.stat[root] = RL_QEC_ST_OK;
+    return true;
+}
+
+/** One cluster of three defects or more (exact.rs solve_cluster): w.list[start..start+c],
+ * root `root`, solved by this thread alone on its doubled graph (`E` edges) with the matcher
+ * in `mem`: its weight, observables and outcome by its root, its defects' duals. */
+__device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc, const struct rl_qec_scr &w, uint32_t start, uint32_t c,
+                                                  uint32_t E, uint8_t *mem) {
+    const uint32_t n = kc->n;
+    const uint64_t stride = (uint64_t)n + 1u;
+    const bool sh = kc->tab == RL_QEC_TAB_SHARED;
+    const uint32_t *const D = kc->dist, *const P = kc->par;
+    const uint32_t *const m = w.list + start;
+    const uint32_t root = m[0];
     struct rl_pm pm;
-    if (where == 0)
-        rl_pm_carve(&pm, fast, 2u * c, E);
-    else
-        rl_pm_carve(&pm, rl_qec_scr_of(kc->scr, n).pm, 2u * n, kc->scr_edges);
-    for (uint32_t i = tid; i < c; i += T) {
-        const uint64_t ai = (uint64_t)list[i] * stride;
-        uint32_t o = w.row[i];
+    rl_pm_carve(&pm, mem, 2u * c, E);
+    uint32_t L = 0;
+    for (uint32_t i = 0; i < c; i++) {
+        const uint64_t ai = (uint64_t)w.def[m[i]] * stride;
+        for (uint32_t j = i + 1u; j < c; j++) L += rl_qec_linked(rl_qec_dist(sh, D, ai + w.def[m[j]]), w.bnd[m[i]], w.bnd[m[j]]);
+    }
+    /* copy one's pairs by (i, j), copy two's likewise, then the joins by i (exact.rs) */
+    uint32_t o = 0, q = 2u * L;
+    for (uint32_t i = 0; i < c; i++) {
+        const uint64_t ai = (uint64_t)w.def[m[i]] * stride;
         for (uint32_t j = i + 1u; j < c; j++) {
-            const uint32_t e = rl_qec_dist(sh, D, ai + list[j]);
-            if (!rl_qec_linked(e, bnd[i], bnd[j])) continue;
+            const uint32_t e = rl_qec_dist(sh, D, ai + w.def[m[j]]);
+            if (!rl_qec_linked(e, w.bnd[m[i]], w.bnd[m[j]])) continue;
             pm.ends[2u * o] = i;
             pm.ends[2u * o + 1u] = j;
             pm.wt[o] = 2ll * e;
@@ -1654,106 +1823,100 @@ __device__ __noinline__ uint32_t rl_qec_match_cluster(struct rl_qec_smem *s, con
             pm.wt[L + o] = 2ll * e;
             o++;
         }
-        if (bnd[i] != RL_QEC_INF) {
-            const uint32_t q = 2u * L + w.def[i];
+        if (w.bnd[m[i]] != RL_QEC_INF) {
             pm.ends[2u * q] = i;
             pm.ends[2u * q + 1u] = c + i;
-            pm.wt[q] = 4ll * bnd[i];
+            pm.wt[q] = 4ll * w.bnd[m[i]];
+            q++;
         }
     }
-    __syncthreads();
-    if (tid == 0) {
-        pm.n = 2u * c;
-        pm.m = E;
-        uint32_t r = 1;
-        if (rl_pm_solve(&pm)) {
-            r = 0;
-            /* copy one's matching: each defect to its partner or across to its own copy */
-            for (uint32_t i = 0; i < c; i++) {
-                const uint32_t u = rl_pm_head(&pm, pm.mate[i]);
-                if (u == c + i) {
-                    *cost += bnd[i];
-                    *obs ^= rl_qec_par(sh, P, (uint64_t)list[i] * stride + n);
-                } else if (u < c && i < u) {
-                    *cost += rl_qec_dist(sh, D, (uint64_t)list[i] * stride + list[u]);
-                    *obs ^= rl_qec_par(sh, P, (uint64_t)list[i] * stride + list[u]);
-                }
-            }
+    pm.n = 2u * c;
+    pm.m = q;
+    w.size[root] = c;
+    if (!rl_pm_solve(&pm)) {
+        for (uint32_t i = 0; i < c; i++) w.y0[m[i]] = w.y1[m[i]] = RL_QEC_BIG;
+        w.stat[root] = RL_QEC_ST_UNMATCHABLE;
+        return;
+    }
+    unsigned long long cost = 0;
+    uint32_t obs = 0;
+    for (uint32_t i = 0; i < c; i++) {
+        const uint32_t x = m[i];
+        w.y0[x] = pm.y[i];
+        w.y1[x] = pm.y[c + i];
+        const uint32_t u = rl_pm_head(&pm, pm.mate[i]);
+        const uint64_t ax = (uint64_t)w.def[x] * stride;
+        if (u == c + i) {
+            cost += w.bnd[x];
+            obs ^= rl_qec_par(sh, P, ax + n);
+        } else if (u < c && i < u) {
+            cost += rl_qec_dist(sh, D, ax + w.def[m[u]]);
+            obs ^= rl_qec_par(sh, P, ax + w.def[m[u]]);
         }
-        s->r.done = r;
     }
-    __syncthreads();
-    return s->r.done;
+    w.cost[root] = cost;
+    w.obs[root] = obs;
+    w.stat[root] = RL_QEC_ST_OK;
 }
 
-/** A cluster of one to four defects (increasing), as exact.rs's DP decides it: the lane
- * DP's formulas (rl_qec_lane_dp, the DP written out, same options, same order, same ties),
- * on the table wherever it is. Returns (cost, observables), cost RL_QEC_INF when it has no
- * matching. */
-__device__ __forceinline__ uint2 rl_qec_small(bool sh, const uint32_t *D, const uint32_t *P, uint64_t stride, uint32_t n, uint32_t nd,
-                                              const uint32_t *defs) {
-    const uint2 inf = make_uint2(RL_QEC_INF, 0u);
-    uint64_t r[4];
-#pragma unroll
-    for (uint32_t i = 0; i < 4; i++) r[i] = i < nd ? (uint64_t)defs[i] * stride : 0u;
-#define RL_QEC_T(at) make_uint2(rl_qec_dist(sh, D, (at)), rl_qec_par(sh, P, (at)))
-    uint2 b[4];
-#pragma unroll
-    for (uint32_t i = 0; i < 4; i++) b[i] = i < nd ? RL_QEC_T(r[i] + n) : inf;
-    const uint2 e01 = 1u < nd ? RL_QEC_T(r[0] + defs[1]) : inf, e02 = 2u < nd ? RL_QEC_T(r[0] + defs[2]) : inf,
-                e03 = 3u < nd ? RL_QEC_T(r[0] + defs[3]) : inf, e12 = 2u < nd ? RL_QEC_T(r[1] + defs[2]) : inf,
-                e13 = 3u < nd ? RL_QEC_T(r[1] + defs[3]) : inf, e23 = 3u < nd ? RL_QEC_T(r[2] + defs[3]) : inf;
-#undef RL_QEC_T
-    switch (nd) {
-    case 1: return rl_qec_dp1(b[0]);
-    case 2: return rl_qec_pair_dp(b[0], b[1], e01);
-    case 3: {
-        uint2 q = rl_qec_opt(b[0], rl_qec_pair_dp(b[1], b[2], e12));
-        q = rl_qec_first_min(q, rl_qec_opt(e01, rl_qec_dp1(b[2])));
-        q = rl_qec_first_min(q, rl_qec_opt(e02, rl_qec_dp1(b[1])));
-        return rl_qec_dp1(q);
+/** A cluster of one or two defects in closed form (exact.rs solve_cluster), by this thread. */
+__device__ __forceinline__ void rl_qec_solve_two(const struct rl_qec_cache *kc, const struct rl_qec_scr &w, uint32_t start, uint32_t c) {
+    const uint32_t n = kc->n;
+    const uint64_t stride = (uint64_t)n + 1u;
+    const bool sh = kc->tab == RL_QEC_TAB_SHARED;
+    const uint32_t x = w.list[start], bx = w.bnd[x];
+    const uint64_t ax = (uint64_t)w.def[x] * stride;
+    w.size[x] = c;
+    if (c == 1u) {
+        if (bx == RL_QEC_INF) {
+            w.y0[x] = w.y1[x] = RL_QEC_BIG;
+            w.stat[x] = RL_QEC_ST_UNMATCHABLE;
+            return;
+        }
+        w.y0[x] = w.y1[x] = 2ll * bx;
+        w.cost[x] = bx;
+        w.obs[x] = rl_qec_par(sh, kc->par, ax + n);
+        w.stat[x] = RL_QEC_ST_OK;
+        return;
     }
-    default: {
-        const uint2 p23 = rl_qec_pair_dp(b[2], b[3], e23), p13 = rl_qec_pair_dp(b[1], b[3], e13), p12 = rl_qec_pair_dp(b[1], b[2], e12);
-        uint2 t = rl_qec_opt(b[1], p23);
-        t = rl_qec_first_min(t, rl_qec_opt(e12, rl_qec_dp1(b[3])));
-        t = rl_qec_first_min(t, rl_qec_opt(e13, rl_qec_dp1(b[2])));
-        t = rl_qec_dp1(t);
-        uint2 q = rl_qec_opt(b[0], t);
-        q = rl_qec_first_min(q, rl_qec_opt(e01, p23));
-        q = rl_qec_first_min(q, rl_qec_opt(e02, p13));
-        q = rl_qec_first_min(q, rl_qec_opt(e03, p12));
-        return rl_qec_dp1(q);
-    }
-    }
+    /* linked, so the pair beats both to the boundary; duals y_x + y_y = e in both copies,
+     * y_x <= c_x and y_y <= c_y (the joins), as even as those allow */
+    const uint32_t y = w.list[start + 1u], by = w.bnd[y];
+    const long long e = rl_qec_dist(sh, kc->dist, ax + w.def[y]);
+    const long long lo = by == RL_QEC_INF ? -RL_QEC_BIG : 2ll * e - 2ll * by;
+    const long long hi = bx == RL_QEC_INF ? RL_QEC_BIG : 2ll * bx;
+    const long long yx = e < lo ? lo : e > hi ? hi : e;
+    w.y0[x] = w.y1[x] = yx;
+    w.y0[y] = w.y1[y] = 2ll * e - yx;
+    w.cost[x] = (unsigned long long)e;
+    w.obs[x] = rl_qec_par(sh, kc->par, ax + w.def[y]);
+    w.stat[x] = RL_QEC_ST_OK;
 }
 
-/** Clusters up to this many defects (and K) are decoded one per thread, in parallel. */
-#define RL_QEC_SMALL 4u
-
-/** All threads, k > K defects in s->u.g.def: exact.rs clusters(). Defects x < y are linked
- * when an optimal matching may pair them (rl_qec_linked, on D[lower][higher]); a pair across
- * clusters can always be replaced by both defects to the boundary at no extra weight, so the
- * sum of the clusters' exact matchings is a minimum-weight matching of the shot. The
- * clusters, in order of their lowest defect (the root of a union-find whose roots are the
- * lowest index, so the clusters do not depend on the order the threads link them in): up to
- * four defects in parallel, by the DP's rule (rl_qec_small); five up to K one after another
- * by the DP (its defects, increasing, in s->defs; the gather and the block's layers, as a
- * shot of that many defects); more by the matcher (rl_qec_match_cluster). Sums and XORs do
- * not depend on the order, and the first failing cluster (by index, as exact.rs stops there)
- * names the status. The result in s->r: status OK, or UNMATCHABLE (infinite weight) when a
- * cluster has no perfect matching, or OVERFLOW (no decode, infinite weight) when a cluster
- * above K fits neither the shared memory left nor the block's scratch. Work space: the
- * launch's dynamic shared memory when the table is not there (k->fast_bytes), else this
- * block's global scratch; the defects are copied there first, as the DP reuses the union
- * that holds them. */
+/** All threads, k > K defects in s->u.g.def: exact.rs clusters(), the same clusters, the
+ * same matchings. Defects x < y are linked when an optimal matching may pair them
+ * (rl_qec_linked, on D[lower][higher]). Each defect first joins its nearest linked partner
+ * (the lowest index among equals); then, until the proof holds: the clusters are listed by
+ * their root (the lowest defect of a union-find whose higher roots go under lower ones, so
+ * the clusters do not depend on the order the threads join them in); every cluster not
+ * solved at its present size is solved, one or two defects in closed form, more by the
+ * matcher (blossom.cuh) on its doubled graph, each by one thread; the duals then prove the
+ * sum of the clusters' matchings optimal for the whole shot, or the pairs across clusters
+ * whose reduced cost is negative join their clusters. Matchers run side by side in the work
+ * space (each in its own part, in the order of the clusters) and those that do not fit
+ * beside the others after them, one at a time. The result in s->r: status OK, UNMATCHABLE
+ * (infinite weight) when a cluster has no perfect matching and nothing left to join, or
+ * OVERFLOW (no decode, infinite weight) when a cluster's doubled graph has more edges than
+ * the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. Work space: the launch's
+ * dynamic shared memory when the table is not there (k->fast_bytes), else this block's
+ * global scratch; the defects are copied there first. */
 __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) {
     const struct rl_qec_cache *kc = &s->k;
     const uint32_t tid = threadIdx.x, T = blockDim.x;
-    const uint32_t n = kc->n, K = kc->K < RL_QEC_MAX_K ? kc->K : RL_QEC_MAX_K;
+    const uint32_t n = kc->n;
     const uint64_t stride = (uint64_t)n + 1u;
     const bool sh = kc->tab == RL_QEC_TAB_SHARED;
-    const uint32_t *const D = kc->dist, *const P = kc->par;
+    const uint32_t *const D = kc->dist;
     uint8_t *const fast = (uint8_t *)rl_qec_tab_s;
     const unsigned long long lists = rl_qec_lists_bytes(k);
     const bool in_fast = lists <= kc->fast_bytes;
@@ -1767,98 +1930,199 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
         return;
     }
     const struct rl_qec_scr w = in_fast ? rl_qec_scr_of(fast, k) : rl_qec_scr_of(kc->scr, n);
-    uint8_t *const pm_fast = in_fast ? fast + lists : fast;
-    const unsigned long long pm_room = in_fast ? kc->fast_bytes - lists : 0;
+    /* the matchers' work space: after the lists; the global scratch's matcher beside it */
+    uint8_t *const arena = w.pm;
+    const unsigned long long room = in_fast ? kc->fast_bytes - lists : rl_pm_bytes(2u * n, kc->scr_edges);
+    uint8_t *const global_pm = kc->scr != 0 ? rl_qec_scr_of(kc->scr, n).pm : 0;
+    /* the pairs x < y, spread over the block: x = q / k, y = q % k (those with y <= x skipped) */
+    const uint32_t kk = k * k;
     for (uint32_t x = tid; x < k; x += T) {
-        w.def[x] = s->u.g.def[x];
+        const uint32_t d = s->u.g.def[x];
+        w.def[x] = d;
         w.uf[x] = x;
+        w.size[x] = 0;
+        w.cost[x] = ~0ull; /* the nearest partner, (distance << 32 | index), until the first joins */
+        w.bnd[x] = rl_qec_dist(sh, D, (uint64_t)d * stride + n);
     }
-    if (tid == 0) {
-        s->r.cost = 0;
-        s->r.obs = 0;
-        s->r.first_fail = 0xFFFFFFFFu;
+    if (tid == 0) s->r.edges = 0; /* the first OVERFLOW seen */
+    __syncthreads();
+    /* the first joins: each defect with its nearest linked partner (the lowest index among
+     * equals: the least of distance << 32 | index) */
+    for (uint32_t q = tid; q < kk; q += T) {
+        const uint32_t x = q / k, y = q - x * k;
+        if (y <= x) continue;
+        const uint32_t e = rl_qec_dist(sh, D, (uint64_t)w.def[x] * stride + w.def[y]);
+        if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
+        atomicMin(w.cost + x, (unsigned long long)e << 32 | y);
+        atomicMin(w.cost + y, (unsigned long long)e << 32 | x);
     }
     __syncthreads();
     for (uint32_t x = tid; x < k; x += T) {
-        const uint64_t ax = (uint64_t)w.def[x] * stride;
-        const uint32_t bx = rl_qec_dist(sh, D, ax + n);
-        for (uint32_t y = x + 1u; y < k; y++) {
-            const uint32_t e = rl_qec_dist(sh, D, ax + w.def[y]);
-            if (e == RL_QEC_INF) continue;
-            if (rl_qec_linked(e, bx, rl_qec_dist(sh, D, (uint64_t)w.def[y] * stride + n))) rl_qec_uf_union(w.uf, x, y);
-        }
+        const unsigned long long b = w.cost[x];
+        if (b != ~0ull) rl_qec_uf_union(w.uf, x, (uint32_t)b);
     }
     __syncthreads();
-    if (tid == 0) {
-        /* the clusters by their root (their lowest defect), members in increasing order;
-         * the roots found here, by one thread, after every link is made */
-        for (uint32_t r = 0; r < k; r++) w.row[r] = 0;
-        for (uint32_t x = 0; x < k; x++) {
+    for (;;) {
+        /* the clusters by their root (their lowest defect), members in increasing order:
+         * roots, then members per root, then (warp 0) the clusters' starts in root order,
+         * then each defect's place, after the members of its cluster below it */
+        for (uint32_t x = tid; x < k; x += T) {
+            /* no join runs now: another thread's find sees the old parent or the root, both x's ancestors */
             const uint32_t r = rl_qec_uf_find(w.uf, x);
+            w.rt[x] = r;
             w.uf[x] = r;
-            w.row[r]++;
+            w.cnt[x] = 0;
         }
-        uint32_t nc = 0, pos = 0;
-        for (uint32_t r = 0; r < k; r++) {
-            const uint32_t m = w.row[r];
-            if (m == 0) continue;
-            w.cstart[nc++] = pos;
-            w.row[r] = pos;
-            pos += m;
-        }
-        w.cstart[nc] = pos;
-        for (uint32_t x = 0; x < k; x++) w.list[w.row[w.uf[x]]++] = w.def[x];
-        s->r.left = nc;
-    }
-    __syncthreads();
-    const uint32_t nc = s->r.left;
-    /* up to RL_QEC_SMALL defects: every thread its share, summed and XORed into s->r */
-    for (uint32_t ci = tid; ci < nc; ci += T) {
-        const uint32_t start = w.cstart[ci], size = w.cstart[ci + 1u] - start;
-        if (size > RL_QEC_SMALL || size > K) continue;
-        const uint2 v = rl_qec_small(sh, D, P, stride, n, size, w.list + start);
-        if (v.x != RL_QEC_INF) {
-            atomicAdd(&s->r.cost, (unsigned long long)v.x);
-            atomicXor(&s->r.obs, v.y);
-        } else {
-            atomicMin(&s->r.first_fail, ci << 2 | 1u);
-        }
-    }
-    unsigned long long cost = 0; /* thread 0's */
-    uint32_t obs = 0;
-    for (uint32_t ci = 0; ci < nc; ci++) {
-        const uint32_t start = w.cstart[ci], size = w.cstart[ci + 1u] - start;
-        if (size <= RL_QEC_SMALL && size <= K) continue;
-        if (size > K) {
-            const uint32_t f = rl_qec_match_cluster(s, w, w.list + start, size, pm_fast, pm_room, &cost, &obs);
-            if (f != 0 && tid == 0) atomicMin(&s->r.first_fail, ci << 2 | f);
-            continue;
-        }
-        if (tid < size) s->defs[tid] = (uint16_t)w.list[start + tid];
         __syncthreads();
-        if (tid < 32) rl_qec_gather<RL_QEC_MAX_K>(s, size, tid);
+        for (uint32_t x = tid; x < k; x += T) atomicAdd(w.cnt + w.rt[x], 1u);
         __syncthreads();
-        rl_qec_dp<RL_QEC_MAX_K>(s, size, tid, T, true);
-        __syncthreads();
-        if (tid == 0) {
-            const uint2 v = s->u.dp.wo[rl_qec_sw((1u << size) - 1u)];
-            if (v.x == RL_QEC_INF) {
-                atomicMin(&s->r.first_fail, ci << 2 | 1u);
-            } else {
-                cost += v.x;
-                obs ^= v.y;
+        if (tid < 32u) {
+            uint32_t pos = 0, nc = 0;
+            for (uint32_t r0 = 0; r0 < k; r0 += 32u) {
+                const uint32_t r = r0 + tid;
+                const uint32_t m = r < k ? w.cnt[r] : 0u;
+                uint32_t sum = m, roots = m != 0u;
+#pragma unroll
+                for (uint32_t o = 1; o < 32u; o <<= 1) {
+                    const uint32_t a = __shfl_up_sync(0xffffffffu, sum, o), b = __shfl_up_sync(0xffffffffu, roots, o);
+                    if (tid >= o) {
+                        sum += a;
+                        roots += b;
+                    }
+                }
+                if (m != 0u) {
+                    w.cstart[nc + roots - 1u] = pos + sum - m;
+                    w.cnt[r] = pos + sum - m;
+                }
+                pos += __shfl_sync(0xffffffffu, sum, 31);
+                nc += __shfl_sync(0xffffffffu, roots, 31);
+            }
+            if (tid == 0) {
+                w.cstart[nc] = pos;
+                s->r.left = nc;
+                s->r.done = 0; /* the proof joined clusters */
             }
         }
-        __syncthreads(); /* the next cluster's gather overwrites the DP's entries */
+        __syncthreads();
+        for (uint32_t x = tid; x < k; x += T) {
+            const uint32_t r = w.rt[x];
+            uint32_t below = 0;
+            for (uint32_t y = r; y < x; y++) below += w.rt[y] == r;
+            w.list[w.cnt[r] + below] = x;
+        }
+        __syncthreads();
+        const uint32_t nc = s->r.left;
+        /* up to four defects now where their duals allow; more: their doubled graph's size */
+        for (uint32_t ci = tid; ci < nc; ci += T) {
+            const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start, root = w.list[start];
+            w.at[ci] = RL_QEC_AT_DONE;
+            if (w.size[root] == c) continue;
+            if (c <= 2u) {
+                rl_qec_solve_two(kc, w, start, c);
+                continue;
+            }
+            if (c == 3u ? rl_qec_solve_small<3>(kc, w, start) : c == 4u && rl_qec_solve_small<4>(kc, w, start)) continue;
+            uint32_t L = 0, J = 0;
+            for (uint32_t i = 0; i < c; i++) {
+                const uint32_t xi = w.list[start + i];
+                const uint64_t ai = (uint64_t)w.def[xi] * stride;
+                J += w.bnd[xi] != RL_QEC_INF;
+                for (uint32_t j = i + 1u; j < c; j++) {
+                    const uint32_t xj = w.list[start + j];
+                    L += rl_qec_linked(rl_qec_dist(sh, D, ai + w.def[xj]), w.bnd[xi], w.bnd[xj]);
+                }
+            }
+            const unsigned long long E = 2ull * L + J;
+            w.edges[ci] = E > kc->scr_edges ? 0xFFFFFFFFu : (uint32_t)E;
+            w.at[ci] = RL_QEC_AT_WAIT;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            /* places in the work space, cluster after cluster, while they fit; the matcher of
+             * cluster j goes to warp j % W, so the matchers spread over the warps */
+            unsigned long long off = 0;
+            uint32_t rank = 0;
+            for (uint32_t ci = 0; ci < nc; ci++) {
+                if (w.at[ci] != RL_QEC_AT_WAIT) continue;
+                const uint32_t c = w.cstart[ci + 1u] - w.cstart[ci];
+                if (w.edges[ci] == 0xFFFFFFFFu) {
+                    s->r.edges = 1;
+                    w.at[ci] = RL_QEC_AT_DONE;
+                    continue;
+                }
+                const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
+                if (rank < T && off + b <= room) {
+                    w.at[ci] = (uint32_t)(off >> 4);
+                    w.owner[ci] = (rank % (T / 32u)) * 32u + rank / (T / 32u);
+                    off += b;
+                    rank++;
+                } else {
+                    w.at[ci] = RL_QEC_AT_ALONE;
+                }
+            }
+        }
+        __syncthreads();
+        if (s->r.edges != 0) break; /* block-uniform */
+        for (uint32_t ci = 0; ci < nc; ci++) {
+            const uint32_t at = w.at[ci];
+            if (at >= RL_QEC_AT_WAIT || w.owner[ci] != tid) continue;
+            const uint32_t start = w.cstart[ci];
+            rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], arena + ((unsigned long long)at << 4));
+        }
+        __syncthreads();
+        if (tid == 0) {
+            for (uint32_t ci = 0; ci < nc; ci++) {
+                if (w.at[ci] != RL_QEC_AT_ALONE) continue;
+                const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start;
+                const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
+                uint8_t *const mem = b <= room ? arena : in_fast && global_pm != 0 ? global_pm : 0;
+                if (mem == 0) {
+                    s->r.edges = 1;
+                    break;
+                }
+                rl_qec_solve_cluster(kc, w, start, c, w.edges[ci], mem);
+            }
+        }
+        __syncthreads();
+        if (s->r.edges != 0) break; /* block-uniform */
+        /* the proof: a pair across clusters that an optimal matching may use, with a
+         * negative reduced cost in either copy, joins its clusters */
+        for (uint32_t q = tid; q < kk; q += T) {
+            const uint32_t x = q / k, y = q - x * k;
+            if (y <= x || w.rt[x] == w.rt[y]) continue;
+            const uint32_t e = rl_qec_dist(sh, D, (uint64_t)w.def[x] * stride + w.def[y]);
+            if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
+            if (w.y0[x] + w.y0[y] > 2ll * e || w.y1[x] + w.y1[y] > 2ll * e) {
+                rl_qec_uf_union(w.uf, x, y);
+                s->r.done = 1;
+            }
+        }
+        __syncthreads();
+        const bool again = s->r.done != 0;
+        __syncthreads(); /* everyone has read it before thread 0 clears it */
+        if (!again) break;
     }
-    __syncthreads(); /* the small clusters' atomics */
     if (tid == 0) {
-        const uint32_t first = s->r.first_fail;
-        const uint32_t fail = first == 0xFFFFFFFFu ? 0u : first & 3u;
-        s->r.status = fail == 0 ? RL_QEC_REPORT_OK : fail == 1 ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OVERFLOW;
-        s->r.infinite = fail != 0;
-        s->r.obs = fail != 0 ? 0u : s->r.obs ^ obs;
-        s->r.cost = fail != 0 ? 0ull : s->r.cost + cost;
+        uint32_t status = RL_QEC_REPORT_OK;
+        unsigned long long cost = 0;
+        uint32_t obs = 0;
+        if (s->r.edges != 0) {
+            status = RL_QEC_REPORT_OVERFLOW;
+        } else {
+            for (uint32_t ci = 0; ci < s->r.left; ci++) {
+                const uint32_t root = w.list[w.cstart[ci]];
+                if (w.stat[root] != RL_QEC_ST_OK) {
+                    status = RL_QEC_REPORT_UNMATCHABLE;
+                    break;
+                }
+                cost += w.cost[root];
+                obs ^= w.obs[root];
+            }
+        }
+        s->r.status = status;
+        s->r.infinite = status != RL_QEC_REPORT_OK;
+        s->r.obs = status != RL_QEC_REPORT_OK ? 0u : obs;
+        s->r.cost = status != RL_QEC_REPORT_OK ? 0ull : cost;
     }
 }
 

@@ -1,10 +1,10 @@
 //! The GPU stage's decoder, as its model: exact minimum-weight perfect matching with boundary
 //! on the all-pairs table, by subset DP for up to K defects (QEC.md, "Decoder v1"); above K
-//! the shot's independent clusters, each matched exactly (the DP up to K defects, an exact
-//! blossom matcher on its doubled graph above). No greedy step: every decode is exact, or
-//! (a cluster over the GPU scratch's edge cap, [`matching_edge_cap`]) not made at all,
-//! status `Overflow`. The CPU stage decodes with `rocelink_qec::MatchingDecoder`; this one
-//! is what `kernels/stages/qec.cuh` computes, bit for bit.
+//! the shot's clusters, each matched exactly, joined until their LP duals prove the whole
+//! shot optimal. No greedy step: every decode is exact, or (a cluster over the GPU scratch's
+//! edge cap, [`matching_edge_cap`]) not made at all, status `Overflow`. The CPU stage decodes
+//! with `rocelink_qec::MatchingDecoder`; this one is what `kernels/stages/qec.cuh` computes,
+//! bit for bit.
 //!
 //! For defects `b_0 < b_1 < ... < b_{k-1}` (detector order) and a subset `mask` of them, with
 //! `a` the lowest defect in `mask`:
@@ -29,19 +29,29 @@
 //!   first, then partners by increasing defect index, replacing the best only when strictly
 //!   smaller. Observables are the XOR of the chosen option's parity and the sub-mask's.
 //!   Entries equal to `UNREACHABLE` are never chosen, nor are infinite sub-problems.
-//! - **Above K: clusters, each exact.** Defects x and y are linked when some optimal matching
-//!   may pair them, that is when their distance is finite and below the sum of their
-//!   boundary distances (or either has no boundary path). A pair across clusters can always
-//!   be replaced by both defects to the boundary at no extra weight, so the sum of the
-//!   clusters' exact matchings is a minimum-weight matching of the whole shot: weights equal
-//!   to PyMatching's, observables differing only on ties. Clusters go in order of their
-//!   lowest defect, each with its defects in increasing order: up to K by the DP above;
-//!   above K by `rocelink_qec::matching::PerfectMatching` on the cluster's doubled graph (two
-//!   copies of its linked pairs, each defect's copies joined by twice its boundary distance;
-//!   a perfect matching there is two matchings with boundary of equal total, so copy one's
-//!   half is optimal), its edges in the order the GPU writes them: copy one's pairs by
-//!   (i, j), copy two's likewise, then the joins by i. The GPU's matcher
-//!   (kernels/stages/blossom.cuh) is this one statement for statement.
+//! - **Above K: clusters proved by their duals.** Defects x and y are *linked* when an
+//!   optimal matching may pair them: their distance finite and below the sum of their
+//!   boundary distances (or either without a boundary path); a longer pair is never better
+//!   than both going to the boundary, so only linked pairs matter. Each defect first joins
+//!   its nearest linked partner (the lowest index among equals; clusters are the components,
+//!   rooted at their lowest defect). Then, until the proof holds: each cluster not solved at
+//!   its present size is matched exactly on its doubled graph `H` (two copies of its linked
+//!   pairs, each defect's copies joined by twice its boundary distance, so that a perfect
+//!   matching of `H` is two matchings with boundary), with LP duals `y` per copy (doubled
+//!   units); the sum of
+//!   the clusters' matchings is optimal for the whole shot when every linked pair across
+//!   clusters has `y_x + y_y <= 2 e` in both copies (blossom duals only add to a pair's
+//!   reduced cost), and the pairs where that fails join their clusters. Clusters only grow,
+//!   so the loop ends (at one cluster at worst). Clusters of one and two defects are solved
+//!   in closed form; of three and four by enumeration of their matchings with duals from
+//!   each matched pair's free split (`solve_small`; when no split satisfies every join and
+//!   linked pair, the matcher decides); larger by `rocelink_qec::matching::PerfectMatching`,
+//!   its edges in the order the GPU writes them: copy one's pairs by (i, j), copy two's
+//!   likewise, then the joins by i. The GPU's matcher (kernels/stages/blossom.cuh) is this
+//!   one statement for statement. A cluster without a perfect matching gets duals above
+//!   any distance, so it joins every neighbour it may pair with; the shot is unmatchable
+//!   when one is left at the end. Weights equal PyMatching's; observables differ only on
+//!   ties.
 //! - **Allocation**: the DP's buffers are sized for K at construction; the cluster buffers
 //!   grow to the largest shot seen and are reused.
 //! - **No panic on any input**: bits beyond the DEM's detectors are ignored; out-of-range or
@@ -65,6 +75,90 @@ pub const MAX_MAX_DEFECTS: usize = 20;
 /// 2 L + c edges for L linked pairs, and at circuit-level noise a defect links to a few.
 pub const fn matching_edge_cap(n: usize) -> usize {
     16 * n + 1024
+}
+
+/// No path: a matcher weight that is never linked nor chosen.
+const NO_PATH: i64 = i64::MAX;
+
+/// The doubled dual of a defect whose cluster has no perfect matching: above twice any
+/// distance, so the proof joins every pair it may use; two of them sum without overflow.
+const BIG: i64 = 1 << 60;
+
+/// Clusters up to this many defects are solved without the matcher where their duals allow
+/// (`solve_small`).
+const SMALL_CLUSTER: usize = 4;
+
+/// The matchings `solve_small` tries, as partner lists (a defect's own index: the boundary),
+/// of three defects and of four, in the order it takes the first of equal weight.
+const SMALL_MATCHINGS: [&[[u8; SMALL_CLUSTER]]; 2] = [
+    &[[0, 1, 2, 3], [1, 0, 2, 3], [2, 1, 0, 3], [0, 2, 1, 3]],
+    &[
+        [0, 1, 2, 3],
+        [1, 0, 2, 3],
+        [2, 1, 0, 3],
+        [3, 1, 2, 0],
+        [0, 2, 1, 3],
+        [0, 3, 2, 1],
+        [0, 1, 3, 2],
+        [1, 0, 3, 2],
+        [2, 3, 0, 1],
+        [3, 2, 1, 0],
+    ],
+];
+
+/// `solve_small`'s constraints on its free variables, each kind as its tightest bound
+/// (module docs): `t1` in `[l1, h1]`, `t2` in `[l2, h2]`, `t1 + t2` in `[s_lo, s_hi]`,
+/// `t1 - t2` in `[d_lo, d_hi]`; `ok` false once a constraint without variables fails.
+#[derive(Debug, Clone, Copy)]
+struct Bounds {
+    ok: bool,
+    l1: i64,
+    h1: i64,
+    l2: i64,
+    h2: i64,
+    s_lo: i64,
+    s_hi: i64,
+    d_lo: i64,
+    d_hi: i64,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds { ok: true, l1: -BIG, h1: BIG, l2: -BIG, h2: BIG, s_lo: -BIG, s_hi: BIG, d_lo: -BIG, d_hi: BIG }
+    }
+}
+
+impl Bounds {
+    /// Adds `a t1 + b t2 <= r`. No two defects of one matched pair meet in a constraint, so
+    /// `a` and `b` are in -1..=1.
+    fn constrain(&mut self, a: i64, b: i64, r: i64) {
+        let (lo, hi) = match (a, b) {
+            (0, 0) => {
+                self.ok &= r >= 0;
+                return;
+            }
+            (_, 0) => (&mut self.l1, &mut self.h1),
+            (0, _) => (&mut self.l2, &mut self.h2),
+            _ if a == b => (&mut self.s_lo, &mut self.s_hi),
+            _ => (&mut self.d_lo, &mut self.d_hi),
+        };
+        // the kind's positive side is bounded above by r, its negative side below by -r
+        if a + b > 0 || (a > 0 && b < 0) {
+            *hi = (*hi).min(r);
+        } else {
+            *lo = (*lo).max(-r);
+        }
+    }
+}
+
+/// A cluster's last solve above K, kept by its root: its size then (0: never solved), how
+/// it went, its matching's weight and observables.
+#[derive(Debug, Clone, Copy)]
+struct Solved<A> {
+    size: u32,
+    status: DecodeStatus,
+    cost: A,
+    obs: u64,
 }
 
 /// How a shot was decoded.
@@ -119,6 +213,17 @@ pub struct DecoderCounters {
     pub unmatchable: u64,
     /// Invalid defect lists.
     pub invalid: u64,
+    /// Solving rounds of the clusters above K (one per shot above K when the first
+    /// clusters are proved at once).
+    pub proof_rounds: u64,
+    /// Pairs the proof joined across clusters.
+    pub joins: u64,
+    /// Clusters solved by the matcher (three defects or more).
+    pub blossom_clusters: u64,
+    /// Clusters of three or four defects solved in closed form.
+    pub small_clusters: u64,
+    /// Clusters of three or four defects whose duals needed the matcher after all.
+    pub small_fallbacks: u64,
 }
 
 /// A bad decoder configuration.
@@ -151,14 +256,21 @@ pub struct ExactDecoder<W: TableWeight = u32> {
     /// The reachable masks of three defects or more, by layer (module docs of `schedule`).
     schedule: Schedule,
     k: usize,
-    /// Above K: union-find parents, then roots; the clusters' defects, cluster after
-    /// cluster; where each starts; per root a count, then a cursor.
+    /// Above K: union-find parents, then roots; the clusters' defects (indices in the
+    /// shot), cluster after cluster; where each starts; per root a count, then a cursor.
     uf: Vec<u32>,
+    /// The roots as the clusters were listed, while the proof joins them.
+    roots: Vec<u32>,
     list: Vec<u32>,
     starts: Vec<usize>,
     cursor: Vec<usize>,
-    /// A cluster above K: its boundary distances, doubled graph and matching.
-    bnd: Vec<W>,
+    /// The shot's defects' distances to each other (k x k) and to the boundary, as matcher
+    /// weights; per defect its two copies' doubled duals; per root its last solve.
+    near: Vec<i64>,
+    bnd: Vec<i64>,
+    duals: Vec<(i64, i64)>,
+    solved: Vec<Solved<W::Acc>>,
+    /// A cluster's doubled graph and matching.
     edges: Vec<(u32, u32, i64)>,
     mate: Vec<u32>,
     matcher: rocelink_qec::matching::PerfectMatching,
@@ -190,10 +302,14 @@ impl<W: TableWeight> ExactDecoder<W> {
             schedule: Schedule::new(k),
             k: 0,
             uf: Vec::new(),
+            roots: Vec::new(),
             list: Vec::new(),
             starts: Vec::new(),
             cursor: Vec::new(),
+            near: Vec::new(),
             bnd: Vec::new(),
+            duals: Vec::new(),
+            solved: Vec::new(),
             edges: Vec::new(),
             mate: Vec::new(),
             matcher: rocelink_qec::matching::PerfectMatching::new(),
@@ -406,10 +522,11 @@ impl<W: TableWeight> ExactDecoder<W> {
 
     /// Whether an optimal matching may pair two defects at distance `e` whose boundary
     /// distances are `bx` and `by` (module docs): `e` finite and below `bx + by`, or either
-    /// without a boundary path.
-    fn linked(e: W, bx: W, by: W) -> bool {
-        e != W::UNREACHABLE
-            && (bx == W::UNREACHABLE || by == W::UNREACHABLE || e.to_acc() < bx.to_acc() + by.to_acc())
+    /// without a boundary path. A pair at least `bx + by` long is never better than both
+    /// defects going to the boundary, so the matchings that leave such pairs out include an
+    /// optimal one.
+    fn linked(e: i64, bx: i64, by: i64) -> bool {
+        e != NO_PATH && (bx == NO_PATH || by == NO_PATH || e < bx + by)
     }
 
     fn find(uf: &[u32], mut x: u32) -> u32 {
@@ -419,32 +536,241 @@ impl<W: TableWeight> ExactDecoder<W> {
         x
     }
 
-    /// Above K (module docs): the shot's clusters, each decoded exactly. Any cluster without
-    /// a perfect matching makes the shot [`DecodeStatus::Unmatchable`], any over the edge
-    /// cap [`DecodeStatus::Overflow`] (infinite weight, no observables either way).
+    /// Joins the clusters of `x` and `y`, the higher root under the lower: a cluster's root
+    /// is its lowest defect whatever order the joins come in.
+    fn union(uf: &mut [u32], x: u32, y: u32) {
+        let (rx, ry) = (Self::find(uf, x), Self::find(uf, y));
+        if rx != ry {
+            uf[rx.max(ry) as usize] = rx.min(ry);
+        }
+    }
+
+    /// An entry as a matcher weight, [`NO_PATH`] when unreachable; None for a float table.
+    fn weight(e: W) -> Option<i64> {
+        if e == W::UNREACHABLE {
+            Some(NO_PATH)
+        } else {
+            e.matching_weight()
+        }
+    }
+
+    /// Above K (module docs, "Above K"): clusters joined until their LP duals prove the sum
+    /// of their exact matchings optimal for the whole shot. A cluster without a perfect
+    /// matching joins its neighbours (its duals are [`BIG`]) and makes the shot
+    /// [`DecodeStatus::Unmatchable`] if none is left to join; any over the edge cap makes it
+    /// [`DecodeStatus::Overflow`] at once (infinite weight, no observables either way).
     fn clusters(&mut self, defects: &[u32]) -> (W::Acc, u64, DecodeStatus) {
         let k = defects.len();
         let t = Arc::clone(&self.table);
         let b = t.boundary();
+        // Distances among the shot's defects and to the boundary, as matcher weights (the
+        // table's entry of the lower defect's row).
+        self.bnd.clear();
+        self.near.clear();
+        self.near.resize(k * k, NO_PATH);
+        for x in 0..k {
+            let Some(bx) = Self::weight(t.distance(defects[x] as usize, b)) else {
+                return (W::ACC_INF, 0, DecodeStatus::Overflow);
+            };
+            self.bnd.push(bx);
+            for y in x + 1..k {
+                let Some(e) = Self::weight(t.distance(defects[x] as usize, defects[y] as usize)) else {
+                    return (W::ACC_INF, 0, DecodeStatus::Overflow);
+                };
+                self.near[x * k + y] = e;
+                self.near[y * k + x] = e;
+            }
+        }
+        let (near, bnd) = (std::mem::take(&mut self.near), std::mem::take(&mut self.bnd));
+        let out = self.proved_clusters(defects, &near, &bnd);
+        self.near = near;
+        self.bnd = bnd;
+        out
+    }
+
+    fn proved_clusters(&mut self, defects: &[u32], near: &[i64], bnd: &[i64]) -> (W::Acc, u64, DecodeStatus) {
+        let k = defects.len();
+        let linked = |x: usize, y: usize| Self::linked(near[x * k + y], bnd[x], bnd[y]);
+        // The first joins: each defect with its nearest partner that an optimal matching may
+        // use (the lowest index among equals).
         self.uf.clear();
         self.uf.extend(0..k as u32);
         for x in 0..k {
-            let bx = t.distance(defects[x] as usize, b);
-            for y in x + 1..k {
-                let e = t.distance(defects[x] as usize, defects[y] as usize);
-                if Self::linked(e, bx, t.distance(defects[y] as usize, b)) {
-                    // the higher root under the lower: a cluster's root is its lowest defect
-                    let (rx, ry) = (Self::find(&self.uf, x as u32), Self::find(&self.uf, y as u32));
-                    if rx != ry {
-                        self.uf[rx.max(ry) as usize] = rx.min(ry);
+            let mut best = (NO_PATH, usize::MAX);
+            for y in 0..k {
+                if y != x && linked(x, y) && near[x * k + y] < best.0 {
+                    best = (near[x * k + y], y);
+                }
+            }
+            if best.1 != usize::MAX {
+                Self::union(&mut self.uf, x as u32, best.1 as u32);
+            }
+        }
+        // Per root: the size of the cluster when it was last solved (0: never), and what the
+        // solve gave. Clusters only grow, so a root of the same size is the same cluster.
+        self.solved.clear();
+        self.solved.resize(k, Solved { size: 0, status: DecodeStatus::Ok, cost: W::ACC_ZERO, obs: 0 });
+        self.duals.clear();
+        self.duals.resize(k, (0, 0));
+        loop {
+            self.counters.proof_rounds += 1;
+            self.list_clusters(k);
+            for c in 0..self.starts.len() - 1 {
+                let (start, end) = (self.starts[c], self.starts[c + 1]);
+                let root = self.list[start] as usize;
+                if self.solved[root].size as usize == end - start {
+                    continue;
+                }
+                let members = std::mem::take(&mut self.list);
+                let s = self.solve_cluster(defects, &members[start..end], near, bnd);
+                self.list = members;
+                if s.status == DecodeStatus::Overflow {
+                    return (W::ACC_INF, 0, DecodeStatus::Overflow);
+                }
+                self.solved[root] = s;
+            }
+            // The proof: every pair across clusters that an optimal matching may use has a
+            // non-negative reduced cost in both copies, or joins its two clusters.
+            let mut joined = 0;
+            self.roots.clear();
+            self.roots.extend_from_slice(&self.uf);
+            for x in 0..k {
+                for y in x + 1..k {
+                    if self.roots[x] == self.roots[y] || !linked(x, y) {
+                        continue;
+                    }
+                    let (yx, yy, e2) = (self.duals[x], self.duals[y], 2 * near[x * k + y]);
+                    if yx.0 + yy.0 > e2 || yx.1 + yy.1 > e2 {
+                        Self::union(&mut self.uf, x as u32, y as u32);
+                        joined += 1;
                     }
                 }
             }
+            if joined == 0 {
+                break;
+            }
+            self.counters.joins += joined;
         }
+        let (mut total, mut obs) = (W::ACC_ZERO, 0u64);
+        for c in 0..self.starts.len() - 1 {
+            let s = self.solved[self.list[self.starts[c]] as usize];
+            if s.status != DecodeStatus::Ok {
+                return (W::ACC_INF, 0, s.status);
+            }
+            total = total + s.cost;
+            obs ^= s.obs;
+        }
+        (total, obs, DecodeStatus::Ok)
+    }
+
+    /// A cluster of three or four defects without the matcher (module docs): its cheapest
+    /// matching by enumeration ([`SMALL_MATCHINGS`], the first of equal weight), then duals
+    /// for it, each matched pair's split a free variable `t` (the doubled dual of its lower
+    /// defect; the other gets `2 e - t`), each defect to the boundary at `2 c`. Duals that
+    /// respect every join and linked pair of the cluster and are tight on the matching prove
+    /// it optimal (complementary slackness); with at most two pairs the constraints read
+    /// `a t1 + b t2 <= r`, `a, b` in -1..=1, and Fourier-Motzkin on `t2` gives `t1`'s range.
+    /// Each variable goes to the point of its range nearest the even split `e`. None when
+    /// the ranges are empty (the matcher decides then).
+    fn solve_small(&mut self, defects: &[u32], cluster: &[u32], near: &[i64], bnd: &[i64]) -> Option<Solved<W::Acc>> {
+        let k = defects.len();
+        let t = Arc::clone(&self.table);
+        let b = t.boundary();
+        let c = cluster.len();
+        let d = |i: usize, j: usize| near[cluster[i] as usize * k + cluster[j] as usize];
+        let cb = |i: usize| bnd[cluster[i] as usize];
+        let linked = |i: usize, j: usize| Self::linked(d(i, j), cb(i), cb(j));
+        // The cheapest matching: partners (`i` itself: the boundary).
+        let mut best: Option<(i64, [usize; SMALL_CLUSTER])> = None;
+        for m in SMALL_MATCHINGS[c - 3] {
+            let mut cost = 0i64;
+            let mut ok = true;
+            for i in 0..c {
+                let j = m[i] as usize;
+                if j == i {
+                    ok &= cb(i) != NO_PATH;
+                    cost = cost.saturating_add(cb(i));
+                } else if i < j {
+                    ok &= linked(i, j);
+                    cost = cost.saturating_add(d(i, j));
+                }
+            }
+            if ok && best.is_none_or(|(w, _)| cost < w) {
+                best = Some((cost, m.map(|x| x as usize)));
+            }
+        }
+        let (_, m) = best?;
+        // Y_i = base[i] + coef[i] . (t1, t2): the pairs in order of their lower defect.
+        let (mut base, mut coef, mut split) = ([0i64; SMALL_CLUSTER], [(0i64, 0i64); SMALL_CLUSTER], [0i64; 2]);
+        let mut pairs = 0;
+        for i in 0..c {
+            let j = m[i];
+            if j == i {
+                base[i] = 2 * cb(i);
+            } else if i < j {
+                let e = d(i, j);
+                coef[i] = if pairs == 0 { (1, 0) } else { (0, 1) };
+                coef[j] = if pairs == 0 { (-1, 0) } else { (0, -1) };
+                base[j] = 2 * e;
+                split[pairs] = e;
+                pairs += 1;
+            }
+        }
+        // The constraints a t1 + b t2 <= r (a, b in -1..=1), each kind kept as its tightest
+        // bound: t1 in [l1, h1], t2 in [l2, h2], t1 + t2 in [s_lo, s_hi], t1 - t2 in [d_lo,
+        // d_hi]; the joins, then the linked pairs not matched.
+        let mut bounds = Bounds::default();
+        for i in 0..c {
+            if m[i] != i && cb(i) != NO_PATH {
+                bounds.constrain(coef[i].0, coef[i].1, 2 * cb(i) - base[i]);
+            }
+        }
+        for i in 0..c {
+            for j in i + 1..c {
+                if m[i] != j && linked(i, j) {
+                    bounds.constrain(coef[i].0 + coef[j].0, coef[i].1 + coef[j].1, 2 * d(i, j) - base[i] - base[j]);
+                }
+            }
+        }
+        let Bounds { ok, l1, h1, l2, h2, s_lo, s_hi, d_lo, d_hi } = bounds;
+        // t1's range with t2 eliminated (Fourier-Motzkin: each lower bound of t2 below each
+        // upper one), then t2's given t1.
+        let lo1 = l1.max(s_lo - h2).max(d_lo + l2).max((s_lo + d_lo).div_euclid(2) + (s_lo + d_lo).rem_euclid(2));
+        let hi1 = h1.min(s_hi - l2).min(d_hi + h2).min((s_hi + d_hi).div_euclid(2));
+        if !ok || l2 > h2 || s_lo > s_hi || d_lo > d_hi || lo1 > hi1 {
+            return None;
+        }
+        let t1 = if pairs > 0 { split[0].clamp(lo1, hi1) } else { 0 };
+        let (lo2, hi2) = (l2.max(s_lo - t1).max(t1 - d_hi), h2.min(s_hi - t1).min(t1 - d_lo));
+        if lo2 > hi2 {
+            return None;
+        }
+        let t2 = if pairs > 1 { split[1].clamp(lo2, hi2) } else { 0 };
+        let (mut cost, mut obs) = (W::ACC_ZERO, 0u64);
+        for i in 0..c {
+            let x = cluster[i] as usize;
+            let y = base[i] + coef[i].0 * t1 + coef[i].1 * t2;
+            self.duals[x] = (y, y);
+            let dx = defects[x] as usize;
+            let j = m[i];
+            if j == i {
+                cost = cost + t.distance(dx, b).to_acc();
+                obs ^= t.parity(dx, b);
+            } else if i < j {
+                let dy = defects[cluster[j] as usize] as usize;
+                cost = cost + t.distance(dx, dy).to_acc();
+                obs ^= t.parity(dx, dy);
+            }
+        }
+        Some(Solved { size: c as u32, status: DecodeStatus::Ok, cost, obs })
+    }
+
+    /// Roots in `uf`, then the clusters by root (their lowest defect), members increasing:
+    /// `list[starts[c]..starts[c + 1]]`.
+    fn list_clusters(&mut self, k: usize) {
         for x in 0..k {
             self.uf[x] = Self::find(&self.uf, x as u32);
         }
-        // clusters by root, members in increasing order
         self.cursor.clear();
         self.cursor.resize(k, 0);
         for x in 0..k {
@@ -465,80 +791,101 @@ impl<W: TableWeight> ExactDecoder<W> {
         self.list.resize(k, 0);
         for x in 0..k {
             let r = self.uf[x] as usize;
-            self.list[self.cursor[r]] = defects[x];
+            self.list[self.cursor[r]] = x as u32;
             self.cursor[r] += 1;
-        }
-        let (mut total, mut obs) = (W::ACC_ZERO, 0u64);
-        let list = std::mem::take(&mut self.list);
-        let starts = std::mem::take(&mut self.starts);
-        let mut status = DecodeStatus::Ok;
-        for c in 0..starts.len() - 1 {
-            let cluster = &list[starts[c]..starts[c + 1]];
-            let (cost, o, st) =
-                if cluster.len() <= self.max_defects { self.exact(cluster) } else { self.match_cluster(cluster) };
-            if st != DecodeStatus::Ok {
-                status = st;
-                break;
-            }
-            total = total + cost;
-            obs ^= o;
-        }
-        self.list = list;
-        self.starts = starts;
-        match status {
-            DecodeStatus::Ok => (total, obs, status),
-            _ => (W::ACC_INF, 0, status),
         }
     }
 
-    /// One cluster above K, exactly, on its doubled graph (module docs).
-    fn match_cluster(&mut self, cluster: &[u32]) -> (W::Acc, u64, DecodeStatus) {
+    /// One cluster (defect indices, increasing), exactly, with its duals (module docs): one
+    /// defect to the boundary and two to each other in closed form, more by the matcher on
+    /// the cluster's doubled graph.
+    fn solve_cluster(&mut self, defects: &[u32], cluster: &[u32], near: &[i64], bnd: &[i64]) -> Solved<W::Acc> {
+        let k = defects.len();
         let t = Arc::clone(&self.table);
         let b = t.boundary();
         let c = cluster.len();
-        self.bnd.clear();
-        self.bnd.extend(cluster.iter().map(|&d| t.distance(d as usize, b)));
+        let failed = |status| Solved { size: c as u32, status, cost: W::ACC_ZERO, obs: 0 };
+        let unmatchable = |duals: &mut Vec<(i64, i64)>| {
+            for &x in cluster {
+                duals[x as usize] = (BIG, BIG);
+            }
+            failed(DecodeStatus::Unmatchable)
+        };
+        let entry = |i: usize, j: usize| t.distance(i, j).to_acc();
+        if c == 1 {
+            let x = cluster[0] as usize;
+            if bnd[x] == NO_PATH {
+                return unmatchable(&mut self.duals);
+            }
+            self.duals[x] = (2 * bnd[x], 2 * bnd[x]);
+            let obs = t.parity(defects[x] as usize, b);
+            return Solved { size: 1, status: DecodeStatus::Ok, cost: entry(defects[x] as usize, b), obs };
+        }
+        if c == 2 {
+            // Linked, so the pair beats both to the boundary. Duals: y_x + y_y = e in both
+            // copies, y_x <= c_x, y_y <= c_y (the joins), as even as those allow.
+            let (x, y) = (cluster[0] as usize, cluster[1] as usize);
+            let e = near[x * k + y];
+            let lo = if bnd[y] == NO_PATH { -BIG } else { 2 * e - 2 * bnd[y] };
+            let hi = if bnd[x] == NO_PATH { BIG } else { 2 * bnd[x] };
+            let yx = e.clamp(lo, hi);
+            self.duals[x] = (yx, yx);
+            self.duals[y] = (2 * e - yx, 2 * e - yx);
+            let obs = t.parity(defects[x] as usize, defects[y] as usize);
+            let cost = entry(defects[x] as usize, defects[y] as usize);
+            return Solved { size: 2, status: DecodeStatus::Ok, cost, obs };
+        }
+        if c <= SMALL_CLUSTER {
+            if let Some(s) = self.solve_small(defects, cluster, near, bnd) {
+                self.counters.small_clusters += 1;
+                return s;
+            }
+            self.counters.small_fallbacks += 1;
+        }
+        // The doubled graph: copy one's linked pairs by (i, j), copy two's likewise, then the
+        // joins by i (the order the GPU writes them in).
         self.edges.clear();
         for i in 0..c {
             for j in i + 1..c {
-                let e = t.distance(cluster[i] as usize, cluster[j] as usize);
-                if Self::linked(e, self.bnd[i], self.bnd[j]) {
-                    let Some(w) = e.matching_weight() else { return (W::ACC_INF, 0, DecodeStatus::Overflow) };
-                    self.edges.push((i as u32, j as u32, w));
+                let (x, y) = (cluster[i] as usize, cluster[j] as usize);
+                if Self::linked(near[x * k + y], bnd[x], bnd[y]) {
+                    self.edges.push((i as u32, j as u32, near[x * k + y]));
                 }
             }
         }
         let pairs = self.edges.len();
-        let joins = self.bnd.iter().filter(|&&x| x != W::UNREACHABLE).count();
+        let joins = cluster.iter().filter(|&&x| bnd[x as usize] != NO_PATH).count();
         if 2 * pairs + joins > self.edge_cap {
-            return (W::ACC_INF, 0, DecodeStatus::Overflow);
+            return failed(DecodeStatus::Overflow);
         }
         for q in 0..pairs {
             let (i, j, w) = self.edges[q];
             self.edges.push((c as u32 + i, c as u32 + j, w));
         }
-        for i in 0..c {
-            if self.bnd[i] != W::UNREACHABLE {
-                let Some(w) = self.bnd[i].matching_weight() else { return (W::ACC_INF, 0, DecodeStatus::Overflow) };
-                self.edges.push((i as u32, (c + i) as u32, 2 * w));
+        for (i, &x) in cluster.iter().enumerate() {
+            if bnd[x as usize] != NO_PATH {
+                self.edges.push((i as u32, (c + i) as u32, 2 * bnd[x as usize]));
             }
         }
+        self.counters.blossom_clusters += 1;
         if self.matcher.solve(2 * c, &self.edges, &mut self.mate).is_none() {
-            return (W::ACC_INF, 0, DecodeStatus::Unmatchable);
+            return unmatchable(&mut self.duals);
         }
-        let (mut total, mut obs) = (W::ACC_ZERO, 0u64);
-        for i in 0..c {
+        let (mut cost, mut obs) = (W::ACC_ZERO, 0u64);
+        for (i, &x) in cluster.iter().enumerate() {
+            self.duals[x as usize] = (self.matcher.vertex_dual_doubled(i), self.matcher.vertex_dual_doubled(c + i));
             let u = self.mate[i] as usize;
-            let di = cluster[i] as usize;
+            let dx = defects[x as usize] as usize;
             if u == c + i {
-                total = total + self.bnd[i].to_acc();
-                obs ^= t.parity(di, b);
+                cost = cost + entry(dx, b);
+                obs ^= t.parity(dx, b);
             } else if u < c && i < u {
-                total = total + t.distance(di, cluster[u] as usize).to_acc();
-                obs ^= t.parity(di, cluster[u] as usize);
+                let y = cluster[u] as usize;
+                cost = cost + entry(dx, defects[y] as usize);
+                obs ^= t.parity(dx, defects[y] as usize);
             }
         }
-        (total, obs, DecodeStatus::Ok)
+        Solved { size: c as u32, status: DecodeStatus::Ok, cost, obs }
     }
 }
 
@@ -806,6 +1153,9 @@ mod tests {
         }
         assert!(tried > 30, "{tried}");
         assert_eq!(six.counters().overflows + zero.counters().overflows, 0);
+        // Both ways of solving a small cluster were taken, and the proof joined clusters.
+        let c = zero.counters();
+        assert!(c.small_clusters > 0 && c.small_fallbacks > 0 && c.blossom_clusters > 0 && c.joins > 0, "{c:?}");
     }
 
     #[test]
@@ -841,6 +1191,22 @@ mod tests {
         assert_eq!(r.status, DecodeStatus::Unmatchable);
         assert!(r.weight.is_infinite());
         assert_eq!(r.observables, 0);
+    }
+
+    #[test]
+    fn odd_clusters_without_a_boundary_are_joined_until_they_match() {
+        // A ring of 20 without boundary: the first joins give {0, 1, 2} and {10, 11, 12}, each
+        // without a perfect matching; the proof joins them, and the six match at 10 w.
+        let dem: String = (0..20).map(|i| format!("error(0.1) D{i} D{}\n", (i + 1) % 20)).collect();
+        let g = MatchingGraph::from_dem_text(&dem).unwrap();
+        let mut d = decoder(g.fine_table().unwrap(), 0);
+        let r = d.decode_defects(&[0, 1, 2, 10, 11, 12]);
+        assert_eq!(r.status, DecodeStatus::Ok);
+        let w = (0.9f64 / 0.1).ln();
+        assert!((r.weight - 10.0 * w).abs() < 1e-4, "{}", r.weight);
+        assert!(d.counters().joins > 0 && d.counters().proof_rounds >= 2, "{:?}", d.counters());
+        // Five of them cannot match, whatever is joined.
+        assert_eq!(d.decode_defects(&[0, 1, 2, 10, 11]).status, DecodeStatus::Unmatchable);
     }
 
     #[test]
