@@ -63,7 +63,7 @@ impl Geometry {
             return Err(format!("--slots {}: must be 1..={MAX_SLOTS}", self.slots));
         }
         let s = self.slot_size;
-        if !(SLOT_ALIGN..=MAX_SLOT_SIZE).contains(&s) || s % SLOT_ALIGN != 0 {
+        if !(SLOT_ALIGN..=MAX_SLOT_SIZE).contains(&s) || !s.is_multiple_of(SLOT_ALIGN) {
             return Err(format!(
                 "--slot-size {s}: must be a multiple of {SLOT_ALIGN} in {SLOT_ALIGN}..={MAX_SLOT_SIZE} (a request and its answer each fit one RoCE packet)"
             ));

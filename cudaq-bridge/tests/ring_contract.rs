@@ -127,7 +127,7 @@ fn frames_that_do_not_fit_the_contract_never_reach_the_ring() {
 
     // The dispatcher's side: take it, answer it.
     assert_eq!(ring.rx_poll(), Some(0));
-    let mut answer = vec![0u8; 104];
+    let mut answer = [0u8; 104];
     ResponseRepr::echo_of(&RequestRepr::parse(&good).expect("request")).emit(&mut answer[..24]).expect("header");
     answer[24..].copy_from_slice(&good[24..104]);
     // SAFETY: TX slot 0 is the dispatcher's: its flag is 0 and its request is held.
