@@ -364,7 +364,9 @@ fn disconnect_under_load_stops_the_data_path_and_ends_the_run() {
     assert!(took < 5.0 && ended < 15.0, "disconnect {took} s, the run ended {ended} s after it");
     let load = r.line("run: load");
     let answered = num(&load, "answered");
-    assert!((5000..2_000_000).contains(&answered), "{load:?}");
+    // the dispatcher had answered 5000 when the disconnect came; the answers the engine had
+    // not sent yet (at most a ring and a send queue of them) never leave
+    assert!((4000..2_000_000).contains(&answered), "{load:?}");
     assert!(num(&load, "lost") > 0, "the run was cut short: {load:?}");
     assert_eq!(num(&load, "corrupted") + num(&load, "duplicated"), 0, "{load:?}");
 }
