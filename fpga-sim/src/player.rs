@@ -191,6 +191,9 @@ pub struct Player {
     payload: Vec<u8>,
     /// Args the answer to one request must echo.
     expected: Vec<u8>,
+    /// The template calls `increment`: an answer carries the args each plus one
+    /// (`rpc::increment`), not the args.
+    increment: bool,
     /// `RoceRepr::uc_write_imm` to the host with PSN 0, a zero RETH and immediate and no
     /// payload: a frame's Repr is this with those set (building the whole Repr per frame
     /// cost store-forwarding stalls).
@@ -249,10 +252,13 @@ impl Player {
             0,
             0,
         );
+        let increment = rpc::Request::new_unchecked(&cfg.template[..]).function_id()
+            == rpc::function_id::INCREMENT;
         Player {
             write_imm,
             payload: vec![0; room],
             expected: vec![0; cfg.arg_len],
+            increment,
             answered: vec![0; ANSWERED_WINDOW as usize / 64],
             cfg,
             sent: 0,
@@ -536,14 +542,20 @@ impl Player {
         flags
     }
 
-    /// The args sent with `request_id`, recomputed from the template (no allocation).
+    /// The result the answer to `request_id` must carry: the args sent with it, recomputed
+    /// from the template (no allocation), each plus one for `increment`.
     fn expected_args(&mut self, request_id: u32) -> &[u8] {
         let args = &self.cfg.template[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len];
-        if !self.cfg.scramble {
+        if !self.cfg.scramble && !self.increment {
             return args;
         }
         self.expected.copy_from_slice(args);
-        scramble_args(request_id, &mut self.expected);
+        if self.cfg.scramble {
+            scramble_args(request_id, &mut self.expected);
+        }
+        if self.increment {
+            rpc::increment(&mut self.expected);
+        }
         &self.expected
     }
 }
@@ -811,6 +823,27 @@ mod tests {
             ),
             (1001, PAYLOAD_OK | HEADER_OK, 9, 7)
         );
+    }
+
+    #[test]
+    fn an_increment_answer_must_carry_the_args_plus_one() {
+        let stats = Stats::default();
+        let mut cfg = config(2, 1, 64);
+        rpc::Request::new_unchecked(&mut cfg.template[..])
+            .set_function_id(rpc::function_id::INCREMENT);
+        let mut p = Player::new(cfg, 0, 0);
+        // the echo of the args is wrong for `increment`
+        let (_, _, _, id, args) = send(&mut p, 0, &stats);
+        p.on_frame(&answer(PEER_QP, id, &args, false), 5, &stats);
+        p.expire(6, &stats);
+        let (_, _, _, id, mut args) = send(&mut p, 6, &stats);
+        rpc::increment(&mut args);
+        p.on_frame(&answer(PEER_QP, id, &args, false), 9, &stats);
+        let cap = p.config().capture.clone().expect("capture");
+        let flags: Vec<u32> = (0..2)
+            .map(|i| cap.record(i).expect("record").flags)
+            .collect();
+        assert_eq!(flags, [HEADER_OK, HEADER_OK | PAYLOAD_OK]);
     }
 
     #[test]

@@ -41,6 +41,17 @@ pub mod function_id {
     pub const RESET_DECODER: u32 = 0x977A_59CF;
     /// `echo`: answered with status 0 and exactly the argument bytes.
     pub const ECHO: u32 = super::fnv1a32(b"echo");
+    /// `increment`: answered with status 0 and the argument bytes each plus one, modulo 256
+    /// ([`super::increment`]): an answer that differs from its request.
+    pub const INCREMENT: u32 = super::fnv1a32(b"increment");
+}
+
+/// The result of `increment` (`function_id::INCREMENT`) in place: each byte plus one,
+/// wrapping at 256.
+pub fn increment(bytes: &mut [u8]) {
+    for b in bytes {
+        *b = b.wrapping_add(1);
+    }
 }
 
 /// Response status codes (CUDA-Q QEC); `>0` handler error, `<0` protocol error.
@@ -438,6 +449,7 @@ mod tests {
         assert_eq!(function_id::GET_CORRECTIONS, fnv1a32(b"get_corrections"));
         assert_eq!(function_id::RESET_DECODER, fnv1a32(b"reset_decoder"));
         assert_eq!(function_id::ECHO, 0xD49D_D484);
+        assert_eq!(function_id::INCREMENT, 0x3812_E73E);
         // FNV-1a reference values (draft-eastlake-fnv): "" and "a".
         assert_eq!(fnv1a32(b""), 0x811C_9DC5);
         assert_eq!(fnv1a32(b"a"), 0xE40C_292C);
@@ -524,6 +536,13 @@ mod tests {
         let e = ResponseRepr::echo_of(&request_repr());
         assert_eq!((e.status, e.result_len, e.request_id), (0, 4, 7));
         assert_eq!(e.ptp_timestamp, 0x0102_0304_0506_0708);
+    }
+
+    #[test]
+    fn increment_adds_one_to_each_byte() {
+        let mut b = [0x00, 0x7F, 0xFE, 0xFF];
+        increment(&mut b);
+        assert_eq!(b, [0x01, 0x80, 0xFF, 0x00]);
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub struct RunPlan {
     pub round_cycle_us: Option<f64>,
     pub size: usize,
     pub timeout: Option<Duration>,
+    /// The function the requests call (`rpc::function_id::ECHO` in graphs; the peer checks
+    /// the answers of `echo` and `increment`).
+    pub function_id: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -355,7 +358,7 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
         SpinSpec::Dedicated => Some(SpinMode::Dedicated),
         SpinSpec::Shared => Some(SpinMode::Shared),
     };
-    (errors.len() == n0).then_some((nic, peer, cores, spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, round_cycle_us, size: r.size, timeout }, out_dir, json))
+    (errors.len() == n0).then_some((nic, peer, cores, spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, round_cycle_us, size: r.size, timeout, function_id: rpc::function_id::ECHO }, out_dir, json))
 }
 
 /// Names, kinds and parameters; exactly one transceiver.

@@ -29,7 +29,7 @@ use super::compile::RunPlan;
 use super::model::Stop;
 use super::qec::{self, QecDriven, QecRun};
 use super::RunError;
-use crate::echo::echo_template;
+use crate::echo::request_template;
 use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig, QecPlayerConfig};
 use crate::latency::Analyzer;
 use crate::peer::HOST_MAC;
@@ -236,7 +236,7 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
         tracing::debug!(decoder = %q.decoder, shots = count, interval_clocks, "QEC run started");
     } else {
         let player = PlayerConfig {
-            template: echo_template(run.size),
+            template: request_template(run.function_id, run.size),
             count,
             interval: run.rate.map_or(Duration::ZERO, |r| Duration::from_secs_f64(1.0 / r)),
             closed_loop,

@@ -1,6 +1,11 @@
 //! The NIC engine thread: polls the link for frames and the proxy doorbell for WQEs, and
 //! runs [`SoftNic`] on both. It spins on a pinned core, or spins briefly and yields when the
 //! machine has fewer cores than spinning threads ([`SpinMode`]).
+//!
+//! A data path that lives beside the NIC rather than in a backend (the CUDA-Q bridge's ring
+//! adapter) can run on the same thread ([`NicEngine::spawn_with_data_path`]): once a turn,
+//! after the frames received and before the doorbell is read, so a request received in a turn
+//! is handed on in that turn and an answer posted in it is sent in it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,8 +35,23 @@ pub struct NicEngine {
 /// arrivals cannot starve the send side.
 const RX_BURST: usize = 16;
 
+/// Work the engine thread does once a turn beside the NIC ([`NicEngine::spawn_with_data_path`]):
+/// returns whether it did any (an idle turn backs off). It must not block: every turn it
+/// delays delays the NIC.
+pub type DataPath = Box<dyn FnMut() -> bool + Send>;
+
 impl NicEngine {
-    pub fn spawn(mut nic: SoftNic, mut link: Box<dyn Link>, cfg: NicEngineConfig) -> std::io::Result<NicEngine> {
+    pub fn spawn(nic: SoftNic, link: Box<dyn Link>, cfg: NicEngineConfig) -> std::io::Result<NicEngine> {
+        Self::spawn_inner(nic, link, cfg, None)
+    }
+
+    /// [`NicEngine::spawn`], running `data_path` on the engine thread each turn, between the
+    /// receive burst and the send side (module docs).
+    pub fn spawn_with_data_path(nic: SoftNic, link: Box<dyn Link>, cfg: NicEngineConfig, data_path: DataPath) -> std::io::Result<NicEngine> {
+        Self::spawn_inner(nic, link, cfg, Some(data_path))
+    }
+
+    fn spawn_inner(mut nic: SoftNic, mut link: Box<dyn Link>, cfg: NicEngineConfig, mut data_path: Option<DataPath>) -> std::io::Result<NicEngine> {
         let stop = Arc::new(AtomicBool::new(false));
         let counters = nic.counters().clone();
         let describe = link.describe();
@@ -56,6 +76,11 @@ impl NicEngine {
                                 tracing::debug!("link receive error: {e}");
                                 break;
                             }
+                        }
+                    }
+                    if let Some(d) = data_path.as_mut() {
+                        if d() {
+                            worked = true;
                         }
                     }
                     if nic.poll_send(link.as_mut()) > 0 {

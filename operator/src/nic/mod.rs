@@ -20,7 +20,7 @@ pub mod trace;
 pub mod verbs;
 
 pub use counters::{DropReason, NicCounters, NicStats};
-pub use engine::{NicEngine, NicEngineConfig};
+pub use engine::{DataPath, NicEngine, NicEngineConfig};
 pub use mr::{Access, MemoryRegion, MrTable};
 pub use qp::{DoorbellMode, NicOptions, QpAttrs, SoftNic};
 pub use trace::SendTrace;
