@@ -5,54 +5,19 @@
 //! joined or reported).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use rocelink_link::SpinMode;
 use rocelink_wire::roce;
 use rocelink_wire::rpc::{self, RequestRepr};
 
 use crate::backend::BackendKind;
 use crate::graph::compile::PeerPlan;
-use crate::graph::model::{Graph, Load, NicSpec, PeerSpec, RunSpec, SimMode, SpinSpec, Stop, WireSpec};
+use crate::graph::model::{Graph, Load, NicSpec, PeerSpec, RunSpec, SimMode, Stop, WireSpec};
 use crate::graph::{compile, RunOptions};
+pub use crate::settings::{Cores, PeerMode, WireKind};
+use crate::settings::Spin;
 use crate::stage::StageSpec;
-
-/// Which wire carries the RoCEv2 frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WireKind {
-    Inproc,
-    Udp,
-}
-
-impl WireKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WireKind::Inproc => "inproc",
-            WireKind::Udp => "udp",
-        }
-    }
-}
-
-/// Where the peer runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerMode {
-    /// fpga-sim on threads of this process.
-    InProcess,
-    /// fpga-sim as a separate process (`program` followed by `args`, then the peer's flags).
-    Process { program: PathBuf, args: Vec<String> },
-    /// A peer already running at these addresses (a real FPGA, or a standalone fpga-sim).
-    Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
-}
-
-/// Cores to pin the spinning threads to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Cores {
-    pub nic: Option<usize>,
-    pub backend: Option<usize>,
-    pub peer: Option<usize>,
-}
 
 #[derive(Debug, Clone)]
 pub struct EchoConfig {
@@ -71,8 +36,8 @@ pub struct EchoConfig {
     /// The peer's address (default: a fresh loopback address per run).
     pub peer_ip: Option<Ipv4Addr>,
     pub cores: Cores,
-    /// Spin policy (default: `dedicated` when every spinner has a core).
-    pub spin: Option<SpinMode>,
+    /// Spin policy (`Auto`, the default: `Dedicated` when every spinner has a core).
+    pub spin: Spin,
     /// Give up waiting for the peer's capture after this long (default: from the count).
     pub timeout: Option<Duration>,
     /// Print progress on stderr a few times a second.
@@ -97,7 +62,7 @@ impl Default for EchoConfig {
             host_ip: None,
             peer_ip: None,
             cores: Cores::default(),
-            spin: None,
+            spin: Spin::Auto,
             timeout: None,
             progress: false,
             slots: 64,
@@ -160,11 +125,7 @@ pub fn graph(cfg: &EchoConfig) -> Graph {
     g.cores.nic = cfg.cores.nic;
     g.cores.backend = cfg.cores.backend;
     g.cores.peer = cfg.cores.peer;
-    g.cores.spin = match cfg.spin {
-        None => SpinSpec::Auto,
-        Some(SpinMode::Dedicated) => SpinSpec::Dedicated,
-        Some(SpinMode::Shared) => SpinSpec::Shared,
-    };
+    g.cores.spin = cfg.spin;
     g.run = RunSpec {
         stop: Stop::Count(cfg.count),
         warmup: cfg.warmup,

@@ -17,6 +17,7 @@ pub mod peer;
 pub mod qec;
 pub mod report;
 pub mod rings;
+pub mod settings;
 pub mod signal;
 pub mod stage;
 pub mod tap;

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use rocelink_link::{inproc, Link, SpinMode, UdpLink};
 use rocelink_wire::roce;
 
-use crate::echo::{fresh_loopback_pair, WireKind};
+use crate::echo::fresh_loopback_pair;
+use crate::settings::WireKind;
 use crate::graph::compile::{NicPlan, PeerPlan};
 use crate::graph::qec::Replay;
 use crate::graph::RunError;

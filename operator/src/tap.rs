@@ -23,10 +23,10 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use hdrhistogram::Histogram;
 
 use crate::abi::rl_msg_timestamp;
-use crate::graph::model::Policy;
 use crate::latency::new_histogram;
 use crate::ops::{Message, MsgRecord};
 use crate::rings::QpMemory;
+use crate::settings::Policy;
 
 /// A reason for the run to fail, raised by any thread, read by the runner. The first one
 /// raised is kept.

@@ -12,22 +12,10 @@ pub mod gpu;
 use std::time::Duration;
 
 pub use cpu::{CpuBackend, CpuBackendConfig};
+pub use crate::settings::BackendKind;
 
 use crate::rings::QpMemory;
 use crate::stage::{Chain, StageSpec};
-
-/// Which backend a graph asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum BackendKind {
-    /// The GPU when a CUDA driver and a device exist, otherwise the CPU (with one log line
-    /// saying why).
-    Auto,
-    /// GPU number `n`; an error when there is none.
-    Gpu(usize),
-    Cpu,
-    /// A baseline for benchmarks: the CPU loop launches one kernel per message on GPU `n`.
-    GpuLaunchPerMessage(usize),
-}
 
 /// A transceiver loop that is running.
 pub trait RunningBackend: Send {

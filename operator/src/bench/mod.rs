@@ -23,7 +23,8 @@ use std::path::PathBuf;
 
 use rocelink_link::SpinMode;
 
-pub use crate::echo::{Cores, WireKind};
+pub use crate::settings::{Cores, WireKind};
+use crate::settings::Spin;
 use crate::echo::{run_echo, EchoConfig, EchoError};
 use crate::env::Environment;
 use crate::latency::{Counts, Summary};
@@ -62,9 +63,9 @@ pub struct BenchConfig {
     /// Cores for the run's threads; the floors use the peer's (initiator) and the NIC's
     /// (responder).
     pub cores: Cores,
-    /// Spin policy for runs and floors alike (default: `dedicated` when every one of the
+    /// Spin policy for runs and floors alike (`Auto`: `Dedicated` when every one of the
     /// run's three spinners has a core).
-    pub spin: Option<SpinMode>,
+    pub spin: Spin,
     /// Where the reports go (created if missing).
     pub out_dir: PathBuf,
     /// File name stem of the reports: `<name>.md`, `<name>.json`, `<name>-<wire>-<size>.svg`.
@@ -81,7 +82,7 @@ impl Default for BenchConfig {
             count: 100_000,
             warmup: 1_000,
             cores: Cores::default(),
-            spin: None,
+            spin: Spin::Auto,
             out_dir: PathBuf::from("latency-reports"),
             name: "bench".into(),
             gpu: None,
@@ -266,7 +267,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     if cfg.name.is_empty() || cfg.name.contains(['/', '\\']) {
         return Err(BenchError::Config(format!("report name `{}` must be a non-empty file name", cfg.name)));
     }
-    let spin = cfg.spin.unwrap_or_else(|| SpinMode::for_spinners(RUN_SPINNERS));
+    let spin = cfg.spin.mode(RUN_SPINNERS);
     let date_utc = utc_timestamp(std::time::SystemTime::now());
     let floor_cores = (cfg.cores.peer, cfg.cores.nic);
 
@@ -326,7 +327,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 }
             };
             tracing::info!(wire = wire.as_str(), size, "running the CPU backend");
-            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), backend: crate::backend::BackendKind::Cpu, ..EchoConfig::default() };
+            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend: crate::backend::BackendKind::Cpu, ..EchoConfig::default() };
             let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
 
             let floor_sum = Summary::of(&floor.rtt);
@@ -497,7 +498,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
         (paths::GPU_PERSISTENT, crate::backend::BackendKind::Gpu(ordinal)),
     ] {
         tracing::info!(wire = wire.as_str(), size, "running {path}");
-        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), backend, ..EchoConfig::default() };
+        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend, ..EchoConfig::default() };
         let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
         let vs = vs_floor(path, &run.rtt_ns, paths::FLOOR_GPU, Some(&composite_variant), &composite_sum);
         let mut targets = Vec::new();

@@ -26,11 +26,10 @@ use rocelink_link::SpinMode;
 use rocelink_wire::{roce, rpc};
 
 use super::error::{At, GraphError, GraphErrors};
-use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode, SpinSpec, Stop, WireSpec};
+use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode, Stop, WireSpec};
 use super::qec::{self, QecRun};
-use crate::backend::BackendKind;
-use crate::echo::{Cores, WireKind};
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
+use crate::settings::{BackendKind, Cores, Spin, WireKind};
 use crate::stage::StageSpec;
 
 /// Capacity of a host flow whose entry gives none.
@@ -48,8 +47,8 @@ pub struct Plan {
     pub cores: Cores,
     /// Core of host threads (tap reader, operators without their own).
     pub host_core: Option<usize>,
-    /// `None`: decided at start from the number of spinners.
-    pub spin: Option<SpinMode>,
+    /// `Auto` is decided at start from the number of spinners ([`Plan::spin_mode`]).
+    pub spin: Spin,
     pub run: RunPlan,
     /// The transceiver operator's name and its queue pair's sizes.
     pub transceiver: (String, TransceiverConfig),
@@ -226,7 +225,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     })
 }
 
-type Settings = (NicPlan, PeerPlan, Cores, Option<SpinMode>, RunPlan, PathBuf, Option<PathBuf>);
+type Settings = (NicPlan, PeerPlan, Cores, Spin, RunPlan, PathBuf, Option<PathBuf>);
 
 /// `ip:port`, or `ip` alone with `default_port`.
 fn socket(s: &str, default_port: u16) -> Result<SocketAddrV4, String> {
@@ -350,12 +349,7 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
             warnings.push(format!("cores.{who} asks for core {core}, but this machine lets rocelink use {available} cores: that thread runs unpinned"));
         }
     }
-    let spin = match c.spin {
-        SpinSpec::Auto => None,
-        SpinSpec::Dedicated => Some(SpinMode::Dedicated),
-        SpinSpec::Shared => Some(SpinMode::Shared),
-    };
-    (errors.len() == n0).then_some((nic, peer, cores, spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, round_cycle_us, size: r.size, timeout }, out_dir, json))
+    (errors.len() == n0).then_some((nic, peer, cores, c.spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, round_cycle_us, size: r.size, timeout }, out_dir, json))
 }
 
 /// Names, kinds and parameters; exactly one transceiver.
@@ -686,7 +680,7 @@ impl Plan {
 
     /// The spin mode the run will use.
     pub fn spin_mode(&self) -> SpinMode {
-        self.spin.unwrap_or_else(|| SpinMode::for_spinners(self.spinners()))
+        self.spin.mode(self.spinners())
     }
 
     /// Bytes between RX slots: the message size (in a QEC graph, at least the replay's
@@ -783,7 +777,7 @@ impl fmt::Display for Plan {
         let t = &self.transceiver.0;
         let _ = writeln!(s, "\nfused stage chain (one transceiver loop, no queue between stages):\n  {t}.rx -> {} -> {t}.tx", chain.join(" -> "));
         let _ = writeln!(s, "  StageSpecs: {:?}", self.chain.iter().map(|(_, s)| s).collect::<Vec<_>>());
-        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode().as_str(), if self.spin.is_none() { ", chosen from the cores available" } else { "" });
+        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode().as_str(), if self.spin == Spin::Auto { ", chosen from the cores available" } else { "" });
         for (name, what, core) in self.threads() {
             let _ = writeln!(s, "  {name:<20} {:<10} {what}", core_name(core));
         }
