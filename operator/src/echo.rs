@@ -5,18 +5,19 @@
 //! joined or reported).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use rocelink_wire::roce;
-use rocelink_wire::rpc::{self, RequestRepr};
+use rocelink_wire::rpc;
 
 use crate::backend::BackendKind;
 use crate::graph::compile::PeerPlan;
 use crate::graph::model::{Graph, Load, NicSpec, PeerSpec, RunSpec, SimMode, Stop, WireSpec};
 use crate::graph::{compile, RunOptions};
+pub use crate::peer::fresh_loopback_pair;
 pub use crate::settings::{Cores, PeerMode, WireKind};
 use crate::settings::Spin;
+pub use crate::stage::echo_template;
 use crate::stage::StageSpec;
 
 #[derive(Debug, Clone)]
@@ -76,33 +77,6 @@ impl Default for EchoConfig {
 pub type EchoReport = crate::graph::RunReport;
 /// Why an echo run failed: the graph runner's error.
 pub type EchoError = crate::graph::RunError;
-
-/// A loopback address no other run of this machine is using now: 127.0.0.0/8 is all
-/// loopback on Linux, so parallel runs (tests) get disjoint addresses and can all use the
-/// standard ports.
-pub fn fresh_loopback_pair() -> (Ipv4Addr, Ipv4Addr) {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
-    let a = 10 + (pid % 200) as u8;
-    let b = ((pid / 200) % 250) as u8;
-    let c = (n % 120) as u8 * 2 + 2;
-    (Ipv4Addr::new(127, a, b, c), Ipv4Addr::new(127, a, b, c + 1))
-}
-
-/// Builds the request the player sends: an RPC header (function `echo`) and `size - 24`
-/// argument bytes (a fixed pattern; the player scrambles it per request).
-pub fn echo_template(size: usize) -> Vec<u8> {
-    let mut t = vec![0u8; size];
-    let args = size - rpc::HEADER_LEN;
-    RequestRepr { function_id: rpc::function_id::ECHO, arg_len: args as u32, request_id: 0, ptp_timestamp: 0 }
-        .emit(&mut t[..rpc::HEADER_LEN])
-        .expect("header fits");
-    for (i, b) in t[rpc::HEADER_LEN..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
-    }
-    t
-}
 
 /// The echo graph of `cfg`, as a graph file would say it: a RoceTransceiver and one device
 /// stage per element of `cfg.chain` (named `stage0`, `stage1`, ...), in order between its rx

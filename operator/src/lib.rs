@@ -4,6 +4,7 @@
 pub mod abi;
 pub mod backend;
 pub mod bench;
+pub mod chart;
 pub mod echo;
 pub mod env;
 pub mod graph;

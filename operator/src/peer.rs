@@ -16,12 +16,12 @@ use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use rocelink_link::{inproc, Link, SpinMode, UdpLink};
 use rocelink_wire::roce;
 
-use crate::echo::fresh_loopback_pair;
 use crate::settings::WireKind;
 use crate::graph::compile::{NicPlan, PeerPlan};
 use crate::graph::qec::Replay;
@@ -31,6 +31,19 @@ use crate::graph::RunError;
 /// ours from the data-plane registers).
 pub const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 pub const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+/// A loopback address no other run of this machine is using now: 127.0.0.0/8 is all
+/// loopback on Linux, so parallel runs (tests) get disjoint addresses and can all use the
+/// standard ports.
+pub fn fresh_loopback_pair() -> (Ipv4Addr, Ipv4Addr) {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    let a = 10 + (pid % 200) as u8;
+    let b = ((pid / 200) % 250) as u8;
+    let c = (n % 120) as u8 * 2 + 2;
+    (Ipv4Addr::new(127, a, b, c), Ipv4Addr::new(127, a, b, c + 1))
+}
 
 /// A peer we started and must stop.
 pub enum RunningPeer {

@@ -29,10 +29,10 @@ use super::compile::RunPlan;
 use super::model::Stop;
 use super::qec::{self, QecDriven, QecRun};
 use super::RunError;
-use crate::echo::echo_template;
 use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig, QecPlayerConfig};
 use crate::latency::Analyzer;
 use crate::peer::HOST_MAC;
+use crate::stage::echo_template;
 use crate::tap::{Fault, TapStats};
 
 /// Why the run stopped.

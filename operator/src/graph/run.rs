@@ -397,7 +397,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         tracing::warn!("{w}");
     }
     let spin = plan.spin_mode();
-    let date_utc = crate::bench::utc_timestamp(SystemTime::now());
+    let date_utc = crate::env::utc_timestamp(SystemTime::now());
 
     // Memory: one slot per page of the peer's buffer, the tap ring sized by the transceiver.
     let tc = plan.transceiver.1;

@@ -1,6 +1,6 @@
 //! `LatencyReport`: the run's report files, `<name>.md` (for people), `<name>.json` (the run
 //! report, the fields of `rocelink run --json`) and `<name>.svg` (histogram and CDF of the
-//! round trips, drawn by the benchmark's plotter), in `outputs.dir`.
+//! round trips, `crate::chart`), in `outputs.dir`.
 //!
 //! Its optional `in` port takes the tap's records: the report then also gives the
 //! transceiver loop's time per message (CQE seen to doorbell rung), the part of the round
@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use hdrhistogram::Histogram;
 
 use super::{Build, Finished, HostContext, HostOperator, Message, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
-use crate::bench::{write as bench_write, BenchRow};
 use crate::graph::RunReport;
 use crate::latency::{new_histogram, Summary};
 
@@ -66,25 +65,12 @@ impl HostOperator for LatencyReport {
         files.push(json);
 
         let svg_name = format!("{}.svg", self.name);
-        let mut row = BenchRow {
-            path: format!("{} backend", r.env.backend),
-            wire: r.env.wire.clone(),
-            size: r.env.payload_size,
-            floor_of: None,
-            rtt_ns: r.rtt_ns,
-            counts: r.counts,
-            vs_floor: None,
-            detail: String::new(),
-            breakdown_ns: None,
-        };
+        let label = format!("{} backend", r.env.backend);
         let (title, samples) = match &r.qec {
-            Some(q) => {
-                row.rtt_ns = q.reaction_ns;
-                (format!("{}: {} wire, reaction latency (final round sent to correction back)", r.graph, r.env.wire), run.qec_reaction_samples)
-            }
+            Some(_) => (format!("{}: {} wire, reaction latency (final round sent to correction back)", r.graph, r.env.wire), run.qec_reaction_samples),
             None => (format!("{}: {} wire, {} B, full round trips", r.graph, r.env.wire, r.env.payload_size), run.rtt_samples),
         };
-        let svg = bench_write::svg(&title, &[(&row, samples)])?;
+        let svg = crate::chart::svg(&title, &[(&label, samples)])?;
         let svg_path = self.dir.join(&svg_name);
         std::fs::write(&svg_path, svg).map_err(|e| io(&svg_path, e))?;
 
