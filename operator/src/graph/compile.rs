@@ -29,6 +29,7 @@ use super::error::{At, GraphError, GraphErrors};
 use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode, Stop, WireSpec};
 use super::qec::{self, QecRun};
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
+pub use crate::peer::PeerPlan;
 use crate::settings::{BackendKind, Cores, Spin, WireKind};
 use crate::stage::StageSpec;
 
@@ -70,17 +71,6 @@ pub struct Plan {
 pub enum NicPlan {
     Soft { wire: WireKind, bind: Option<SocketAddrV4> },
     Verbs { device: String, port: u8, gid_index: u32 },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum PeerPlan {
-    /// fpga-sim on threads of this process, at `ip` (default: a fresh loopback address).
-    InProcess { ip: Option<Ipv4Addr> },
-    /// fpga-sim as a process: `program` then `args`, then its flags (default: this binary,
-    /// `fpga-sim`).
-    Process { program: Option<PathBuf>, args: Vec<String>, ip: Option<Ipv4Addr> },
-    /// A peer already running.
-    Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -204,7 +194,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     }
 
     let (nic, peer, cores, spin, run, out_dir, json) = settings;
-    let qec = qec::check(&g, &specs, &run, &mut warnings)?;
+    let qec = qec::check(&g, &specs, &mut warnings)?;
     Ok(Plan {
         backend: g.backend,
         nic,

@@ -28,7 +28,7 @@ use rocelink_wire::hsb::{reg, CaptureRecord};
 use super::compile::RunPlan;
 use super::model::Stop;
 use super::qec::{self, QecDriven, QecRun};
-use super::RunError;
+use super::error::RunError;
 use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig, QecPlayerConfig};
 use crate::latency::Analyzer;
 use crate::peer::HOST_MAC;

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use hdrhistogram::Histogram;
 
 use super::{Build, Finished, HostContext, HostOperator, Message, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
-use crate::graph::RunReport;
+use crate::report::RunReport;
 use crate::latency::{new_histogram, Summary};
 
 pub static DECL: OperatorDecl = OperatorDecl {
