@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use rocelink_operator::echo::{self, EchoConfig};
+use rocelink_operator::nic::DoorbellMode;
 use rocelink_operator::settings::{BackendKind, Cores, PeerMode, Spin, WireKind};
 use rocelink_operator::{graph, report};
 
@@ -294,14 +295,25 @@ fn ended(r: &graph::RunReport) -> ExitCode {
     ExitCode::from(graph::run::exit_code(r))
 }
 
+/// `ROCELINK_DOORBELL` (`proxy`, the default, or `mmio`): an experiment switch read here, at
+/// the edge, and passed down to every run (`graph::RunOptions::doorbell`).
+fn doorbell() -> anyhow::Result<DoorbellMode> {
+    match std::env::var("ROCELINK_DOORBELL") {
+        Err(std::env::VarError::NotPresent) => Ok(DoorbellMode::Proxy),
+        Ok(v) => v.parse().map_err(|e| anyhow::anyhow!("ROCELINK_DOORBELL: {e}")),
+        Err(e) => anyhow::bail!("ROCELINK_DOORBELL: {e}"),
+    }
+}
+
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    let doorbell = doorbell()?;
     match cmd {
         Cmd::Run { graph, sets, json, quiet } => {
             let mut plan = graph::plan_file(&graph, &overrides(&sets)?)?;
             if let Some(j) = json {
                 plan.json = Some(j);
             }
-            let r = graph::run(&plan, &graph::RunOptions { progress: !quiet })?;
+            let r = graph::run(&plan, &graph::RunOptions { progress: !quiet, doorbell })?;
             print!("{}", graph::run::summary_text(&r));
             Ok(ended(&r))
         }
@@ -340,6 +352,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 timeout: timeout.map(Duration::from_secs_f64),
                 progress: !quiet,
                 backend,
+                doorbell,
                 ..EchoConfig::default()
             };
             if let Some(dir) = json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
@@ -376,6 +389,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 out_dir: out,
                 name,
                 gpu,
+                doorbell,
             };
             let r = rocelink_operator::bench::run_bench(&cfg)?;
             print!("{}", rocelink_operator::bench::write::markdown(&r, &cfg.name));
@@ -399,6 +413,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 name,
                 cores: cores.unwrap_or_default(),
                 spin,
+                doorbell,
             };
             let r = qec::run_bench_qec(&cfg)?;
             print!("{}", qec::markdown(&r, &cfg.name));

@@ -14,6 +14,7 @@ use crate::backend::BackendKind;
 use crate::graph::compile::PeerPlan;
 use crate::graph::model::{Graph, Load, NicSpec, PeerSpec, RunSpec, SimMode, Stop, WireSpec};
 use crate::graph::{compile, RunOptions};
+use crate::nic::DoorbellMode;
 pub use crate::peer::fresh_loopback_pair;
 pub use crate::settings::{Cores, PeerMode, WireKind};
 use crate::settings::Spin;
@@ -49,6 +50,8 @@ pub struct EchoConfig {
     pub backend: BackendKind,
     /// The device stages between receive and send.
     pub chain: Vec<StageSpec>,
+    /// How sends are rung ([`RunOptions::doorbell`]).
+    pub doorbell: DoorbellMode,
 }
 
 impl Default for EchoConfig {
@@ -69,6 +72,7 @@ impl Default for EchoConfig {
             slots: 64,
             backend: BackendKind::Auto,
             chain: vec![StageSpec::Echo],
+            doorbell: DoorbellMode::Proxy,
         }
     }
 }
@@ -150,5 +154,5 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     if cfg.chain.is_empty() {
         return Err(EchoError::Config("the stage chain is empty: the transceiver would answer nothing".into()));
     }
-    crate::graph::run(&plan(cfg)?, &RunOptions { progress: cfg.progress })
+    crate::graph::run(&plan(cfg)?, &RunOptions { progress: cfg.progress, doorbell: cfg.doorbell })
 }

@@ -50,6 +50,8 @@ pub struct QecBenchConfig {
     pub cores: Cores,
     /// Spin policy of the polling threads (`Auto`: dedicated when every spinner has a core).
     pub spin: Spin,
+    /// How the runs ring sends (`graph::RunOptions::doorbell`).
+    pub doorbell: crate::nic::DoorbellMode,
 }
 
 impl Default for QecBenchConfig {
@@ -67,6 +69,7 @@ impl Default for QecBenchConfig {
             name: "bench-qec".into(),
             cores: Cores::default(),
             spin: Spin::Auto,
+            doorbell: crate::nic::DoorbellMode::Proxy,
         }
     }
 }
@@ -225,11 +228,11 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
     )
 }
 
-fn run_qec_graph(text: &str, label: &str) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
+fn run_qec_graph(text: &str, label: &str, doorbell: crate::nic::DoorbellMode) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
     let err = |why: String| QecBenchError::Run { what: label.to_string(), why };
     let g = graph::load::load_str(&format!("{label}.ron"), text, &[]).map_err(|e| err(e.to_string()))?;
     let plan = graph::compile(g).map_err(|e| err(e.to_string()))?;
-    let r = graph::run(&plan, &graph::RunOptions { progress: false }).map_err(|e| err(e.to_string()))?;
+    let r = graph::run(&plan, &graph::RunOptions { progress: false, doorbell }).map_err(|e| err(e.to_string()))?;
     if let Some(f) = &r.fault {
         return Err(err(format!("the run failed: {f}")));
     }
@@ -260,13 +263,12 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     let mut skipped = Vec::new();
     let mut backends = Vec::new();
     for &b in &cfg.backends {
-        match b {
-            BackendKind::Gpu(_) => match crate::backend::gpu::unavailable_reason() {
-                None => backends.push(b),
-                Some(why) => skipped.push(format!("{b}: {why}")),
-            },
-            BackendKind::Cpu => backends.push(b),
-            _ => return Err(QecBenchError::Config(format!("backend {b}: bench-qec runs cpu or gpu:N"))),
+        if !matches!(b, BackendKind::Cpu | BackendKind::Gpu(_)) {
+            return Err(QecBenchError::Config(format!("backend {b}: bench-qec runs cpu or gpu:N")));
+        }
+        match crate::backend::resolve(b, &[]).backend {
+            Ok(_) => backends.push(b),
+            Err(why) => skipped.push(format!("{b}: {why}")),
         }
     }
     let wires: Vec<String> = cfg.wires.iter().map(|w| w.as_str().to_string()).collect();
@@ -300,7 +302,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.to_string().replace(':', ""));
                     tracing::info!("bench-qec: {label}: qec graph");
                     let text = graph_text(&fixture, &label, wire, backend, cfg, &scratch.join(&label));
-                    let (q, run_files) = run_qec_graph(&text, &label)?;
+                    let (q, run_files) = run_qec_graph(&text, &label, cfg.doorbell)?;
                     // The graph's LatencyReport drew the reaction latency (histogram + CDF).
                     let mut svg = None;
                     if let Some(f) = run_files.iter().find(|f| f.extension().is_some_and(|e| e == "svg")) {
@@ -319,6 +321,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         backend,
                         cores: cfg.cores,
                         spin: cfg.spin,
+                        doorbell: cfg.doorbell,
                         ..EchoConfig::default()
                     };
                     let e = run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })?;

@@ -30,7 +30,8 @@ use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode,
 use super::qec::{self, QecRun};
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
 pub use crate::peer::PeerPlan;
-use crate::settings::{BackendKind, Cores, Spin, WireKind};
+use crate::backend::Resolved;
+use crate::settings::{Backend, Cores, Spin, WireKind};
 use crate::stage::StageSpec;
 
 /// Capacity of a host flow whose entry gives none.
@@ -42,7 +43,9 @@ pub const MAX_CAPACITY: usize = 1 << 24;
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub graph: Graph,
-    pub backend: BackendKind,
+    /// `graph.backend` resolved on this machine for the chain, once: what `check` prints,
+    /// what `run` starts (or refuses before starting anything) and what the reports name.
+    pub backend: Resolved,
     pub nic: NicPlan,
     pub peer: PeerPlan,
     pub cores: Cores,
@@ -195,8 +198,9 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
 
     let (nic, peer, cores, spin, run, out_dir, json) = settings;
     let qec = qec::check(&g, &specs, &mut warnings)?;
+    let chain_specs: Vec<StageSpec> = specs.iter().map(|(_, s)| s.clone()).collect();
     Ok(Plan {
-        backend: g.backend,
+        backend: crate::backend::resolve(g.backend, &chain_specs),
         nic,
         peer,
         cores,
@@ -691,14 +695,13 @@ impl fmt::Display for Plan {
         let g = &self.graph;
         let mut s = String::new();
         let _ = writeln!(s, "graph `{}`{}: valid", g.name, g.file.as_ref().map(|f| format!(" ({f})")).unwrap_or_default());
-        let backend = match self.backend {
-            BackendKind::Auto => match crate::backend::gpu::unavailable_reason() {
-                None => "Auto: GPU 0 on this machine".to_string(),
-                Some(why) => format!("Auto: the CPU on this machine ({why})"),
-            },
-            BackendKind::Gpu(n) => format!("Gpu({n})"),
-            BackendKind::Cpu => "Cpu".into(),
-            BackendKind::GpuLaunchPerMessage(n) => format!("GpuLaunchPerMessage({n}) (a baseline: the CPU loop launches one kernel per message)"),
+        let r = &self.backend;
+        let backend = match (&r.backend, &r.fallback) {
+            (Ok(_), Some(why)) => format!("{:?}: the CPU on this machine ({why})", r.asked),
+            (Ok(Backend::Cpu), None) => format!("{:?}", r.asked),
+            (Ok(b @ Backend::GpuLaunchPerMessage(_)), None) => format!("{:?}: {b} (a baseline: the CPU loop launches one kernel per message)", r.asked),
+            (Ok(b), None) => format!("{:?}: {b} on this machine", r.asked),
+            (Err(why), _) => format!("{:?}: cannot run on this machine ({why}); `run` refuses it", r.asked),
         };
         let _ = writeln!(s, "  backend   {backend}");
         let nic = match &self.nic {

@@ -26,7 +26,7 @@ use rocelink_wire::roce::Endpoints;
 use super::compile::{NicPlan, PeerPlan, Plan};
 use super::drive::{drive, StopReason, Target};
 pub use super::error::RunError;
-use crate::backend::{spawn_backend, CpuBackendConfig, RunningBackend};
+use crate::backend::{spawn_backend, LoopConfig, RunningBackend};
 use crate::env::Environment;
 pub use crate::report::{summary_text, FlowReport, PollPhase, RunReport, TapReport};
 use crate::latency::{Analysis, Summary};
@@ -36,6 +36,7 @@ use crate::ops::host::{self, HostThread};
 use crate::ops::{Build, Finished, HostContext, HostOperator, Live, Message, Outputs};
 use crate::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
 use crate::rings::{QpMemory, QpSizes};
+use crate::settings::Backend;
 use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 
 /// The host's QP number (`hsb::ext::DEFAULT_HOST_QP`).
@@ -48,6 +49,10 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct RunOptions {
     /// A progress line on stderr a few times a second.
     pub progress: bool,
+    /// How the transceiver loop rings sends and the NIC watches for them (the proxy word by
+    /// default; `Mmio` builds the GPU kernel with `RL_DOORBELL_MMIO`). An experiment switch:
+    /// the command line takes it from `ROCELINK_DOORBELL`.
+    pub doorbell: DoorbellMode,
 }
 
 /// The exit status of `rocelink run` for `r`: 1 for a fault or a problem, 130 when
@@ -212,6 +217,12 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     for w in &plan.warnings {
         tracing::warn!("{w}");
     }
+    let backend = plan.backend.backend.clone().map_err(|why| RunError::Start { what: "the backend".into(), detail: format!("GPU backend: {why}") })?;
+    if let Some(why) = &plan.backend.fallback {
+        // The one line saying why (shown at the default log level: a user who expected the
+        // GPU learns at once why it is not used).
+        tracing::warn!("backend Auto: using the CPU backend because {why}");
+    }
     let spin = plan.spin_mode();
     let date_utc = crate::env::utc_timestamp(SystemTime::now());
 
@@ -260,7 +271,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         endpoints: Endpoints { src_mac: HOST_MAC, dst_mac: PEER_MAC, src_ip: pw.host_ip.octets(), dst_ip: pw.peer_ip.octets(), src_port: pw.host_port, dst_port: pw.peer_roce.port() },
         peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
     };
-    let mut nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
+    let mut nic = SoftNic::new(attrs, NicOptions { doorbell: opts.doorbell, ..NicOptions::default() }, mrs, q.clone(), counters.clone());
     // when each answer left, for the report's breakdown (read after the engine stopped)
     let send_trace = std::sync::Arc::new(crate::nic::SendTrace::new(crate::nic::trace::DEFAULT_ENTRIES));
     nic.set_send_trace(send_trace.clone());
@@ -271,11 +282,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
 
     // 3. The backend, running the fused chain.
     let chain: Vec<_> = plan.chain.iter().map(|(_, s)| s.clone()).collect();
-    match spawn_backend(plan.backend, q.clone(), &chain, CpuBackendConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: DoorbellMode::from_env() }) {
+    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell }) {
         Ok(b) => running.backend = Some(b),
         Err(e) => return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() })),
     }
-    let backend_name = running.backend.as_ref().map_or_else(|| "none".into(), |b| b.name());
 
     // 4. Host operators and the tap: one bounded channel per flow.
     let mut inputs: Vec<Vec<(&'static str, Receiver<Message>)>> = (0..plan.host_ops.len()).map(|_| Vec::new()).collect();
@@ -344,10 +354,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         analysis.counts.lost = 0;
     }
     let payload_size = driven.qec.as_ref().map_or(plan.run.size, |d| d.info.max_message_bytes as usize);
-    let mut env = Environment::here(&backend_name, &pw.wire, payload_size, spin.as_str());
-    if backend_name.starts_with("gpu") {
-        // The backend's name carries the device ("gpu 0 (NVIDIA H200)").
-        env.gpu = Some(backend_name.clone());
+    let mut env = Environment::here(&backend.to_string(), &pw.wire, payload_size, spin.as_str());
+    if backend.gpu().is_some() {
+        env.gpu = Some(backend.to_string());
     }
     let pin = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| c.to_string());
     env.pinned.insert("nic".into(), pin(plan.cores.nic));
@@ -396,14 +405,14 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         problems: Vec::new(),
         files: Vec::new(),
         qec: qec_report,
-        poll_phase: backend_name.starts_with("gpu").then(|| PollPhase::read(&q)),
+        poll_phase: matches!(backend, Backend::Gpu(_)).then(|| PollPhase::read(&q)),
         analysis: None,
     };
 
     report.not_verified = verdict(&report, &analysis, driven.stopped_by);
 
     // 8. Files: host operators, then the JSON report.
-    let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend_name == "cpu";
+    let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend.loop_on_cpu();
     {
         let reaction = reaction_samples(&driven.records, driven.first_request_id, per_shot, u64::from(plan.run.warmup));
         let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, qec_reaction_samples: &reaction, same_clock, nic_clock: same_host_clock, send_trace: Some(&send_trace) };
