@@ -137,7 +137,7 @@ pub struct PeerAndWire {
 pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, PeerError> {
     let (def_host, def_peer) = fresh_loopback_pair();
     let sim = |ip: Ipv4Addr, link: Box<dyn Link>| {
-        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_fpga_sim::DEFAULT_QP, core, spin };
+        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP, core, spin };
         // The replay is immutable; the peer takes its own copy (a few hundred kilobytes).
         rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link).map_err(|e| PeerError::Start { what: "fpga-sim".into(), detail: e.to_string() })
     };

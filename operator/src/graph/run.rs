@@ -21,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Receiver;
+use rocelink_wire::hsb::ext::{DEFAULT_FPGA_QP, DEFAULT_HOST_QP};
 use rocelink_wire::roce::Endpoints;
 
 use super::compile::{NicPlan, PeerPlan, Plan};
@@ -39,8 +40,6 @@ use crate::rings::{QpMemory, QpSizes};
 use crate::settings::Backend;
 use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 
-/// The host's QP number (`hsb::ext::DEFAULT_HOST_QP`).
-const HOST_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 /// How long each part gets to stop.
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -197,7 +196,7 @@ fn verbs_nic(plan: &Plan, device: &str, port: u8, gid_index: u32) -> RunError {
         let Ok(gid_index) = u8::try_from(gid_index) else {
             return RunError::Config(format!("{asked}: GID index {gid_index} is past what a queue pair's route can name (0..=255)"));
         };
-        let peer = crate::nic::verbs::Peer { qpn: rocelink_fpga_sim::DEFAULT_QP, ip, psn: 0 };
+        let peer = crate::nic::verbs::Peer { qpn: DEFAULT_FPGA_QP, ip, psn: 0 };
         let stride = plan.slot_stride() as usize;
         let mut buffer = vec![0u8; stride * plan.transceiver.1.slots as usize];
         match crate::nic::verbs::bring_up(device, port, gid_index, peer, &mut buffer) {
@@ -266,10 +265,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
 
     // 2. The NIC, connected to the peer's QP.
     let attrs = QpAttrs {
-        qpn: HOST_QPN,
+        qpn: DEFAULT_HOST_QP,
         pkey: 0xffff,
         endpoints: Endpoints { src_mac: HOST_MAC, dst_mac: PEER_MAC, src_ip: pw.host_ip.octets(), dst_ip: pw.peer_ip.octets(), src_port: pw.host_port, dst_port: pw.peer_roce.port() },
-        peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
+        peer_qpn: DEFAULT_FPGA_QP,
     };
     let mut nic = SoftNic::new(attrs, NicOptions { doorbell: opts.doorbell, ..NicOptions::default() }, mrs, q.clone(), counters.clone());
     // when each answer left, for the report's breakdown (read after the engine stopped)
@@ -282,7 +281,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
 
     // 3. The backend, running the fused chain.
     let chain: Vec<_> = plan.chain.iter().map(|(_, s)| s.clone()).collect();
-    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell }) {
+    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: DEFAULT_HOST_QP, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell }) {
         Ok(b) => running.backend = Some(b),
         Err(e) => return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() })),
     }
@@ -321,7 +320,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     }
 
     // 5. The run.
-    let target = Target { qpn: HOST_QPN, rkey: rx_mr.rkey, buffer_addr: rx_mr.addr, slot_stride: stride, slots: tc.slots, host_ip: pw.host_ip, host_port: pw.host_port };
+    let target = Target { qpn: DEFAULT_HOST_QP, rkey: rx_mr.rkey, buffer_addr: rx_mr.addr, slot_stride: stride, slots: tc.slots, host_ip: pw.host_ip, host_port: pw.host_port };
     let backend_failure = || running.backend.as_ref().and_then(|b| b.failure()).map(|f| format!("the transceiver loop failed during the run: {f}"));
     let driven = drive(pw.ecb, &target, &plan.run, plan.qec.as_ref(), opts.progress, &fault, &backend_failure, tapped.then_some(&*tap_stats));
 

@@ -278,7 +278,7 @@ mod tests {
             scramble: false,
             first_request_id: 1,
             response_timeout: Duration::from_millis(100),
-            peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
+            peer_qpn: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP,
         };
         let start = |host: &mut HsbHost, p: &PlayerConfig| {
             let t0 = Instant::now();
