@@ -6,7 +6,7 @@
 //! transceiver loop's time per message (CQE seen to doorbell rung), the part of the round
 //! trip spent in the loop.
 //!
-//! In a QEC graph the Markdown opens with the decoding results (`graph::qec::markdown`) and
+//! In a QEC graph the Markdown opens with the decoding results (`report::qec::markdown`) and
 //! the plot is of the reaction latency (final round sent to correction back), the figure
 //! feed-forward cares about; the per-message round trips stay in their table.
 
@@ -111,7 +111,7 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
     ];
     crate::env::write_markdown(&mut s, &r.date_utc, e, &rows);
     if let Some(q) = &r.qec {
-        let _ = writeln!(s, "\n{}", crate::graph::qec::markdown(q).trim_end());
+        let _ = writeln!(s, "\n{}", crate::report::qec::markdown(q).trim_end());
     }
     let t = &r.rtt_ns;
     let _ = writeln!(s, "\n## Round trips (us)\n\n| count | min | p50 | p90 | p99 | p99.9 | max |\n|---:|---:|---:|---:|---:|---:|---:|");

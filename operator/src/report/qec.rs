@@ -66,7 +66,7 @@ pub struct QecReport {
     pub throughput_rounds_per_us: Option<f64>,
     /// Rounds per microsecond the syndrome cycle offers (`None` in closed loop).
     pub offered_rounds_per_us: Option<f64>,
-    /// Whether the throughput reaches [`KEEP_UP_SHARE`](crate::graph::qec::KEEP_UP_SHARE) of the offered rounds (`None` in
+    /// Whether the throughput reaches `graph::qec::KEEP_UP_SHARE` of the offered rounds (`None` in
     /// closed loop: there is no cycle to keep up with).
     pub keeps_up: Option<bool>,
     /// The transceiver loop's time for each shot's final message (receive CQE seen to send
