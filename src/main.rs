@@ -335,9 +335,6 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             } else {
                 PeerMode::InProcess
             };
-            if wire == WireKind::Inproc && peer_mode != PeerMode::InProcess {
-                anyhow::bail!("--wire inproc carries frames between threads of this process; a separate or remote peer needs --wire udp");
-            }
             let cfg = EchoConfig {
                 wire,
                 count,
@@ -353,6 +350,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 progress: !quiet,
                 backend,
                 doorbell,
+                json: json.clone(),
                 ..EchoConfig::default()
             };
             if let Some(dir) = json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
@@ -361,8 +359,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             let r = echo::run_echo(&cfg)?;
             print!("{}", report::echo_text(&r));
-            if let Some(p) = json {
-                report::write_json(&r, &p).map_err(|e| anyhow::anyhow!("--json: cannot write {}: {e}", p.display()))?;
+            if let Some(p) = json.filter(|p| r.files.contains(p)) {
                 eprintln!("report written to {}", p.display());
             }
             Ok(ended(&r))
