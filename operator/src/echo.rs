@@ -170,7 +170,7 @@ pub fn graph(cfg: &EchoConfig) -> Result<Graph, GraphErrors> {
     Ok(g)
 }
 
-/// The compiled echo graph of `cfg`, ready for [`crate::graph::run`].
+/// The compiled echo graph of `cfg`, ready for [`crate::graph::run()`].
 pub fn plan(cfg: &EchoConfig) -> Result<crate::graph::Plan, EchoError> {
     let mut plan = graph(cfg).and_then(compile).map_err(|e| EchoError::Config(e.to_string()))?;
     if let PeerMode::Process { program, args } = &cfg.peer {

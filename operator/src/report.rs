@@ -55,7 +55,7 @@ pub struct RunReport {
     pub fault: Option<String>,
     /// Why the run does not pass though nothing failed (no answer came back, the peer's
     /// capture or counters are missing, it did not finish in time), in words: empty for a run
-    /// whose answers demonstrably came back. See [`verdict`].
+    /// whose answers demonstrably came back. See `graph::run::verdict`.
     pub not_verified: Vec<String>,
     /// The host's own view of each message, from the data path's record ring and the NIC's
     /// send trace: request in (CQE written) -> answer out (frame sent), ns. The only round-trip

@@ -12,9 +12,10 @@
 //! peer), and the QEC side of a graph with a `QecDecoder` (`graph::qec`: replay and decoder
 //! together, the same rounds per message, files that exist and load).
 //!
-//! Compiled: the stage chain (one `Vec<StageSpec>` for `spawn_backend`), the tap and host
-//! flows with their capacities and policies, host operators with their resolved parameters
-//! and cores, the peer and wire, the run's control, the output paths, the QEC replay.
+//! Compiled: the stage chain (one `Vec<StageSpec>` for `spawn_backend`), the backend resolved
+//! on this machine for that chain (`backend::resolve`), the tap and host flows with their
+//! capacities and policies, host operators with their resolved parameters and cores, the peer
+//! and wire, the run's control, the output paths, the QEC replay.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
@@ -28,9 +29,9 @@ use rocelink_wire::{roce, rpc};
 use super::error::{At, GraphError, GraphErrors};
 use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode, Stop, WireSpec};
 use super::qec::{self, QecRun};
+use crate::backend::Resolved;
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
 pub use crate::peer::PeerPlan;
-use crate::backend::Resolved;
 use crate::settings::{Backend, Cores, Spin, WireKind};
 use crate::stage::StageSpec;
 
