@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
-use rocelink_link::SpinMode;
-use rocelink_operator::echo::{self, Cores, EchoConfig, PeerMode, WireKind};
-use rocelink_operator::backend::BackendKind;
+use clap::{Parser, Subcommand};
+use rocelink_operator::echo::{self, EchoConfig};
+use rocelink_operator::nic::DoorbellMode;
+use rocelink_operator::settings::{BackendKind, Cores, PeerMode, Spin, WireKind};
 use rocelink_operator::{graph, report};
 
 #[derive(Debug, Parser)]
@@ -21,19 +21,6 @@ struct Cli {
     log_level: Option<String>,
     #[command(subcommand)]
     command: Cmd,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Wire {
-    Inproc,
-    Udp,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Spin {
-    Auto,
-    Dedicated,
-    Shared,
 }
 
 #[derive(Debug, Subcommand)]
@@ -87,7 +74,7 @@ enum Cmd {
         /// The wire carrying the RoCEv2 frames: `inproc` (lock-free rings, no kernel) or `udp`
         /// (real datagrams on port 4791 through the kernel).
         #[arg(long, value_enum, default_value = "inproc")]
-        wire: Wire,
+        wire: WireKind,
         /// Messages to send.
         #[arg(long, default_value_t = 10_000)]
         count: u32,
@@ -114,16 +101,17 @@ enum Cmd {
         /// Our IP on the UDP wire (default: a fresh loopback address).
         #[arg(long)]
         host_ip: Option<Ipv4Addr>,
-        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`.
-        #[arg(long, value_delimiter = ',', num_args = 1..=3)]
-        cores: Vec<usize>,
+        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`
+        /// (the threads not named run unpinned).
+        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
+        cores: Option<Cores>,
         /// Spin policy of the polling threads.
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
         /// Where the transceiver loop runs: `auto` (the GPU when a CUDA driver and device
         /// exist, else the CPU), `cpu`, `gpu` or `gpu:N` (the persistent kernel), or the
         /// baseline `gpu-launch[:N]` (the CPU loop launching one kernel per message).
-        #[arg(long, default_value = "auto", value_parser = parse_backend)]
+        #[arg(long, default_value = "auto")]
         backend: BackendKind,
         /// Give up after this many seconds.
         #[arg(long)]
@@ -140,7 +128,7 @@ enum Cmd {
     Bench {
         /// Wires to measure.
         #[arg(long, value_enum, value_delimiter = ',', default_values = ["inproc", "udp"])]
-        wires: Vec<Wire>,
+        wires: Vec<WireKind>,
         /// Message sizes in bytes (RPC header included).
         #[arg(long, value_delimiter = ',', default_values_t = [64usize, 1024])]
         sizes: Vec<usize>,
@@ -150,9 +138,10 @@ enum Cmd {
         /// Round trips made first and discarded.
         #[arg(long, default_value_t = 1_000)]
         warmup: u32,
-        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`.
-        #[arg(long, value_delimiter = ',', num_args = 1..=3)]
-        cores: Vec<usize>,
+        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`
+        /// (the threads not named run unpinned).
+        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
+        cores: Option<Cores>,
         /// Spin policy of the polling threads.
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
@@ -179,10 +168,10 @@ enum Cmd {
         ps: Vec<String>,
         /// Wires to measure.
         #[arg(long, value_enum, value_delimiter = ',', default_values = ["inproc", "udp"])]
-        wires: Vec<Wire>,
+        wires: Vec<WireKind>,
         /// Backends: `cpu`, `gpu` or `gpu:N` (skipped with a note when no GPU is usable).
-        #[arg(long, value_delimiter = ',', default_values = ["cpu", "gpu"])]
-        backends: Vec<String>,
+        #[arg(long, value_delimiter = ',', default_values = ["cpu", "gpu"], value_parser = BackendKind::parse_cpu_or_gpu)]
+        backends: Vec<BackendKind>,
         /// Shots per QEC run (and echo round trips), warm-up not included.
         #[arg(long, default_value_t = 20_000)]
         shots: u32,
@@ -202,9 +191,9 @@ enum Cmd {
         #[arg(long, default_value = "bench-qec")]
         name: String,
         /// Cores for the NIC engine, the transceiver loop and the peer of every run, as
-        /// `nic,backend,peer` (default: unpinned).
-        #[arg(long, value_delimiter = ',')]
-        cores: Vec<usize>,
+        /// `nic,backend,peer` (the threads not named run unpinned).
+        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
+        cores: Option<Cores>,
         /// Spin policy of the polling threads.
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
@@ -238,8 +227,8 @@ enum Cmd {
         /// Where to decode: `cpu` (the reference), or `gpu` / `gpu:N` (GPU N): the device
         /// stage the transceiver kernel runs (graphs/qec_*.ron), over every shot in a batch
         /// kernel; same predictions, byte for byte; the times are the in-kernel decode times.
-        #[arg(long, default_value = "cpu", value_parser = parse_decode_backend)]
-        backend: DecodeBackend,
+        #[arg(long, default_value = "cpu", value_parser = BackendKind::parse_cpu_or_gpu)]
+        backend: BackendKind,
     },
     /// Run the software FPGA peer (the same program as the `fpga-sim` binary; see
     /// `rocelink fpga-sim --help`).
@@ -306,14 +295,25 @@ fn ended(r: &graph::RunReport) -> ExitCode {
     ExitCode::from(graph::run::exit_code(r))
 }
 
+/// `ROCELINK_DOORBELL` (`proxy`, the default, or `mmio`): an experiment switch read here, at
+/// the edge, and passed down to every run (`graph::RunOptions::doorbell`).
+fn doorbell() -> anyhow::Result<DoorbellMode> {
+    match std::env::var("ROCELINK_DOORBELL") {
+        Err(std::env::VarError::NotPresent) => Ok(DoorbellMode::Proxy),
+        Ok(v) => v.parse().map_err(|e| anyhow::anyhow!("ROCELINK_DOORBELL: {e}")),
+        Err(e) => anyhow::bail!("ROCELINK_DOORBELL: {e}"),
+    }
+}
+
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    let doorbell = doorbell()?;
     match cmd {
         Cmd::Run { graph, sets, json, quiet } => {
             let mut plan = graph::plan_file(&graph, &overrides(&sets)?)?;
             if let Some(j) = json {
                 plan.json = Some(j);
             }
-            let r = graph::run(&plan, &graph::RunOptions { progress: !quiet })?;
+            let r = graph::run(&plan, &graph::RunOptions { progress: !quiet, doorbell })?;
             print!("{}", graph::run::summary_text(&r));
             Ok(ended(&r))
         }
@@ -328,7 +328,6 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, backend, timeout, json, quiet } => {
-            let wire = wire_kind(wire);
             let peer_mode = if let Some(ecb) = peer {
                 PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
             } else if peer_process {
@@ -336,9 +335,6 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             } else {
                 PeerMode::InProcess
             };
-            if wire == WireKind::Inproc && peer_mode != PeerMode::InProcess {
-                anyhow::bail!("--wire inproc carries frames between threads of this process; a separate or remote peer needs --wire udp");
-            }
             let cfg = EchoConfig {
                 wire,
                 count,
@@ -348,11 +344,13 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 peer: peer_mode,
                 host_ip,
                 peer_ip: None,
-                cores: cores_of(&cores)?,
-                spin: spin_mode(spin),
+                cores: cores.unwrap_or_default(),
+                spin,
                 timeout: timeout.map(Duration::from_secs_f64),
                 progress: !quiet,
                 backend,
+                doorbell,
+                json: json.clone(),
                 ..EchoConfig::default()
             };
             if let Some(dir) = json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
@@ -361,8 +359,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             let r = echo::run_echo(&cfg)?;
             print!("{}", report::echo_text(&r));
-            if let Some(p) = json {
-                report::write_json(&r, &p).map_err(|e| anyhow::anyhow!("--json: cannot write {}: {e}", p.display()))?;
+            if let Some(p) = json.filter(|p| r.files.contains(p)) {
                 eprintln!("report written to {}", p.display());
             }
             Ok(ended(&r))
@@ -380,15 +377,16 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 n => Some(n.parse::<usize>().map_err(|_| anyhow::anyhow!("--gpu `{n}`: want auto, none or a GPU number"))?),
             };
             let cfg = rocelink_operator::bench::BenchConfig {
-                wires: wires.into_iter().map(wire_kind).collect(),
+                wires,
                 sizes,
                 count,
                 warmup,
-                cores: cores_of(&cores)?,
-                spin: spin_mode(spin),
+                cores: cores.unwrap_or_default(),
+                spin,
                 out_dir: out,
                 name,
                 gpu,
+                doorbell,
             };
             let r = rocelink_operator::bench::run_bench(&cfg)?;
             print!("{}", rocelink_operator::bench::write::markdown(&r, &cfg.name));
@@ -398,19 +396,11 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cores, spin } => {
-            use rocelink_operator::bench::qec::{self, QecBackend};
-            let backends = backends
-                .iter()
-                .map(|b| match b.as_str() {
-                    "cpu" => Ok(QecBackend::Cpu),
-                    "gpu" => Ok(QecBackend::Gpu(0)),
-                    _ => b.strip_prefix("gpu:").and_then(|n| n.parse().ok()).map(QecBackend::Gpu).ok_or_else(|| anyhow::anyhow!("--backends `{b}`: want cpu, gpu or gpu:N")),
-                })
-                .collect::<anyhow::Result<Vec<_>>>()?;
+            use rocelink_operator::bench::qec;
             let cfg = qec::QecBenchConfig {
                 distances,
                 ps,
-                wires: wires.into_iter().map(wire_kind).collect(),
+                wires,
                 backends,
                 shots,
                 warmup,
@@ -418,12 +408,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 python: (python != "none").then_some(python),
                 out_dir: out,
                 name,
-                cores: match cores[..] {
-                    [] => None,
-                    [nic, backend, peer] => Some([nic, backend, peer]),
-                    _ => anyhow::bail!("--cores wants three cores, `nic,backend,peer` (got {})", cores.len()),
-                },
-                spin: spin_mode(spin),
+                cores: cores.unwrap_or_default(),
+                spin,
+                doorbell,
             };
             let r = qec::run_bench_qec(&cfg)?;
             print!("{}", qec::markdown(&r, &cfg.name));
@@ -436,17 +423,18 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Decode { dem, input, in_format, out, out_format, num_shots, max_defects, backend } => {
+            // `parse_cpu_or_gpu` leaves `cpu` and `gpu:N` only.
             let (st, timed, cap) = match backend {
-                DecodeBackend::Cpu => (
-                    rocelink_operator::qec::predict(&dem, &input, in_format, &out, out_format, num_shots)?,
-                    "CPU exact decoder, decode time per shot".to_string(),
-                    String::new(),
-                ),
-                DecodeBackend::Gpu(n) => {
+                BackendKind::Gpu(n) => {
                     let r = rocelink_operator::gpu::qec_batch::decode_file(n, &dem, &input, in_format, &out, out_format, max_defects, num_shots)?;
                     let cap = format!(" {} over the GPU decoder's scratch (decoded on the CPU),", r.stats.overflows);
                     (r.stats, format!("GPU {} {} ({} blocks, {} launches, {:.1} ms), in-kernel decode time per shot", r.gpu.ordinal, r.gpu.name, r.decoders, r.launches, r.gpu_ms), cap)
                 }
+                _ => (
+                    rocelink_operator::qec::predict(&dem, &input, in_format, &out, out_format, num_shots)?,
+                    "CPU exact decoder, decode time per shot".to_string(),
+                    String::new(),
+                ),
             };
             eprintln!(
                 "decoded {} shots:{cap} {} unmatchable; {timed} mean {:.0} ns, p50 {} ns, p99 {} ns, max {} ns",
@@ -460,59 +448,4 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
 
 fn overrides(sets: &[String]) -> anyhow::Result<Vec<graph::Override>> {
     sets.iter().map(|s| graph::Override::parse(s).map_err(anyhow::Error::msg)).collect()
-}
-
-fn wire_kind(w: Wire) -> WireKind {
-    match w {
-        Wire::Inproc => WireKind::Inproc,
-        Wire::Udp => WireKind::Udp,
-    }
-}
-
-fn spin_mode(s: Spin) -> Option<SpinMode> {
-    match s {
-        Spin::Auto => None,
-        Spin::Dedicated => Some(SpinMode::Dedicated),
-        Spin::Shared => Some(SpinMode::Shared),
-    }
-}
-
-/// `--cores nic[,backend[,peer]]`: up to three cores, the threads not named unpinned.
-fn cores_of(cores: &[usize]) -> anyhow::Result<Cores> {
-    if cores.len() > 3 {
-        anyhow::bail!("--cores takes at most three cores, `nic,backend,peer` (got {}: {:?})", cores.len(), cores);
-    }
-    Ok(Cores { nic: cores.first().copied(), backend: cores.get(1).copied(), peer: cores.get(2).copied() })
-}
-
-/// Where `rocelink decode` decodes.
-#[derive(Debug, Clone, Copy)]
-enum DecodeBackend {
-    Cpu,
-    Gpu(usize),
-}
-
-fn parse_decode_backend(s: &str) -> Result<DecodeBackend, String> {
-    match s {
-        "cpu" => Ok(DecodeBackend::Cpu),
-        "gpu" => Ok(DecodeBackend::Gpu(0)),
-        _ => s
-            .strip_prefix("gpu:")
-            .and_then(|n| n.parse().ok())
-            .map(DecodeBackend::Gpu)
-            .ok_or_else(|| format!("`{s}` is not a decode backend (cpu, gpu, gpu:N)")),
-    }
-}
-
-fn parse_backend(s: &str) -> Result<BackendKind, String> {
-    match s {
-        "auto" => Ok(BackendKind::Auto),
-        "cpu" => Ok(BackendKind::Cpu),
-        "gpu" => Ok(BackendKind::Gpu(0)),
-        "gpu-launch" => Ok(BackendKind::GpuLaunchPerMessage(0)),
-        _ => None
-            .or_else(|| s.strip_prefix("gpu:").and_then(|n| n.parse().ok()).map(BackendKind::Gpu))
-            .or_else(|| s.strip_prefix("gpu-launch:").and_then(|n| n.parse().ok()).map(BackendKind::GpuLaunchPerMessage))
-            .ok_or_else(|| format!("`{s}` is not a backend (auto, cpu, gpu, gpu:N, gpu-launch, gpu-launch:N)")),
-    }
 }

@@ -21,7 +21,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
 use rocelink_link::SpinMode;
-use rocelink_operator::echo::WireKind;
+use rocelink_operator::settings::{Spin, WireKind};
 use rocelink_operator::graph::compile::{NicPlan, PeerPlan};
 use rocelink_wire::roce;
 
@@ -36,8 +36,8 @@ pub struct Config {
     pub host_ip: Option<Ipv4Addr>,
     pub nic_core: Option<usize>,
     pub peer_core: Option<usize>,
-    /// `None`: decided from the cores there are.
-    pub spin: Option<SpinMode>,
+    /// `Auto`: decided from the cores there are.
+    pub spin: Spin,
     pub geometry: Geometry,
     pub ring_memory: RingMemory,
     pub log_level: Option<String>,
@@ -51,7 +51,7 @@ impl Default for Config {
             host_ip: None,
             nic_core: None,
             peer_core: None,
-            spin: None,
+            spin: Spin::Auto,
             geometry: Geometry { slots: 64, slot_size: 4096 },
             ring_memory: RingMemory::Auto,
             log_level: None,
@@ -62,13 +62,18 @@ impl Default for Config {
 impl Config {
     /// The NIC's wire as the operator's peer starter takes it.
     pub fn nic_plan(&self) -> NicPlan {
-        NicPlan::Soft { wire: self.wire, bind: self.host_ip.map(|ip| SocketAddrV4::new(ip, roce::UDP_PORT)) }
+        NicPlan::Soft { wire: self.wire, bind: self.bind() }
+    }
+
+    /// The host's RoCE address on the UDP wire, when `--host-ip` names one.
+    pub fn bind(&self) -> Option<SocketAddrV4> {
+        self.host_ip.map(|ip| SocketAddrV4::new(ip, roce::UDP_PORT))
     }
 
     /// The spin policy: the NIC engine and the dispatcher spin, and fpga-sim when it runs here.
     pub fn spin_mode(&self) -> SpinMode {
         let spinners = if matches!(self.peer, PeerPlan::InProcess { .. }) { 3 } else { 2 };
-        self.spin.unwrap_or_else(|| SpinMode::for_spinners(spinners))
+        self.spin.mode(spinners)
     }
 }
 
@@ -146,12 +151,7 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, String> {
                 c.peer_core = cores.get(1).copied();
             }
             "spin" => {
-                c.spin = match value.as_str() {
-                    "auto" => None,
-                    "dedicated" => Some(SpinMode::Dedicated),
-                    "shared" => Some(SpinMode::Shared),
-                    _ => return Err(bad("want auto, dedicated or shared")),
-                }
+                c.spin = value.parse::<Spin>().map_err(|_| bad("want auto, dedicated or shared"))?
             }
             "slots" | "num-slots" => c.geometry.slots = value.parse().map_err(|_| bad("want a number of slots"))?,
             "slot-size" => c.geometry.slot_size = value.parse().map_err(|_| bad("want a number of bytes"))?,
@@ -223,7 +223,7 @@ mod tests {
             parse(&["--wire=inproc", "--slots", "8", "--slot-size=256", "--cores", "0,1", "--spin", "shared"]).unwrap();
         assert_eq!(c.wire, WireKind::Inproc);
         assert_eq!(c.geometry, Geometry { slots: 8, slot_size: 256 });
-        assert_eq!((c.nic_core, c.peer_core, c.spin), (Some(0), Some(1), Some(SpinMode::Shared)));
+        assert_eq!((c.nic_core, c.peer_core, c.spin), (Some(0), Some(1), Spin::Shared));
     }
 
     #[test]

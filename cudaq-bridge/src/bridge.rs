@@ -166,7 +166,7 @@ impl Bridge {
         );
         let tx_mr = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
         // Last: from here on a peer may run, and the state below stops it on every way out.
-        let pw = peer::start(&config.nic_plan(), &config.peer, None, config.peer_core, config.spin_mode())
+        let pw = peer::start(config.wire, config.bind(), &config.peer, None, config.peer_core, config.spin_mode())
             .map_err(|e| Error::internal(format!("create: {e}")))?;
         let attrs = QpAttrs {
             qpn: DEFAULT_HOST_QP,

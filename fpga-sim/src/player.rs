@@ -53,8 +53,11 @@ use rocelink_wire::{ethernet, icrc, rpc, Error as WireError};
 
 use crate::capture::CaptureRam;
 use crate::qec::QecPlan;
-use crate::regs::MAX_IN_FLIGHT;
 use crate::stats::Stats;
+
+/// Requests the player keeps in flight at most: the slots the reference transceiver posts
+/// receive WQEs for (PROTOCOLS.md 2.3). The register file clamps the host's window to it.
+pub const MAX_IN_FLIGHT: usize = rocelink_wire::hsb::ext::MAX_IN_FLIGHT as usize;
 
 // RPC header offsets the player rewrites.
 use rocelink_wire::rpc::{REQUEST_ID_AT, TIMESTAMP_AT};

@@ -48,7 +48,7 @@ use rocelink_wire::roce::{Endpoints, PMTU};
 use rocelink_wire::rpc;
 
 use crate::capture::{self, CaptureRam};
-use crate::player::RunConfig;
+use crate::player::{RunConfig, MAX_IN_FLIGHT};
 use crate::qec::{QecPlan, QecReplay};
 use crate::stats::Stats;
 
@@ -58,8 +58,6 @@ pub const IP_VERSION: u32 = 0x2607;
 pub const FPGA_DATE: u32 = 0x2025_1130;
 /// Player RAM size: the frame template.
 pub const PLAYER_RAM_BYTES: usize = 64 * 1024;
-/// Slots the reference transceiver posts receive WQEs for (PROTOCOLS.md 2.3).
-pub const MAX_IN_FLIGHT: usize = ext::MAX_IN_FLIGHT as usize;
 /// The immediate carries 12 bits of slot number (PROTOCOLS.md 2.3).
 pub const MAX_SLOTS: u32 = 1 << 12;
 /// Spare capture records beyond the window count, for duplicates and strays.

@@ -103,7 +103,7 @@ impl Rig {
             page_stride: u64::from(sizes.rx_slot_stride),
             slots: sizes.rx_slots,
             max_in_flight: 1,
-            template: rocelink_operator::echo::echo_template(payload),
+            template: rocelink_operator::stage::echo_template(payload),
             arg_len: payload - rocelink_wire::rpc::HEADER_LEN,
             stamp_ptp: true,
             scramble: true,

@@ -1,58 +1,26 @@
-//! The echo run (`rocelink echo`, the benchmark): a thin alias of the graph runner. Its
-//! flags become the echo graph in memory (a RoceTransceiver and the stage chain between its
-//! rx and tx, no host operators), which is compiled and run like a graph file: see
-//! `crate::graph` for the lifecycle (peer, NIC, backend; stop in reverse; every thread
-//! joined or reported).
+//! The echo run (`rocelink echo`, the benchmarks): a built-in graph ([`GRAPH`]: a
+//! RoceTransceiver and an `Echo` stage between its rx and tx, no host operators) with its
+//! flags as `--set` overrides ([`overrides`]), loaded, compiled and run by the same code as
+//! `rocelink run graph.ron --set ...`: see `crate::graph` for the lifecycle (peer, NIC,
+//! backend; stop in reverse; every thread joined or reported). What it checks, reports and
+//! how it fails are therefore those of `rocelink run`.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use rocelink_link::SpinMode;
 use rocelink_wire::roce;
-use rocelink_wire::rpc::{self, RequestRepr};
+use rocelink_wire::rpc;
 
 use crate::backend::BackendKind;
 use crate::graph::compile::PeerPlan;
-use crate::graph::model::{Graph, Load, NicSpec, PeerSpec, RunSpec, SimMode, SpinSpec, Stop, WireSpec};
-use crate::graph::{compile, RunOptions};
+use crate::graph::{compile, load, Graph, GraphErrors, Override, RunOptions};
+use crate::nic::DoorbellMode;
+pub use crate::peer::fresh_loopback_pair;
+pub use crate::settings::{Cores, PeerMode, WireKind};
+use crate::settings::Spin;
+pub use crate::stage::{echo_template, request_template};
 use crate::stage::StageSpec;
-
-/// Which wire carries the RoCEv2 frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WireKind {
-    Inproc,
-    Udp,
-}
-
-impl WireKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WireKind::Inproc => "inproc",
-            WireKind::Udp => "udp",
-        }
-    }
-}
-
-/// Where the peer runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerMode {
-    /// fpga-sim on threads of this process.
-    InProcess,
-    /// fpga-sim as a separate process (`program` followed by `args`, then the peer's flags).
-    Process { program: PathBuf, args: Vec<String> },
-    /// A peer already running at these addresses (a real FPGA, or a standalone fpga-sim).
-    Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
-}
-
-/// Cores to pin the spinning threads to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Cores {
-    pub nic: Option<usize>,
-    pub backend: Option<usize>,
-    pub peer: Option<usize>,
-}
 
 #[derive(Debug, Clone)]
 pub struct EchoConfig {
@@ -71,8 +39,8 @@ pub struct EchoConfig {
     /// The peer's address (default: a fresh loopback address per run).
     pub peer_ip: Option<Ipv4Addr>,
     pub cores: Cores,
-    /// Spin policy (default: `dedicated` when every spinner has a core).
-    pub spin: Option<SpinMode>,
+    /// Spin policy (`Auto`, the default: `Dedicated` when every spinner has a core).
+    pub spin: Spin,
     /// Give up waiting for the peer's capture after this long (default: from the count).
     pub timeout: Option<Duration>,
     /// Print progress on stderr a few times a second.
@@ -83,6 +51,11 @@ pub struct EchoConfig {
     pub backend: BackendKind,
     /// The device stages between receive and send.
     pub chain: Vec<StageSpec>,
+    /// How sends are rung ([`RunOptions::doorbell`]).
+    pub doorbell: DoorbellMode,
+    /// Where the run writes its report as JSON, as a graph's `outputs.json` (a file that
+    /// cannot be written is one of the report's problems).
+    pub json: Option<PathBuf>,
 }
 
 impl Default for EchoConfig {
@@ -97,12 +70,14 @@ impl Default for EchoConfig {
             host_ip: None,
             peer_ip: None,
             cores: Cores::default(),
-            spin: None,
+            spin: Spin::Auto,
             timeout: None,
             progress: false,
             slots: 64,
             backend: BackendKind::Auto,
             chain: vec![StageSpec::Echo],
+            doorbell: DoorbellMode::Proxy,
+            json: None,
         }
     }
 }
@@ -112,91 +87,96 @@ pub type EchoReport = crate::graph::RunReport;
 /// Why an echo run failed: the graph runner's error.
 pub type EchoError = crate::graph::RunError;
 
-/// A loopback address no other run of this machine is using now: 127.0.0.0/8 is all
-/// loopback on Linux, so parallel runs (tests) get disjoint addresses and can all use the
-/// standard ports.
-pub fn fresh_loopback_pair() -> (Ipv4Addr, Ipv4Addr) {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
-    let a = 10 + (pid % 200) as u8;
-    let b = ((pid / 200) % 250) as u8;
-    let c = (n % 120) as u8 * 2 + 2;
-    (Ipv4Addr::new(127, a, b, c), Ipv4Addr::new(127, a, b, c + 1))
-}
+/// The built-in echo graph: the transceiver and one `Echo` stage between its rx and tx, no
+/// host operators. [`graph`] sets every setting from the flags, the way `rocelink run` takes
+/// `--set`.
+pub const GRAPH: &str = r#"Graph(
+    name: "echo",
+    operators: [
+        (name: "roce", kind: "RoceTransceiver"),
+        (name: "stage0", kind: "Echo"),
+    ],
+    flows: [
+        (from: "roce.rx", to: "stage0.in"),
+        (from: "stage0.out", to: "roce.tx"),
+    ],
+)"#;
 
-/// Builds the request the player sends: an RPC header (function `echo`) and `size - 24`
-/// argument bytes (a fixed pattern; the player scrambles it per request).
-pub fn echo_template(size: usize) -> Vec<u8> {
-    request_template(rpc::function_id::ECHO, size)
-}
-
-/// [`echo_template`] calling `function_id` instead (the peer checks the answers of `echo` and
-/// `increment`).
-pub fn request_template(function_id: u32, size: usize) -> Vec<u8> {
-    let mut t = vec![0u8; size];
-    let args = size - rpc::HEADER_LEN;
-    RequestRepr { function_id, arg_len: args as u32, request_id: 0, ptp_timestamp: 0 }
-        .emit(&mut t[..rpc::HEADER_LEN])
-        .expect("header fits");
-    for (i, b) in t[rpc::HEADER_LEN..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
-    }
-    t
-}
-
-/// The echo graph of `cfg`, as a graph file would say it: a RoceTransceiver and one device
-/// stage per element of `cfg.chain` (named `stage0`, `stage1`, ...), in order between its rx
-/// and tx. What the model has no words for (a peer program of its own, the stages' specs)
-/// [`plan`] sets on the compiled plan.
-pub fn graph(cfg: &EchoConfig) -> Graph {
-    let mut g = Graph::new("echo");
-    g.backend = cfg.backend;
-    g.nic = NicSpec::Soft {
-        wire: match cfg.wire {
-            WireKind::Inproc => WireSpec::Inproc,
-            WireKind::Udp => WireSpec::Udp { bind: cfg.host_ip.map(|ip| SocketAddrV4::new(ip, roce::UDP_PORT).to_string()) },
+/// The `--set` overrides of [`GRAPH`] that say what `cfg` says: backend, NIC and wire, peer,
+/// cores, spin, the run, the transceiver's slots, and (for a chain other than one `Echo`)
+/// the stage operators named `stage0`, `stage1`, ... in order between rx and tx. A peer
+/// program of its own, which the graph model has no words for, [`plan`] sets on the plan.
+pub fn overrides(cfg: &EchoConfig) -> Vec<Override> {
+    let quote = |s: &str| ron::to_string(s).unwrap_or_else(|_| format!("{s:?}"));
+    let set = |path: &str, value: String| Override { path: path.into(), value };
+    let mut sets = vec![set("backend", format!("{:?}", cfg.backend))];
+    sets.push(set(
+        "nic",
+        match (cfg.wire, cfg.host_ip) {
+            (WireKind::Inproc, _) => "Soft(wire: Inproc)".into(),
+            (WireKind::Udp, None) => "Soft(wire: Udp())".into(),
+            (WireKind::Udp, Some(ip)) => format!("Soft(wire: Udp(bind: {}))", quote(&SocketAddrV4::new(ip, roce::UDP_PORT).to_string())),
         },
-    };
-    g.peer = match &cfg.peer {
-        PeerMode::InProcess => PeerSpec::FpgaSim { mode: SimMode::InProcess, ip: cfg.peer_ip.map(|i| i.to_string()) },
-        PeerMode::Process { .. } => PeerSpec::FpgaSim { mode: SimMode::Process, ip: cfg.peer_ip.map(|i| i.to_string()) },
-        PeerMode::Remote { ecb, roce } => PeerSpec::Fpga { address: ecb.to_string(), roce: Some(roce.to_string()) },
-    };
-    g.cores.nic = cfg.cores.nic;
-    g.cores.backend = cfg.cores.backend;
-    g.cores.peer = cfg.cores.peer;
-    g.cores.spin = match cfg.spin {
-        None => SpinSpec::Auto,
-        Some(SpinMode::Dedicated) => SpinSpec::Dedicated,
-        Some(SpinMode::Shared) => SpinSpec::Shared,
-    };
-    g.run = RunSpec {
-        stop: Stop::Count(cfg.count),
-        warmup: cfg.warmup,
-        load: cfg.rate.map_or(Load::ClosedLoop, Load::Rate),
-        size: cfg.size,
-        timeout: cfg.timeout.map(|t| t.as_secs_f64()),
-    };
-    g.operator("roce", "RoceTransceiver", &[("slots", crate::ops::ParamValue::Int(i64::from(cfg.slots)))]);
-    let mut from = "roce.rx".to_string();
-    for i in 0..cfg.chain.len() {
-        let name = format!("stage{i}");
-        g.operator(&name, "Echo", &[]);
-        g.flow(&from, &format!("{name}.in"));
-        from = format!("{name}.out");
+    ));
+    let ip = cfg.peer_ip.map_or(String::new(), |ip| format!(", ip: {}", quote(&ip.to_string())));
+    sets.push(set(
+        "peer",
+        match &cfg.peer {
+            PeerMode::InProcess => format!("FpgaSim(mode: InProcess{ip})"),
+            PeerMode::Process { .. } => format!("FpgaSim(mode: Process{ip})"),
+            PeerMode::Remote { ecb, roce } => format!("Fpga(address: {}, roce: {})", quote(&ecb.to_string()), quote(&roce.to_string())),
+        },
+    ));
+    let core = |c: Option<usize>| c.map_or("None".to_string(), |c| format!("Some({c})"));
+    sets.push(set("cores.nic", core(cfg.cores.nic)));
+    sets.push(set("cores.backend", core(cfg.cores.backend)));
+    sets.push(set("cores.peer", core(cfg.cores.peer)));
+    sets.push(set("cores.spin", format!("{:?}", cfg.spin)));
+    sets.push(set("run.stop", format!("Count({})", cfg.count)));
+    sets.push(set("run.warmup", cfg.warmup.to_string()));
+    sets.push(set("run.load", cfg.rate.map_or("ClosedLoop".to_string(), |r| format!("Rate({r:?})"))));
+    sets.push(set("run.size", cfg.size.to_string()));
+    sets.push(set("run.timeout", cfg.timeout.map_or("None".to_string(), |t| format!("Some({:?})", t.as_secs_f64()))));
+    if cfg.chain != [StageSpec::Echo] {
+        let mut ops = vec![r#"(name: "roce", kind: "RoceTransceiver")"#.to_string()];
+        let mut flows = Vec::new();
+        let mut from = "roce.rx".to_string();
+        for (i, spec) in cfg.chain.iter().enumerate() {
+            let name = format!("stage{i}");
+            ops.push(match spec {
+                StageSpec::Echo => format!(r#"(name: "{name}", kind: "Echo")"#),
+                StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders } => format!(
+                    r#"(name: "{name}", kind: "QecDecoder", params: (dem: {}, rounds_per_message: {rounds_per_message}, max_defects: {max_defects}, decoders: {decoders}))"#,
+                    quote(&dem.display().to_string())
+                ),
+            });
+            flows.push(format!(r#"(from: "{from}", to: "{name}.in")"#));
+            from = format!("{name}.out");
+        }
+        flows.push(format!(r#"(from: "{from}", to: "roce.tx")"#));
+        sets.push(set("operators", format!("[{}]", ops.join(", "))));
+        sets.push(set("flows", format!("[{}]", flows.join(", "))));
     }
-    g.flow(&from, "roce.tx");
-    g
+    sets.push(set("operators.roce.slots", cfg.slots.to_string()));
+    sets
 }
 
-/// The compiled echo graph of `cfg`, ready for [`crate::graph::run`].
+/// The echo graph of `cfg`: [`GRAPH`] with [`overrides`], loaded as `rocelink run` loads a
+/// graph file with `--set`.
+pub fn graph(cfg: &EchoConfig) -> Result<Graph, GraphErrors> {
+    let mut g = load::load_str("echo (built in)", GRAPH, &overrides(cfg))?;
+    // Built in, not read from a file.
+    g.file = None;
+    Ok(g)
+}
+
+/// The compiled echo graph of `cfg`, ready for [`crate::graph::run()`].
 pub fn plan(cfg: &EchoConfig) -> Result<crate::graph::Plan, EchoError> {
-    let mut plan = compile(graph(cfg)).map_err(|e| EchoError::Config(e.to_string()))?;
-    plan.chain = cfg.chain.iter().enumerate().map(|(i, s)| (format!("stage{i}"), s.clone())).collect();
+    let mut plan = graph(cfg).and_then(compile).map_err(|e| EchoError::Config(e.to_string()))?;
     if let PeerMode::Process { program, args } = &cfg.peer {
         plan.peer = PeerPlan::Process { program: Some(program.clone()), args: args.clone(), ip: cfg.peer_ip };
     }
+    plan.json.clone_from(&cfg.json);
     Ok(plan)
 }
 
@@ -221,5 +201,62 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     if cfg.chain.is_empty() {
         return Err(EchoError::Config("the stage chain is empty: the transceiver would answer nothing".into()));
     }
-    crate::graph::run(&plan(cfg)?, &RunOptions { progress: cfg.progress })
+    crate::graph::run(&plan(cfg)?, &RunOptions { progress: cfg.progress, doorbell: cfg.doorbell })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::model::{Load, NicSpec, PeerSpec, SimMode, Stop, WireSpec};
+
+    #[test]
+    fn the_flags_become_the_settings_a_graph_file_would_have() {
+        let cfg = EchoConfig {
+            wire: WireKind::Udp,
+            count: 1234,
+            size: 256,
+            rate: Some(20_000.5),
+            warmup: 7,
+            host_ip: Some(Ipv4Addr::new(127, 0, 0, 5)),
+            peer_ip: Some(Ipv4Addr::new(127, 0, 0, 6)),
+            peer: PeerMode::Process { program: "/bin/fpga-sim".into(), args: vec!["--x".into()] },
+            cores: Cores { nic: Some(1), backend: None, peer: Some(3) },
+            spin: Spin::Dedicated,
+            timeout: Some(Duration::from_millis(1500)),
+            slots: 32,
+            backend: BackendKind::GpuLaunchPerMessage(2),
+            ..EchoConfig::default()
+        };
+        let g = graph(&cfg).expect("the built-in graph with the flags");
+        assert_eq!(g.backend, BackendKind::GpuLaunchPerMessage(2));
+        assert_eq!(g.nic, NicSpec::Soft { wire: WireSpec::Udp { bind: Some("127.0.0.5:4791".into()) } });
+        assert_eq!(g.peer, PeerSpec::FpgaSim { mode: SimMode::Process, ip: Some("127.0.0.6".into()) });
+        assert_eq!((g.cores.nic, g.cores.backend, g.cores.peer, g.cores.spin), (Some(1), None, Some(3), Spin::Dedicated));
+        assert_eq!((g.run.stop, g.run.warmup, g.run.load, g.run.size, g.run.timeout), (Stop::Count(1234), 7, Load::Rate(20_000.5), 256, Some(1.5)));
+        let roce = g.operators.iter().find(|o| o.name == "roce").expect("the transceiver");
+        assert!(roce.params.iter().any(|p| p.name == "slots" && p.value == crate::ops::ParamValue::Int(32)), "{:?}", roce.params);
+        assert_eq!(g.file, None);
+
+        let remote = EchoConfig { wire: WireKind::Udp, peer: PeerMode::Remote { ecb: "10.0.0.2:8192".parse().unwrap(), roce: "10.0.0.2:4791".parse().unwrap() }, ..EchoConfig::default() };
+        let g = graph(&remote).expect("remote");
+        assert_eq!(g.peer, PeerSpec::Fpga { address: "10.0.0.2:8192".into(), roce: Some("10.0.0.2:4791".into()) });
+    }
+
+    #[test]
+    fn the_echo_plan_is_the_graph_runners_plan() {
+        let p = plan(&EchoConfig { backend: BackendKind::Cpu, ..EchoConfig::default() }).expect("plan");
+        assert_eq!(p.chain, vec![("stage0".to_string(), StageSpec::Echo)]);
+        assert!(p.host_ops.is_empty() && p.host_flows.is_empty());
+        assert_eq!(p.backend.backend, Ok(crate::settings::Backend::Cpu));
+        // Another chain is written as the operators it is, and checked as a file's would be.
+        let g = graph(&EchoConfig { chain: vec![StageSpec::Echo, StageSpec::Echo], ..EchoConfig::default() }).expect("graph");
+        assert_eq!(g.operators.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["roce", "stage0", "stage1"]);
+        let e = plan(&EchoConfig { chain: vec![StageSpec::Echo, StageSpec::Echo], ..EchoConfig::default() }).unwrap_err().to_string();
+        assert!(e.contains("port type mismatch"), "{e}");
+        let p = plan(&EchoConfig { wire: WireKind::Udp, peer: PeerMode::Process { program: "/bin/x".into(), args: vec![] }, ..EchoConfig::default() }).expect("plan");
+        assert!(matches!(p.peer, PeerPlan::Process { program: Some(ref x), .. } if x.as_os_str() == "/bin/x"), "{:?}", p.peer);
+        // What the graph refuses, the echo run refuses the same way.
+        let e = plan(&EchoConfig { size: 8, ..EchoConfig::default() }).unwrap_err().to_string();
+        assert!(e.contains("run.size 8 must be 24..=4096"), "{e}");
+    }
 }

@@ -4,6 +4,7 @@
 pub mod abi;
 pub mod backend;
 pub mod bench;
+pub mod chart;
 pub mod echo;
 pub mod env;
 pub mod graph;
@@ -17,6 +18,7 @@ pub mod peer;
 pub mod qec;
 pub mod report;
 pub mod rings;
+pub mod settings;
 pub mod signal;
 pub mod stage;
 pub mod tap;

@@ -12,24 +12,74 @@
 //! its own if this process dies (its stdin is a pipe we hold, `--exit-on-stdin-close`), and
 //! runs in its own process group, so a terminal's Ctrl-C reaches rocelink only.
 
+use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rocelink_fpga_sim::{QecReplay, QecReplayConfig};
 use rocelink_link::{inproc, Link, SpinMode, UdpLink};
 use rocelink_wire::roce;
 
-use crate::echo::{fresh_loopback_pair, WireKind};
-use crate::graph::compile::{NicPlan, PeerPlan};
-use crate::graph::qec::Replay;
-use crate::graph::RunError;
+use crate::settings::WireKind;
 
 /// MAC addresses on the wire (the software NIC does not filter on them; a real FPGA learns
 /// ours from the data-plane registers).
 pub const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 pub const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+/// A loopback address no other run of this machine is using now: 127.0.0.0/8 is all
+/// loopback on Linux, so parallel runs (tests) get disjoint addresses and can all use the
+/// standard ports.
+pub fn fresh_loopback_pair() -> (Ipv4Addr, Ipv4Addr) {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let pid = std::process::id();
+    let a = 10 + (pid % 200) as u8;
+    let b = ((pid / 200) % 250) as u8;
+    let c = (n % 120) as u8 * 2 + 2;
+    (Ipv4Addr::new(127, a, b, c), Ipv4Addr::new(127, a, b, c + 1))
+}
+
+/// Where the peer runs, as a checked graph says (`graph::compile`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PeerPlan {
+    /// fpga-sim on threads of this process, at `ip` (default: a fresh loopback address).
+    InProcess { ip: Option<Ipv4Addr> },
+    /// fpga-sim as a process: `program` then `args`, then its flags (default: this binary,
+    /// `fpga-sim`).
+    Process { program: Option<PathBuf>, args: Vec<String>, ip: Option<Ipv4Addr> },
+    /// A peer already running.
+    Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
+}
+
+/// A replay loaded at check time (so its errors come before anything runs), handed to the
+/// peer in this process as is, or to a peer process as the same files.
+#[derive(Clone)]
+pub struct Replay {
+    pub config: QecReplayConfig,
+    pub loaded: Arc<QecReplay>,
+}
+
+impl fmt::Debug for Replay {
+    // The shots themselves are not worth printing.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Replay").field("config", &self.config).field("shots", &self.loaded.shots()).finish()
+    }
+}
+
+/// Why the peer or its wire did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    #[error("bad configuration: {0}")]
+    Config(String),
+    #[error("cannot start {what}: {detail}")]
+    Start { what: String, detail: String },
+}
 
 /// A peer we started and must stop.
 pub enum RunningPeer {
@@ -82,17 +132,14 @@ pub struct PeerAndWire {
     pub wire: String,
 }
 
-/// Binds the wire and starts the peer of `peer` on it, replaying `qec` if given.
-pub fn start(nic: &NicPlan, peer: &PeerPlan, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, RunError> {
-    let (wire, bind) = match nic {
-        NicPlan::Soft { wire, bind } => (*wire, *bind),
-        NicPlan::Verbs { .. } => return Err(RunError::Config("the verbs NIC has no peer wire to start".into())),
-    };
+/// Binds the software NIC's `wire` (the UDP wire at `bind`, default a fresh loopback address)
+/// and starts `peer` on it, replaying `qec` if given.
+pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, PeerError> {
     let (def_host, def_peer) = fresh_loopback_pair();
     let sim = |ip: Ipv4Addr, link: Box<dyn Link>| {
-        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_fpga_sim::DEFAULT_QP, core, spin };
+        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP, core, spin };
         // The replay is immutable; the peer takes its own copy (a few hundred kilobytes).
-        rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link).map_err(|e| RunError::Start { what: "fpga-sim".into(), detail: e.to_string() })
+        rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link).map_err(|e| PeerError::Start { what: "fpga-sim".into(), detail: e.to_string() })
     };
     match (wire, peer) {
         (WireKind::Inproc, PeerPlan::InProcess { ip }) => {
@@ -101,15 +148,15 @@ pub fn start(nic: &NicPlan, peer: &PeerPlan, qec: Option<&Replay>, core: Option<
             let s = sim(peer_ip, Box::new(b))?;
             Ok(PeerAndWire { ecb: s.ecb_addr(), peer: RunningPeer::InProcess(s), nic_link: Box::new(a), peer_roce: SocketAddrV4::new(peer_ip, roce::UDP_PORT), peer_ip, host_ip: def_host, host_port: roce::UDP_PORT, wire: "inproc".into() })
         }
-        (WireKind::Inproc, _) => Err(RunError::Config("the inproc wire needs the peer in this process; use the UDP wire with a separate peer".into())),
+        (WireKind::Inproc, _) => Err(PeerError::Config("the inproc wire needs the peer in this process; use the UDP wire with a separate peer".into())),
         (WireKind::Udp, p) => {
             let local = bind.unwrap_or(SocketAddrV4::new(def_host, roce::UDP_PORT));
-            let udp = UdpLink::bind(local).map_err(|e| RunError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
+            let udp = UdpLink::bind(local).map_err(|e| PeerError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
             let host = udp.local_addr();
             let (peer, ecb, peer_roce) = match p {
                 PeerPlan::InProcess { ip } => {
                     let peer_ip = ip.unwrap_or(def_peer);
-                    let link = UdpLink::bind(SocketAddrV4::new(peer_ip, roce::UDP_PORT)).map_err(|e| RunError::Start { what: "the peer's UDP wire".into(), detail: format!("{peer_ip}: {e}") })?;
+                    let link = UdpLink::bind(SocketAddrV4::new(peer_ip, roce::UDP_PORT)).map_err(|e| PeerError::Start { what: "the peer's UDP wire".into(), detail: format!("{peer_ip}: {e}") })?;
                     let peer_roce = link.local_addr();
                     let s = sim(peer_ip, Box::new(link))?;
                     let ecb = s.ecb_addr();
@@ -119,7 +166,7 @@ pub fn start(nic: &NicPlan, peer: &PeerPlan, qec: Option<&Replay>, core: Option<
                     let peer_ip = ip.unwrap_or(def_peer);
                     let (program, args) = match program {
                         Some(p) => (p.clone(), args.clone()),
-                        None => (std::env::current_exe().map_err(|e| RunError::Start { what: "the fpga-sim process".into(), detail: format!("cannot find this program: {e}") })?, vec!["fpga-sim".to_string()]),
+                        None => (std::env::current_exe().map_err(|e| PeerError::Start { what: "the fpga-sim process".into(), detail: format!("cannot find this program: {e}") })?, vec!["fpga-sim".to_string()]),
                     };
                     let mut args = args;
                     if let Some(r) = qec {
@@ -154,8 +201,8 @@ pub fn qec_flags(r: &Replay) -> Vec<String> {
 
 /// Starts `fpga-sim` as a process and waits for its ready line; returns its ECB and RoCE
 /// addresses.
-fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: SocketAddrV4, spin: SpinMode, core: Option<usize>) -> Result<(Child, SocketAddrV4, SocketAddrV4), RunError> {
-    let fail = |detail: String| RunError::Start { what: "the fpga-sim process".into(), detail };
+fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: SocketAddrV4, spin: SpinMode, core: Option<usize>) -> Result<(Child, SocketAddrV4, SocketAddrV4), PeerError> {
+    let fail = |detail: String| PeerError::Start { what: "the fpga-sim process".into(), detail };
     let mut cmd = Command::new(program);
     cmd.args(args)
         .arg("--ecb")

@@ -1,14 +1,193 @@
-//! Printing and writing what a run measured.
+//! What a run measured ([`RunReport`], the JSON of `rocelink run --json` and
+//! `rocelink echo --json`), its summary text and its JSON file. Every runner (`graph::run`,
+//! and through it `rocelink echo` and the benchmarks) reports with these types, and every
+//! operator that writes a report reads them.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::echo::EchoReport;
+use crate::env::Environment;
+use crate::hsb::PeerStats;
+use crate::latency::{us, Analysis, Counts, Summary};
+use crate::nic::NicStats;
+use crate::rings::QpMemory;
 
-use crate::latency::us;
+pub mod qec;
+
+pub use qec::QecReport;
+
+/// What a run measured: the fields of `rocelink echo --json` (counts, `rtt_ns`, `nic_drops`,
+/// `env`, ...) and what a graph adds (graph, chain, stop reason, tap, files, problems).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunReport {
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub rtt_ns: Summary,
+    pub nic_drops: BTreeMap<String, u64>,
+    pub nic: NicStats,
+    pub peer: Option<PeerStats>,
+    /// Messages the transceiver loop answered / refused.
+    pub backend_processed: u64,
+    pub backend_dropped: u32,
+    /// Where the round trip went (only when the peer stamps with this host's clock).
+    pub breakdown_ns: Option<crate::latency::Breakdown>,
+    /// Extension registers the peer lacked (a real FPGA).
+    pub peer_missing_extensions: Vec<&'static str>,
+    pub mode: String,
+    pub rate: Option<f64>,
+    pub warmup: u32,
+    pub env: Environment,
+    pub graph: String,
+    pub graph_file: Option<String>,
+    pub date_utc: String,
+    /// The fused chain, stage names in data order.
+    pub stage_chain: Vec<String>,
+    /// `count`, `duration`, `interrupt`, `timeout` or `fault`.
+    pub stopped_by: String,
+    pub interrupted: bool,
+    /// Requests still unanswered when a run was cut short (duration, interrupt): not counted
+    /// as lost.
+    pub in_flight_at_stop: u64,
+    pub elapsed_s: f64,
+    pub tap: Option<TapReport>,
+    /// Why the run failed, if a flow or operator failed it.
+    pub fault: Option<String>,
+    /// Why the run does not pass though nothing failed (no answer came back, the peer's
+    /// capture or counters are missing, it did not finish in time), in words: empty for a run
+    /// whose answers demonstrably came back. See `graph::run::verdict`.
+    pub not_verified: Vec<String>,
+    /// The host's own view of each message, from the data path's record ring and the NIC's
+    /// send trace: request in (CQE written) -> answer out (frame sent), ns. The only round-trip
+    /// figure of a run whose peer has no capture.
+    pub host_side_ns: Option<Summary>,
+    /// Threads that did not stop in time, operators that could not write their files.
+    pub problems: Vec<String>,
+    /// Files written (reports, records).
+    pub files: Vec<PathBuf>,
+    /// A QEC graph's decoding results (absent from other graphs' reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qec: Option<QecReport>,
+    /// The persistent GPU kernel's poll phase lock (absent for other backends).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub poll_phase: Option<PollPhase>,
+    #[serde(skip)]
+    pub analysis: Option<Analysis>,
+}
+
+/// What the persistent kernel's poll phase lock chose (abi.h rl_control, kernels/transceiver.cu
+/// RL_PHASE_LOCK, off unless built with `-DRL_PHASE_LOCK=1`): the wait after each doorbell
+/// before its first poll read, and one read's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PollPhase {
+    pub wait_ns: u32,
+    pub read_ns: u32,
+    /// Scans finished; 0: none (the lock is off, or messages queued throughout, or too few of
+    /// them).
+    pub scans: u32,
+}
+
+impl PollPhase {
+    /// What the data path left in the run control block.
+    pub fn read(q: &QpMemory) -> PollPhase {
+        let m = &q.mem;
+        let l = &q.layout;
+        PollPhase {
+            wait_ns: m.atomic_u32(l.poll_wait_ns()).load(std::sync::atomic::Ordering::Relaxed),
+            read_ns: m.atomic_u32(l.poll_read_ns()).load(std::sync::atomic::Ordering::Relaxed),
+            scans: m.atomic_u32(l.poll_scans()).load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the tap delivered.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TapReport {
+    pub records: u64,
+    /// Records overwritten before the tap read them.
+    pub overflow: u64,
+    /// The transceiver loop's time per message, CQE seen to doorbell rung.
+    pub loop_ns: Summary,
+    pub flows: Vec<FlowReport>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FlowReport {
+    pub flow: String,
+    pub capacity: usize,
+    pub policy: &'static str,
+    /// Messages sent into the flow; the receiver got `offered - dropped`.
+    pub offered: u64,
+    pub dropped: u64,
+}
+
+impl RunReport {
+    /// A report of nothing (for tests and tools).
+    pub fn empty() -> RunReport {
+        RunReport {
+            counts: Counts::default(),
+            rtt_ns: Summary::default(),
+            nic_drops: BTreeMap::new(),
+            nic: NicStats::default(),
+            peer: None,
+            backend_processed: 0,
+            backend_dropped: 0,
+            breakdown_ns: None,
+            peer_missing_extensions: Vec::new(),
+            mode: "closed-loop".into(),
+            rate: None,
+            warmup: 0,
+            env: Environment::default(),
+            graph: String::new(),
+            graph_file: None,
+            date_utc: String::new(),
+            stage_chain: Vec::new(),
+            stopped_by: "count".into(),
+            interrupted: false,
+            in_flight_at_stop: 0,
+            elapsed_s: 0.0,
+            tap: None,
+            fault: None,
+            not_verified: Vec::new(),
+            host_side_ns: None,
+            problems: Vec::new(),
+            files: Vec::new(),
+            qec: None,
+            poll_phase: None,
+            analysis: None,
+        }
+    }
+
+    /// Nothing lost, duplicated or corrupted.
+    pub fn is_clean(&self) -> bool {
+        self.counts.lost == 0 && self.counts.duplicated == 0 && self.counts.corrupted == 0
+    }
+}
+
+/// The summary `rocelink run` prints: the echo summary, then what the graph adds.
+pub fn summary_text(r: &RunReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = echo_text(r).replacen("rocelink echo:", &format!("rocelink run {}:", r.graph), 1);
+    if let Some(q) = &r.qec {
+        s += &qec::summary_text(q);
+    }
+    let _ = writeln!(s, "  stage chain: {}; stopped by {} after {:.2} s{}", r.stage_chain.join(" -> "), r.stopped_by, r.elapsed_s, if r.in_flight_at_stop > 0 { format!(" ({} in flight at the stop, not counted as lost)", r.in_flight_at_stop) } else { String::new() });
+    if let Some(t) = &r.tap {
+        let l = &t.loop_ns;
+        let _ = writeln!(s, "  tap: {} records, {} overwritten before read; loop time per message (us) p50 {:.2} p99 {:.2}", t.records, t.overflow, l.p50 as f64 / 1000.0, l.p99 as f64 / 1000.0);
+        for f in t.flows.iter().filter(|f| f.dropped > 0) {
+            let _ = writeln!(s, "  flow {} dropped {} of {} messages (capacity {}, {})", f.flow, f.dropped, f.offered, f.capacity, f.policy);
+        }
+    }
+    for f in &r.files {
+        let _ = writeln!(s, "  wrote {}", f.display());
+    }
+    s
+}
+
 
 /// The human summary printed at the end of a run.
-pub fn echo_text(r: &EchoReport) -> String {
+pub fn echo_text(r: &RunReport) -> String {
     let mut s = String::new();
     let c = &r.counts;
     let t = &r.rtt_ns;
@@ -81,11 +260,10 @@ pub fn write_json(r: &impl serde::Serialize, path: &Path) -> std::io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::PollPhase;
 
     #[test]
     fn the_summary_says_what_the_poll_phase_lock_chose() {
-        let mut r = EchoReport::empty();
+        let mut r = RunReport::empty();
         assert!(!echo_text(&r).contains("poll phase"), "no line for backends without the lock");
         r.poll_phase = Some(PollPhase { wait_ns: 1072, read_ns: 1150, scans: 1 });
         assert!(echo_text(&r).contains("poll phase: first read 1.07 us after each doorbell (one read 1.15 us; 1 scan)"), "{}", echo_text(&r));
@@ -99,7 +277,7 @@ mod tests {
 
     #[test]
     fn the_summary_says_when_checked_doorbells_were_re_read() {
-        let mut r = EchoReport::empty();
+        let mut r = RunReport::empty();
         assert!(!echo_text(&r).contains("re-read"), "no line when none was");
         r.nic.tx_wqe_rereads = 3;
         assert!(echo_text(&r).contains("NIC: 3 checked doorbells re-read until their check held, 0 never held"), "{}", echo_text(&r));

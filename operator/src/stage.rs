@@ -6,6 +6,27 @@
 
 use rocelink_wire::rpc::{self, RequestRepr, ResponseRepr};
 
+/// The request an echo run's player sends, as the [`Echo`] stage answers it: an RPC header
+/// (function `echo`) and `size - 24` argument bytes (a fixed pattern; the player scrambles it
+/// per request).
+pub fn echo_template(size: usize) -> Vec<u8> {
+    request_template(rpc::function_id::ECHO, size)
+}
+
+/// [`echo_template`] calling `function_id` instead (the peer checks the answers of `echo` and
+/// `increment`).
+pub fn request_template(function_id: u32, size: usize) -> Vec<u8> {
+    let mut t = vec![0u8; size];
+    let args = size - rpc::HEADER_LEN;
+    RequestRepr { function_id, arg_len: args as u32, request_id: 0, ptp_timestamp: 0 }
+        .emit(&mut t[..rpc::HEADER_LEN])
+        .expect("header fits");
+    for (i, b) in t[rpc::HEADER_LEN..].iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
+    }
+    t
+}
+
 /// What a stage did with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {

@@ -23,10 +23,38 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use hdrhistogram::Histogram;
 
 use crate::abi::rl_msg_timestamp;
-use crate::graph::model::Policy;
 use crate::latency::new_histogram;
-use crate::ops::{Message, MsgRecord};
 use crate::rings::QpMemory;
+use crate::settings::Policy;
+
+/// One message of the data path as the tap saw it: the transceiver loop's record of it
+/// (`rl_msg_timestamp`) and its number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MsgRecord {
+    /// Message number in the order the transceiver answered (0 first).
+    pub seq: u64,
+    /// From the request's RPC header.
+    pub request_id: u32,
+    /// RX slot it arrived in.
+    pub slot: u32,
+    /// Bytes received.
+    pub byte_count: u32,
+    /// Send WQE index of the answer.
+    pub sq_index: u32,
+    /// The receive CQE was seen (backend clock: CLOCK_MONOTONIC on the CPU, %globaltimer on
+    /// the GPU).
+    pub cqe_seen_ns: u64,
+    /// The send doorbell was rung.
+    pub doorbell_ns: u64,
+    /// The NIC wrote the receive CQE (NIC clock: CLOCK_MONOTONIC for the software NIC).
+    pub nic_cqe_ns: u64,
+}
+
+/// What flows between host operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message {
+    Record(MsgRecord),
+}
 
 /// A reason for the run to fail, raised by any thread, read by the runner. The first one
 /// raised is kept.

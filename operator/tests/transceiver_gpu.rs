@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use rocelink_link::{inproc, InprocLink, Link, SpinMode, MAX_FRAME};
 use rocelink_operator::abi;
-use rocelink_operator::backend::{spawn_backend, BackendKind, CpuBackendConfig, RunningBackend};
+use rocelink_operator::backend::{resolve, spawn_backend, Backend, BackendKind, LoopConfig, RunningBackend};
 use rocelink_operator::mem::SharedMem;
 use rocelink_operator::nic::{Access, DoorbellMode, MrTable, NicCounters, NicOptions, QpAttrs, SoftNic};
 use rocelink_operator::rings::{QpMemory, QpSizes};
@@ -233,12 +233,17 @@ fn rig() -> (Rig, QpMemory, u32) {
     rig_with(DoorbellMode::Proxy)
 }
 
-fn backend_config(tx_lkey: u32) -> CpuBackendConfig {
-    CpuBackendConfig { qpn: HOST_QPN, tx_lkey, core: None, spin: SpinMode::Shared, doorbell: DoorbellMode::Proxy }
+fn backend_config(tx_lkey: u32) -> LoopConfig {
+    LoopConfig { qpn: HOST_QPN, tx_lkey, core: None, spin: SpinMode::Shared, doorbell: DoorbellMode::Proxy }
 }
 
 /// Plays the stream through `backend` (closed loop, then in bursts) and checks every answer
 /// against the CPU echo stage's, and the counters.
+/// GPU 0, as `rocelink` resolves `--backend gpu`.
+fn gpu0() -> Backend {
+    resolve(BackendKind::Gpu(0), &[StageSpec::Echo]).backend.expect("GPU 0")
+}
+
 fn play(mut rig: Rig, backend: Box<dyn RunningBackend>) {
     let msgs = stream();
     let (mut answered, mut refused) = (0u64, 0u32);
@@ -302,7 +307,7 @@ fn play(mut rig: Rig, backend: Box<dyn RunningBackend>) {
 #[test]
 fn the_cpu_backend_answers_the_stream_as_its_stage_does() {
     let (rig, q, tx_lkey) = rig();
-    let backend = spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend");
+    let backend = spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend");
     play(rig, backend);
 }
 
@@ -312,7 +317,7 @@ fn the_cpu_backend_answers_the_stream_as_its_stage_does() {
 #[test]
 fn the_cpu_backend_answers_the_stream_through_an_mmio_doorbell() {
     let (rig, q, tx_lkey) = rig_with(DoorbellMode::Mmio);
-    let backend = spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], CpuBackendConfig { doorbell: DoorbellMode::Mmio, ..backend_config(tx_lkey) }).expect("the CPU backend");
+    let backend = spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], LoopConfig { doorbell: DoorbellMode::Mmio, ..backend_config(tx_lkey) }).expect("the CPU backend");
     play(rig, backend);
 }
 
@@ -336,7 +341,7 @@ fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
     for (defines, doorbell) in [("", proxy), ("-DRL_FAST_PATH=1", proxy), ("-DRL_FAST_PATH=0", proxy), ("-DRL_MAX_INLINE=44", proxy), ("", mmio), ("-DRL_MAX_INLINE=44", mmio)] {
         std::env::set_var("ROCELINK_KERNEL_DEFINES", defines);
         let (rig, q, tx_lkey) = rig_with(doorbell);
-        let backend = spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], CpuBackendConfig { doorbell, ..backend_config(tx_lkey) }).unwrap_or_else(|e| panic!("{defines} {doorbell:?}: {e}"));
+        let backend = spawn_backend(&gpu0(), q, &[StageSpec::Echo], LoopConfig { doorbell, ..backend_config(tx_lkey) }).unwrap_or_else(|e| panic!("{defines} {doorbell:?}: {e}"));
         play(rig, backend);
     }
     std::env::remove_var("ROCELINK_KERNEL_DEFINES");
@@ -411,9 +416,9 @@ fn stop_with_a_stalled_nic(mut rig: Rig, backend: Box<dyn RunningBackend>) {
 #[test]
 fn the_cpu_backend_stops_under_a_flood_and_with_a_stalled_nic() {
     let (r, q, tx_lkey) = rig();
-    stop_under_a_flood(r, spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"), false);
+    stop_under_a_flood(r, spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"), false);
     let (r, q, tx_lkey) = rig();
-    stop_with_a_stalled_nic(r, spawn_backend(BackendKind::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"));
+    stop_with_a_stalled_nic(r, spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"));
 }
 
 #[test]
@@ -423,7 +428,7 @@ fn the_kernel_stops_under_a_flood_and_with_a_stalled_nic() {
         panic!("this test needs a GPU: {why}");
     }
     let (r, q, tx_lkey) = rig();
-    stop_under_a_flood(r, spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"), true);
+    stop_under_a_flood(r, spawn_backend(&gpu0(), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"), true);
     let (r, q, tx_lkey) = rig();
-    stop_with_a_stalled_nic(r, spawn_backend(BackendKind::Gpu(0), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"));
+    stop_with_a_stalled_nic(r, spawn_backend(&gpu0(), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"));
 }

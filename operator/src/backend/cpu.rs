@@ -19,10 +19,14 @@ use crate::rings::QpMemory;
 use crate::stage::{Outcome, Stage};
 use crate::verbs::HostVerbs;
 
+/// How a transceiver loop runs, whichever backend runs it (the CPU loop, the launch baseline,
+/// the persistent kernel).
 #[derive(Debug, Clone, Copy)]
-pub struct CpuBackendConfig {
+pub struct LoopConfig {
+    /// Its queue pair, and the key of the memory it sends from.
     pub qpn: u32,
     pub tx_lkey: u32,
+    /// The core and spin of the CPU loop's thread (the kernel spins on the GPU).
     pub core: Option<usize>,
     pub spin: SpinMode,
     /// How the loop rings sends (the NIC must answer to the same, `NicOptions::doorbell`);
@@ -38,7 +42,7 @@ pub struct CpuBackend {
 
 impl CpuBackend {
     /// Posts the receive queue full and starts the loop.
-    pub fn spawn(q: QpMemory, mut stage: Box<dyn Stage>, cfg: CpuBackendConfig) -> std::io::Result<CpuBackend> {
+    pub fn spawn(q: QpMemory, mut stage: Box<dyn Stage>, cfg: LoopConfig) -> std::io::Result<CpuBackend> {
         let mut verbs = HostVerbs::new(q.clone(), cfg.qpn, cfg.tx_lkey).with_doorbell(cfg.doorbell);
         verbs.post_recv(q.layout.sizes.rq_entries);
         let qq = q.clone();

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::abi;
-use crate::backend::{BackendError, CpuBackendConfig, RunningBackend};
+use crate::backend::{BackendError, LoopConfig, RunningBackend};
 use crate::gpu::driver::{DeviceBuffer, Gpu, StreamState};
 use crate::gpu::qec_state::{self, QecState};
 use crate::gpu::{kernels, nvrtc};
@@ -55,7 +55,7 @@ struct Started {
 
 impl GpuBackend {
     /// Compiles, loads and launches the persistent kernel for `chain` on GPU `ordinal`.
-    pub fn spawn(q: QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBackendConfig) -> Result<GpuBackend, BackendError> {
+    pub fn spawn(q: QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfig) -> Result<GpuBackend, BackendError> {
         // The host posts the receive queue before the launch (the kernel re-posts).
         let mut verbs = HostVerbs::new(q.clone(), cfg.qpn, cfg.tx_lkey);
         verbs.post_recv(q.layout.sizes.rq_entries);
@@ -140,7 +140,7 @@ fn release_state(gpu: &Gpu, buf: DeviceBuffer) {
     let _ = unsafe { gpu.free(buf) };
 }
 
-fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: CpuBackendConfig, stop: &AtomicBool, started: &mpsc::Sender<Result<Started, String>>, early_failure: &std::sync::Mutex<Option<String>>) -> Result<(), String> {
+fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfig, stop: &AtomicBool, started: &mpsc::Sender<Result<Started, String>>, early_failure: &std::sync::Mutex<Option<String>>) -> Result<(), String> {
     // The stages' state is built (DEM loaded, tables made) before anything touches the GPU.
     let state = stage_state(chain)?;
     let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;

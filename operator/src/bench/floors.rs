@@ -269,7 +269,7 @@ pub fn udp_pingpong(iters: u32, warmup: u32, size: usize, cores: (Option<usize>,
     if !(8..=65_507).contains(&size) {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("UDP ping-pong datagrams must be 8..=65507 bytes, not {size}")));
     }
-    let (a, b) = crate::echo::fresh_loopback_pair();
+    let (a, b) = crate::peer::fresh_loopback_pair();
     let initiator_sock = UdpSocket::bind(SocketAddrV4::new(a, 0))?;
     let responder_sock = UdpSocket::bind(SocketAddrV4::new(b, 0))?;
     let (ia, ra) = (initiator_sock.local_addr()?, responder_sock.local_addr()?);

@@ -23,10 +23,12 @@ use std::path::PathBuf;
 
 use rocelink_link::SpinMode;
 
-pub use crate::echo::{Cores, WireKind};
+pub use crate::settings::{Cores, WireKind};
+use crate::settings::Spin;
 use crate::echo::{run_echo, EchoConfig, EchoError};
 use crate::env::Environment;
 use crate::latency::{Counts, Summary};
+pub use crate::env::utc_timestamp;
 pub use write::write_reports;
 
 /// The path names rows carry.
@@ -62,15 +64,17 @@ pub struct BenchConfig {
     /// Cores for the run's threads; the floors use the peer's (initiator) and the NIC's
     /// (responder).
     pub cores: Cores,
-    /// Spin policy for runs and floors alike (default: `dedicated` when every one of the
+    /// Spin policy for runs and floors alike (`Auto`: `Dedicated` when every one of the
     /// run's three spinners has a core).
-    pub spin: Option<SpinMode>,
+    pub spin: Spin,
     /// Where the reports go (created if missing).
     pub out_dir: PathBuf,
     /// File name stem of the reports: `<name>.md`, `<name>.json`, `<name>-<wire>-<size>.svg`.
     pub name: String,
     /// Also measure the GPU paths (and their floors) on this GPU.
     pub gpu: Option<usize>,
+    /// How the runs ring sends (`graph::RunOptions::doorbell`).
+    pub doorbell: crate::nic::DoorbellMode,
 }
 
 impl Default for BenchConfig {
@@ -81,10 +85,11 @@ impl Default for BenchConfig {
             count: 100_000,
             warmup: 1_000,
             cores: Cores::default(),
-            spin: None,
+            spin: Spin::Auto,
             out_dir: PathBuf::from("latency-reports"),
             name: "bench".into(),
             gpu: None,
+            doorbell: crate::nic::DoorbellMode::Proxy,
         }
     }
 }
@@ -266,7 +271,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     if cfg.name.is_empty() || cfg.name.contains(['/', '\\']) {
         return Err(BenchError::Config(format!("report name `{}` must be a non-empty file name", cfg.name)));
     }
-    let spin = cfg.spin.unwrap_or_else(|| SpinMode::for_spinners(RUN_SPINNERS));
+    let spin = cfg.spin.mode(RUN_SPINNERS);
     let date_utc = utc_timestamp(std::time::SystemTime::now());
     let floor_cores = (cfg.cores.peer, cfg.cores.nic);
 
@@ -326,7 +331,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 }
             };
             tracing::info!(wire = wire.as_str(), size, "running the CPU backend");
-            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), backend: crate::backend::BackendKind::Cpu, ..EchoConfig::default() };
+            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend: crate::backend::BackendKind::Cpu, doorbell: cfg.doorbell, ..EchoConfig::default() };
             let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
 
             let floor_sum = Summary::of(&floor.rtt);
@@ -497,7 +502,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
         (paths::GPU_PERSISTENT, crate::backend::BackendKind::Gpu(ordinal)),
     ] {
         tracing::info!(wire = wire.as_str(), size, "running {path}");
-        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: Some(spin), backend, ..EchoConfig::default() };
+        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend, doorbell: cfg.doorbell, ..EchoConfig::default() };
         let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
         let vs = vs_floor(path, &run.rtt_ns, paths::FLOOR_GPU, Some(&composite_variant), &composite_sum);
         let mut targets = Vec::new();
@@ -534,34 +539,9 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
     Ok(GpuMeasured { rows: out, floor_variants })
 }
 
-/// `t` as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
-pub fn utc_timestamp(t: std::time::SystemTime) -> String {
-    let secs = t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::{Duration, UNIX_EPOCH};
-
-    #[test]
-    fn utc_timestamps() {
-        assert_eq!(utc_timestamp(UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(utc_timestamp(UNIX_EPOCH + Duration::from_secs(951_782_400 + 3_723)), "2000-02-29T01:02:03Z");
-        assert_eq!(utc_timestamp(UNIX_EPOCH + Duration::from_secs(1_767_225_599)), "2025-12-31T23:59:59Z");
-    }
 
     #[test]
     fn the_composite_floor_adds_round_trips_pairwise() {

@@ -17,39 +17,11 @@ use std::path::{Path, PathBuf};
 
 use super::{utc_timestamp, Target};
 use crate::backend::BackendKind;
-use crate::echo::{run_echo, Cores, EchoConfig, WireKind};
-use rocelink_link::SpinMode;
+use crate::echo::{run_echo, EchoConfig};
+use crate::settings::{Cores, Spin, WireKind};
 use crate::env::Environment;
 use crate::graph::{self, qec::QecReport};
 use crate::latency::Summary;
-
-/// Where the QEC graph's transceiver loop runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QecBackend {
-    Cpu,
-    Gpu(usize),
-}
-
-impl QecBackend {
-    pub fn name(self) -> String {
-        match self {
-            QecBackend::Cpu => "cpu".into(),
-            QecBackend::Gpu(n) => format!("gpu:{n}"),
-        }
-    }
-    fn graph_value(self) -> String {
-        match self {
-            QecBackend::Cpu => "Cpu".into(),
-            QecBackend::Gpu(n) => format!("Gpu({n})"),
-        }
-    }
-    fn echo_backend(self) -> BackendKind {
-        match self {
-            QecBackend::Cpu => BackendKind::Cpu,
-            QecBackend::Gpu(n) => BackendKind::Gpu(n),
-        }
-    }
-}
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -61,7 +33,7 @@ pub struct QecBenchConfig {
     pub wires: Vec<WireKind>,
     /// Backends to run the QEC graph on (the echo floor runs on each too). A GPU backend
     /// is skipped, with a note, when no GPU is usable.
-    pub backends: Vec<QecBackend>,
+    pub backends: Vec<BackendKind>,
     /// Shots per QEC run (after the warm-up); the echo floor makes as many round trips.
     pub shots: u32,
     /// Shots (and echo round trips) made first and left out of the latency figures.
@@ -74,11 +46,12 @@ pub struct QecBenchConfig {
     /// File name stem: `<name>.md`, `<name>.json`.
     pub name: String,
     /// Cores of the NIC engine, the transceiver loop and the peer, for every run (echo and
-    /// QEC alike); `None`: unpinned.
-    pub cores: Option<[usize; 3]>,
-    /// Spin policy of the polling threads; `None`: `auto` (dedicated when every spinner has
-    /// a core).
-    pub spin: Option<SpinMode>,
+    /// QEC alike); a thread without one runs unpinned.
+    pub cores: Cores,
+    /// Spin policy of the polling threads (`Auto`: dedicated when every spinner has a core).
+    pub spin: Spin,
+    /// How the runs ring sends (`graph::RunOptions::doorbell`).
+    pub doorbell: crate::nic::DoorbellMode,
 }
 
 impl Default for QecBenchConfig {
@@ -87,15 +60,16 @@ impl Default for QecBenchConfig {
             distances: vec![3, 5],
             ps: vec!["0.001".into(), "0.003".into()],
             wires: vec![WireKind::Inproc, WireKind::Udp],
-            backends: vec![QecBackend::Cpu, QecBackend::Gpu(0)],
+            backends: vec![BackendKind::Cpu, BackendKind::Gpu(0)],
             shots: 20_000,
             warmup: 500,
             fixtures: PathBuf::from("operator/tests/fixtures/qec"),
             python: Some("python3".into()),
             out_dir: PathBuf::from("latency-reports"),
             name: "bench-qec".into(),
-            cores: None,
-            spin: None,
+            cores: Cores::default(),
+            spin: Spin::Auto,
+            doorbell: crate::nic::DoorbellMode::Proxy,
         }
     }
 }
@@ -207,14 +181,10 @@ pub enum QecBenchError {
 }
 
 /// The QEC graph of one fixture, as text (graphs/qec_d*.ron without the comments).
-fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: QecBackend, cfg: &QecBenchConfig, outputs: &Path) -> String {
+fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind, cfg: &QecBenchConfig, outputs: &Path) -> String {
     let (shots, warmup) = (cfg.shots, cfg.warmup);
-    let core = |i: usize| cfg.cores.map_or("None".to_string(), |c| format!("Some({})", c[i]));
-    let spin = match cfg.spin {
-        None => "Auto",
-        Some(SpinMode::Dedicated) => "Dedicated",
-        Some(SpinMode::Shared) => "Shared",
-    };
+    let core = |c: Option<usize>| c.map_or("None".to_string(), |c| format!("Some({c})"));
+    let spin = format!("{:?}", cfg.spin);
     let f = |name: &str| fixture.join(name).display().to_string().replace('\\', "/");
     let wire = match wire {
         WireKind::Inproc => "Inproc",
@@ -245,24 +215,24 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: QecBackend, 
 )
 "#,
         name = label.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect::<String>(),
-        backend = backend.graph_value(),
+        backend = format!("{backend:?}"),
         dem = f("model.dem"),
         dets = f("dets.b8"),
         obs = f("obs.01"),
         pred = f("pred.01"),
         count = shots + warmup,
-        nic_core = core(0),
-        backend_core = core(1),
-        peer_core = core(2),
+        nic_core = core(cfg.cores.nic),
+        backend_core = core(cfg.cores.backend),
+        peer_core = core(cfg.cores.peer),
         out = outputs.display().to_string().replace('\\', "/"),
     )
 }
 
-fn run_qec_graph(text: &str, label: &str) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
+fn run_qec_graph(text: &str, label: &str, doorbell: crate::nic::DoorbellMode) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
     let err = |why: String| QecBenchError::Run { what: label.to_string(), why };
     let g = graph::load::load_str(&format!("{label}.ron"), text, &[]).map_err(|e| err(e.to_string()))?;
     let plan = graph::compile(g).map_err(|e| err(e.to_string()))?;
-    let r = graph::run(&plan, &graph::RunOptions { progress: false }).map_err(|e| err(e.to_string()))?;
+    let r = graph::run(&plan, &graph::RunOptions { progress: false, doorbell }).map_err(|e| err(e.to_string()))?;
     if let Some(f) = &r.fault {
         return Err(err(format!("the run failed: {f}")));
     }
@@ -293,23 +263,23 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     let mut skipped = Vec::new();
     let mut backends = Vec::new();
     for &b in &cfg.backends {
-        match b {
-            QecBackend::Gpu(_) => match crate::backend::gpu::unavailable_reason() {
-                None => backends.push(b),
-                Some(why) => skipped.push(format!("{}: {why}", b.name())),
-            },
-            QecBackend::Cpu => backends.push(b),
+        if !matches!(b, BackendKind::Cpu | BackendKind::Gpu(_)) {
+            return Err(QecBenchError::Config(format!("backend {b}: bench-qec runs cpu or gpu:N")));
+        }
+        match crate::backend::resolve(b, &[]).backend {
+            Ok(_) => backends.push(b),
+            Err(why) => skipped.push(format!("{b}: {why}")),
         }
     }
     let wires: Vec<String> = cfg.wires.iter().map(|w| w.as_str().to_string()).collect();
-    let backend_names: Vec<String> = backends.iter().map(|b| b.name()).collect();
-    let mut machine = Environment::here(&backend_names.join(", "), &wires.join(", "), 0, cfg.spin.map_or("auto", |m| m.as_str()));
-    if let Some(c) = cfg.cores {
-        for (role, core) in ["nic", "backend", "peer"].iter().zip(c) {
-            machine.pinned.insert((*role).to_string(), core.to_string());
+    let backend_names: Vec<String> = backends.iter().map(ToString::to_string).collect();
+    let mut machine = Environment::here(&backend_names.join(", "), &wires.join(", "), 0, cfg.spin.as_str());
+    for (role, core) in [("nic", cfg.cores.nic), ("backend", cfg.cores.backend), ("peer", cfg.cores.peer)] {
+        if let Some(core) = core {
+            machine.pinned.insert(role.to_string(), core.to_string());
         }
     }
-    if let Some(&QecBackend::Gpu(n)) = backends.iter().find(|b| matches!(b, QecBackend::Gpu(_))) {
+    if let Some(&BackendKind::Gpu(n)) = backends.iter().find(|b| matches!(b, BackendKind::Gpu(_))) {
         if let Ok(gpu) = crate::gpu::Gpu::open(n) {
             machine.gpu = Some(gpu.info.describe());
         }
@@ -329,10 +299,10 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         interrupted = true;
                         break 'all;
                     }
-                    let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.name().replace(':', ""));
+                    let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.to_string().replace(':', ""));
                     tracing::info!("bench-qec: {label}: qec graph");
                     let text = graph_text(&fixture, &label, wire, backend, cfg, &scratch.join(&label));
-                    let (q, run_files) = run_qec_graph(&text, &label)?;
+                    let (q, run_files) = run_qec_graph(&text, &label, cfg.doorbell)?;
                     // The graph's LatencyReport drew the reaction latency (histogram + CDF).
                     let mut svg = None;
                     if let Some(f) = run_files.iter().find(|f| f.extension().is_some_and(|e| e == "svg")) {
@@ -348,9 +318,10 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         count: cfg.shots + cfg.warmup,
                         size,
                         warmup: cfg.warmup,
-                        backend: backend.echo_backend(),
-                        cores: cfg.cores.map_or(Cores::default(), |c| Cores { nic: Some(c[0]), backend: Some(c[1]), peer: Some(c[2]) }),
+                        backend,
+                        cores: cfg.cores,
                         spin: cfg.spin,
+                        doorbell: cfg.doorbell,
                         ..EchoConfig::default()
                     };
                     let e = run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })?;
@@ -359,7 +330,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         distance: d,
                         p: p.clone(),
                         wire: wire.as_str().into(),
-                        backend: backend.name(),
+                        backend: backend.to_string(),
                         path: paths::ECHO.into(),
                         message_bytes: size,
                         latency_ns: e.rtt_ns,
@@ -378,8 +349,8 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         distance: d,
                         p: p.clone(),
                         wire: wire.as_str().into(),
-                        backend: backend.name(),
-                        path: if backend == QecBackend::Cpu { paths::QEC_CPU.into() } else { paths::QEC_GPU.into() },
+                        backend: backend.to_string(),
+                        path: if backend == BackendKind::Cpu { paths::QEC_CPU.into() } else { paths::QEC_GPU.into() },
                         message_bytes: size,
                         latency_ns: q.reaction_ns,
                         p50_over_echo_ns: Some(q.reaction_ns.p50 as i64 - echo_p50 as i64),

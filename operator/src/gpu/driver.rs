@@ -84,6 +84,24 @@ pub fn device_count() -> Result<usize, GpuError> {
     Ok(n.max(0) as usize)
 }
 
+/// The name of device `ordinal` as the driver gives it (`NVIDIA H200`), without making a
+/// context.
+pub fn device_name(ordinal: usize) -> Result<String, GpuError> {
+    let count = device_count()?;
+    if ordinal >= count {
+        return Err(GpuError::NoDevice { ordinal, count });
+    }
+    let mut dev = 0;
+    let mut name = [0i8; 256];
+    // SAFETY: cuInit succeeded in device_count; the out-pointers are valid locals and the
+    // name buffer holds the 255 bytes asked for and its NUL.
+    unsafe {
+        check("cuDeviceGet", sys::cuDeviceGet(&mut dev, ordinal as i32))?;
+        check("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), 255, dev))?;
+        Ok(std::ffi::CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned())
+    }
+}
+
 /// One device with its primary context made current on the calling thread.
 pub struct Gpu {
     dev: sys::CUdevice,

@@ -12,9 +12,10 @@
 //! peer), and the QEC side of a graph with a `QecDecoder` (`graph::qec`: replay and decoder
 //! together, the same rounds per message, files that exist and load).
 //!
-//! Compiled: the stage chain (one `Vec<StageSpec>` for `spawn_backend`), the tap and host
-//! flows with their capacities and policies, host operators with their resolved parameters
-//! and cores, the peer and wire, the run's control, the output paths, the QEC replay.
+//! Compiled: the stage chain (one `Vec<StageSpec>` for `spawn_backend`), the backend resolved
+//! on this machine for that chain (`backend::resolve`), the tap and host flows with their
+//! capacities and policies, host operators with their resolved parameters and cores, the peer
+//! and wire, the run's control, the output paths, the QEC replay.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write as _};
@@ -26,11 +27,12 @@ use rocelink_link::SpinMode;
 use rocelink_wire::{roce, rpc};
 
 use super::error::{At, GraphError, GraphErrors};
-use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode, SpinSpec, Stop, WireSpec};
+use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode, Stop, WireSpec};
 use super::qec::{self, QecRun};
-use crate::backend::BackendKind;
-use crate::echo::{Cores, WireKind};
+use crate::backend::Resolved;
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
+pub use crate::peer::PeerPlan;
+use crate::settings::{Backend, Cores, Spin, WireKind};
 use crate::stage::StageSpec;
 
 /// Capacity of a host flow whose entry gives none.
@@ -42,14 +44,16 @@ pub const MAX_CAPACITY: usize = 1 << 24;
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub graph: Graph,
-    pub backend: BackendKind,
+    /// `graph.backend` resolved on this machine for the chain, once: what `check` prints,
+    /// what `run` starts (or refuses before starting anything) and what the reports name.
+    pub backend: Resolved,
     pub nic: NicPlan,
     pub peer: PeerPlan,
     pub cores: Cores,
     /// Core of host threads (tap reader, operators without their own).
     pub host_core: Option<usize>,
-    /// `None`: decided at start from the number of spinners.
-    pub spin: Option<SpinMode>,
+    /// `Auto` is decided at start from the number of spinners ([`Plan::spin_mode`]).
+    pub spin: Spin,
     pub run: RunPlan,
     /// The transceiver operator's name and its queue pair's sizes.
     pub transceiver: (String, TransceiverConfig),
@@ -71,17 +75,6 @@ pub struct Plan {
 pub enum NicPlan {
     Soft { wire: WireKind, bind: Option<SocketAddrV4> },
     Verbs { device: String, port: u8, gid_index: u32 },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum PeerPlan {
-    /// fpga-sim on threads of this process, at `ip` (default: a fresh loopback address).
-    InProcess { ip: Option<Ipv4Addr> },
-    /// fpga-sim as a process: `program` then `args`, then its flags (default: this binary,
-    /// `fpga-sim`).
-    Process { program: Option<PathBuf>, args: Vec<String>, ip: Option<Ipv4Addr> },
-    /// A peer already running.
-    Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -208,9 +201,10 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     }
 
     let (nic, peer, cores, spin, run, out_dir, json) = settings;
-    let qec = qec::check(&g, &specs, &run, &mut warnings)?;
+    let qec = qec::check(&g, &specs, &mut warnings)?;
+    let chain_specs: Vec<StageSpec> = specs.iter().map(|(_, s)| s.clone()).collect();
     Ok(Plan {
-        backend: g.backend,
+        backend: crate::backend::resolve(g.backend, &chain_specs),
         nic,
         peer,
         cores,
@@ -229,7 +223,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     })
 }
 
-type Settings = (NicPlan, PeerPlan, Cores, Option<SpinMode>, RunPlan, PathBuf, Option<PathBuf>);
+type Settings = (NicPlan, PeerPlan, Cores, Spin, RunPlan, PathBuf, Option<PathBuf>);
 
 /// `ip:port`, or `ip` alone with `default_port`.
 fn socket(s: &str, default_port: u16) -> Result<SocketAddrV4, String> {
@@ -353,12 +347,7 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
             warnings.push(format!("cores.{who} asks for core {core}, but this machine lets rocelink use {available} cores: that thread runs unpinned"));
         }
     }
-    let spin = match c.spin {
-        SpinSpec::Auto => None,
-        SpinSpec::Dedicated => Some(SpinMode::Dedicated),
-        SpinSpec::Shared => Some(SpinMode::Shared),
-    };
-    (errors.len() == n0).then_some((nic, peer, cores, spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, round_cycle_us, size: r.size, timeout, function_id: rpc::function_id::ECHO }, out_dir, json))
+    (errors.len() == n0).then_some((nic, peer, cores, c.spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, round_cycle_us, size: r.size, timeout, function_id: rpc::function_id::ECHO }, out_dir, json))
 }
 
 /// Names, kinds and parameters; exactly one transceiver.
@@ -689,7 +678,7 @@ impl Plan {
 
     /// The spin mode the run will use.
     pub fn spin_mode(&self) -> SpinMode {
-        self.spin.unwrap_or_else(|| SpinMode::for_spinners(self.spinners()))
+        self.spin.mode(self.spinners())
     }
 
     /// Bytes between RX slots: the message size (in a QEC graph, at least the replay's
@@ -710,14 +699,13 @@ impl fmt::Display for Plan {
         let g = &self.graph;
         let mut s = String::new();
         let _ = writeln!(s, "graph `{}`{}: valid", g.name, g.file.as_ref().map(|f| format!(" ({f})")).unwrap_or_default());
-        let backend = match self.backend {
-            BackendKind::Auto => match crate::backend::gpu::unavailable_reason() {
-                None => "Auto: GPU 0 on this machine".to_string(),
-                Some(why) => format!("Auto: the CPU on this machine ({why})"),
-            },
-            BackendKind::Gpu(n) => format!("Gpu({n})"),
-            BackendKind::Cpu => "Cpu".into(),
-            BackendKind::GpuLaunchPerMessage(n) => format!("GpuLaunchPerMessage({n}) (a baseline: the CPU loop launches one kernel per message)"),
+        let r = &self.backend;
+        let backend = match (&r.backend, &r.fallback) {
+            (Ok(_), Some(why)) => format!("{:?}: the CPU on this machine ({why})", r.asked),
+            (Ok(Backend::Cpu), None) => format!("{:?}", r.asked),
+            (Ok(b @ Backend::GpuLaunchPerMessage(_)), None) => format!("{:?}: {b} (a baseline: the CPU loop launches one kernel per message)", r.asked),
+            (Ok(b), None) => format!("{:?}: {b} on this machine", r.asked),
+            (Err(why), _) => format!("{:?}: cannot run on this machine ({why}); `run` refuses it", r.asked),
         };
         let _ = writeln!(s, "  backend   {backend}");
         let nic = match &self.nic {
@@ -786,7 +774,7 @@ impl fmt::Display for Plan {
         let t = &self.transceiver.0;
         let _ = writeln!(s, "\nfused stage chain (one transceiver loop, no queue between stages):\n  {t}.rx -> {} -> {t}.tx", chain.join(" -> "));
         let _ = writeln!(s, "  StageSpecs: {:?}", self.chain.iter().map(|(_, s)| s).collect::<Vec<_>>());
-        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode().as_str(), if self.spin.is_none() { ", chosen from the cores available" } else { "" });
+        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode().as_str(), if self.spin == Spin::Auto { ", chosen from the cores available" } else { "" });
         for (name, what, core) in self.threads() {
             let _ = writeln!(s, "  {name:<20} {:<10} {what}", core_name(core));
         }

@@ -26,7 +26,7 @@ pub fn dot(plan: &Plan) -> String {
         let kind = by_name.get(name).copied().unwrap_or("");
         quote(&format!("{name}\n{kind}"))
     };
-    let _ = writeln!(s, "  subgraph cluster_data_path {{\n    label={};\n    style=dashed;", quote(&format!("data path: one transceiver loop ({:?} backend)", plan.backend)));
+    let _ = writeln!(s, "  subgraph cluster_data_path {{\n    label={};\n    style=dashed;", quote(&format!("data path: one transceiver loop ({:?} backend)", plan.backend.asked)));
     for o in &g.operators {
         match domain(&o.name) {
             Some(Domain::Transceiver) => {

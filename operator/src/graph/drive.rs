@@ -28,11 +28,11 @@ use rocelink_wire::hsb::{reg, CaptureRecord};
 use super::compile::RunPlan;
 use super::model::Stop;
 use super::qec::{self, QecDriven, QecRun};
-use super::RunError;
-use crate::echo::request_template;
+use super::error::RunError;
 use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig, QecPlayerConfig};
 use crate::latency::Analyzer;
 use crate::peer::HOST_MAC;
+use crate::stage::request_template;
 use crate::tap::{Fault, TapStats};
 
 /// Why the run stopped.
@@ -230,7 +230,7 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
     let mut interval_clocks = 0;
     if let Some(q) = qec {
         interval_clocks = run.round_cycle_us.map_or(0, |us| qec::cycle_clocks(us) as u32);
-        host.program_qec_player(&QecPlayerConfig { shots: count, interval_clocks, closed_loop, first_request_id, response_timeout, peer_qpn: rocelink_fpga_sim::DEFAULT_QP })?;
+        host.program_qec_player(&QecPlayerConfig { shots: count, interval_clocks, closed_loop, first_request_id, response_timeout, peer_qpn: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP })?;
         host.arm_capture()?;
         host.start_qec_player()?;
         tracing::debug!(decoder = %q.decoder, shots = count, interval_clocks, "QEC run started");
@@ -244,7 +244,7 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
             scramble: true,
             first_request_id,
             response_timeout,
-            peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
+            peer_qpn: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP,
         };
         host.program_player(&player)?;
         host.arm_capture()?;

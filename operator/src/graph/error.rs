@@ -1,4 +1,7 @@
-//! Errors of a graph that is refused before anything starts: what is wrong, which operator,
+//! Errors of a graph that is refused before anything starts ([`GraphErrors`]), and of a run
+//! that did not get under way or ended early ([`RunError`]).
+//!
+//! A refused graph says what is wrong, which operator,
 //! port or field, and where (`file:line:col`, or the `--set` it came from), with the line of
 //! the file under it the way compilers show it (cut around the column when the line is
 //! long). A position keeps a byte offset into the shared [`SourceFile`]; the line's text is
@@ -8,6 +11,30 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use super::source::SourceFile;
+
+/// Why a run did not start, or stopped before it could report.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Graph(#[from] GraphErrors),
+    #[error("bad configuration: {0}")]
+    Config(String),
+    #[error("cannot start {what}: {detail}")]
+    Start { what: String, detail: String },
+    #[error("peer control (ECB): {0}")]
+    Ecb(#[from] crate::hsb::EcbError),
+    #[error("{0}")]
+    Peer(String),
+}
+
+impl From<crate::peer::PeerError> for RunError {
+    fn from(e: crate::peer::PeerError) -> RunError {
+        match e {
+            crate::peer::PeerError::Config(c) => RunError::Config(c),
+            crate::peer::PeerError::Start { what, detail } => RunError::Start { what, detail },
+        }
+    }
+}
 
 /// Errors [`GraphErrors`] shows; the rest are counted.
 pub const MAX_SHOWN: usize = 20;

@@ -29,8 +29,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::error::At;
-use crate::backend::BackendKind;
 use crate::ops::ParamValue;
+pub use crate::settings::Policy;
+use crate::settings::{BackendKind, Spin};
 
 /// A graph file as written (serde's view; positions are kept apart, see `load`).
 #[derive(Debug, Clone, Deserialize)]
@@ -207,18 +208,7 @@ pub struct CoreSpec {
     #[serde(default)]
     pub host: Option<usize>,
     #[serde(default)]
-    pub spin: SpinSpec,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub enum SpinSpec {
-    /// `Dedicated` when every spinning thread has a core, `Shared` otherwise.
-    #[default]
-    Auto,
-    /// Spin without ever yielding (needs a core per spinner).
-    Dedicated,
-    /// Spin briefly, then yield (fewer cores than spinners).
-    Shared,
+    pub spin: Spin,
 }
 
 /// How long and how hard the peer drives the transceiver.
@@ -329,27 +319,6 @@ pub struct FlowEntry {
     /// What happens when the queue is full (host flows only; default `Pop`).
     #[serde(default)]
     pub policy: Option<Policy>,
-}
-
-/// What a full queue does with one more message. Nothing ever blocks the data path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Policy {
-    /// Drop the oldest queued message (counted).
-    Pop,
-    /// Drop the new message (counted).
-    Reject,
-    /// Fail the run.
-    Fault,
-}
-
-impl Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Pop => "Pop",
-            Policy::Reject => "Reject",
-            Policy::Fault => "Fault",
-        }
-    }
 }
 
 /// A graph ready to be checked: the file's settings, and its operators and flows each with

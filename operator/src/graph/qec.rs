@@ -20,8 +20,6 @@
 //! each shot's final message (its answer carries the correction); the throughput is rounds
 //! decoded per microsecond from the first message sent to the last correction back.
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,10 +27,11 @@ use rocelink_fpga_sim::{QecReplay, QecReplayConfig};
 use rocelink_wire::hsb::{capture_flags as cf, CaptureRecord, PLAYER_CLOCK_HZ};
 use rocelink_wire::{roce, rpc};
 
-use super::compile::RunPlan;
 use super::error::{At, GraphError, GraphErrors};
-use super::model::{Graph, PeerSpec, Stop};
-use crate::hsb::{DecoderTime, QecCounters, QecInfo};
+use super::model::{Graph, Load, PeerSpec, Stop};
+use crate::hsb::{QecCounters, QecInfo};
+pub use crate::peer::Replay;
+pub use crate::report::qec::{markdown, summary_text, QecReport};
 use crate::latency::{new_histogram, Summary};
 use crate::stage::StageSpec;
 
@@ -58,21 +57,6 @@ pub struct QecRun {
     pub replay: Option<Replay>,
 }
 
-/// A replay loaded at check time (so its errors come before anything runs), handed to the
-/// peer in this process as is, or to a peer process as the same files.
-#[derive(Clone)]
-pub struct Replay {
-    pub config: QecReplayConfig,
-    pub loaded: Arc<QecReplay>,
-}
-
-impl fmt::Debug for Replay {
-    // The shots themselves are not worth printing.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Replay").field("config", &self.config).field("shots", &self.loaded.shots()).finish()
-    }
-}
-
 impl QecRun {
     /// Messages per shot, when the replay is known.
     pub fn messages_per_shot(&self) -> Option<u32> {
@@ -95,8 +79,9 @@ pub fn clocks_ns(clocks: u32) -> f64 {
     f64::from(clocks) * 1e9 / PLAYER_CLOCK_HZ as f64
 }
 
-/// Checks the QEC side of `g` (module docs); `Some` for a QEC graph.
-pub fn check(g: &Graph, chain: &[(String, StageSpec)], run: &RunPlan, warnings: &mut Vec<String>) -> Result<Option<QecRun>, GraphErrors> {
+/// Checks the QEC side of `g` (module docs); `Some` for a QEC graph. Called once `g`'s
+/// settings are valid (`run.load` among them), with its compiled chain.
+pub fn check(g: &Graph, chain: &[(String, StageSpec)], warnings: &mut Vec<String>) -> Result<Option<QecRun>, GraphErrors> {
     let op_at = |name: &str| g.operators.iter().find(|o| o.name == name).map_or(At::Nowhere, |o| o.at.clone());
     let param_at = |name: &str, param: &str| g.operators.iter().find(|o| o.name == name).and_then(|o| o.params.iter().find(|p| p.name == param)).map_or_else(|| op_at(name), |p| p.at.clone());
     let line_of = |at: &At| match at {
@@ -118,12 +103,12 @@ pub fn check(g: &Graph, chain: &[(String, StageSpec)], run: &RunPlan, warnings: 
         if g.qec.is_some() {
             return Err(GraphError::new(g.places.at("peer.qec"), "peer.qec replays syndromes to a decoder, but the stage chain has none: put a `QecDecoder` between the transceiver's rx and tx (see graphs/qec_d5.ron)").into());
         }
-        if run.round_cycle_us.is_some() {
+        if matches!(g.run.load, Load::RoundCycle(_)) {
             return Err(GraphError::new(load_at, "run.load: RoundCycle is the syndrome cycle of a QEC graph (a QecDecoder on the chain); an echo graph runs ClosedLoop or Rate(messages per second)").into());
         }
         return Ok(None);
     };
-    if run.rate.is_some() {
+    if matches!(g.run.load, Load::Rate(_)) {
         return Err(GraphError::new(load_at, "run.load: a QEC graph runs ClosedLoop (one message in flight) or RoundCycle(microseconds per round), not Rate").into());
     }
 
@@ -220,7 +205,7 @@ pub fn check(g: &Graph, chain: &[(String, StageSpec)], run: &RunPlan, warnings: 
         return Err(GraphErrors(errors));
     }
     let q = QecRun { decoder: name.to_string(), dem: dem.clone(), rounds_per_message: rpm, replay };
-    if let (Stop::Count(n), Some(m)) = (run.stop, q.messages_per_shot()) {
+    if let (Stop::Count(n), Some(m)) = (g.run.stop, q.messages_per_shot()) {
         let messages = u64::from(n) * u64::from(m);
         if messages > MAX_MESSAGES {
             return Err(GraphError::new(g.places.at("run.stop"), format!("run.stop: Count({n}) shots of {m} messages each is {messages} messages; the peer captures at most {MAX_MESSAGES} (send more rounds per message, or fewer shots)")).into());
@@ -231,81 +216,6 @@ pub fn check(g: &Graph, chain: &[(String, StageSpec)], run: &RunPlan, warnings: 
 
 fn same_file(a: &Path, b: &Path) -> bool {
     a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
-}
-
-/// What a QEC run measured: the report's `qec` section.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct QecReport {
-    /// The `QecDecoder` stage and its DEM.
-    pub decoder: String,
-    pub dem: String,
-    /// The replay's detection events (`None`: a peer already running, with its own).
-    pub dets: Option<String>,
-    /// The replay as the peer reports it (QEC_* registers).
-    pub loaded_shots: u32,
-    pub detectors: u32,
-    pub observables: u32,
-    pub rounds_per_shot: u32,
-    pub rounds_per_message: u32,
-    pub messages_per_shot: u32,
-    pub max_message_bytes: u32,
-    /// `closed-loop` or `round-cycle`.
-    pub load: String,
-    /// The syndrome cycle as the peer runs it (whole player clocks), ns per round.
-    pub round_cycle_ns: Option<f64>,
-    /// Shots whose messages all left / whose correction came back well-formed.
-    pub shots_sent: u64,
-    pub shots_decoded: u64,
-    pub rounds_sent: u64,
-    /// Decoded shots whose correction is not the true observable flip.
-    pub logical_errors: u64,
-    /// `logical_errors / shots_decoded`.
-    pub logical_error_rate: f64,
-    /// A reference prediction (PyMatching's) is loaded.
-    pub reference: bool,
-    /// The reference's own logical errors on the shots decoded (`None` without a reference,
-    /// or against a peer with several observables whose files are not here).
-    pub reference_logical_errors: Option<u64>,
-    /// Decoded shots whose correction differs from the reference (`None` without one).
-    pub disagreements: Option<u64>,
-    /// Of those, the shots above the defect cap (answered by the fallback, exact only when the
-    /// shot's clusters all fit under the cap, so not expected to agree); the rest are
-    /// disagreements of the exact matcher (ties).
-    pub disagreements_on_overflow: Option<u64>,
-    /// Shots above the decoder's defect cap, answered by its fallback.
-    pub overflows: u64,
-    /// Shots without a perfect matching.
-    pub unmatchable: u64,
-    /// OK answers of the wrong form (a result before the final round, or a final answer
-    /// without correction and decode report).
-    pub bad_answers: u64,
-    /// Answers with a non-OK status, by status name (only those seen).
-    pub status: BTreeMap<String, u64>,
-    /// Messages never answered within the peer's response timeout.
-    pub unanswered: u64,
-    /// Shots at the start left out of the reaction latency.
-    pub warmup_shots: u32,
-    /// Final round sent to correction back (the final message's round trip), ns, over the
-    /// shots decoded after the warm-up.
-    pub reaction_ns: Summary,
-    /// Rounds decoded per microsecond, first message sent to last correction back.
-    pub throughput_rounds_per_us: Option<f64>,
-    /// Rounds per microsecond the syndrome cycle offers (`None` in closed loop).
-    pub offered_rounds_per_us: Option<f64>,
-    /// Whether the throughput reaches [`KEEP_UP_SHARE`] of the offered rounds (`None` in
-    /// closed loop: there is no cycle to keep up with).
-    pub keeps_up: Option<bool>,
-    /// The transceiver loop's time for each shot's final message (receive CQE seen to send
-    /// doorbell, the backend's clock): the decode plus the loop's own per-message work. From
-    /// the data path's record ring (its last `tap_ring` messages), warm-up left out.
-    pub final_round_loop_ns: Summary,
-    /// The same for the other messages (appended to the shot, nothing decoded): the loop's
-    /// own share of the final figure.
-    pub other_rounds_loop_ns: Summary,
-    /// The decoder's own decode time, from the decode reports of every decoded shot (warm-up
-    /// included; the peer's histogram: hsb::ext::QEC_DECODE_COUNT): the GPU stage times itself
-    /// with %globaltimer, the CPU stage with its clock. `None` from a peer without it.
-    pub decoder_time: Option<DecoderTime>,
 }
 
 /// The QEC side of a driven run (`graph::drive`).
@@ -412,115 +322,6 @@ pub fn report(q: &QecRun, d: &QecDriven, records: &[CaptureRecord], first_reques
     }
 }
 
-fn us(ns: u64) -> String {
-    format!("{:.2}", ns as f64 / 1000.0)
-}
-
-/// The lines `rocelink run` prints for the `qec` section.
-pub fn summary_text(q: &QecReport) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let cycle = q.round_cycle_ns.map_or_else(|| "closed loop".to_string(), |ns| format!("syndrome cycle {:.3} us per round", ns / 1000.0));
-    let _ = writeln!(
-        s,
-        "  qec: decoder `{}`, {} detectors in {} rounds, rounds per message {} ({} messages per shot), {cycle}",
-        q.decoder, q.detectors, q.rounds_per_shot, q.rounds_per_message, q.messages_per_shot
-    );
-    let on_overflow = q.disagreements_on_overflow.filter(|n| *n > 0).map_or_else(String::new, |n| format!(" ({n} on overflow shots)"));
-    let reference = match (q.reference_logical_errors, q.disagreements) {
-        (Some(e), Some(d)) => format!("; reference (PyMatching) {e} on the same shots, {d} disagreements{on_overflow}"),
-        (None, Some(d)) => format!("; {d} disagreements with the reference{on_overflow}"),
-        _ => "; no reference loaded".into(),
-    };
-    let _ = writeln!(s, "  shots sent {}  decoded {}  logical errors {} ({:.2e} per shot){reference}", q.shots_sent, q.shots_decoded, q.logical_errors, q.logical_error_rate);
-    let status: Vec<String> = q.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let _ = writeln!(
-        s,
-        "  overflows {}  unmatchable {}  bad answers {}  non-OK statuses: {}  unanswered {}",
-        q.overflows,
-        q.unmatchable,
-        q.bad_answers,
-        if status.is_empty() { "none".into() } else { status.join(", ") },
-        q.unanswered
-    );
-    let t = &q.reaction_ns;
-    let _ = writeln!(s, "  reaction latency (us, final round sent to correction back, {} shots): min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
-    let thr = q.throughput_rounds_per_us.map_or_else(|| "n/a".to_string(), |t| format!("{t:.3}"));
-    let keep = match (q.offered_rounds_per_us, q.keeps_up) {
-        (Some(o), Some(k)) => format!(" of {o:.3} offered: {}", if k { "keeps up" } else { "FALLS BEHIND" }),
-        _ => " (closed loop)".into(),
-    };
-    let l = &q.final_round_loop_ns;
-    let _ = writeln!(s, "  throughput {thr} rounds/us{keep}; loop time per final message (decode) p50 {} p99 {} us, other messages p50 {} us", us(l.p50), us(l.p99), us(q.other_rounds_loop_ns.p50));
-    if let Some(d) = &q.decoder_time {
-        let _ = writeln!(s, "  decode time, the decoder's own (its reports, {} shots): p50 {} p99 {} max {} us", d.count, us(d.p50_ns.into()), us(d.p99_ns.into()), us(d.max_ns.into()));
-    }
-    s
-}
-
-/// The Markdown section of the report files.
-pub fn markdown(q: &QecReport) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    let _ = writeln!(s, "## QEC decoding\n");
-    let _ = writeln!(
-        s,
-        "Decoder `{}` on `{}`; shots from `{}`: {} loaded, {} detectors in {} rounds, {} observable(s); rounds per message {} ({} messages per shot, up to {} bytes); {}.\n",
-        q.decoder,
-        q.dem,
-        q.dets.as_deref().unwrap_or("the peer's own replay"),
-        q.loaded_shots,
-        q.detectors,
-        q.rounds_per_shot,
-        q.observables,
-        q.rounds_per_message,
-        q.messages_per_shot,
-        q.max_message_bytes,
-        q.round_cycle_ns.map_or_else(|| "closed loop (one message in flight)".to_string(), |ns| format!("a fixed syndrome cycle of {:.3} us per round", ns / 1000.0))
-    );
-    let opt = |v: Option<u64>| v.map_or_else(|| "n/a".to_string(), |v| v.to_string());
-    let _ = writeln!(s, "| shots sent | decoded | logical errors | reference's logical errors | disagreements | of them on overflow shots | overflows | unmatchable | bad answers | unanswered |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let _ = writeln!(
-        s,
-        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-        q.shots_sent,
-        q.shots_decoded,
-        q.logical_errors,
-        opt(q.reference_logical_errors),
-        opt(q.disagreements),
-        opt(q.disagreements_on_overflow),
-        q.overflows,
-        q.unmatchable,
-        q.bad_answers,
-        q.unanswered
-    );
-    if !q.status.is_empty() {
-        let st: Vec<String> = q.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        let _ = writeln!(s, "\nAnswers with a non-OK status: {}.", st.join(", "));
-    }
-    let _ = writeln!(s, "\n| us | count | min | p50 | p90 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (what, t) in [("reaction latency (final round sent to correction back)", &q.reaction_ns), ("loop time, final message (decode)", &q.final_round_loop_ns), ("loop time, other messages", &q.other_rounds_loop_ns)] {
-        let _ = writeln!(s, "| {what} | {} | {} | {} | {} | {} | {} | {} |", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
-    }
-    let thr = q.throughput_rounds_per_us.map_or_else(|| "n/a".to_string(), |t| format!("{t:.3}"));
-    let keep = match (q.offered_rounds_per_us, q.keeps_up) {
-        (Some(o), Some(k)) => format!(" against {o:.3} offered by the cycle: {}", if k { "keeps up" } else { "**falls behind**" }),
-        _ => " (closed loop: no cycle to keep up with)".into(),
-    };
-    let _ = writeln!(s, "\nThroughput: {thr} rounds per microsecond{keep}. {} warm-up shots left out of the latency figures.", q.warmup_shots);
-    if let Some(d) = &q.decoder_time {
-        let _ = writeln!(
-            s,
-            "\nDecode time, the decoder's own (the decode reports' decode_ns: %globaltimer inside the GPU stage, the clock in the CPU stage; every decoded shot, {} of them, warm-up included; percentiles to the peer's bins: 32 ns to 2 us, 3% above): p50 {} us, p99 {} us, max {} us.",
-            d.count,
-            us(d.p50_ns.into()),
-            us(d.p99_ns.into()),
-            us(d.max_ns.into())
-        );
-    }
-    s
-}
-
 /// Why a QEC run cannot go on with this peer (`drive` calls it once the peer has said what
 /// it holds): nothing loaded, a replay other than the one checked, slots too small.
 pub fn check_peer(q: &QecRun, info: &QecInfo, slot_stride: u32) -> Result<(), String> {
@@ -547,6 +348,7 @@ pub fn check_peer(q: &QecRun, info: &QecInfo, slot_stride: u32) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn rec(id: u32, rtt: u64, flags: u32) -> CaptureRecord {
         CaptureRecord { request_id: id, echoed_timestamp: 1000, arrival_timestamp: 1000 + rtt, flags, result_len: 0, rpc_status: 0 }

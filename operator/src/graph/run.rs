@@ -15,223 +15,43 @@
 //!
 //! A start failure stops what was started, in reverse, and returns the error.
 
-use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Receiver;
+use rocelink_wire::hsb::ext::{DEFAULT_FPGA_QP, DEFAULT_HOST_QP};
 use rocelink_wire::roce::Endpoints;
 
 use super::compile::{NicPlan, PeerPlan, Plan};
 use super::drive::{drive, StopReason, Target};
-use super::error::GraphErrors;
-use super::qec::QecReport;
-use crate::backend::{spawn_backend, CpuBackendConfig, RunningBackend};
+pub use super::error::RunError;
+use crate::backend::{spawn_backend, LoopConfig, RunningBackend};
 use crate::env::Environment;
-use crate::hsb::PeerStats;
-use crate::latency::{Analysis, Counts, Summary};
+pub use crate::report::{summary_text, FlowReport, PollPhase, RunReport, TapReport};
+use crate::latency::{Analysis, Summary};
 use crate::mem::SharedMem;
-use crate::nic::{Access, DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, NicStats, QpAttrs, SoftNic};
+use crate::nic::{Access, DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic};
 use crate::ops::host::{self, HostThread};
 use crate::ops::{Build, Finished, HostContext, HostOperator, Live, Message, Outputs};
 use crate::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
 use crate::rings::{QpMemory, QpSizes};
+use crate::settings::Backend;
 use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 
-/// The host's QP number (`hsb::ext::DEFAULT_HOST_QP`).
-const HOST_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 /// How long each part gets to stop.
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
-
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("{0}")]
-    Graph(#[from] GraphErrors),
-    #[error("bad configuration: {0}")]
-    Config(String),
-    #[error("cannot start {what}: {detail}")]
-    Start { what: String, detail: String },
-    #[error("peer control (ECB): {0}")]
-    Ecb(#[from] crate::hsb::EcbError),
-    #[error("{0}")]
-    Peer(String),
-}
 
 /// How to run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunOptions {
     /// A progress line on stderr a few times a second.
     pub progress: bool,
-}
-
-/// What a run measured: the fields of `rocelink echo --json` (counts, `rtt_ns`, `nic_drops`,
-/// `env`, ...) and what a graph adds (graph, chain, stop reason, tap, files, problems).
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct RunReport {
-    #[serde(flatten)]
-    pub counts: Counts,
-    pub rtt_ns: Summary,
-    pub nic_drops: BTreeMap<String, u64>,
-    pub nic: NicStats,
-    pub peer: Option<PeerStats>,
-    /// Messages the transceiver loop answered / refused.
-    pub backend_processed: u64,
-    pub backend_dropped: u32,
-    /// Where the round trip went (only when the peer stamps with this host's clock).
-    pub breakdown_ns: Option<crate::latency::Breakdown>,
-    /// Extension registers the peer lacked (a real FPGA).
-    pub peer_missing_extensions: Vec<&'static str>,
-    pub mode: String,
-    pub rate: Option<f64>,
-    pub warmup: u32,
-    pub env: Environment,
-    pub graph: String,
-    pub graph_file: Option<String>,
-    pub date_utc: String,
-    /// The fused chain, stage names in data order.
-    pub stage_chain: Vec<String>,
-    /// `count`, `duration`, `interrupt`, `timeout` or `fault`.
-    pub stopped_by: String,
-    pub interrupted: bool,
-    /// Requests still unanswered when a run was cut short (duration, interrupt): not counted
-    /// as lost.
-    pub in_flight_at_stop: u64,
-    pub elapsed_s: f64,
-    pub tap: Option<TapReport>,
-    /// Why the run failed, if a flow or operator failed it.
-    pub fault: Option<String>,
-    /// Why the run does not pass though nothing failed (no answer came back, the peer's
-    /// capture or counters are missing, it did not finish in time), in words: empty for a run
-    /// whose answers demonstrably came back. See [`verdict`].
-    pub not_verified: Vec<String>,
-    /// The host's own view of each message, from the data path's record ring and the NIC's
-    /// send trace: request in (CQE written) -> answer out (frame sent), ns. The only round-trip
-    /// figure of a run whose peer has no capture.
-    pub host_side_ns: Option<Summary>,
-    /// Threads that did not stop in time, operators that could not write their files.
-    pub problems: Vec<String>,
-    /// Files written (reports, records).
-    pub files: Vec<PathBuf>,
-    /// A QEC graph's decoding results (absent from other graphs' reports).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qec: Option<QecReport>,
-    /// The persistent GPU kernel's poll phase lock (absent for other backends).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub poll_phase: Option<PollPhase>,
-    #[serde(skip)]
-    pub analysis: Option<Analysis>,
-}
-
-/// What the persistent kernel's poll phase lock chose (abi.h rl_control, kernels/transceiver.cu
-/// RL_PHASE_LOCK, off unless built with `-DRL_PHASE_LOCK=1`): the wait after each doorbell
-/// before its first poll read, and one read's time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct PollPhase {
-    pub wait_ns: u32,
-    pub read_ns: u32,
-    /// Scans finished; 0: none (the lock is off, or messages queued throughout, or too few of
-    /// them).
-    pub scans: u32,
-}
-
-impl PollPhase {
-    /// What the data path left in the run control block.
-    pub fn read(q: &QpMemory) -> PollPhase {
-        let m = &q.mem;
-        let l = &q.layout;
-        PollPhase {
-            wait_ns: m.atomic_u32(l.poll_wait_ns()).load(std::sync::atomic::Ordering::Relaxed),
-            read_ns: m.atomic_u32(l.poll_read_ns()).load(std::sync::atomic::Ordering::Relaxed),
-            scans: m.atomic_u32(l.poll_scans()).load(std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-}
-
-/// What the tap delivered.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct TapReport {
-    pub records: u64,
-    /// Records overwritten before the tap read them.
-    pub overflow: u64,
-    /// The transceiver loop's time per message, CQE seen to doorbell rung.
-    pub loop_ns: Summary,
-    pub flows: Vec<FlowReport>,
-}
-
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct FlowReport {
-    pub flow: String,
-    pub capacity: usize,
-    pub policy: &'static str,
-    /// Messages sent into the flow; the receiver got `offered - dropped`.
-    pub offered: u64,
-    pub dropped: u64,
-}
-
-impl RunReport {
-    /// A report of nothing (for tests and tools).
-    pub fn empty() -> RunReport {
-        RunReport {
-            counts: Counts::default(),
-            rtt_ns: Summary::default(),
-            nic_drops: BTreeMap::new(),
-            nic: NicStats::default(),
-            peer: None,
-            backend_processed: 0,
-            backend_dropped: 0,
-            breakdown_ns: None,
-            peer_missing_extensions: Vec::new(),
-            mode: "closed-loop".into(),
-            rate: None,
-            warmup: 0,
-            env: Environment::default(),
-            graph: String::new(),
-            graph_file: None,
-            date_utc: String::new(),
-            stage_chain: Vec::new(),
-            stopped_by: "count".into(),
-            interrupted: false,
-            in_flight_at_stop: 0,
-            elapsed_s: 0.0,
-            tap: None,
-            fault: None,
-            not_verified: Vec::new(),
-            host_side_ns: None,
-            problems: Vec::new(),
-            files: Vec::new(),
-            qec: None,
-            poll_phase: None,
-            analysis: None,
-        }
-    }
-
-    /// Nothing lost, duplicated or corrupted.
-    pub fn is_clean(&self) -> bool {
-        self.counts.lost == 0 && self.counts.duplicated == 0 && self.counts.corrupted == 0
-    }
-}
-
-/// The summary `rocelink run` prints: the echo summary, then what the graph adds.
-pub fn summary_text(r: &RunReport) -> String {
-    use std::fmt::Write as _;
-    let mut s = crate::report::echo_text(r).replacen("rocelink echo:", &format!("rocelink run {}:", r.graph), 1);
-    if let Some(q) = &r.qec {
-        s += &super::qec::summary_text(q);
-    }
-    let _ = writeln!(s, "  stage chain: {}; stopped by {} after {:.2} s{}", r.stage_chain.join(" -> "), r.stopped_by, r.elapsed_s, if r.in_flight_at_stop > 0 { format!(" ({} in flight at the stop, not counted as lost)", r.in_flight_at_stop) } else { String::new() });
-    if let Some(t) = &r.tap {
-        let l = &t.loop_ns;
-        let _ = writeln!(s, "  tap: {} records, {} overwritten before read; loop time per message (us) p50 {:.2} p99 {:.2}", t.records, t.overflow, l.p50 as f64 / 1000.0, l.p99 as f64 / 1000.0);
-        for f in t.flows.iter().filter(|f| f.dropped > 0) {
-            let _ = writeln!(s, "  flow {} dropped {} of {} messages (capacity {}, {})", f.flow, f.dropped, f.offered, f.capacity, f.policy);
-        }
-    }
-    for f in &r.files {
-        let _ = writeln!(s, "  wrote {}", f.display());
-    }
-    s
+    /// How the transceiver loop rings sends and the NIC watches for them (the proxy word by
+    /// default; `Mmio` builds the GPU kernel with `RL_DOORBELL_MMIO`). An experiment switch:
+    /// the command line takes it from `ROCELINK_DOORBELL`.
+    pub doorbell: DoorbellMode,
 }
 
 /// The exit status of `rocelink run` for `r`: 1 for a fault or a problem, 130 when
@@ -376,7 +196,7 @@ fn verbs_nic(plan: &Plan, device: &str, port: u8, gid_index: u32) -> RunError {
         let Ok(gid_index) = u8::try_from(gid_index) else {
             return RunError::Config(format!("{asked}: GID index {gid_index} is past what a queue pair's route can name (0..=255)"));
         };
-        let peer = crate::nic::verbs::Peer { qpn: rocelink_fpga_sim::DEFAULT_QP, ip, psn: 0 };
+        let peer = crate::nic::verbs::Peer { qpn: DEFAULT_FPGA_QP, ip, psn: 0 };
         let stride = plan.slot_stride() as usize;
         let mut buffer = vec![0u8; stride * plan.transceiver.1.slots as usize];
         match crate::nic::verbs::bring_up(device, port, gid_index, peer, &mut buffer) {
@@ -396,8 +216,14 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     for w in &plan.warnings {
         tracing::warn!("{w}");
     }
+    let backend = plan.backend.backend.clone().map_err(|why| RunError::Start { what: "the backend".into(), detail: format!("GPU backend: {why}") })?;
+    if let Some(why) = &plan.backend.fallback {
+        // The one line saying why (shown at the default log level: a user who expected the
+        // GPU learns at once why it is not used).
+        tracing::warn!("backend Auto: using the CPU backend because {why}");
+    }
     let spin = plan.spin_mode();
-    let date_utc = crate::bench::utc_timestamp(SystemTime::now());
+    let date_utc = crate::env::utc_timestamp(SystemTime::now());
 
     // Memory: one slot per page of the peer's buffer, the tap ring sized by the transceiver.
     let tc = plan.transceiver.1;
@@ -431,19 +257,20 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     };
 
     // 1. The peer and its wire.
-    let pw = peer::start(&plan.nic, &plan.peer, plan.qec.as_ref().and_then(|q| q.replay.as_ref()), plan.cores.peer, spin)?;
+    let NicPlan::Soft { wire, bind } = plan.nic else { return Err(RunError::Config("the verbs NIC has no peer wire to start".into())) };
+    let pw = peer::start(wire, bind, &plan.peer, plan.qec.as_ref().and_then(|q| q.replay.as_ref()), plan.cores.peer, spin)?;
     running.peer = Some(pw.peer);
     // SIGINT from here on ends the run as an interrupt with its report: the drive below sees
     // it at its first look, stops and unconfigures the peer.
 
     // 2. The NIC, connected to the peer's QP.
     let attrs = QpAttrs {
-        qpn: HOST_QPN,
+        qpn: DEFAULT_HOST_QP,
         pkey: 0xffff,
         endpoints: Endpoints { src_mac: HOST_MAC, dst_mac: PEER_MAC, src_ip: pw.host_ip.octets(), dst_ip: pw.peer_ip.octets(), src_port: pw.host_port, dst_port: pw.peer_roce.port() },
-        peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
+        peer_qpn: DEFAULT_FPGA_QP,
     };
-    let mut nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
+    let mut nic = SoftNic::new(attrs, NicOptions { doorbell: opts.doorbell, ..NicOptions::default() }, mrs, q.clone(), counters.clone());
     // when each answer left, for the report's breakdown (read after the engine stopped)
     let send_trace = std::sync::Arc::new(crate::nic::SendTrace::new(crate::nic::trace::DEFAULT_ENTRIES));
     nic.set_send_trace(send_trace.clone());
@@ -454,11 +281,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
 
     // 3. The backend, running the fused chain.
     let chain: Vec<_> = plan.chain.iter().map(|(_, s)| s.clone()).collect();
-    match spawn_backend(plan.backend, q.clone(), &chain, CpuBackendConfig { qpn: HOST_QPN, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: DoorbellMode::from_env() }) {
+    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: DEFAULT_HOST_QP, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell }) {
         Ok(b) => running.backend = Some(b),
         Err(e) => return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() })),
     }
-    let backend_name = running.backend.as_ref().map_or_else(|| "none".into(), |b| b.name());
 
     // 4. Host operators and the tap: one bounded channel per flow.
     let mut inputs: Vec<Vec<(&'static str, Receiver<Message>)>> = (0..plan.host_ops.len()).map(|_| Vec::new()).collect();
@@ -494,7 +320,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     }
 
     // 5. The run.
-    let target = Target { qpn: HOST_QPN, rkey: rx_mr.rkey, buffer_addr: rx_mr.addr, slot_stride: stride, slots: tc.slots, host_ip: pw.host_ip, host_port: pw.host_port };
+    let target = Target { qpn: DEFAULT_HOST_QP, rkey: rx_mr.rkey, buffer_addr: rx_mr.addr, slot_stride: stride, slots: tc.slots, host_ip: pw.host_ip, host_port: pw.host_port };
     let backend_failure = || running.backend.as_ref().and_then(|b| b.failure()).map(|f| format!("the transceiver loop failed during the run: {f}"));
     let driven = drive(pw.ecb, &target, &plan.run, plan.qec.as_ref(), opts.progress, &fault, &backend_failure, tapped.then_some(&*tap_stats));
 
@@ -527,10 +353,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         analysis.counts.lost = 0;
     }
     let payload_size = driven.qec.as_ref().map_or(plan.run.size, |d| d.info.max_message_bytes as usize);
-    let mut env = Environment::here(&backend_name, &pw.wire, payload_size, spin.as_str());
-    if backend_name.starts_with("gpu") {
-        // The backend's name carries the device ("gpu 0 (NVIDIA H200)").
-        env.gpu = Some(backend_name.clone());
+    let mut env = Environment::here(&backend.to_string(), &pw.wire, payload_size, spin.as_str());
+    if backend.gpu().is_some() {
+        env.gpu = Some(backend.to_string());
     }
     let pin = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| c.to_string());
     env.pinned.insert("nic".into(), pin(plan.cores.nic));
@@ -579,14 +404,14 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         problems: Vec::new(),
         files: Vec::new(),
         qec: qec_report,
-        poll_phase: backend_name.starts_with("gpu").then(|| PollPhase::read(&q)),
+        poll_phase: matches!(backend, Backend::Gpu(_)).then(|| PollPhase::read(&q)),
         analysis: None,
     };
 
     report.not_verified = verdict(&report, &analysis, driven.stopped_by);
 
     // 8. Files: host operators, then the JSON report.
-    let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend_name == "cpu";
+    let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend.loop_on_cpu();
     {
         let reaction = reaction_samples(&driven.records, driven.first_request_id, per_shot, u64::from(plan.run.warmup));
         let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, qec_reaction_samples: &reaction, same_clock, nic_clock: same_host_clock, send_trace: Some(&send_trace) };

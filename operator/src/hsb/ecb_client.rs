@@ -268,7 +268,7 @@ mod tests {
         client.set_timeout(Duration::from_secs(5), 1).expect("timeout");
         let mut host = HsbHost::new(client);
         host.check_version().expect("version");
-        let template = crate::echo::echo_template(64);
+        let template = crate::stage::echo_template(64);
         let player = PlayerConfig {
             template: vec![0; 64],
             count: 10,
@@ -278,7 +278,7 @@ mod tests {
             scramble: false,
             first_request_id: 1,
             response_timeout: Duration::from_millis(100),
-            peer_qpn: rocelink_fpga_sim::DEFAULT_QP,
+            peer_qpn: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP,
         };
         let start = |host: &mut HsbHost, p: &PlayerConfig| {
             let t0 = Instant::now();
@@ -315,7 +315,7 @@ mod tests {
         assert!(err.to_string().contains("player RAM holds no CUQR request template"), "{err}");
         assert_eq!(reason(Err(err)), Some(PlayerRefusal::BadTemplate { first_word: 0 }));
         // A template larger than the slot.
-        let big = PlayerConfig { template: crate::echo::echo_template(200), ..player.clone() };
+        let big = PlayerConfig { template: crate::stage::echo_template(200), ..player.clone() };
         host.program_player(&big).expect("program");
         assert_eq!(reason(start(&mut host, &big)), Some(PlayerRefusal::FrameBeyondSlot { bytes: 200, slot: 128 }));
         // A QEC start on a peer with no replay is a template run with window 0.

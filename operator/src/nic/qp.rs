@@ -72,10 +72,11 @@ pub struct NicOptions {
 }
 
 /// Which doorbell the NIC answers to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum DoorbellMode {
     /// The CPU-proxy word (abi.h `rl_proxy_doorbell`, checked or not): GPUNetIO's
     /// CPU-assisted mode, and the CPU backend's.
+    #[default]
     Proxy,
     /// A ConnectX's: the doorbell record's send counter, then 8 bytes (the last WQE's control
     /// segment's first 8) written to the UAR register, which the NIC watches here as a word of
@@ -84,21 +85,22 @@ pub enum DoorbellMode {
     Mmio,
 }
 
-impl DoorbellMode {
-    /// `ROCELINK_DOORBELL=mmio` in the environment asks for [`DoorbellMode::Mmio`] (an
-    /// experiment switch, like `ROCELINK_KERNEL_DEFINES`; the GPU backend then builds its
-    /// kernel with `RL_DOORBELL_MMIO`).
-    pub fn from_env() -> DoorbellMode {
-        match std::env::var("ROCELINK_DOORBELL").as_deref() {
-            Ok("mmio") => DoorbellMode::Mmio,
-            _ => DoorbellMode::Proxy,
+impl std::str::FromStr for DoorbellMode {
+    type Err = String;
+    /// `proxy` or `mmio` (the command line reads it from `ROCELINK_DOORBELL`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "proxy" => Ok(DoorbellMode::Proxy),
+            "mmio" => Ok(DoorbellMode::Mmio),
+            _ => Err(format!("`{s}` is not a doorbell (proxy, mmio)")),
         }
     }
 }
 
 impl Default for NicOptions {
+    /// The defaults, the proxy doorbell among them; nothing is read from the environment.
     fn default() -> Self {
-        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU, wqe_check_deadline: WQE_CHECK_DEADLINE, prefetch_next_receive: true, doorbell: DoorbellMode::from_env() }
+        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU, wqe_check_deadline: WQE_CHECK_DEADLINE, prefetch_next_receive: true, doorbell: DoorbellMode::Proxy }
     }
 }
 

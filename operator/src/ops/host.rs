@@ -16,39 +16,11 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 use rocelink_wire::hsb::CaptureRecord;
 
 use super::MsgType;
-use crate::graph::RunReport;
+use crate::report::RunReport;
 use crate::nic::NicCounters;
 use crate::rings::QpMemory;
 use crate::tap::{Fault, FlowSender, TapStats};
-
-/// One message of the data path as the tap saw it: the transceiver loop's record of it
-/// (`rl_msg_timestamp`) and its number.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct MsgRecord {
-    /// Message number in the order the transceiver answered (0 first).
-    pub seq: u64,
-    /// From the request's RPC header.
-    pub request_id: u32,
-    /// RX slot it arrived in.
-    pub slot: u32,
-    /// Bytes received.
-    pub byte_count: u32,
-    /// Send WQE index of the answer.
-    pub sq_index: u32,
-    /// The receive CQE was seen (backend clock: CLOCK_MONOTONIC on the CPU, %globaltimer on
-    /// the GPU).
-    pub cqe_seen_ns: u64,
-    /// The send doorbell was rung.
-    pub doorbell_ns: u64,
-    /// The NIC wrote the receive CQE (NIC clock: CLOCK_MONOTONIC for the software NIC).
-    pub nic_cqe_ns: u64,
-}
-
-/// What flows between host operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Message {
-    Record(MsgRecord),
-}
+pub use crate::tap::{Message, MsgRecord};
 
 impl Message {
     pub fn ty(&self) -> MsgType {

@@ -1,12 +1,12 @@
 //! `LatencyReport`: the run's report files, `<name>.md` (for people), `<name>.json` (the run
 //! report, the fields of `rocelink run --json`) and `<name>.svg` (histogram and CDF of the
-//! round trips, drawn by the benchmark's plotter), in `outputs.dir`.
+//! round trips, `crate::chart`), in `outputs.dir`.
 //!
 //! Its optional `in` port takes the tap's records: the report then also gives the
 //! transceiver loop's time per message (CQE seen to doorbell rung), the part of the round
 //! trip spent in the loop.
 //!
-//! In a QEC graph the Markdown opens with the decoding results (`graph::qec::markdown`) and
+//! In a QEC graph the Markdown opens with the decoding results (`report::qec::markdown`) and
 //! the plot is of the reaction latency (final round sent to correction back), the figure
 //! feed-forward cares about; the per-message round trips stay in their table.
 
@@ -16,8 +16,7 @@ use std::path::PathBuf;
 use hdrhistogram::Histogram;
 
 use super::{Build, Finished, HostContext, HostOperator, Message, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
-use crate::bench::{write as bench_write, BenchRow};
-use crate::graph::RunReport;
+use crate::report::RunReport;
 use crate::latency::{new_histogram, Summary};
 
 pub static DECL: OperatorDecl = OperatorDecl {
@@ -66,25 +65,12 @@ impl HostOperator for LatencyReport {
         files.push(json);
 
         let svg_name = format!("{}.svg", self.name);
-        let mut row = BenchRow {
-            path: format!("{} backend", r.env.backend),
-            wire: r.env.wire.clone(),
-            size: r.env.payload_size,
-            floor_of: None,
-            rtt_ns: r.rtt_ns,
-            counts: r.counts,
-            vs_floor: None,
-            detail: String::new(),
-            breakdown_ns: None,
-        };
+        let label = format!("{} backend", r.env.backend);
         let (title, samples) = match &r.qec {
-            Some(q) => {
-                row.rtt_ns = q.reaction_ns;
-                (format!("{}: {} wire, reaction latency (final round sent to correction back)", r.graph, r.env.wire), run.qec_reaction_samples)
-            }
+            Some(_) => (format!("{}: {} wire, reaction latency (final round sent to correction back)", r.graph, r.env.wire), run.qec_reaction_samples),
             None => (format!("{}: {} wire, {} B, full round trips", r.graph, r.env.wire, r.env.payload_size), run.rtt_samples),
         };
-        let svg = bench_write::svg(&title, &[(&row, samples)])?;
+        let svg = crate::chart::svg(&title, &[(&label, samples)])?;
         let svg_path = self.dir.join(&svg_name);
         std::fs::write(&svg_path, svg).map_err(|e| io(&svg_path, e))?;
 
@@ -125,7 +111,7 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
     ];
     crate::env::write_markdown(&mut s, &r.date_utc, e, &rows);
     if let Some(q) = &r.qec {
-        let _ = writeln!(s, "\n{}", crate::graph::qec::markdown(q).trim_end());
+        let _ = writeln!(s, "\n{}", crate::report::qec::markdown(q).trim_end());
     }
     let t = &r.rtt_ns;
     let _ = writeln!(s, "\n## Round trips (us)\n\n| count | min | p50 | p90 | p99 | p99.9 | max |\n|---:|---:|---:|---:|---:|---:|---:|");

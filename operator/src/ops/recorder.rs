@@ -248,7 +248,7 @@ fn join(tap: &[MsgRecord], run: &Finished<'_>, max_rows: u64) -> Vec<Row> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::RunReport;
+    use crate::report::RunReport;
 
     fn cap(id: u32, sent: u64, arrival: u64, flags: u32) -> CaptureRecord {
         CaptureRecord { request_id: id, echoed_timestamp: sent, arrival_timestamp: arrival, flags, result_len: 40, rpc_status: 0 }
