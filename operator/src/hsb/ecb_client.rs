@@ -133,8 +133,12 @@ impl EcbClient {
                     return Ok(pairs);
                 }
                 Some((Status::SequenceCheckFailed, latched, _)) if tries < self.tries => {
-                    // Resynchronise on the latched sequence the peer reports (PROTOCOLS.md 2.1).
+                    // Resynchronise on the latched sequence the peer reports (PROTOCOLS.md 2.1),
+                    // and try unchecked: another master talking to the peer moves its latched
+                    // sequence between our tries, and an unchecked request is taken whatever it
+                    // is (the next accepted one turns checking on again).
                     self.next_seq = latched.wrapping_add(1);
+                    self.checked = false;
                 }
                 Some((status, latched, _)) => {
                     // The reply's latched sequence is the peer's truth, whether the request
