@@ -25,7 +25,8 @@ case "${1:-}" in
     # test binaries: the root package's GPU tests; the QEC decoder's GPU-vs-CPU test (operator
     # crate, it reads the committed fixtures); the device verbs layer's WQEs on the GPU,
     # executed by the software NIC (operator crate); the transceiver kernel against the CPU's
-    # echo stage on a stream of changing sizes (operator crate)
+    # echo stage on a stream of changing sizes (operator crate); the bridge provider's ring
+    # served by the GPU dispatch kernel (cudaq-bridge crate)
     carry_test() { # carry_test TEST OUT [cargo args...]: strips the test binary TEST to .carry/OUT
       local name=$1 out=$2; shift 2
       local exe
@@ -41,6 +42,8 @@ for l in sys.stdin:
     carry_test qec_gpu_match qec-gpu-tests -p rocelink-operator
     carry_test verbs_gpu verbs-gpu-tests -p rocelink-operator
     carry_test transceiver_gpu transceiver-gpu-tests -p rocelink-operator
+    # the CUDA-Q bridge provider served by rocelink's GPU dispatch kernel (cudaq-bridge crate)
+    carry_test gpu_dispatch cudaq-gpu-tests -p rocelink-cudaq-bridge
     # PyMatching for bench-qec's single-shot column: the GPU machine has no network, and its
     # python3 (3.12) has numpy, scipy, networkx and matplotlib but not pymatching
     mkdir -p .carry/wheels
@@ -79,6 +82,7 @@ for l in sys.stdin:
     run_bin qec-gpu-tests --ignored --test-threads 1
     run_bin verbs-gpu-tests --ignored --test-threads 1
     run_bin transceiver-gpu-tests --ignored --test-threads 1
+    run_bin cudaq-gpu-tests --ignored --test-threads 1 --nocapture
     echo "== results"
     printf '%s\n' "${results[@]}"
     exit "$failed"
