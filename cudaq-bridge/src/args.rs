@@ -21,8 +21,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
 use rocelink_link::SpinMode;
-use rocelink_operator::settings::{Spin, WireKind};
 use rocelink_operator::graph::compile::{NicPlan, PeerPlan};
+use rocelink_operator::settings::{Spin, WireKind};
 use rocelink_wire::roce;
 
 use crate::ring::{Geometry, RingMemory};
@@ -150,9 +150,7 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, String> {
                 c.nic_core = Some(cores[0]);
                 c.peer_core = cores.get(1).copied();
             }
-            "spin" => {
-                c.spin = value.parse::<Spin>().map_err(|_| bad("want auto, dedicated or shared"))?
-            }
+            "spin" => c.spin = value.parse::<Spin>().map_err(|_| bad("want auto, dedicated or shared"))?,
             "slots" | "num-slots" => c.geometry.slots = value.parse().map_err(|_| bad("want a number of slots"))?,
             "slot-size" => c.geometry.slot_size = value.parse().map_err(|_| bad("want a number of bytes"))?,
             "ring-memory" => {

@@ -11,6 +11,9 @@
 //!   count, our MAC, IP and port) and its virtual port enabled (PROTOCOLS.md 2.2). A peer that
 //!   does not answer fails it within about a second.
 //! - [`Bridge::launch`]: the NIC engine thread, with the ring adapter (`crate::adapter`) on it.
+//!   A consumer of the CPU data plane (`get_cpu_dataplane`, or the UNIFIED context) need not
+//!   call it, as NVIDIA's unified consumers do not: [`Bridge::want_cpu_plane`] launches once
+//!   the bridge is connected (at once if it is, else at the end of `connect`).
 //! - [`Bridge::disconnect`]: the engine stopped and joined, the peer's player stopped and its
 //!   data plane unconfigured. Once: a disconnected bridge is not connected again.
 //! - drop: disconnect, then the peer stopped if it runs here; every thread joined.
@@ -143,6 +146,8 @@ pub struct Bridge {
     /// The dispatcher's function table as it was handed over (`set_function_table`): its
     /// entries' address and count. The entries are not read: they may live in device memory.
     table: Mutex<Option<(usize, u32)>>,
+    /// A consumer asked for the CPU data plane: `connect` launches too.
+    cpu_plane: std::sync::atomic::AtomicBool,
 }
 
 impl Bridge {
@@ -214,6 +219,7 @@ impl Bridge {
             nic_counters,
             state: Mutex::new(state),
             table: Mutex::new(None),
+            cpu_plane: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -275,6 +281,21 @@ impl Bridge {
         s.host = Some(host);
         s.phase = Phase::Connected;
         tracing::info!(peer = %ecb, wire = %self.endpoint.wire, "connected");
+        drop(s);
+        if self.cpu_plane.load(std::sync::atomic::Ordering::Acquire) {
+            self.launch()?;
+        }
+        Ok(())
+    }
+
+    /// A consumer of the CPU data plane (module docs): launches now if connected, else once
+    /// `connect` has run.
+    pub fn want_cpu_plane(&self) -> Result<(), Error> {
+        self.cpu_plane.store(true, std::sync::atomic::Ordering::Release);
+        let connected = self.state().phase == Phase::Connected;
+        if connected {
+            self.launch()?;
+        }
         Ok(())
     }
 

@@ -175,6 +175,7 @@ unsafe extern "C" fn get_transport_context(
             // SAFETY: for UNIFIED a cudaq_unified_dispatch_ctx_t. No launch function of ours:
             // the consumer drives the CPU data plane (get_cpu_dataplane).
             UNIFIED => unsafe {
+                b.want_cpu_plane()?;
                 out.cast::<cudaq_unified_dispatch_ctx_t>().write_unaligned(cudaq_unified_dispatch_ctx_t {
                     launch_fn: std::ptr::null_mut(),
                     transport_ctx: Arc::as_ptr(b.ring()) as *mut c_void,
@@ -239,6 +240,7 @@ unsafe extern "C" fn get_cpu_dataplane(
         if out.is_null() {
             return Err(Error::arg("get_cpu_dataplane: the output pointer is NULL"));
         }
+        b.want_cpu_plane()?;
         let dp = cudaq_cpu_dataplane_t {
             ctx: Arc::as_ptr(b.ring()) as *mut c_void,
             ring: b.ring().ringbuffer(),

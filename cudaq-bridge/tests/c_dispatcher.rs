@@ -289,6 +289,29 @@ fn cpu_data_plane_inproc_wire_100k_answers_checked_by_fpga_sim() {
 }
 
 #[test]
+fn the_cpu_data_plane_serves_without_launch_as_nvidia_unified_consumers_drive_it() {
+    // get_cpu_dataplane, then connect, and no launch: the provider launches itself.
+    let _one = serial();
+    let r = run(
+        &[
+            "serve",
+            "--plane",
+            "cpu",
+            "--no-launch",
+            "--run",
+            "function=increment count=5000 size=64",
+            "--",
+            "--wire",
+            "udp",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_ok(&r);
+    let runs = r.runs();
+    assert_eq!((num(&runs[0], "sent"), num(&runs[0], "ok"), num(&runs[0], "lost")), (5000, 5000, 0), "{runs:?}");
+}
+
+#[test]
 fn ring_buffer_host_views_udp_wire_100k_answers_checked_by_fpga_sim() {
     serve_100k("ring", &["--wire", "udp"]);
 }

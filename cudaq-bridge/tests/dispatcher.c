@@ -201,8 +201,8 @@ static void *dispatch(void *arg) {
 }
 
 /* create .. launch, with every query checked on the way; starts the dispatcher thread. */
-static cudaq_realtime_bridge_handle_t bring_up(int argc, char **argv, int ring_plane, struct dispatcher *d,
-                                               pthread_t *t) {
+static cudaq_realtime_bridge_handle_t bring_up(int argc, char **argv, int ring_plane, int no_launch,
+                                               struct dispatcher *d, pthread_t *t) {
   cudaq_realtime_bridge_handle_t b = create(argc, argv);
   char info[4096];
   CHECK(api->get_endpoint_info(b, info, sizeof info) == CUDAQ_OK, "get_endpoint_info after create");
@@ -251,8 +251,12 @@ static cudaq_realtime_bridge_handle_t bring_up(int argc, char **argv, int ring_p
   CHECK(s == CUDAQ_OK, "connect: status %d", s);
   printf("connect: seconds=%.3f\n", now_s() - t0);
   CHECK(api->connect(b) == CUDAQ_OK, "connect again");
-  CHECK(api->launch(b) == CUDAQ_OK, "launch");
-  CHECK(api->launch(b) == CUDAQ_OK, "launch again");
+  /* NVIDIA's unified consumers take the CPU data plane and never call launch: the provider
+   * launches itself once connected (--no-launch checks that) */
+  if (!no_launch) {
+    CHECK(api->launch(b) == CUDAQ_OK, "launch");
+    CHECK(api->launch(b) == CUDAQ_OK, "launch again");
+  }
   CHECK(api->get_endpoint_info(b, info, sizeof info) == CUDAQ_OK && strstr(info, "state=launched"), "%s", info);
   CHECK(pthread_create(t, NULL, dispatch, d) == 0, "pthread_create");
   return b;
@@ -298,7 +302,7 @@ static void wait_drained(cudaq_realtime_bridge_handle_t b) {
 }
 
 static int serve(int argc, char **argv, int pargc, char **pargv) {
-  int ring_plane = 0, pause_first = 0;
+  int ring_plane = 0, pause_first = 0, no_launch = 0;
   const char *runs[16];
   int nruns = 0;
   for (int i = 0; i < argc; i++) {
@@ -306,6 +310,8 @@ static int serve(int argc, char **argv, int pargc, char **pargv) {
       ring_plane = !strcmp(argv[++i], "ring");
     } else if (!strcmp(argv[i], "--pause-first-run")) {
       pause_first = 1;
+    } else if (!strcmp(argv[i], "--no-launch")) {
+      no_launch = 1;
     } else if (!strcmp(argv[i], "--run") && i + 1 < argc && nruns < 16) {
       runs[nruns++] = argv[++i];
     } else {
@@ -314,7 +320,7 @@ static int serve(int argc, char **argv, int pargc, char **pargv) {
   }
   struct dispatcher d;
   pthread_t t;
-  cudaq_realtime_bridge_handle_t b = bring_up(pargc, pargv, ring_plane, &d, &t);
+  cudaq_realtime_bridge_handle_t b = bring_up(pargc, pargv, ring_plane, no_launch, &d, &t);
   for (int i = 0; i < nruns; i++) {
     atomic_store(&d.paused, pause_first && i == 0);
     char report[1024];
@@ -348,7 +354,7 @@ static void *run_in_thread(void *arg) {
 static int disconnect_under_load(int pargc, char **pargv) {
   struct dispatcher d;
   pthread_t t, runner;
-  cudaq_realtime_bridge_handle_t b = bring_up(pargc, pargv, 0, &d, &t);
+  cudaq_realtime_bridge_handle_t b = bring_up(pargc, pargv, 0, 0, &d, &t);
   struct load_run l = {b, {0}, CUDAQ_ERR_INTERNAL};
   CHECK(pthread_create(&runner, NULL, run_in_thread, &l) == 0, "pthread_create");
   double until = now_s() + 30;

@@ -40,10 +40,21 @@ fn serve(bridge: &Bridge, who: &str) -> Vec<(String, usize, u64, u64, u64, u64)>
     for (function, size, count) in RUNS {
         let line = bridge.run_peer(&format!("function={function} count={count} size={size}")).expect("run_peer");
         let r = report(&line);
-        assert_eq!((num(&r, "sent"), num(&r, "ok"), num(&r, "lost")), (count, count, 0), "{who}, {function} {size} B: {line}");
+        assert_eq!(
+            (num(&r, "sent"), num(&r, "ok"), num(&r, "lost")),
+            (count, count, 0),
+            "{who}, {function} {size} B: {line}"
+        );
         assert_eq!(num(&r, "corrupted") + num(&r, "duplicated"), 0, "{who}: {line}");
         println!("{who}: {function} {size} B: {line}");
-        rows.push((function.to_string(), size, count, num(&r, "rtt_p50_ns"), num(&r, "rtt_p99_ns"), num(&r, "rtt_max_ns")));
+        rows.push((
+            function.to_string(),
+            size,
+            count,
+            num(&r, "rtt_p50_ns"),
+            num(&r, "rtt_p99_ns"),
+            num(&r, "rtt_max_ns"),
+        ));
     }
     rows
 }
@@ -69,7 +80,10 @@ fn host_loop(ring: Arc<Ring>, start: u32, stop: Arc<AtomicBool>, answered: Arc<A
             let word = |at: usize| u32::from_le_bytes(h[at..at + 4].try_into().unwrap());
             let (magic, function, arg_len) = (word(0), word(4), word(8) as usize);
             let inc = function == rpc::function_id::INCREMENT;
-            if magic == rpc::REQUEST_MAGIC && (inc || function == rpc::function_id::ECHO) && rpc::HEADER_LEN + arg_len <= stride {
+            if magic == rpc::REQUEST_MAGIC
+                && (inc || function == rpc::function_id::ECHO)
+                && rpc::HEADER_LEN + arg_len <= stride
+            {
                 for b in 0..arg_len {
                     *resp.add(rpc::HEADER_LEN + b) = (*req.add(rpc::HEADER_LEN + b)).wrapping_add(u8::from(inc));
                 }
@@ -91,15 +105,22 @@ fn the_dispatch_kernel_compiles_to_an_sm90_cubin() {
     if !nvrtc::present_or_skip("the dispatch kernel's compile test") {
         return;
     }
-    let c = nvrtc::compile(&nvrtc::Source { name: "cudaq_dispatch.cu".into(), text: KERNEL.into() }, &[], "sm_90", &[], false)
-        .unwrap_or_else(|e| panic!("cudaq_dispatch.cu does not compile:\n{e}"));
+    let c = nvrtc::compile(
+        &nvrtc::Source { name: "cudaq_dispatch.cu".into(), text: KERNEL.into() },
+        &[],
+        "sm_90",
+        &[],
+        false,
+    )
+    .unwrap_or_else(|e| panic!("cudaq_dispatch.cu does not compile:\n{e}"));
     assert_eq!(&c.cubin[..4], b"\x7fELF");
 }
 
 #[test]
 #[ignore = "needs a GPU: the dispatch kernel polls the ring's device views"]
 fn a_gpu_dispatch_kernel_serves_fpga_sim_through_the_provider() {
-    let config = args::parse(&["--wire", "inproc", "--ring-memory", "gpu:0", "--slots", "64", "--slot-size", "1024"]).expect("arguments");
+    let config = args::parse(&["--wire", "inproc", "--ring-memory", "gpu:0", "--slots", "64", "--slot-size", "1024"])
+        .expect("arguments");
     let bridge = Bridge::create(config).expect("create");
     let ring = bridge.ring().clone();
     let rb = ring.ringbuffer();
@@ -107,12 +128,19 @@ fn a_gpu_dispatch_kernel_serves_fpga_sim_through_the_provider() {
     assert!(ring.memory().starts_with("gpu"), "the ring is in {}, not mapped GPU memory", ring.memory());
 
     let gpu = Gpu::open(0).expect("GPU 0");
-    let c = nvrtc::compile(&nvrtc::Source { name: "cudaq_dispatch.cu".into(), text: KERNEL.into() }, &[], &gpu.info.arch(), &[], true)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let c = nvrtc::compile(
+        &nvrtc::Source { name: "cudaq_dispatch.cu".into(), text: KERNEL.into() },
+        &[],
+        &gpu.info.arch(),
+        &[],
+        true,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let module = gpu.load(&c.cubin, &["rl_cudaq_dispatch"]).expect("load");
     let ctl = gpu.host_alloc(4096).expect("control memory");
     let stream = gpu.stream().expect("stream");
-    let (mut rxf, mut txf, mut rxd, mut txd) = (rb.rx_flags as u64, rb.tx_flags as u64, rb.rx_data as u64, rb.tx_data as u64);
+    let (mut rxf, mut txf, mut rxd, mut txd) =
+        (rb.rx_flags as u64, rb.tx_flags as u64, rb.rx_data as u64, rb.tx_data as u64);
     let (mut rxs, mut txs, mut n) = (rb.rx_stride_sz as u64, rb.tx_stride_sz as u64, slots);
     let mut tx_host = ring.tx_slot_addrs(0).0;
     let (mut fe, mut fi) = (rpc::function_id::ECHO, rpc::function_id::INCREMENT);
@@ -152,7 +180,10 @@ fn a_gpu_dispatch_kernel_serves_fpga_sim_through_the_provider() {
     }
     let (answered, dropped) = (ctl.atomic_u64(8).load(Acquire), ctl.atomic_u64(16).load(Acquire));
     let want: u64 = RUNS.iter().map(|r| r.2).sum();
-    assert!(answered >= want && dropped == 0, "the kernel answered {answered} (want at least {want}), dropped {dropped}");
+    assert!(
+        answered >= want && dropped == 0,
+        "the kernel answered {answered} (want at least {want}), dropped {dropped}"
+    );
 
     // The same runs through the host views, from the slot the kernel would have read next.
     let start = (answered % u64::from(slots)) as u32;

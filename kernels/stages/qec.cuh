@@ -1967,14 +1967,15 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
          * roots, then members per root, then (warp 0) the clusters' starts in root order,
          * then each defect's place, after the members of its cluster below it */
         for (uint32_t x = tid; x < k; x += T) {
-            /* no join runs now: another thread's find sees the old parent or the root, both x's ancestors */
-            const uint32_t r = rl_qec_uf_find(w.uf, x);
-            w.rt[x] = r;
-            w.uf[x] = r;
+            w.rt[x] = rl_qec_uf_find(w.uf, x);
             w.cnt[x] = 0;
         }
         __syncthreads();
-        for (uint32_t x = tid; x < k; x += T) atomicAdd(w.cnt + w.rt[x], 1u);
+        for (uint32_t x = tid; x < k; x += T) {
+            const uint32_t r = w.rt[x];
+            w.uf[x] = r; /* paths compressed after every find, so that no read meets the write */
+            atomicAdd(w.cnt + r, 1u);
+        }
         __syncthreads();
         if (tid < 32u) {
             uint32_t pos = 0, nc = 0;
