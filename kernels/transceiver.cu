@@ -197,8 +197,8 @@
  * PCIe read (~1.2 us), back to back from the doorbell on, so in a closed loop (and under any
  * periodic traffic: a fixed syndrome cycle) the next message lands at a fixed offset into a
  * read and waits for the next sample: up to a read's time more (the round trip sits in one of
- * two modes a read apart, latency-reports/history.md). The raw mapped ping-pong measured 1.63
- * to 2.79 us p50 by such a wait alone (scripts/probes/poll_stagger.cu, ONLY_DELAY). With the
+ * two modes a read apart; the probe behind it is scripts/probes/poll_stagger.cu, ONLY_DELAY,
+ * its output in latency-reports/poll-probes/). With the
  * lock, warp 0 starts polling `delta` ns after the doorbell, and picks delta itself: it tries
  * RL_PHASE_STEPS waits over one read, RL_PHASE_SAMPLES messages each, keeps the one with the
  * least mean time from doorbell to CQE seen (each step's largest sample left out), holds it,

@@ -26,6 +26,8 @@
 //! the peer captured: every answer checked by the peer against its request.
 
 use std::net::SocketAddrV4;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -147,7 +149,7 @@ pub struct Bridge {
     /// entries' address and count. The entries are not read: they may live in device memory.
     table: Mutex<Option<(usize, u32)>>,
     /// A consumer asked for the CPU data plane: `connect` launches too.
-    cpu_plane: std::sync::atomic::AtomicBool,
+    cpu_plane: AtomicBool,
 }
 
 impl Bridge {
@@ -219,7 +221,7 @@ impl Bridge {
             nic_counters,
             state: Mutex::new(state),
             table: Mutex::new(None),
-            cpu_plane: std::sync::atomic::AtomicBool::new(false),
+            cpu_plane: AtomicBool::new(false),
         })
     }
 
@@ -282,7 +284,7 @@ impl Bridge {
         s.phase = Phase::Connected;
         tracing::info!(peer = %ecb, wire = %self.endpoint.wire, "connected");
         drop(s);
-        if self.cpu_plane.load(std::sync::atomic::Ordering::Acquire) {
+        if self.cpu_plane.load(Acquire) {
             self.launch()?;
         }
         Ok(())
@@ -291,7 +293,7 @@ impl Bridge {
     /// A consumer of the CPU data plane (module docs): launches now if connected, else once
     /// `connect` has run.
     pub fn want_cpu_plane(&self) -> Result<(), Error> {
-        self.cpu_plane.store(true, std::sync::atomic::Ordering::Release);
+        self.cpu_plane.store(true, Release);
         let connected = self.state().phase == Phase::Connected;
         if connected {
             self.launch()?;
