@@ -45,10 +45,6 @@
 #include "verbs.cuh"
 #include "rl_chain.cuh" /* generated: includes the stages, defines rl_run_chain* */
 
-#if RL_POLL_MODE != 3
-#error "kernels/transceiver.cu polls with RL_POLL_MODE 3 (the CQE line and the predicted slot in one read)"
-#endif
-
 /* RL_PROFILE: the timestamp record's two profile words are the data path's clock at marks
  * RL_PROFILE_A and RL_PROFILE_B (default 3 and 6: request loaded, answer written) less the
  * CQE-seen time. Marks, in lane 0 of warp 0: 1 the CQE checked, 2 the request's bytes in
@@ -91,73 +87,46 @@
 #define RL_MAX_INLINE 256
 #endif
 /* RL_PREPOLL: warp 1 reads the next message while warp 0 answers this one, when messages
- * queue. Another warp's loads, so that they are not in front of warp 0's doorbell fence. */
-#ifndef RL_PREPOLL
+ * queue. Another warp's loads, so that they are not in front of warp 0's doorbell fence. A
+ * block of one warp has none. */
 #define RL_PREPOLL (RL_THREADS >= 64)
-#endif
 /* How long a send queue with no room may take to make some once the host asked to stop,
  * before the NIC counts as stopped (RL_ERR_SQ_FULL) */
-#ifndef RL_SQ_FULL_GRACE_NS
 #define RL_SQ_FULL_GRACE_NS 100000000ull
-#endif
-/* A poll that finds a message reads the exit flag too, once in RL_EXIT_POLL_EVERY polls, so
- * a stream that never leaves the loop idle still stops (0: only idle polls do, as before;
- * for measurement: the loop under a flood then never stops) */
-#ifndef RL_FLOOD_EXIT
-#define RL_FLOOD_EXIT 1
-#endif
-#if RL_PREPOLL && RL_THREADS < 64
-#error "RL_PREPOLL needs a second warp (RL_THREADS >= 64)"
-#endif
 
-/* RL_REG_PATH: when every stage of the chain has a register form (RL_CHAIN_REGS) and the poll
- * brought the whole request into warp 0's registers (the CQE's inline bytes, or the predicted
- * slot's first RL_REG_MAX bytes, no poison), the chain runs on those registers and the answer's
- * WQE is built from them (rl_dev_verbs_wqe_prepare_send_inline_regs_warp): no shared-memory
- * round trip between the poll and the doorbell. 0: every request goes through shared memory. */
-#ifndef RL_REG_PATH
-#define RL_REG_PATH 1
-#endif
-/* The register forms' request and answer: lanes 0..15, 16 bytes each (stage.cuh); a longer
- * request the poll brought whole (up to RL_SPEC_BYTES) goes through shared memory. */
+/* The register path: when every stage of the chain has a register form (RL_CHAIN_REGS) and
+ * the poll brought the whole request into warp 0's registers (the CQE's inline bytes, or the
+ * predicted slot's first RL_REG_MAX bytes, no poison), the chain runs on those registers and
+ * the answer's WQE is built from them (rl_dev_verbs_wqe_prepare_send_inline_regs_warp): no
+ * shared-memory round trip between the poll and the doorbell (decisions.md: the register
+ * path). The register forms' request and answer: lanes 0..15, 16 bytes each (stage.cuh); a
+ * longer request the poll brought whole (up to RL_SPEC_BYTES) goes through shared memory. */
 #define RL_REG_MAX 256u
 
-/* RL_FAST_PATH: the common message decided (and answered) in registers. When the chain has register forms
- * (RL_REG_PATH, RL_CHAIN_REGS), the poll's read is checked where it landed: the CQE's
- * immediate and byte count shuffled from lane 2, each lane testing its own 16 bytes of the
- * request for the poison, one vote; a well-formed message that is whole in the read (the
- * predicted slot's bytes, or the CQE's inline bytes when the poll read no slot) goes straight
- * to the register forms, with none of the general path's shared-memory round trips (the CQE
- * and the request stored, a warp barrier, read back, checked word by word): the doorbell
- * 1,060 instead of 1,280 cycles after the CQE seen at 64 B, the round trip ~0.1 us lower
- * (latency-reports/poll-probes/ab-fast-path.txt). Any
- * other message (poisoned, mispredicted, longer, malformed) takes the general path below,
- * which checks it again from the start. The decisions are the general path's (same message,
- * same answer); only where they are made differs. 2 (the default): the fast path goes on
- * straight to the doorbell, inside rl_receive, setting the loop's state around it (what the next
- * poll and the pre-poll need before, the rest after the doorbell): no return to the main loop
- * and its branches first (doorbell 890 instead of 1,060 cycles, with the CQE's words shuffled
- * in the poll loop and the check keys computed ahead (rl_loop.ck); turnaround 0.42 instead of
- * 0.51 us). 1: the checks only, then the main loop's register path. 0: the general path for every
- * message. A chain without register forms (a QEC decoder) gets the checks too: a message that
- * passes is stored to shared memory from the registers for the chain's warp forms (QEC d=5
- * reaction ~0.1-0.2 us lower, latency-reports/poll-probes/ab-fast-path-qec.txt). */
-#ifndef RL_FAST_PATH
-#define RL_FAST_PATH 2
-#endif
-/* The fast path's two forms: the register forms answer (RL_FAST_REGS), or, for a chain without
- * them (a QEC decoder), the checks in registers and the request stored to shared memory from
- * them, for the chain's warp forms (the general path's parse and barriers skipped). */
-#define RL_FAST_REGS (RL_FAST_PATH && RL_REG_PATH && RL_CHAIN_REGS)
+/* The fast path: the common message decided (and answered) in registers. The poll's read is
+ * checked where it landed: the CQE's immediate and byte count shuffled from lane 2, each lane
+ * testing its own 16 bytes of the request for the poison, one vote. A well-formed message that
+ * is whole in the read (the predicted slot's bytes, or the CQE's inline bytes when the poll
+ * read no slot) goes on from the vote to the register forms and straight to the doorbell,
+ * inside rl_receive, which sets the loop's state around it (what the next poll and the
+ * pre-poll need before, the rest after the doorbell): none of the general path's shared-memory
+ * round trips (the CQE and the request stored, a warp barrier, read back, checked word by
+ * word) and no return to the main loop first (decisions.md: the fast path). Any other message
+ * (poisoned, mispredicted, longer, malformed) takes the general path, which checks it again
+ * from the start: the decisions are the general path's (same message, same answer), only where
+ * they are made differs. A chain without register forms (a QEC decoder) gets the checks too: a
+ * message that passes is stored to shared memory from the registers for the chain's warp forms
+ * (the general path's parse and barriers skipped). */
 /* the longest message the fast path takes: what the register forms hold, or the poll's read */
-#define RL_FAST_MAX (RL_FAST_REGS ? RL_REG_MAX : RL_SPEC_BYTES)
+#define RL_FAST_MAX (RL_CHAIN_REGS ? RL_REG_MAX : RL_SPEC_BYTES)
 
 /* RL_CHECKED_DOORBELL: answers are rung with a checked doorbell (abi.h rl_proxy_doorbell:
  * the proxy word carries a check of the WQE's bytes and of the TX slot bytes it gathers, and
- * the NIC executes the WQE once what it reads agrees), with the release fence after the doorbell instead of in
- * front of it: the fence (~0.55 us, it waits for the WQE's and the poison's stores to land)
- * leaves the round trip. It still orders this message's stores before the re-post and the
- * next WQE. 0: fence, then doorbell (as a real NIC's MMIO doorbell needs). */
+ * the NIC executes the WQE once what it reads agrees), with the release fence after the
+ * doorbell instead of in front of it: the fence, which waits for the WQE's and the poison's
+ * stores to land, leaves the round trip (decisions.md: the checked doorbell). It still orders
+ * this message's stores before the re-post and the next WQE. 0: fence, then doorbell (as a
+ * real NIC's MMIO doorbell needs). */
 /* RL_DOORBELL_MMIO: answers are rung the way a ConnectX's doorbell is (PROTOCOLS.md 4,
  * rl_dev_verbs_ring_db_mmio): release fence, the doorbell record, fence, the first 8 bytes of
  * the WQE's control segment into the UAR register (desc.uar), fence. No checked doorbell then
@@ -172,18 +141,11 @@
 #if RL_DOORBELL_MMIO && RL_CHECKED_DOORBELL
 #error "RL_DOORBELL_MMIO needs RL_CHECKED_DOORBELL=0: a ConnectX executes what the doorbell record says, at once"
 #endif
-/* RL_FENCE_EVERY: with checked doorbells, the release fence is due at least every this many
- * messages (sooner with few slots or CQEs, or when the checked range would pass 16 WQEBBs):
- * the doorbell's range and check cover every WQE since the last one (abi.h
- * rl_proxy_doorbell), and receives are re-posted (after it) in one go. 1: after every
- * message. */
-#ifndef RL_FENCE_EVERY
+/* With checked doorbells, the release fence is due at least every RL_FENCE_EVERY messages
+ * (sooner with few slots or CQEs, or when the checked range would pass 16 WQEBBs): the
+ * doorbell's range and check cover every WQE since the last one (abi.h rl_proxy_doorbell),
+ * and receives are re-posted (after it) in one go (decisions.md: checked ranges). */
 #define RL_FENCE_EVERY 8u
-#endif
-/* RL_FENCE_AFTER_DOORBELL (kernels/verbs.cuh, measurement only): 1 puts a system-scope fence
- * after every doorbell this loop rings, whichever kind, so the next poll's first read leaves
- * once the doorbell's stores landed (what the fence after the store gains the raw ping-pong,
- * kernels/probe.cu). An A/B switch for one host: ROCELINK_KERNEL_DEFINES. */
 #if RL_MAX_MSG > RL_DB_GATHER_MAX
 #error "RL_MAX_MSG: a checked doorbell's check covers at most RL_DB_GATHER_MAX gathered bytes"
 #endif
@@ -193,46 +155,9 @@
 #error "RL_MAX_INLINE: an inline answer's WQEBBs must fit a checked range (16)"
 #endif
 
-/* RL_PHASE_LOCK: where the next poll's samples fall. Warp 0 samples the CQ line once per
- * PCIe read (~1.2 us), back to back from the doorbell on, so in a closed loop (and under any
- * periodic traffic: a fixed syndrome cycle) the next message lands at a fixed offset into a
- * read and waits for the next sample: up to a read's time more (the round trip sits in one of
- * two modes a read apart; the probe behind it is scripts/probes/poll_stagger.cu, ONLY_DELAY,
- * its output in latency-reports/poll-probes/). With the
- * lock, warp 0 starts polling `delta` ns after the doorbell, and picks delta itself: it tries
- * RL_PHASE_STEPS waits over one read, RL_PHASE_SAMPLES messages each, keeps the one with the
- * least mean time from doorbell to CQE seen (each step's largest sample left out), holds it,
- * and scans again when that mean, each sample capped at a read over the first mean, drifts up
- * by a quarter of a read (the traffic changed) or every RL_PHASE_RESCAN messages. It never waits
- * while messages queue (the next one is there), nor after a message that came sooner than
- * the wait plus a read after its doorbell (so a fixed cycle that leaves less slack is not
- * slowed); only samples within RL_PHASE_MAX_NS of the doorbell count (an idle gap says
- * nothing of the phase). 0 (the default): poll from the doorbell on. Off since 2026-12-01:
- * with the data path as it is now (checked doorbell, register path), polling back to back
- * from the doorbell gave the lower p50 on five hosts (64 B echo 0.2-0.3 us, 32 B 0.3, QEC d=5
- * reaction 0.2; 30 of 30 alternating pairs; the 1 us cycle with 3 rounds a message kept up
- * either way, its reaction p99 28 vs 42 us), while the lock's waits, chosen for the least
- * mean, left two thirds of the messages a read-half later; a wait fixed at 0..800 ns was no
- * better than none (latency-reports/poll-probes/ab-phase-lock-off.txt). */
-#ifndef RL_PHASE_LOCK
-#define RL_PHASE_LOCK 0
-#endif
-#ifndef RL_PHASE_STEPS
-#define RL_PHASE_STEPS 16u
-#endif
-#ifndef RL_PHASE_SAMPLES
-#define RL_PHASE_SAMPLES 32u
-#endif
-#define RL_PHASE_WINDOW 1024u
-#define RL_PHASE_RESCAN (1u << 20)
-#define RL_PHASE_MAX_NS 16000u
-/* lane 0's phase search state (RL_PHASE_LOCK) */
-struct rl_phase {
-    uint32_t period; /* ns per poll read, measured (moving average) */
-    uint32_t locked, step, n, best_step, win_n, since, scans;
-    uint32_t wait; /* the wait chosen by the last scan (fixed while locked) */
-    uint64_t sum, max, best_sum, win_sum, ref_mean;
-};
+/* The poll's phase: warp 0 polls back to back from each doorbell on, one PCIe read after the
+ * other. No wait after the doorbell, chosen or fixed, gave a lower round trip (decisions.md:
+ * the poll phase lock). */
 
 /* What warp 0 tells the block at a hand-over (RL_STAGE_TO_BLOCK) or at exit. */
 struct rl_handover {
@@ -266,20 +191,15 @@ struct rl_loop {
     /* this message */
     uint32_t ci, slot, len, valid, busy, request_id;
     uint64_t t_seen;
-    /* RL_PHASE_LOCK (alike in every lane): the last doorbell, the wait after it, whether this
-     * message's poll waited, and its reads' start and count */
-    uint64_t t_db, t_poll0;
-    uint32_t delta, wait, delayed, reads;
-    struct rl_phase ph; /* lane 0 */
 #ifdef RL_PROFILE
     uint64_t t_loaded, t_written;
     uint64_t p_seen, p_db, p_gap; /* the profile clock at the CQE seen and the doorbell; mark 8 */
 #endif
     uint4 tail; /* CQE bytes 48..63 */
     /* the poll's last read (each lane's 16 bytes: the CQE line, then the predicted slot's
-     * bytes) and whether it holds the whole request, valid and unpoisoned (RL_REG_PATH):
-     * in_regs 1 from the slot's bytes (lane 4 + m holds bytes 16m..), 2 from the CQE's inline
-     * bytes (lane m); 3 (RL_FAST_PATH): `v` is the request itself, lane m bytes 16m.. */
+     * bytes) and whether it holds the whole request, valid and unpoisoned (the register
+     * path): in_regs 1 from the slot's bytes (lane 4 + m holds bytes 16m..), 2 from the CQE's
+     * inline bytes (lane m); 3 (the fast path): `v` is the request itself, lane m bytes 16m.. */
     uint4 v;
     uint32_t in_regs;
     /* lane 0 */
@@ -323,18 +243,13 @@ __device__ __forceinline__ uint32_t rl_spec_chunks(uint32_t spec, uint32_t last_
 
 /* Loads `len` bytes at `src` (host memory) into `dst` (shared), thread `t` of `nt` loading
  * the 16-byte chunks t, t + nt, ..., every load issued before the first store that uses one.
- * How many of a warp's loads of host memory are in flight together, measured on the H200 (the
- * turnaround of a request loaded after its CQE, latency-reports/poll-probes/ab-warp-load.txt):
- * two a lane (1 KiB) cost one PCIe round and ~0.1 us, four a lane (2 KiB) a second round
- * (+1 us). So a message of up to RL_WARP_LOAD bytes (two loads a lane) is loaded by warp 0,
- * with no hand-over to the block (0.13-0.29 us less turnaround at 700 B and 1 KiB than the
- * block's load), a longer one by the block (RL_THREADS * 16 bytes a load, up to two a thread:
- * 4 KiB still takes one round). */
-#ifndef RL_WARP_LOAD
+ * Two loads a lane still take one PCIe round, four take two: so a message of up to
+ * RL_WARP_LOAD bytes (two loads a lane) is loaded by warp 0, with no hand-over to the block,
+ * a longer one by the block (RL_THREADS * 16 bytes a load, up to two a thread: 4 KiB still
+ * takes one round; decisions.md: who loads a long request). */
 #define RL_WARP_LOAD (32 * 16 * 2)
-#endif
-#if RL_WARP_LOAD % 512 != 0 || RL_WARP_LOAD > RL_MAX_MSG
-#error "RL_WARP_LOAD: a multiple of 512 bytes (16 a lane a load), at most RL_MAX_MSG"
+#if RL_WARP_LOAD > RL_MAX_MSG
+#error "RL_MAX_MSG: at least RL_WARP_LOAD bytes"
 #endif
 #define RL_BLOCK_CHUNKS ((RL_MAX_MSG + RL_THREADS * 16 - 1) / (RL_THREADS * 16))
 template <int CHUNKS>
@@ -430,8 +345,7 @@ __device__ __forceinline__ void rl_fast_taken(struct rl_loop &L, const struct rl
 
 /* RL_FAST_PATH, the rest of the taken message's state: its reads, where its request is, and the
  * CQE's bytes 48..63 (the stamp's NIC time), from lane 3 of the poll's read. Warp scope. */
-__device__ __forceinline__ void rl_fast_rest(struct rl_loop &L, uint4 v, uint32_t w3, uint32_t reads, uint32_t in_regs) {
-    L.reads = reads;
+__device__ __forceinline__ void rl_fast_rest(struct rl_loop &L, uint4 v, uint32_t w3, uint32_t in_regs) {
     L.in_regs = in_regs;
     L.tail.x = __shfl_sync(0xffffffffu, v.x, 3);
     L.tail.y = __shfl_sync(0xffffffffu, v.y, 3);
@@ -461,25 +375,10 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     uint32_t reads = 0;
     uint4 v = make_uint4(0, 0, 0, 0);
     uint32_t w3; /* CQE bytes 60..63 (lane 3's v.w: the owner byte's word) */
-#if RL_FAST_PATH
     uint32_t imm_be, bc_be; /* CQE bytes 36..39 and 44..47 (lane 2's v.y, v.w): immediate, byte count */
-#endif
-#if RL_FAST_PATH
-    /* RL_FAST_PATH is tried when a message like the last would take it (uniform: L.last_len
+    /* the fast path is tried when a message like the last would take it (uniform: L.last_len
      * and spec_chunks are alike in every lane): a stream of long messages pays nothing for it */
     const uint32_t fast = spec_chunks != 0 ? spec_chunks * 16u <= RL_FAST_MAX : L.last_len <= RL_CQE_INLINE_MAX;
-#endif
-#if RL_PHASE_LOCK
-    /* the poll's first read `delta` after the last doorbell (uniform: t_db and delta are
-     * shuffled from lane 0), unless messages queue */
-    L.delayed = L.wait && !have_pre && !L.busy;
-    if (L.delayed) {
-        const uint64_t until = L.t_db + L.delta;
-        while (rl_globaltimer() < until) {
-        }
-    }
-    L.t_poll0 = rl_globaltimer();
-#endif
 #if RL_PREPOLL
     if (have_pre) {
         /* warp 1's read of this CQE and slot: checked exactly like a poll's read below */
@@ -507,20 +406,15 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
                 v = rl_ld16_sys(src);
             else if (lane == RL_EXIT_LANE && check_exit)
                 v.x = rl_ld32_sys(&ctl->exit_flag);
-        }
-#if RL_FLOOD_EXIT
-        else if (lane == RL_EXIT_LANE && check_exit) {
+        } else if (lane == RL_EXIT_LANE && check_exit) {
             v.x = rl_ld32_sys(&ctl->exit_flag);
         }
-#endif
         have_pre = 0;
         ++reads;
         w3 = __shfl_sync(0xffffffffu, v.w, 3);
-#if RL_FAST_PATH
         /* the fast path's next two words, moved with the owner byte's (the same wait) */
         imm_be = __shfl_sync(0xffffffffu, v.y, 2);
         bc_be = __shfl_sync(0xffffffffu, v.w, 2);
-#endif
         const uint32_t own = w3 >> 24;
         if ((own >> 4) != RL_CQE_INVALID && (own & RL_CQE_OWNER_MASK) == parity) break;
         const uint32_t quit = __shfl_sync(0xffffffffu, v.x, RL_EXIT_LANE);
@@ -530,25 +424,19 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     }
     /* a poll that found a message counts too, and the exit flag it read is looked at after
      * this message's doorbell (rl_answer_after): a stream that never leaves the data path
-     * idle (a flood, an FPGA faster than the loop) still stops. */
-#if RL_FLOOD_EXIT
+     * idle (a flood, an FPGA faster than the loop) still stops (decisions.md: the exit flag
+     * under a flood). */
     ++L.idle;
     L.exit_v = v.x;
     L.exit_due = check_exit;
-#endif
     /* the CQE seen: stamped here, before either path's checks (the turnaround the report
      * splits out is from this point to the doorbell, whichever path the message takes) */
-#ifndef RL_EXPERIMENT_NO_TSEEN /* measurement only: what reading the stamp costs the turnaround */
     if (lane == 0) L.t_seen = rl_globaltimer();
-#else
-    L.t_seen = 0;
-#endif
 #ifdef RL_PROFILE
     L.p_seen = RL_PCLOCK();
 #endif
-#if RL_FAST_PATH
     if (fast) {
-        /* RL_FAST_PATH: the general path's checks below, made on the registers the poll
+        /* the fast path: the general path's checks below, made on the registers the poll
          * filled (the CQE's immediate and byte count shuffled from lane 2 in the poll loop).
          * `base`: the lane holding the request's first 16 bytes (4 when the poll read
          * the predicted slot, else 0: the CQE's inline bytes). */
@@ -562,7 +450,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
                        (base != 0 ? (finl || fslot != pslot || flen > spec_chunks * 16u || flen < 4u) : !finl);
         const uint32_t at = (lane - base) * 16u; /* the request's bytes in this lane's read (wraps below base) */
         if (lane >= base && at < flen) bad |= rl_poison_chunk(v, flen - at);
-#if RL_FAST_REGS
+#if RL_CHAIN_REGS
         /* lane m's 16 request bytes 16m.. for the register forms, moved while the checks run
          * (wasted when they fail: the general path starts again from `v`) */
         const uint32_t src = (base + lane) & 31u;
@@ -571,11 +459,9 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         c.y = __shfl_sync(0xffffffffu, v.y, src);
         c.z = __shfl_sync(0xffffffffu, v.z, src);
         c.w = __shfl_sync(0xffffffffu, v.w, src);
-#endif
-#if RL_FAST_REGS && RL_FAST_PATH >= 2
         if (!__any_sync(0xffffffffu, bad)) {
-            /* RL_FAST_PATH 2: from here straight to the doorbell, the loop's state set around it:
-             * what the next poll and the pre-poll need first, the rest after the doorbell */
+            /* from here straight to the doorbell, the loop's state set around it: what the next
+             * poll and the pre-poll need first, the rest after the doorbell */
             rl_fast_taken(L, d, ci, reads, fslot, flen);
             rl_consumed(L, d, c.w, pp, have_pre, lane);
             RL_PMARK(1);
@@ -584,7 +470,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
             RL_PMARK(4);
 #if RL_MAX_INLINE >= 256
             const struct rl_sent sent = rl_answer_send(L, d, rn, 0, lane, 1, c);
-            rl_fast_rest(L, v, w3, reads, 3);
+            rl_fast_rest(L, v, w3, 3);
             rl_answer_after(L, d, ctl, rn, sent, lane);
 #else
             /* too long to go inline in this build: through shared memory and a TX slot (one
@@ -593,19 +479,10 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
             if (an > RL_MAX_INLINE && lane < 16) *(uint4 *)(req + RL_MAX_MSG - 256 + lane * 16) = c;
             __syncwarp();
             const struct rl_sent sent = an <= RL_MAX_INLINE ? rl_answer_send(L, d, an, 0, lane, 1, c) : rl_answer_send(L, d, an, req + RL_MAX_MSG - 256, lane, 0, c);
-            rl_fast_rest(L, v, w3, reads, 3);
+            rl_fast_rest(L, v, w3, 3);
             rl_answer_after(L, d, ctl, an, sent, lane);
 #endif
             return 3;
-        }
-#elif RL_FAST_REGS
-        if (!__any_sync(0xffffffffu, bad)) {
-            L.v = c;
-            rl_fast_taken(L, d, ci, reads, fslot, flen);
-            rl_fast_rest(L, v, w3, reads, 3);
-            RL_PMARK(1);
-            RL_PMARK(2);
-            return 0;
         }
 #else
         if (!__any_sync(0xffffffffu, bad)) {
@@ -613,7 +490,7 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
              * straight from the read (for the inline case lanes 0 and 1, the CQE's bytes) */
             if (lane >= base && at < flen) *(uint4 *)(req + at) = v;
             rl_fast_taken(L, d, ci, reads, fslot, flen);
-            rl_fast_rest(L, v, w3, reads, 0);
+            rl_fast_rest(L, v, w3, 0);
             RL_PMARK(1);
             __syncwarp(); /* every lane's request bytes are in `req` */
             RL_PMARK(2);
@@ -621,7 +498,6 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
         }
 #endif
     }
-#endif
     if (lane < 4)
         *(uint4 *)(cqe_sh + lane * 16) = v;
     else if (loads)
@@ -630,10 +506,9 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
     /* No acquire fence yet: the bytes this read brought are checked by value (the owner byte,
      * the poison), and nothing is read from host memory again unless a check fails; every
      * such re-read below comes after an acquire fence (warp-uniform), so that it sees what the
-     * NIC wrote before the owner byte. The common message costs no fence (~0.1 us). */
+     * NIC wrote before the owner byte. The common message costs no fence. */
     /* the message was already there at the first read: messages are queueing */
     L.busy = reads == 1;
-    L.reads = reads;
     L.ci = ci;
     __syncwarp();
 
@@ -709,7 +584,6 @@ __device__ __forceinline__ uint32_t rl_receive(struct rl_loop &L, const struct r
  * the one after a checked doorbell or in front of a re-post without an answer). Issued after a
  * checked doorbell, they are not in front of the answer's stores. */
 __device__ __forceinline__ void rl_poison(const struct rl_loop &L, const struct rl_transceiver_desc &d, uint32_t lane) {
-#ifndef RL_EXPERIMENT_NO_POISON /* measurement only (unsafe): what the poison stores cost */
     const uint4 poison = make_uint4(RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON, RL_SPEC_POISON);
     const uint8_t *cqe = L.rcq.ring + (size_t)(L.ci & (L.rcq.entries - 1)) * RL_CQE_SIZE;
     /* the last lanes: the first ones write the answer's WQE */
@@ -720,7 +594,6 @@ __device__ __forceinline__ void rl_poison(const struct rl_loop &L, const struct 
         /* every slot: any may be speculated on later; only the bytes this message filled (its
          * other speculated bytes still hold the poison: the NIC writes a message's bytes only) */
         rl_st16_sys((uint8_t *)d.rx_buffer + (size_t)L.slot * d.rx_slot_stride + (k - RL_SPEC_CQE_BYTES / 16) * 16, poison);
-#endif
 }
 
 /* Warp 0, the request loaded (in `req`, or in registers): its id for the stamp, and the
@@ -750,95 +623,11 @@ __device__ __forceinline__ void rl_consumed(struct rl_loop &L, const struct rl_t
     RL_PMARK(3);
 }
 
-#if RL_PHASE_LOCK
-__device__ __forceinline__ void rl_phase_rescan(struct rl_phase &ph) {
-    ph.locked = ph.step = ph.n = ph.win_n = ph.since = 0;
-    ph.sum = ph.max = ph.win_sum = 0;
-    ph.best_sum = ~0ull;
-    ph.best_step = 0;
-}
-
-/* Lane 0, after the doorbell (before L.t_db moves to it): this message's poll is one sample
- * of the time from the doorbell before to the CQE seen, at the wait L.delta; sets the wait
- * (L.delta, L.wait) for the next poll. */
-__device__ __forceinline__ void rl_phase_update(struct rl_loop &L, struct rl_control *ctl) {
-    struct rl_phase &ph = L.ph;
-    if (L.busy) {
-        /* messages queue: the next poll does not wait, and this one says nothing of the phase
-         * (and near a fixed cycle's capacity every instruction here counts, measured) */
-        L.wait = 0;
-        return;
-    }
-    if (L.reads >= 2) {
-        /* a read's time: the poll's reads from its start to the one that saw the CQE */
-        const uint32_t per = (uint32_t)(L.t_seen - L.t_poll0) / L.reads; /* 32-bit: no 64-bit division */
-        if (per > 200 && per < 4000) ph.period = (7 * ph.period + per) / 8;
-    }
-    const uint64_t w0 = L.t_seen - L.t_db;
-    uint64_t w = w0;
-    if (L.delayed && L.valid && w < RL_PHASE_MAX_NS) {
-        if (!ph.locked) {
-            /* each step's largest sample is left out: one stall (the host, the NIC thread)
-             * should not decide the scan */
-            ph.sum += w;
-            if (w > ph.max) ph.max = w;
-            if (++ph.n == RL_PHASE_SAMPLES) {
-                if (ph.sum - ph.max < ph.best_sum) {
-                    ph.best_sum = ph.sum - ph.max;
-                    ph.best_step = ph.step;
-                }
-                ph.n = 0;
-                ph.sum = ph.max = 0;
-                if (++ph.step == RL_PHASE_STEPS) {
-                    ph.locked = 1;
-                    ph.ref_mean = 0;
-                    /* the wait stays as chosen while locked (the read's measured time may
-                     * wander a little; the phase it found does not) */
-                    ph.wait = ph.best_step * ph.period / RL_PHASE_STEPS;
-                    /* for the run's report (abi.h rl_control) */
-                    rl_st32_sys(&ctl->poll_wait_ns, ph.wait);
-                    rl_st32_sys(&ctl->poll_read_ns, ph.period);
-                    rl_st32_sys(&ctl->poll_scans, ++ph.scans);
-                }
-            }
-        } else {
-            /* a sample counts at most a read over the reference: the drift test asks whether
-             * messages now come a read later than they did, not how long a rare stall was */
-            if (ph.ref_mean != 0 && w > ph.ref_mean + ph.period) w = ph.ref_mean + ph.period;
-            ph.win_sum += w;
-            if (++ph.win_n == RL_PHASE_WINDOW) {
-                /* the first window after the scan is the reference (the scan's own means are
-                 * of few samples, the least of them biased low) */
-                const uint64_t mean = ph.win_sum / RL_PHASE_WINDOW;
-                ph.win_n = 0;
-                ph.win_sum = 0;
-                if (ph.ref_mean == 0 || mean < ph.ref_mean)
-                    ph.ref_mean = mean;
-                else if (mean > ph.ref_mean + ph.period / 4)
-                    rl_phase_rescan(ph);
-            }
-            if (++ph.since == RL_PHASE_RESCAN) rl_phase_rescan(ph);
-        }
-    }
-    L.delta = ph.locked ? ph.wait : ph.step * ph.period / RL_PHASE_STEPS;
-#ifdef RL_PHASE_FIXED_NS /* measurement only: this wait after every doorbell, no scan */
-    L.delta = RL_PHASE_FIXED_NS;
-#endif
-    /* wait only where the next message should come well after the wait and one more read,
-     * as this one did: not under periodic traffic that leaves less (a 3 us syndrome cycle
-     * with a 2.5 us decode), where waiting would only add to each message */
-    L.wait = L.valid && w0 < RL_PHASE_MAX_NS && w0 > L.delta + ph.period;
-}
-#endif
-
 /* Warp 0, after a message's answer: the chain's idle forms (kernels/stages/stage.cuh), unless
  * messages queue (this one was there at its poll's first read): their time then comes out of
  * the wait for the next message, not out of a waiting message's. */
-#ifndef RL_IDLE /* 0: never run the idle forms (measurement) */
-#define RL_IDLE 1
-#endif
 __device__ __forceinline__ void rl_idle(const struct rl_loop &L, const struct rl_transceiver_desc &d) {
-#if RL_IDLE && RL_CHAIN_IDLE
+#if RL_CHAIN_IDLE
     if (!L.busy) rl_run_chain_idle((void *)d.stage_state);
 #else
     (void)L;
@@ -964,17 +753,6 @@ __device__ __forceinline__ void rl_answer_after(struct rl_loop &L, const struct 
 #ifdef RL_PROFILE
                 c.z = RL_PROFILE_A == 8 ? (uint32_t)L.p_gap : (uint32_t)(L.t_loaded - L.p_seen);
                 c.w = RL_PROFILE_B == 8 ? (uint32_t)L.p_gap : (uint32_t)(L.t_written - L.p_seen);
-#elif defined(RL_GAP_DEBUG)
-                /* measurement only: the PCIe reads this message's poll took (a pre-poll's
-                 * included), and the time from the doorbell before to the CQE seen: under load,
-                 * what each message costs the data path besides its turnaround */
-                c.z = L.reads;
-                c.w = (uint32_t)(L.t_seen - L.t_db);
-#elif defined(RL_PHASE_DEBUG) && RL_PHASE_LOCK
-                /* measurement only: the wait this message's poll began with, and the time from
-                 * the doorbell before to the CQE seen (in the profile words) */
-                c.z = L.delayed ? L.delta + 1 : 1;
-                c.w = (uint32_t)(L.t_seen - L.t_db);
 #else
                 c.z = 0;
                 c.w = 0;
@@ -1012,24 +790,14 @@ __device__ __forceinline__ void rl_answer_after(struct rl_loop &L, const struct 
             }
         }
         if (give_up != 0 && L.stop == 0) L.stop = 1;
-#if RL_PHASE_LOCK
-        rl_phase_update(L, ctl);
-#endif
     }
     L.range_first = __shfl_sync(0xffffffffu, L.range_first, 0);
     L.stop = __shfl_sync(0xffffffffu, L.stop, 0);
-#if RL_FLOOD_EXIT
     if (__builtin_expect(L.exit_due, 0)) {
         L.exit_due = 0;
         if (__shfl_sync(0xffffffffu, L.exit_v, RL_EXIT_LANE) != 0 && L.stop == 0) L.stop = 1;
     }
-#endif
     L.ck = rl_check_keys_of((L.sq.pi - L.range_first) * 4 + lane);
-#if RL_PHASE_LOCK
-    L.t_db = __shfl_sync(0xffffffffu, t_db, 0);
-    L.delta = __shfl_sync(0xffffffffu, L.delta, 0);
-    L.wait = __shfl_sync(0xffffffffu, L.wait, 0);
-#endif
 }
 
 /* Warp 0: answers (step 4), then re-posts, consumes and stamps (step 5). */
@@ -1110,13 +878,6 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
 #endif
     uint32_t have_pre = 0; /* RL_PREPOLL: warp 1 was asked to read the next message */
     L.busy = 0;
-    L.t_db = L.t_poll0 = 0;
-    L.delta = L.wait = L.delayed = L.reads = 0;
-#if RL_PHASE_LOCK
-    L.ph.period = 1150;
-    L.ph.scans = L.ph.wait = 0;
-    rl_phase_rescan(L.ph);
-#endif
 
     if (tid == 0) {
         /* the host posted the receive queue before the launch */
@@ -1131,8 +892,8 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
             /* Warp 0 serves messages until one needs the block, or the host says stop. */
             for (;;) {
                 const uint32_t got = rl_receive(L, d, ctl, buf_a, cqe_sh, &pp, have_pre, lane);
-#if RL_FAST_PATH >= 2 && RL_FAST_REGS
-                /* the common message, answered on the fast path (RL_FAST_PATH 2) */
+#if RL_CHAIN_REGS
+                /* the common message, answered on the fast path */
                 if (__builtin_expect(got == 3, 1)) {
 #ifdef RL_TEST_STALL
                     /* test hook (ROCELINK_TEST_STALL_KERNEL): hang without a heartbeat */
@@ -1170,7 +931,7 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
                     if (rl_globaltimer() == 0) break;
                 }
 #endif
-#if RL_REG_PATH && RL_CHAIN_REGS
+#if RL_CHAIN_REGS
                 if (L.in_regs) {
                     /* 3+4 in registers: lane m takes the request's bytes 16m.. from the lane of the
                      * poll's read that holds them (lanes 0..15 matter: <= 256 bytes) */
