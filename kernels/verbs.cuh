@@ -407,8 +407,8 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) 
  * WQEs written since the caller's last system-scope release fence, with their check:
  * `range_check` (lane 0's running XOR over the range, which this adds the warp's `check`
  * to: every lane's part from rl_dev_verbs_wqe_prepare_send_inline_warp). The NIC executes
- * them once their bytes give that check, so the doorbell need not wait the ~0.55 us a fence
- * takes for the WQE stores to land. The range is at most 16 WQEBBs (the caller fences, after
+ * them once their bytes give that check, so the doorbell need not wait for a fence, which
+ * waits for the WQE stores to land (decisions.md: the checked doorbell). The range is at most 16 WQEBBs (the caller fences, after
  * a warp barrier, before it would grow past that, and then starts a new range at sq->pi).
  * A WQE that gathers has the gathered bytes' check in `check` too (rl_dev_verbs_put_gather_warp,
  * written since the last fence as well). Warp scope: every lane calls it; lane 0 stores.

@@ -14,6 +14,10 @@ pub const FILES: &[(&str, &str)] = &[
     ("../abi.h", include_str!("../../../kernels/abi.h")),
     ("stage.cuh", include_str!("../../../kernels/stages/stage.cuh")),
     ("blossom.cuh", include_str!("../../../kernels/stages/blossom.cuh")),
+    // the transceiver's parts (kernels/transceiver.cu includes them)
+    ("transceiver/poll.cuh", include_str!("../../../kernels/transceiver/poll.cuh")),
+    ("transceiver/dispatch.cuh", include_str!("../../../kernels/transceiver/dispatch.cuh")),
+    ("transceiver/answer.cuh", include_str!("../../../kernels/transceiver/answer.cuh")),
 ];
 
 const TRANSCEIVER: &str = include_str!("../../../kernels/transceiver.cu");
