@@ -29,6 +29,7 @@ use super::drive::{drive, StopReason, Target};
 pub use super::error::RunError;
 use crate::backend::{spawn_backend, LoopConfig, RunningBackend};
 use crate::env::Environment;
+use crate::gpu::kernels::KernelOptions;
 pub use crate::report::{summary_text, FlowReport, PollPhase, RunReport, TapReport};
 use crate::latency::{Analysis, Summary};
 use crate::mem::SharedMem;
@@ -44,7 +45,7 @@ use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How to run.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// A progress line on stderr a few times a second.
     pub progress: bool,
@@ -52,6 +53,9 @@ pub struct RunOptions {
     /// default; `Mmio` builds the GPU kernel with `RL_DOORBELL_MMIO`). An experiment switch:
     /// the command line takes it from `ROCELINK_DOORBELL`.
     pub doorbell: DoorbellMode,
+    /// How a GPU backend's persistent kernel is built (the command line takes it from
+    /// `ROCELINK_KERNEL_THREADS`, `ROCELINK_KERNEL_DEFINES`, `ROCELINK_TEST_STALL_KERNEL`).
+    pub kernel: KernelOptions,
 }
 
 /// The exit status of `rocelink run` for `r`: 1 for a fault or a problem, 130 when
@@ -281,7 +285,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
 
     // 3. The backend, running the fused chain.
     let chain: Vec<_> = plan.chain.iter().map(|(_, s)| s.clone()).collect();
-    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: DEFAULT_HOST_QP, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell }) {
+    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: DEFAULT_HOST_QP, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell, kernel: opts.kernel.clone() }) {
         Ok(b) => running.backend = Some(b),
         Err(e) => return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() })),
     }
