@@ -408,10 +408,11 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) 
  * `range_check` (lane 0's running XOR over the range, which this adds the warp's `check`
  * to: every lane's part from rl_dev_verbs_wqe_prepare_send_inline_warp). The NIC executes
  * them once their bytes give that check, so the doorbell need not wait for a fence, which
- * waits for the WQE stores to land (decisions.md: the checked doorbell). The range is at most 16 WQEBBs (the caller fences, after
- * a warp barrier, before it would grow past that, and then starts a new range at sq->pi).
- * A WQE that gathers has the gathered bytes' check in `check` too (rl_dev_verbs_put_gather_warp,
- * written since the last fence as well). Warp scope: every lane calls it; lane 0 stores.
+ * waits for the WQE stores to land (decisions.md: the checked doorbell). The range is at most
+ * 16 WQEBBs (the caller fences, after a warp barrier, before it would grow past that, and then
+ * starts a new range at sq->pi). A WQE that gathers has the gathered bytes' check in `check`
+ * too (rl_dev_verbs_put_gather_warp, written since the last fence as well). Warp scope: every
+ * lane calls it; lane 0 stores.
  */
 __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl_dev_sq *sq, uint32_t range_first, uint64_t &range_check,
                                                                       uint64_t check) {
