@@ -30,7 +30,7 @@ pub use super::error::RunError;
 use crate::backend::{spawn_backend, LoopConfig, RunningBackend};
 use crate::env::Environment;
 use crate::gpu::kernels::KernelOptions;
-pub use crate::report::{summary_text, FlowReport, PollPhase, RunReport, TapReport};
+pub use crate::report::{summary_text, FlowReport, RunReport, TapReport};
 use crate::latency::{Analysis, Summary};
 use crate::mem::SharedMem;
 use crate::nic::{Access, DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic};
@@ -38,7 +38,6 @@ use crate::ops::host::{self, HostThread};
 use crate::ops::{Build, Finished, HostContext, HostOperator, Live, Message, Outputs};
 use crate::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
 use crate::rings::{QpMemory, QpSizes};
-use crate::settings::Backend;
 use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 
 /// How long each part gets to stop.
@@ -408,7 +407,6 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         problems: Vec::new(),
         files: Vec::new(),
         qec: qec_report,
-        poll_phase: matches!(backend, Backend::Gpu(_)).then(|| PollPhase::read(&q)),
         analysis: None,
     };
 
