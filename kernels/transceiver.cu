@@ -221,7 +221,8 @@ struct rl_loop {
     /* the poll's last read (each lane's 16 bytes: the CQE line, then the predicted slot's
      * bytes) and whether it holds the whole request, valid and unpoisoned (the register
      * path): in_regs 1 from the slot's bytes (lane 4 + m holds bytes 16m..), 2 from the CQE's
-     * inline bytes (lane m); 3 (the fast path): `v` is the request itself, lane m bytes 16m.. */
+     * inline bytes (lane m); 3: the fast path took the message (rl_receive sets 0..2 again
+     * before any other message is dispatched) */
     uint4 v;
     uint32_t in_regs;
     /* lane 0 */

@@ -51,7 +51,8 @@ __device__ __forceinline__ uint32_t rl_dispatch_warp(struct rl_loop &L, const st
 #if RL_CHAIN_REGS
     if (L.in_regs) {
         /* 3+4 in registers: lane m takes the request's bytes 16m.. from the lane of the poll's
-         * read that holds them (lanes 0..15 matter: <= 256 bytes) */
+         * read that holds them (lanes 0..15 matter: <= 256 bytes). (in_regs is never 3 here; the
+         * test stays: without it the compiler schedules the whole loop otherwise, unmeasured.) */
         uint4 c = L.v;
         if (L.in_regs != 3) {
             const uint32_t src = ((L.in_regs == 1 ? 4u : 0u) + lane) & 31u;
