@@ -53,7 +53,7 @@ impl Default for KernelOptions {
 impl KernelOptions {
     /// Why `threads` cannot be a block size of the kernel, if it cannot.
     pub fn check(&self) -> Result<(), String> {
-        if self.threads < 32 || self.threads > 1024 || self.threads % 32 != 0 {
+        if self.threads < 32 || self.threads > 1024 || !self.threads.is_multiple_of(32) {
             return Err(format!("the transceiver kernel's block size must be a multiple of 32 from 32 to 1024, not {}", self.threads));
         }
         Ok(())
