@@ -63,7 +63,7 @@ typedef int int32_t;
 /** Receives kept posted: the FPGA keeps at most this many slots in flight (PROTOCOLS.md 2.3). */
 #define RL_MAX_IN_FLIGHT 64u
 /**
- * Receive in one PCIe round (transceiver RL_POLL_MODE 3, the default): the poller reads the whole CQE and
+ * Receive in one PCIe round (kernels/transceiver/poll.cuh): the poller reads the whole CQE and
  * the first RL_SPEC_BYTES of the slot the peer should write next in the same read. A read of
  * host memory is not one snapshot by contract, so the consumer writes RL_SPEC_POISON into
  * every 32-bit word it may read that way once it has consumed it (CQE bytes 0..47, the slot's
@@ -302,13 +302,7 @@ struct rl_control {
     uint32_t state;
     uint32_t error;
     uint32_t dropped;    /* messages the data path refused (bad slot, bad header) */
-    /* the poll's phase lock (transceiver RL_PHASE_LOCK); writer: the data path, each time a
-     * scan chooses a wait (posted writes, not ordered with anything); reader: the host, after
-     * the run. poll_scans 0: no scan finished (messages queued, or too few of them). */
-    uint32_t poll_wait_ns; /* the wait after each doorbell before the first poll read */
-    uint32_t poll_read_ns; /* one poll read's time, measured */
-    uint32_t poll_scans;   /* scans finished */
-    uint32_t rsvd1[22];
+    uint32_t rsvd1[25];
 };
 
 /**

@@ -1,16 +1,16 @@
 /*
  * kernels/probe.cu — the GPU floors and the launch-per-message path of the benchmark.
  *
- *   rl_probe_pingpong: the raw mapped-memory ping-pong (PERF.md's floor). One thread polls one
- *     word of pinned host memory (`ping`) and writes each new value back to `pong`; the host
- *     measures the round trip. 0xffffffff ends it. The exit value is the only exit: the host
- *     always writes it.
+ *   rl_probe_pingpong: the raw mapped-memory ping-pong (the GPU paths' floor, DESIGN.md
+ *     "Measuring"). One thread polls one word of pinned host memory (`ping`) and writes each
+ *     new value back to `pong`; the host measures the round trip. 0xffffffff ends it. The exit
+ *     value is the only exit: the host always writes it.
  *   rl_probe_pingpong_fenced: the same with __threadfence_system() after the store. Polling
  *     again right after the store sends a read that reaches host memory before the host's
  *     next write, so a round trip waits for a second read; the fence holds the next read
- *     until the store is done, and the round trip costs one read (PERF.md "Lessons"). Which
- *     is cheaper depends on the host: the benchmark measures both and takes the better one
- *     as the floor.
+ *     until the store is done, and the round trip costs one read. Which is cheaper depends on
+ *     the host: the benchmark measures both and takes the better one as the floor
+ *     (decisions.md: the fence in the floor probe).
  *   rl_echo_once: the CPU-driven approach the persistent kernel replaces: one launch per
  *     message runs the stage chain on a request in mapped memory and writes the answer and
  *     its length back to mapped memory; the host launches, synchronises, then sends.

@@ -27,8 +27,8 @@
  * Memory: the rings live in pinned host memory mapped into the GPU (software NIC) or in GPU
  * memory (real NIC with GPUDirect). Every load of a word the NIC writes is a volatile
  * (relaxed, system-scope) load, every fence is system scope, because the other side is across
- * PCIe. Each dependent read of host memory costs a PCIe round trip (~1.1 us on the project's
- * machine, PERF.md): functions here issue independent loads together.
+ * PCIe. Each dependent read of host memory costs a PCIe round trip (about a microsecond):
+ * functions here issue independent loads together.
  */
 #ifndef ROCELINK_VERBS_CUH
 #define ROCELINK_VERBS_CUH
@@ -60,33 +60,15 @@ __device__ __forceinline__ uint4 rl_ld16_sys(const void *p) {
     return v;
 }
 
-/** An acquire load at system scope: later loads see at least what the writer published. */
-__device__ __forceinline__ uint32_t rl_ld32_acquire_sys(const void *p) {
-    uint32_t v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
 /*
- * Loads of data published by the NIC, issued after the acquire (RL_DATA_LOAD, measured in
- * latency-reports/): 2 (default) weak loads (ld.global): the acquire fence already orders them
- * after the flag (PTX's flag/data pattern; it also empties L1), and weak loads of one thread
- * are in flight together; 0 volatile, 1 ld.global.cv: both compile to strong system-scope
- * loads (LDG.STRONG.SYS), which one thread issues one after the other: two per lane read a
- * 1 KiB message in two PCIe round trips, 2.7 us instead of 1.3 (measured).
+ * A load of data published by the NIC, issued after the acquire: a weak load (ld.global). The
+ * acquire fence already orders it after the flag (PTX's flag/data pattern; it also empties
+ * L1), and one thread's weak loads are in flight together, where strong system-scope loads
+ * (volatile, .cv) go one after the other (decisions.md: data loads after the acquire).
  */
-#ifndef RL_DATA_LOAD
-#define RL_DATA_LOAD 2
-#endif
 __device__ __forceinline__ uint4 rl_ld16_data(const void *p) {
     uint4 v;
-#if RL_DATA_LOAD == 2
     asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-#elif RL_DATA_LOAD == 1
-    asm volatile("ld.global.cv.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-#else
-    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
-#endif
     return v;
 }
 
@@ -110,47 +92,14 @@ __device__ __forceinline__ void rl_st64_sys(void *p, uint64_t v) {
 }
 
 /*
- * Fences across PCIe. RL_FENCE_MODE picks the instructions (measured in latency-reports/):
- *   0: fence.acq_rel.sys on both sides;
- *   1: fence.acquire.sys after seeing a flag, fence.release.sys before publishing one
- *      (PTX 8.6, sm_90): one-directional, so cheaper where the hardware can tell.
+ * Fences across PCIe, one-directional (PTX 8.6, sm_90): fence.acquire.sys after seeing a flag,
+ * fence.release.sys before publishing one; cheaper than fence.acq_rel.sys on both sides
+ * (decisions.md: one-way fences).
  */
-#ifndef RL_FENCE_MODE
-#define RL_FENCE_MODE 1
-#endif
 /** Acquire side of a flag/data handoff across PCIe: after seeing the flag, before the data. */
-__device__ __forceinline__ void rl_fence_acquire_sys(void) {
-#if RL_FENCE_MODE == 1
-    asm volatile("fence.acquire.sys;" ::: "memory");
-#else
-    asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void rl_fence_acquire_sys(void) { asm volatile("fence.acquire.sys;" ::: "memory"); }
 /** Release side: after writing the data, before publishing the flag. */
-__device__ __forceinline__ void rl_fence_release_sys(void) {
-#if RL_FENCE_MODE == 1
-    asm volatile("fence.release.sys;" ::: "memory");
-#else
-    asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
-}
-
-/*
- * RL_FENCE_AFTER_DOORBELL (measurement only): __threadfence_system() after each doorbell's
- * last store (rl_dev_verbs_submit_proxy, _checked_warp, rl_dev_verbs_ring_db_mmio_ctrl). A
- * fence after the raw ping-pong's store cut its round trip by about one PCIe read
- * (kernels/probe.cu: the next poll's read leaves once the store landed, not before the answer
- * can be there); this switch asks whether the data path's next poll gains the same way.
- * 0 (the default): no fence there (nothing the NIC reads needs one).
- */
-#ifndef RL_FENCE_AFTER_DOORBELL
-#define RL_FENCE_AFTER_DOORBELL 0
-#endif
-__device__ __forceinline__ void rl_dev_verbs_after_doorbell(void) {
-#if RL_FENCE_AFTER_DOORBELL
-    __threadfence_system();
-#endif
-}
+__device__ __forceinline__ void rl_fence_release_sys(void) { asm volatile("fence.release.sys;" ::: "memory"); }
 
 /* ---- completion queues ------------------------------------------------------------- */
 
@@ -172,41 +121,21 @@ struct rl_dev_cqe {
 };
 
 /**
- * Polls the CQE at `cq->ci` once: one 16-byte load of bytes 48..63 (op_own is byte 63).
- * Returns 1 when the entry is valid for this pass (owner bit == (ci / entries) & 1 and the
- * opcode is not INVALID) and issues the acquire fence, so the caller may then read the rest
- * of the entry and the data it describes. Returns 0 otherwise. Thread scope.
+ * Polls the CQE at `cq->ci` once: one 16-byte volatile load of bytes 48..63 (op_own is byte
+ * 63). Returns 1 when the entry is valid for this pass (owner bit == (ci / entries) & 1 and
+ * the opcode is not INVALID) and issues the acquire fence, so the caller may then read the
+ * rest of the entry and the data it describes. Returns 0 otherwise. Thread scope. (The
+ * transceiver polls without it: the whole entry and the predicted slot's first bytes in one
+ * read, checked against the poison, abi.h RL_SPEC_BYTES; decisions.md: how the CQE is polled.)
  */
-/*
- * RL_POLL_MODE: how the owner byte is polled (measured in latency-reports/):
- *   0: a 16-byte volatile load of bytes 48..63, then fence.acquire.sys when valid;
- *   1: an acquire load of bytes 60..63 (ld.acquire.sys): no separate fence; `tail` then holds
- *      only bytes 60..63 (in .w): the caller reads bytes 48..59 with the rest of the entry;
- *   3: the default of kernels/transceiver.cu, which then polls without this function: the
- *      whole entry and the predicted slot's first bytes in the polling read, checked against
- *      the poison (abi.h RL_SPEC_BYTES); this function keeps mode 0's behaviour.
- */
-#ifndef RL_POLL_MODE
-#define RL_POLL_MODE 3
-#endif
 __device__ __forceinline__ int rl_dev_verbs_poll_cq_at(const struct rl_dev_cq *cq, uint32_t ci, uint4 *tail) {
     const uint8_t *cqe = cq->ring + (size_t)(ci & (cq->entries - 1)) * RL_CQE_SIZE;
-#if RL_POLL_MODE == 1
-    uint32_t w = rl_ld32_acquire_sys(cqe + 60);
-    uint8_t op_own = (uint8_t)(w >> 24);
-    if ((op_own >> 4) == RL_CQE_INVALID || (op_own & RL_CQE_OWNER_MASK) != ((ci / cq->entries) & 1)) return 0;
-    *tail = make_uint4(0, 0, 0, w);
-    return 1;
-#else
     uint4 t = rl_ld16_sys(cqe + 48);
     uint8_t op_own = (uint8_t)(t.w >> 24);
     if ((op_own >> 4) == RL_CQE_INVALID || (op_own & RL_CQE_OWNER_MASK) != ((ci / cq->entries) & 1)) return 0;
-#ifndef RL_EXPERIMENT_NO_ACQUIRE_FENCE /* measurement only */
     rl_fence_acquire_sys();
-#endif
     *tail = t;
     return 1;
-#endif
 }
 
 /** Reads bytes 32..47 of a CQE the caller saw valid (after the acquire) and decodes it. */
@@ -467,12 +396,9 @@ __device__ __forceinline__ uint64_t rl_dev_verbs_wqe_prepare_write(const struct 
  * engine polls (abi.h rl_proxy_doorbell). Thread scope; all writes are posted (no read).
  */
 __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) {
-#ifndef RL_EXPERIMENT_NO_RELEASE_FENCE /* measurement only: what the fence costs */
     rl_fence_release_sys();
-#endif
     rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
     rl_st64_sys(sq->proxy, sq->pi & RL_DB_PI_MASK);
-    rl_dev_verbs_after_doorbell();
 }
 
 /**
@@ -481,11 +407,12 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy(struct rl_dev_sq *sq) 
  * WQEs written since the caller's last system-scope release fence, with their check:
  * `range_check` (lane 0's running XOR over the range, which this adds the warp's `check`
  * to: every lane's part from rl_dev_verbs_wqe_prepare_send_inline_warp). The NIC executes
- * them once their bytes give that check, so the doorbell need not wait the ~0.55 us a fence
- * takes for the WQE stores to land. The range is at most 16 WQEBBs (the caller fences, after
- * a warp barrier, before it would grow past that, and then starts a new range at sq->pi).
- * A WQE that gathers has the gathered bytes' check in `check` too (rl_dev_verbs_put_gather_warp,
- * written since the last fence as well). Warp scope: every lane calls it; lane 0 stores.
+ * them once their bytes give that check, so the doorbell need not wait for a fence, which
+ * waits for the WQE stores to land (decisions.md: the checked doorbell). The range is at most
+ * 16 WQEBBs (the caller fences, after a warp barrier, before it would grow past that, and then
+ * starts a new range at sq->pi). A WQE that gathers has the gathered bytes' check in `check`
+ * too (rl_dev_verbs_put_gather_warp, written since the last fence as well). Warp scope: every
+ * lane calls it; lane 0 stores.
  */
 __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl_dev_sq *sq, uint32_t range_first, uint64_t &range_check,
                                                                       uint64_t check) {
@@ -496,7 +423,6 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl
         rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
         rl_st64_sys(sq->proxy, (uint64_t)(sq->pi & RL_DB_PI_MASK) | ((uint64_t)((sq->pi - range_first - 1) & RL_DB_LAST_MASK) << RL_DB_LAST_SHIFT) |
                                    (1ull << RL_DB_CHECKED_BIT) | (range_check >> RL_DB_CHECK_SHIFT << RL_DB_CHECK_SHIFT));
-        rl_dev_verbs_after_doorbell();
     }
 }
 
@@ -505,18 +431,17 @@ __device__ __forceinline__ void rl_dev_verbs_submit_proxy_checked_warp(struct rl
  * (the WQEs and what they gather are visible first), doorbell record, release fence (the
  * record before the doorbell: they go to different places, host memory and the device's
  * BAR), then `ctrl8`, the last WQE's first 8 control-segment bytes as they lie in memory
- * (rl_dev_verbs_ctrl's .x then .y), into the UAR (PROTOCOLS.md 4). No fence after it (unless
- * RL_FENCE_AFTER_DOORBELL, for measurement): nothing
+ * (rl_dev_verbs_ctrl's .x then .y), into the UAR (PROTOCOLS.md 4). No fence after it: nothing
  * the NIC reads for this doorbell is written later, and the next doorbell's first fence
  * orders this one before anything after (a GPU has no write-combining buffer to flush, which
- * is what rdma-core's CPU path flushes there). Thread scope.
+ * is what rdma-core's CPU path flushes there; decisions.md: a fence after the doorbell).
+ * Thread scope.
  */
 __device__ __forceinline__ void rl_dev_verbs_ring_db_mmio_ctrl(struct rl_dev_sq *sq, uint64_t ctrl8) {
     rl_fence_release_sys();
     rl_st32_sys(sq->dbrec, rl_bswap32(sq->pi & 0xffff));
     rl_fence_release_sys();
     rl_st64_sys((uint64_t *)sq->uar, ctrl8);
-    rl_dev_verbs_after_doorbell();
 }
 
 /**
@@ -528,16 +453,14 @@ __device__ __forceinline__ void rl_dev_verbs_ring_db_mmio(struct rl_dev_sq *sq, 
     rl_dev_verbs_ring_db_mmio_ctrl(sq, *(const uint64_t *)rl_dev_verbs_get_wqe_ptr(sq, last));
 }
 
-/** Send CQ entries read per reap, all in one PCIe round. */
-#ifndef RL_SCQ_BATCH
+/** Send CQ entries read per reap, all in one PCIe round (decisions.md: send completions
+ * reaped in one round). */
 #define RL_SCQ_BATCH 8
-#endif
 
 /** Reaps send completions: reads the owner chunks (bytes 48..63) of the next RL_SCQ_BATCH
- * send CQ entries with every load in flight (one PCIe round, not one per entry: reaping
- * entry by entry cost ~1.2 us each and put a multi-microsecond stall in front of every
- * ~30th message, measured as the p99), then consumes them in order up to the first one the
- * NIC has not written. Everything used (op_own, wqe_counter) is in the chunk that carries
+ * send CQ entries with every load in flight (one PCIe round, not one dependent read per
+ * entry, which put a stall in front of every ~30th message), then consumes them in order up
+ * to the first one the NIC has not written. Everything used (op_own, wqe_counter) is in the chunk that carries
  * the owner byte, which the NIC writes last. Returns CQEs consumed. Thread scope. */
 __device__ __forceinline__ uint32_t rl_dev_verbs_poll_send_cq(struct rl_dev_sq *sq, struct rl_dev_cq *scq, uint32_t *errors) {
     uint4 t[RL_SCQ_BATCH];

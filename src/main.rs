@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use rocelink_operator::echo::{self, EchoConfig};
+use rocelink_operator::gpu::kernels::KernelOptions;
 use rocelink_operator::nic::DoorbellMode;
 use rocelink_operator::settings::{BackendKind, Cores, PeerMode, Spin, WireKind};
 use rocelink_operator::{graph, report};
@@ -305,15 +306,40 @@ fn doorbell() -> anyhow::Result<DoorbellMode> {
     }
 }
 
+/// How a GPU backend's persistent kernel is built, from the environment (docs/gpu.md), read
+/// here, at the edge, and passed down to every run (`graph::RunOptions::kernel`):
+/// `ROCELINK_KERNEL_THREADS` (the block size, a multiple of 32 up to 1024; default 128),
+/// `ROCELINK_KERNEL_DEFINES` (more `-D` options, whitespace-separated: the kernel's kept
+/// switches), `ROCELINK_TEST_STALL_KERNEL` (set: the watchdog's test, a kernel that stalls).
+fn kernel_options() -> anyhow::Result<KernelOptions> {
+    let mut k = KernelOptions::default();
+    match std::env::var("ROCELINK_KERNEL_THREADS") {
+        Err(std::env::VarError::NotPresent) => {}
+        Ok(v) => {
+            k.threads = v.trim().parse().map_err(|_| anyhow::anyhow!("ROCELINK_KERNEL_THREADS `{v}`: want a number of threads"))?;
+            k.check().map_err(|e| anyhow::anyhow!("ROCELINK_KERNEL_THREADS: {e}"))?;
+        }
+        Err(e) => anyhow::bail!("ROCELINK_KERNEL_THREADS: {e}"),
+    }
+    match std::env::var("ROCELINK_KERNEL_DEFINES") {
+        Err(std::env::VarError::NotPresent) => {}
+        Ok(v) => k.defines = v.split_whitespace().map(String::from).collect(),
+        Err(e) => anyhow::bail!("ROCELINK_KERNEL_DEFINES: {e}"),
+    }
+    k.test_stall = std::env::var_os("ROCELINK_TEST_STALL_KERNEL").is_some();
+    Ok(k)
+}
+
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     let doorbell = doorbell()?;
+    let kernel = kernel_options()?;
     match cmd {
         Cmd::Run { graph, sets, json, quiet } => {
             let mut plan = graph::plan_file(&graph, &overrides(&sets)?)?;
             if let Some(j) = json {
                 plan.json = Some(j);
             }
-            let r = graph::run(&plan, &graph::RunOptions { progress: !quiet, doorbell })?;
+            let r = graph::run(&plan, &graph::RunOptions { progress: !quiet, doorbell, kernel })?;
             print!("{}", graph::run::summary_text(&r));
             Ok(ended(&r))
         }
@@ -350,6 +376,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 progress: !quiet,
                 backend,
                 doorbell,
+                kernel,
                 json: json.clone(),
                 ..EchoConfig::default()
             };
@@ -387,6 +414,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 name,
                 gpu,
                 doorbell,
+                kernel,
             };
             let r = rocelink_operator::bench::run_bench(&cfg)?;
             print!("{}", rocelink_operator::bench::write::markdown(&r, &cfg.name));
@@ -411,6 +439,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 cores: cores.unwrap_or_default(),
                 spin,
                 doorbell,
+                kernel,
             };
             let r = qec::run_bench_qec(&cfg)?;
             print!("{}", qec::markdown(&r, &cfg.name));

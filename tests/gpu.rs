@@ -64,21 +64,9 @@ fn assert_clean(r: &serde_json::Value, count: u64) {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn gpu_echo_inproc_100k_messages() {
-    let (ok, r, text) = echo("inproc", &["--backend", "gpu", "--wire", "inproc", "--count", "100000", "--size", "64"], &[]);
+    let (ok, r, _) = echo("inproc", &["--backend", "gpu", "--wire", "inproc", "--count", "100000", "--size", "64"], &[]);
     assert!(ok);
     assert_clean(&r, 100_000);
-    // The default build polls from each doorbell on (the phase lock is off): no wait chosen.
-    assert_eq!(r["poll_phase"]["scans"].as_u64(), Some(0), "{r}");
-    assert!(text.contains("poll phase: no wait chosen"), "{text}");
-    // With the lock (a compile-time switch), a closed loop is where it works: it finishes a
-    // scan and chooses a wait within one read, and the report says so.
-    let (ok, r, text) = echo("inproc-lock", &["--backend", "gpu", "--wire", "inproc", "--count", "5000", "--size", "64"], &[("ROCELINK_KERNEL_DEFINES", "-DRL_PHASE_LOCK=1")]);
-    assert!(ok);
-    assert_clean(&r, 5000);
-    let p = &r["poll_phase"];
-    let (wait, read, scans) = (p["wait_ns"].as_u64().unwrap(), p["read_ns"].as_u64().unwrap(), p["scans"].as_u64().unwrap());
-    assert!(scans >= 1 && read > 0 && wait < read, "{r}");
-    assert!(text.contains("poll phase: first read"), "{text}");
 }
 
 #[test]

@@ -13,6 +13,7 @@ use rocelink_wire::roce;
 use rocelink_wire::rpc;
 
 use crate::backend::BackendKind;
+use crate::gpu::kernels::KernelOptions;
 use crate::graph::compile::PeerPlan;
 use crate::graph::{compile, load, Graph, GraphErrors, Override, RunOptions};
 use crate::nic::DoorbellMode;
@@ -53,6 +54,8 @@ pub struct EchoConfig {
     pub chain: Vec<StageSpec>,
     /// How sends are rung ([`RunOptions::doorbell`]).
     pub doorbell: DoorbellMode,
+    /// How a GPU backend's kernel is built ([`RunOptions::kernel`]).
+    pub kernel: KernelOptions,
     /// Where the run writes its report as JSON, as a graph's `outputs.json` (a file that
     /// cannot be written is one of the report's problems).
     pub json: Option<PathBuf>,
@@ -77,6 +80,7 @@ impl Default for EchoConfig {
             backend: BackendKind::Auto,
             chain: vec![StageSpec::Echo],
             doorbell: DoorbellMode::Proxy,
+            kernel: KernelOptions::default(),
             json: None,
         }
     }
@@ -201,7 +205,7 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     if cfg.chain.is_empty() {
         return Err(EchoError::Config("the stage chain is empty: the transceiver would answer nothing".into()));
     }
-    crate::graph::run(&plan(cfg)?, &RunOptions { progress: cfg.progress, doorbell: cfg.doorbell })
+    crate::graph::run(&plan(cfg)?, &RunOptions { progress: cfg.progress, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() })
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@ use crate::env::Environment;
 use crate::hsb::PeerStats;
 use crate::latency::{us, Analysis, Counts, Summary};
 use crate::nic::NicStats;
-use crate::rings::QpMemory;
 
 pub mod qec;
 
@@ -68,36 +67,8 @@ pub struct RunReport {
     /// A QEC graph's decoding results (absent from other graphs' reports).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub qec: Option<QecReport>,
-    /// The persistent GPU kernel's poll phase lock (absent for other backends).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub poll_phase: Option<PollPhase>,
     #[serde(skip)]
     pub analysis: Option<Analysis>,
-}
-
-/// What the persistent kernel's poll phase lock chose (abi.h rl_control, kernels/transceiver.cu
-/// RL_PHASE_LOCK, off unless built with `-DRL_PHASE_LOCK=1`): the wait after each doorbell
-/// before its first poll read, and one read's time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct PollPhase {
-    pub wait_ns: u32,
-    pub read_ns: u32,
-    /// Scans finished; 0: none (the lock is off, or messages queued throughout, or too few of
-    /// them).
-    pub scans: u32,
-}
-
-impl PollPhase {
-    /// What the data path left in the run control block.
-    pub fn read(q: &QpMemory) -> PollPhase {
-        let m = &q.mem;
-        let l = &q.layout;
-        PollPhase {
-            wait_ns: m.atomic_u32(l.poll_wait_ns()).load(std::sync::atomic::Ordering::Relaxed),
-            read_ns: m.atomic_u32(l.poll_read_ns()).load(std::sync::atomic::Ordering::Relaxed),
-            scans: m.atomic_u32(l.poll_scans()).load(std::sync::atomic::Ordering::Relaxed),
-        }
-    }
 }
 
 /// What the tap delivered.
@@ -153,7 +124,6 @@ impl RunReport {
             problems: Vec::new(),
             files: Vec::new(),
             qec: None,
-            poll_phase: None,
             analysis: None,
         }
     }
@@ -220,13 +190,6 @@ pub fn echo_text(r: &RunReport) -> String {
             let _ = writeln!(s, "  kernel profile (p50, us from CQE seen): request loaded {}  answer written {}  doorbell {}", us(l.p50), us(w.p50), us(b.turnaround.p50));
         }
     }
-    if let Some(p) = &r.poll_phase {
-        if p.scans > 0 {
-            let _ = writeln!(s, "  poll phase: first read {} us after each doorbell (one read {} us; {} scan{})", us(u64::from(p.wait_ns)), us(u64::from(p.read_ns)), p.scans, if p.scans == 1 { "" } else { "s" });
-        } else {
-            let _ = writeln!(s, "  poll phase: no wait chosen (polls from each doorbell on: the phase lock is off, as by default, or found messages queued or too few for a scan)");
-        }
-    }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(s, "  NIC: rx {} tx {} drops: {}", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") });
     // what the NIC delivered, the transceiver loop answered or refused (a request it could
@@ -260,20 +223,6 @@ pub fn write_json(r: &impl serde::Serialize, path: &Path) -> std::io::Result<()>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_summary_says_what_the_poll_phase_lock_chose() {
-        let mut r = RunReport::empty();
-        assert!(!echo_text(&r).contains("poll phase"), "no line for backends without the lock");
-        r.poll_phase = Some(PollPhase { wait_ns: 1072, read_ns: 1150, scans: 1 });
-        assert!(echo_text(&r).contains("poll phase: first read 1.07 us after each doorbell (one read 1.15 us; 1 scan)"), "{}", echo_text(&r));
-        r.poll_phase = Some(PollPhase { wait_ns: 0, read_ns: 0, scans: 0 });
-        assert!(echo_text(&r).contains("poll phase: no wait chosen"), "{}", echo_text(&r));
-        let json = serde_json::to_value(&r).unwrap();
-        assert_eq!(json["poll_phase"]["scans"], 0);
-        r.poll_phase = None;
-        assert!(serde_json::to_value(&r).unwrap().get("poll_phase").is_none());
-    }
 
     #[test]
     fn the_summary_says_when_checked_doorbells_were_re_read() {

@@ -155,15 +155,6 @@ impl QpLayout {
     pub fn dropped(&self) -> usize {
         self.control + std::mem::offset_of!(abi::rl_control, dropped)
     }
-    pub fn poll_wait_ns(&self) -> usize {
-        self.control + std::mem::offset_of!(abi::rl_control, poll_wait_ns)
-    }
-    pub fn poll_read_ns(&self) -> usize {
-        self.control + std::mem::offset_of!(abi::rl_control, poll_read_ns)
-    }
-    pub fn poll_scans(&self) -> usize {
-        self.control + std::mem::offset_of!(abi::rl_control, poll_scans)
-    }
     pub fn rx_slot(&self, slot: u32) -> usize {
         self.rx_buffer + slot as usize * self.sizes.rx_slot_stride as usize
     }
@@ -190,7 +181,7 @@ impl QpMemory {
     /// backend; pinned mapped memory for the GPU backend). Every CQE starts INVALID, owned by
     /// hardware, and the words a one-round receive may read before the NIC wrote them (receive
     /// CQE bytes 0..48, each RX slot's first RL_SPEC_BYTES) hold `RL_SPEC_POISON`
-    /// (abi.h; kernels/transceiver.cu RL_POLL_MODE 3), before any receive is posted.
+    /// (abi.h; kernels/transceiver/poll.cuh), before any receive is posted.
     pub fn new(sizes: QpSizes, alloc: impl FnOnce(usize) -> SharedMem) -> Result<QpMemory, String> {
         sizes.validate()?;
         let layout = QpLayout::new(sizes);

@@ -2,7 +2,8 @@
 //! needs no GPU: CI installs the `nvidia-cuda-nvrtc` wheel (the GPU machine's CUDA 13.0) and
 //! puts its `libnvrtc.so.13` on the loader path, so a kernel that does not compile fails CI.
 
-use rocelink_operator::gpu::{kernels, nvrtc};
+use rocelink_operator::gpu::kernels::{self, KernelOptions};
+use rocelink_operator::gpu::nvrtc;
 use rocelink_operator::stage::StageSpec;
 
 fn nvrtc_or_skip() -> bool {
@@ -34,63 +35,56 @@ fn transceiver_kernel_compiles_to_sm90_cubin() {
 }
 
 #[test]
-fn every_measured_kernel_variant_compiles() {
+fn every_kernel_switch_compiles() {
     if !nvrtc_or_skip() {
         return;
     }
-    // The variants latency-reports/ compares (ROCELINK_KERNEL_DEFINES).
-    for defs in [
-        &["-DRL_POLL_MODE=3"][..],
-        &["-DRL_THREADS=32"],
-        &["-DRL_THREADS=256", "-DRL_PROFILE"],
-        &["-DRL_PREPOLL=0"],
-        &["-DRL_WARP_LOAD=512"],
-        &["-DRL_WARP_LOAD=2048"],
-        &["-DRL_PROFILE"],
-        &["-DRL_FENCE_MODE=0"],
-        &["-DRL_DATA_LOAD=1"],
-        &["-DRL_DATA_LOAD=0"],
-        &["-DRL_TEST_STALL"],
-        &["-DRL_PROFILE", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=2"],
-        &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"],
-        &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"],
-        &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_CHECKED_DOORBELL=0", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"],
-        &["-DRL_EXPERIMENT_NO_POISON", "-DRL_EXPERIMENT_NO_RELEASE_FENCE"],
-        &["-DRL_EXPERIMENT_NO_TSEEN"],
-        &["-DRL_FLOOD_EXIT=0"],
-        &["-DRL_DOORBELL_MMIO=1"],
-        &["-DRL_DOORBELL_MMIO=1", "-DRL_MAX_INLINE=44"],
-        &["-DRL_MAX_INLINE=44"],
-        &["-DRL_PHASE_LOCK=1"],
-        &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_DEBUG"],
-        &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_FIXED_NS=300"],
-        &["-DRL_GAP_DEBUG"],
-        &["-DRL_CHECKED_DOORBELL=0"],
-        &["-DRL_FENCE_EVERY=1"],
-        &["-DRL_REG_PATH=0"],
-        &["-DRL_FAST_PATH=0"],
-        &["-DRL_FAST_PATH=1"],
-        &["-DRL_FAST_PATH=1", "-DRL_MAX_INLINE=44"],
-        &["-DRL_MAX_INLINE=44", "-DRL_TEST_STALL"],
-        &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_FAST_PATH=0", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=7"],
-        &["-DRL_PHASE_LOCK=1", "-DRL_PHASE_STEPS=32u", "-DRL_PHASE_SAMPLES=64u"],
-        &["-DRL_PHASE_LOCK=0", "-DRL_PREPOLL=0", "-DRL_THREADS=32"],
-        &["-DRL_FENCE_AFTER_DOORBELL=1"],
-        &["-DRL_FENCE_AFTER_DOORBELL=1", "-DRL_CHECKED_DOORBELL=0"],
-        &["-DRL_FENCE_AFTER_DOORBELL=1", "-DRL_DOORBELL_MMIO=1"],
-    ] {
-        let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
-        options.extend(defs.iter().map(|d| d.to_string()));
+    // Every value of the switches the kernel keeps (kernels/transceiver.cu: the block size, the
+    // inline limit, the doorbells, the profile, the stall test, the buffers) away from its
+    // default, and a few together; what ROCELINK_KERNEL_DEFINES may pass.
+    let echo = [StageSpec::Echo];
+    let qec = [StageSpec::QecDecoder { dem: "unused.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1 }];
+    let variants: &[(&[StageSpec], &[&str])] = &[
+        (&echo, &["-DRL_THREADS=32"]),
+        (&echo, &["-DRL_THREADS=64"]),
+        (&echo, &["-DRL_THREADS=256"]),
+        (&echo, &["-DRL_MAX_INLINE=44"]),
+        (&echo, &["-DRL_CHECKED_DOORBELL=0"]),
+        (&echo, &["-DRL_DOORBELL_MMIO=1"]),
+        (&echo, &["-DRL_DOORBELL_MMIO=1", "-DRL_MAX_INLINE=44"]),
+        (&echo, &["-DRL_CHECKED_DOORBELL=0", "-DRL_MAX_INLINE=44"]),
+        (&echo, &["-DRL_MAX_MSG=1024"]),
+        (&echo, &["-DRL_PROFILE"]),
+        (&echo, &["-DRL_PROFILE", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=2"]),
+        (&echo, &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"]),
+        (&echo, &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"]),
+        (&echo, &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_CHECKED_DOORBELL=0", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"]),
+        (&echo, &["-DRL_PROFILE", "-DRL_DOORBELL_MMIO=1", "-DRL_MAX_INLINE=44"]),
+        (&echo, &["-DRL_THREADS=256", "-DRL_PROFILE"]),
+        (&echo, &["-DRL_TEST_STALL"]),
+        (&echo, &["-DRL_MAX_INLINE=44", "-DRL_TEST_STALL"]),
+        (&echo, &["-DRL_THREADS=32", "-DRL_CHECKED_DOORBELL=0", "-DRL_MAX_INLINE=44"]),
+        // a chain without register forms: the fast path's checks, then the warp forms
+        (&qec, &["-DRL_THREADS=32", "-DRL_MAX_INLINE=44"]),
+        (&qec, &["-DRL_PROFILE", "-DRL_CHECKED_DOORBELL=0"]),
+    ];
+    for (chain, defs) in variants {
+        let options = KernelOptions { defines: defs.iter().map(|d| d.to_string()).collect(), ..KernelOptions::default() };
+        let (main, headers, options) = kernels::transceiver_program_with(chain, &options);
         if let Err(e) = nvrtc::compile(&main, &headers, "sm_90", &options, false) {
-            panic!("variant {defs:?} does not compile:\n{e}");
+            panic!("variant {defs:?} ({chain:?}) does not compile:\n{e}");
         }
     }
-    // The transceiver polls the CQE line and the predicted slot in one read (RL_POLL_MODE 3);
-    // the other modes are the verbs layer's single-word poll, not a transceiver loop.
-    let (main, headers, mut options) = kernels::transceiver_program(&[StageSpec::Echo]);
-    options.push("-DRL_POLL_MODE=0".into());
-    let e = nvrtc::compile(&main, &headers, "sm_90", &options, false).expect_err("RL_POLL_MODE=0 is refused");
-    assert!(e.to_string().contains("RL_POLL_MODE 3"), "{e}");
+    // The block size and the stall test as the typed options set them.
+    let stall = KernelOptions { threads: 64, test_stall: true, ..KernelOptions::default() };
+    let (main, headers, options) = kernels::transceiver_program_with(&echo, &stall);
+    assert!(options.iter().any(|o| o == "-DRL_THREADS=64") && options.iter().any(|o| o == "-DRL_TEST_STALL"), "{options:?}");
+    compile((main, headers, options), "sm_90");
+    // The ConnectX's doorbell needs the unchecked one: the checked doorbell with it is refused.
+    let (main, headers, mut options) = kernels::transceiver_program(&echo);
+    options.extend(["-DRL_DOORBELL_MMIO=1".to_string(), "-DRL_CHECKED_DOORBELL=1".to_string()]);
+    let e = nvrtc::compile(&main, &headers, "sm_90", &options, false).expect_err("RL_DOORBELL_MMIO with RL_CHECKED_DOORBELL=1 is refused");
+    assert!(e.to_string().contains("RL_DOORBELL_MMIO needs RL_CHECKED_DOORBELL=0"), "{e}");
 }
 
 #[test]

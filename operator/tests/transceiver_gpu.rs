@@ -234,7 +234,7 @@ fn rig() -> (Rig, QpMemory, u32) {
 }
 
 fn backend_config(tx_lkey: u32) -> LoopConfig {
-    LoopConfig { qpn: HOST_QPN, tx_lkey, core: None, spin: SpinMode::Shared, doorbell: DoorbellMode::Proxy }
+    LoopConfig { qpn: HOST_QPN, tx_lkey, core: None, spin: SpinMode::Shared, doorbell: DoorbellMode::Proxy, kernel: Default::default() }
 }
 
 /// Plays the stream through `backend` (closed loop, then in bursts) and checks every answer
@@ -328,23 +328,21 @@ fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
         panic!("this test needs a GPU: {why}");
     }
     // The kernel as built by default (the common message answered on the fast path, straight to
-    // the doorbell), with the fast path's checks only (`RL_FAST_PATH=1`), and with every message
-    // on the general path (`RL_FAST_PATH=0`); and a build whose inline answers stop at 44 bytes
-    // (`RL_MAX_INLINE=44`: longer register-path answers go out through a TX slot): each must
-    // answer as the CPU stage does. The defines reach the kernel's compile through the environment, as for
-    // `rocelink echo`; this is the test binary's only test that sets it.
+    // the doorbell, the stream's others on the general path), and a build whose inline answers
+    // stop at 44 bytes (`RL_MAX_INLINE=44`: longer register-path answers go out through a TX
+    // slot): each must answer as the CPU stage does. The defines reach the kernel's compile
+    // through the loop's kernel options, as `ROCELINK_KERNEL_DEFINES` does for `rocelink echo`.
     // And the kernel ringing a ConnectX's doorbell (`RL_DOORBELL_MMIO`: fence, the doorbell
     // record, the WQE's first 8 bytes to the UAR; `rl_dev_verbs_ring_db_mmio`), which the
     // software NIC watches (`DoorbellMode::Mmio`), with inline answers up to 256 and 44 bytes.
     let proxy = DoorbellMode::Proxy;
     let mmio = DoorbellMode::Mmio;
-    for (defines, doorbell) in [("", proxy), ("-DRL_FAST_PATH=1", proxy), ("-DRL_FAST_PATH=0", proxy), ("-DRL_MAX_INLINE=44", proxy), ("", mmio), ("-DRL_MAX_INLINE=44", mmio)] {
-        std::env::set_var("ROCELINK_KERNEL_DEFINES", defines);
+    for (defines, doorbell) in [("", proxy), ("-DRL_MAX_INLINE=44", proxy), ("", mmio), ("-DRL_MAX_INLINE=44", mmio)] {
+        let kernel = rocelink_operator::gpu::kernels::KernelOptions { defines: defines.split_whitespace().map(String::from).collect(), ..Default::default() };
         let (rig, q, tx_lkey) = rig_with(doorbell);
-        let backend = spawn_backend(&gpu0(), q, &[StageSpec::Echo], LoopConfig { doorbell, ..backend_config(tx_lkey) }).unwrap_or_else(|e| panic!("{defines} {doorbell:?}: {e}"));
+        let backend = spawn_backend(&gpu0(), q, &[StageSpec::Echo], LoopConfig { doorbell, kernel, ..backend_config(tx_lkey) }).unwrap_or_else(|e| panic!("{defines} {doorbell:?}: {e}"));
         play(rig, backend);
     }
-    std::env::remove_var("ROCELINK_KERNEL_DEFINES");
 }
 
 /// Messages keep coming faster than the loop answers them (the NIC refuses those with no

@@ -390,10 +390,7 @@ pub struct rl_control {
     pub state: u32,
     pub error: u32,
     pub dropped: u32,
-    pub poll_wait_ns: u32,
-    pub poll_read_ns: u32,
-    pub poll_scans: u32,
-    pub rsvd1: [u32; 22usize],
+    pub rsvd1: [u32; 25usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -421,17 +418,8 @@ const _: () = {
         "Offset of field: rl_control::dropped",
     ][::core::mem::offset_of!(rl_control, dropped) - 152usize];
     [
-        "Offset of field: rl_control::poll_wait_ns",
-    ][::core::mem::offset_of!(rl_control, poll_wait_ns) - 156usize];
-    [
-        "Offset of field: rl_control::poll_read_ns",
-    ][::core::mem::offset_of!(rl_control, poll_read_ns) - 160usize];
-    [
-        "Offset of field: rl_control::poll_scans",
-    ][::core::mem::offset_of!(rl_control, poll_scans) - 164usize];
-    [
         "Offset of field: rl_control::rsvd1",
-    ][::core::mem::offset_of!(rl_control, rsvd1) - 168usize];
+    ][::core::mem::offset_of!(rl_control, rsvd1) - 156usize];
 };
 /** Per-message timestamps written by the data path into a ring of `timestamp_entries`
  records indexed by message count; read by the host after the run, or behind the

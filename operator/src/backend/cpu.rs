@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use rocelink_link::{affinity, clock::monotonic_ns, Backoff, SpinMode};
 
 use crate::abi::{self, rl_msg_timestamp};
+use crate::gpu::kernels::KernelOptions;
 use crate::nic::DoorbellMode;
 use crate::rings::QpMemory;
 use crate::stage::{Outcome, Stage};
@@ -21,7 +22,7 @@ use crate::verbs::HostVerbs;
 
 /// How a transceiver loop runs, whichever backend runs it (the CPU loop, the launch baseline,
 /// the persistent kernel).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LoopConfig {
     /// Its queue pair, and the key of the memory it sends from.
     pub qpn: u32,
@@ -32,6 +33,8 @@ pub struct LoopConfig {
     /// How the loop rings sends (the NIC must answer to the same, `NicOptions::doorbell`);
     /// for the GPU backend, how its kernel is built to ring them (`RL_DOORBELL_MMIO`).
     pub doorbell: DoorbellMode,
+    /// How the GPU backend's persistent kernel is built (the other backends ignore it).
+    pub kernel: KernelOptions,
 }
 
 /// A running CPU transceiver loop.

@@ -144,21 +144,12 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
     // The stages' state is built (DEM loaded, tables made) before anything touches the GPU.
     let state = stage_state(chain)?;
     let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
-    let (main, headers, mut options) = kernels::transceiver_program(chain);
-    if let Ok(extra) = std::env::var("ROCELINK_KERNEL_DEFINES") {
-        // Experiments: extra -D options for the transceiver kernel (e.g. -DRL_FENCE_MODE=0);
-        // they are part of the cache key.
-        options.extend(extra.split_whitespace().map(String::from));
-    }
+    cfg.kernel.check()?;
+    let (main, headers, mut options) = kernels::transceiver_program_with(chain, &cfg.kernel);
     if cfg.doorbell == crate::nic::DoorbellMode::Mmio {
         // the NIC watches the UAR (NicOptions::doorbell): the kernel rings it the way a
         // ConnectX's doorbell is rung
         options.push("-DRL_DOORBELL_MMIO=1".into());
-    }
-    if std::env::var_os("ROCELINK_TEST_STALL_KERNEL").is_some() {
-        // Test hook: a kernel that stops answering and beating after its first message, to
-        // prove the watchdog ends the run with a clear error instead of a hang.
-        options.push("-DRL_TEST_STALL".into());
     }
     let compiled = nvrtc::compile(&main, &headers, &gpu.info.arch(), &options, true).map_err(|e| e.to_string())?;
     tracing::info!(from_cache = compiled.from_cache, ms = compiled.millis, "transceiver kernel compiled for {}", gpu.info.arch());
@@ -209,7 +200,7 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
     // definition bindgen made `desc` from); every address in it points into the registered
     // memory or the state buffer, which outlive the kernel (unregistered and freed only after
     // the stream is idle); `shared` bytes were allowed for the function (dynamic_shared).
-    if let Err(e) = unsafe { stream.launch_shared(module.function(0), kernels::transceiver_threads(), shared, &mut params) } {
+    if let Err(e) = unsafe { stream.launch_shared(module.function(0), cfg.kernel.threads, shared, &mut params) } {
         free_state(state_buf);
         return Err(e.to_string());
     }
@@ -233,7 +224,7 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
         std::thread::sleep(Duration::from_micros(100));
     }
     let name = format!("gpu {} ({})", ordinal, gpu.info.name);
-    tracing::debug!(stall_test = options.iter().any(|o| o == "-DRL_TEST_STALL"), "transceiver kernel running");
+    tracing::debug!(stall_test = cfg.kernel.test_stall, "transceiver kernel running");
     let _ = started.send(Ok(Started { name }));
 
     // Watchdog.

@@ -75,6 +75,8 @@ pub struct BenchConfig {
     pub gpu: Option<usize>,
     /// How the runs ring sends (`graph::RunOptions::doorbell`).
     pub doorbell: crate::nic::DoorbellMode,
+    /// How the GPU runs' kernel is built (`graph::RunOptions::kernel`).
+    pub kernel: crate::gpu::kernels::KernelOptions,
 }
 
 impl Default for BenchConfig {
@@ -90,6 +92,7 @@ impl Default for BenchConfig {
             name: "bench".into(),
             gpu: None,
             doorbell: crate::nic::DoorbellMode::Proxy,
+            kernel: crate::gpu::kernels::KernelOptions::default(),
         }
     }
 }
@@ -331,7 +334,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 }
             };
             tracing::info!(wire = wire.as_str(), size, "running the CPU backend");
-            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend: crate::backend::BackendKind::Cpu, doorbell: cfg.doorbell, ..EchoConfig::default() };
+            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend: crate::backend::BackendKind::Cpu, doorbell: cfg.doorbell, kernel: cfg.kernel.clone(), ..EchoConfig::default() };
             let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
 
             let floor_sum = Summary::of(&floor.rtt);
@@ -502,7 +505,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
         (paths::GPU_PERSISTENT, crate::backend::BackendKind::Gpu(ordinal)),
     ] {
         tracing::info!(wire = wire.as_str(), size, "running {path}");
-        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend, doorbell: cfg.doorbell, ..EchoConfig::default() };
+        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend, doorbell: cfg.doorbell, kernel: cfg.kernel.clone(), ..EchoConfig::default() };
         let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
         let vs = vs_floor(path, &run.rtt_ns, paths::FLOOR_GPU, Some(&composite_variant), &composite_sum);
         let mut targets = Vec::new();

@@ -52,6 +52,8 @@ pub struct QecBenchConfig {
     pub spin: Spin,
     /// How the runs ring sends (`graph::RunOptions::doorbell`).
     pub doorbell: crate::nic::DoorbellMode,
+    /// How the GPU runs' kernel is built (`graph::RunOptions::kernel`).
+    pub kernel: crate::gpu::kernels::KernelOptions,
 }
 
 impl Default for QecBenchConfig {
@@ -70,6 +72,7 @@ impl Default for QecBenchConfig {
             cores: Cores::default(),
             spin: Spin::Auto,
             doorbell: crate::nic::DoorbellMode::Proxy,
+            kernel: crate::gpu::kernels::KernelOptions::default(),
         }
     }
 }
@@ -228,11 +231,11 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
     )
 }
 
-fn run_qec_graph(text: &str, label: &str, doorbell: crate::nic::DoorbellMode) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
+fn run_qec_graph(text: &str, label: &str, opts: &graph::RunOptions) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
     let err = |why: String| QecBenchError::Run { what: label.to_string(), why };
     let g = graph::load::load_str(&format!("{label}.ron"), text, &[]).map_err(|e| err(e.to_string()))?;
     let plan = graph::compile(g).map_err(|e| err(e.to_string()))?;
-    let r = graph::run(&plan, &graph::RunOptions { progress: false, doorbell }).map_err(|e| err(e.to_string()))?;
+    let r = graph::run(&plan, opts).map_err(|e| err(e.to_string()))?;
     if let Some(f) = &r.fault {
         return Err(err(format!("the run failed: {f}")));
     }
@@ -302,7 +305,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.to_string().replace(':', ""));
                     tracing::info!("bench-qec: {label}: qec graph");
                     let text = graph_text(&fixture, &label, wire, backend, cfg, &scratch.join(&label));
-                    let (q, run_files) = run_qec_graph(&text, &label, cfg.doorbell)?;
+                    let (q, run_files) = run_qec_graph(&text, &label, &graph::RunOptions { progress: false, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() })?;
                     // The graph's LatencyReport drew the reaction latency (histogram + CDF).
                     let mut svg = None;
                     if let Some(f) = run_files.iter().find(|f| f.extension().is_some_and(|e| e == "svg")) {
@@ -322,6 +325,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                         cores: cfg.cores,
                         spin: cfg.spin,
                         doorbell: cfg.doorbell,
+                        kernel: cfg.kernel.clone(),
                         ..EchoConfig::default()
                     };
                     let e = run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })?;

@@ -14,6 +14,10 @@ pub const FILES: &[(&str, &str)] = &[
     ("../abi.h", include_str!("../../../kernels/abi.h")),
     ("stage.cuh", include_str!("../../../kernels/stages/stage.cuh")),
     ("blossom.cuh", include_str!("../../../kernels/stages/blossom.cuh")),
+    // the transceiver's parts (kernels/transceiver.cu includes them)
+    ("transceiver/poll.cuh", include_str!("../../../kernels/transceiver/poll.cuh")),
+    ("transceiver/dispatch.cuh", include_str!("../../../kernels/transceiver/dispatch.cuh")),
+    ("transceiver/answer.cuh", include_str!("../../../kernels/transceiver/answer.cuh")),
 ];
 
 const TRANSCEIVER: &str = include_str!("../../../kernels/transceiver.cu");
@@ -24,14 +28,46 @@ const QEC_BATCH: &str = include_str!("../../../kernels/qec_batch.cu");
 /// 128 threads load a 2 KiB message with one 16-byte load each, all in flight.
 pub const TRANSCEIVER_THREADS: u32 = 128;
 
-/// The block size of the transceiver kernel: [`TRANSCEIVER_THREADS`], or
-/// `$ROCELINK_KERNEL_THREADS` (a multiple of 32, up to 1024) for experiments.
-pub fn transceiver_threads() -> u32 {
-    std::env::var("ROCELINK_KERNEL_THREADS")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| *n >= 32 && *n <= 1024 && n % 32 == 0)
-        .unwrap_or(TRANSCEIVER_THREADS)
+/// How the persistent transceiver kernel is built: its compile-time switches that the host
+/// sets (kernels/transceiver.cu lists them). The caller decides them; the binary takes them
+/// from the environment (docs/gpu.md). All of them are part of the compiled kernel's cache key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelOptions {
+    /// The block size (`RL_THREADS`): a multiple of 32, 32 to 1024; 32 leaves no warp for the
+    /// pre-poll.
+    pub threads: u32,
+    /// More `-D` options, for experiments with the kept switches (`-DRL_CHECKED_DOORBELL=0
+    /// -DRL_MAX_INLINE=44` for a ConnectX, `-DRL_PROFILE ...`).
+    pub defines: Vec<String>,
+    /// Test hook (`RL_TEST_STALL`): a kernel that stops answering and beating after its first
+    /// message, to prove that the watchdog ends the run with a clear error instead of a hang.
+    pub test_stall: bool,
+}
+
+impl Default for KernelOptions {
+    fn default() -> KernelOptions {
+        KernelOptions { threads: TRANSCEIVER_THREADS, defines: Vec::new(), test_stall: false }
+    }
+}
+
+impl KernelOptions {
+    /// Why `threads` cannot be a block size of the kernel, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.threads < 32 || self.threads > 1024 || !self.threads.is_multiple_of(32) {
+            return Err(format!("the transceiver kernel's block size must be a multiple of 32 from 32 to 1024, not {}", self.threads));
+        }
+        Ok(())
+    }
+
+    /// The NVRTC options that build it.
+    pub fn nvrtc_options(&self) -> Vec<String> {
+        let mut o = vec![format!("-DRL_THREADS={}", self.threads)];
+        o.extend(self.defines.iter().cloned());
+        if self.test_stall {
+            o.push("-DRL_TEST_STALL".into());
+        }
+        o
+    }
 }
 
 fn headers() -> Vec<Source> {
@@ -143,12 +179,18 @@ __device__ __forceinline__ void rl_run_chain_idle(void *state) {{\n    (void)sta
     )
 }
 
-/// The persistent transceiver program for `chain`, its headers and NVRTC options.
+/// The persistent transceiver program for `chain` as built by default, its headers and NVRTC
+/// options.
 pub fn transceiver_program(chain: &[StageSpec]) -> (Source, Vec<Source>, Vec<String>) {
+    transceiver_program_with(chain, &KernelOptions::default())
+}
+
+/// The same built with `options`.
+pub fn transceiver_program_with(chain: &[StageSpec], options: &KernelOptions) -> (Source, Vec<Source>, Vec<String>) {
     let mut h = headers();
     h.push(Source { name: "rl_chain.cuh".into(), text: chain_header(chain) });
     let main = Source { name: "transceiver.cu".into(), text: TRANSCEIVER.into() };
-    (main, h, vec![format!("-DRL_THREADS={}", transceiver_threads())])
+    (main, h, options.nvrtc_options())
 }
 
 /// The floor probes (mapped-memory ping-pong) and the launch-per-message echo kernel.
@@ -192,6 +234,20 @@ mod tests {
         assert!(none.contains("#define RL_CHAIN_REGS 1"));
         // echo has no idle form: nothing runs between messages
         assert!(one.contains("#define RL_CHAIN_IDLE 0") && !one.contains("rl_stage_echo_idle"));
+    }
+
+    #[test]
+    fn kernel_options_become_nvrtc_options() {
+        assert_eq!(KernelOptions::default().nvrtc_options(), vec!["-DRL_THREADS=128".to_string()]);
+        let o = KernelOptions { threads: 32, defines: vec!["-DRL_MAX_INLINE=44".into()], test_stall: true };
+        assert_eq!(o.nvrtc_options(), vec!["-DRL_THREADS=32", "-DRL_MAX_INLINE=44", "-DRL_TEST_STALL"]);
+        assert!(o.check().is_ok() && KernelOptions::default().check().is_ok());
+        for bad in [0, 16, 100, 2048] {
+            assert!(KernelOptions { threads: bad, ..KernelOptions::default() }.check().is_err(), "{bad}");
+        }
+        let (_, _, options) = transceiver_program_with(&[StageSpec::Echo], &o);
+        assert_eq!(options, o.nvrtc_options());
+        assert_eq!(transceiver_program(&[StageSpec::Echo]).2, KernelOptions::default().nvrtc_options());
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::path::Path;
 pub use compile::{compile, Plan};
 pub use error::{At, GraphError, GraphErrors, RunError};
 pub use model::Graph;
-pub use run::{run, PollPhase, RunOptions, RunReport};
+pub use run::{run, RunOptions, RunReport};
 pub use set::Override;
 
 /// Reads, checks and compiles the graph file at `path` with `sets` applied.

@@ -29,7 +29,8 @@ use super::drive::{drive, StopReason, Target};
 pub use super::error::RunError;
 use crate::backend::{spawn_backend, LoopConfig, RunningBackend};
 use crate::env::Environment;
-pub use crate::report::{summary_text, FlowReport, PollPhase, RunReport, TapReport};
+use crate::gpu::kernels::KernelOptions;
+pub use crate::report::{summary_text, FlowReport, RunReport, TapReport};
 use crate::latency::{Analysis, Summary};
 use crate::mem::SharedMem;
 use crate::nic::{Access, DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic};
@@ -37,14 +38,13 @@ use crate::ops::host::{self, HostThread};
 use crate::ops::{Build, Finished, HostContext, HostOperator, Live, Message, Outputs};
 use crate::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
 use crate::rings::{QpMemory, QpSizes};
-use crate::settings::Backend;
 use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 
 /// How long each part gets to stop.
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How to run.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// A progress line on stderr a few times a second.
     pub progress: bool,
@@ -52,6 +52,9 @@ pub struct RunOptions {
     /// default; `Mmio` builds the GPU kernel with `RL_DOORBELL_MMIO`). An experiment switch:
     /// the command line takes it from `ROCELINK_DOORBELL`.
     pub doorbell: DoorbellMode,
+    /// How a GPU backend's persistent kernel is built (the command line takes it from
+    /// `ROCELINK_KERNEL_THREADS`, `ROCELINK_KERNEL_DEFINES`, `ROCELINK_TEST_STALL_KERNEL`).
+    pub kernel: KernelOptions,
 }
 
 /// The exit status of `rocelink run` for `r`: 1 for a fault or a problem, 130 when
@@ -281,7 +284,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
 
     // 3. The backend, running the fused chain.
     let chain: Vec<_> = plan.chain.iter().map(|(_, s)| s.clone()).collect();
-    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: DEFAULT_HOST_QP, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell }) {
+    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: DEFAULT_HOST_QP, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell, kernel: opts.kernel.clone() }) {
         Ok(b) => running.backend = Some(b),
         Err(e) => return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() })),
     }
@@ -404,7 +407,6 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         problems: Vec::new(),
         files: Vec::new(),
         qec: qec_report,
-        poll_phase: matches!(backend, Backend::Gpu(_)).then(|| PollPhase::read(&q)),
         analysis: None,
     };
 
