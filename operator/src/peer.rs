@@ -23,8 +23,10 @@ use std::time::{Duration, Instant};
 
 use rocelink_fpga_sim::{QecReplay, QecReplayConfig};
 use rocelink_link::{inproc, Link, SpinMode, UdpLink};
-use rocelink_wire::roce;
+use rocelink_wire::hsb::ext::{DEFAULT_FPGA_QP, DEFAULT_HOST_QP};
+use rocelink_wire::roce::{self, Endpoints};
 
+use crate::nic::QpAttrs;
 use crate::settings::WireKind;
 
 /// MAC addresses on the wire (the software NIC does not filter on them; a real FPGA learns
@@ -132,12 +134,32 @@ pub struct PeerAndWire {
     pub wire: String,
 }
 
+impl PeerAndWire {
+    /// The software NIC's queue pair on this wire: our QP, addressed from our end of the wire
+    /// to the peer's RoCE address, connected to the peer's QP.
+    pub fn host_qp(&self) -> QpAttrs {
+        QpAttrs {
+            qpn: DEFAULT_HOST_QP,
+            pkey: 0xffff,
+            endpoints: Endpoints {
+                src_mac: HOST_MAC,
+                dst_mac: PEER_MAC,
+                src_ip: self.host_ip.octets(),
+                dst_ip: self.peer_ip.octets(),
+                src_port: self.host_port,
+                dst_port: self.peer_roce.port(),
+            },
+            peer_qpn: DEFAULT_FPGA_QP,
+        }
+    }
+}
+
 /// Binds the software NIC's `wire` (the UDP wire at `bind`, default a fresh loopback address)
 /// and starts `peer` on it, replaying `qec` if given.
 pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, PeerError> {
     let (def_host, def_peer) = fresh_loopback_pair();
     let sim = |ip: Ipv4Addr, link: Box<dyn Link>| {
-        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP, core, spin };
+        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: DEFAULT_FPGA_QP, core, spin };
         // The replay is immutable; the peer takes its own copy (a few hundred kilobytes).
         rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link).map_err(|e| PeerError::Start { what: "fpga-sim".into(), detail: e.to_string() })
     };
