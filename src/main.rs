@@ -108,6 +108,10 @@ enum Cmd {
         /// Spin policy of the polling threads.
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
+        /// Dedicated spinners execute PAUSE between polls that found nothing (default: back
+        /// to back). Without the flag, ROCELINK_SPIN_PAUSE set to anything but 0 asks for it.
+        #[arg(long)]
+        spin_pause: bool,
         /// Where the transceiver loop runs: `auto` (the GPU when a CUDA driver and device
         /// exist, else the CPU), `cpu`, `gpu` or `gpu:N` (the persistent kernel), or the
         /// baseline `gpu-launch[:N]` (the CPU loop launching one kernel per message).
@@ -145,6 +149,10 @@ enum Cmd {
         /// Spin policy of the polling threads.
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
+        /// Dedicated spinners execute PAUSE between polls that found nothing (default: back
+        /// to back). Without the flag, ROCELINK_SPIN_PAUSE set to anything but 0 asks for it.
+        #[arg(long)]
+        spin_pause: bool,
         /// Folder for the report files.
         #[arg(long, default_value = "latency-reports")]
         out: PathBuf,
@@ -197,6 +205,10 @@ enum Cmd {
         /// Spin policy of the polling threads.
         #[arg(long, value_enum, default_value = "auto")]
         spin: Spin,
+        /// Dedicated spinners execute PAUSE between polls that found nothing (default: back
+        /// to back). Without the flag, ROCELINK_SPIN_PAUSE set to anything but 0 asks for it.
+        #[arg(long)]
+        spin_pause: bool,
     },
     /// Decode detection events offline with the exact-matching decoder, like
     /// `pymatching predict`: one prediction (the flipped logical observables) per shot.
@@ -305,11 +317,21 @@ fn doorbell() -> anyhow::Result<DoorbellMode> {
     }
 }
 
+/// A graph's plan, with ROCELINK_SPIN_PAUSE (read here, at the edge) asking for PAUSE where
+/// the file does not.
+fn plan_file(graph: &std::path::Path, sets: &[String]) -> anyhow::Result<graph::Plan> {
+    let mut plan = graph::plan_file(graph, &overrides(sets)?)?;
+    plan.spin_pause |= rocelink_link::pause_asked_by_env();
+    Ok(plan)
+}
+
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     let doorbell = doorbell()?;
+    // `--spin-pause`, or else the environment's fallback
+    let spin_pause = |flag: bool| flag || rocelink_link::pause_asked_by_env();
     match cmd {
         Cmd::Run { graph, sets, json, quiet } => {
-            let mut plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            let mut plan = plan_file(&graph, &sets)?;
             if let Some(j) = json {
                 plan.json = Some(j);
             }
@@ -318,16 +340,16 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ended(&r))
         }
         Cmd::Check { graph, sets } => {
-            let plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            let plan = plan_file(&graph, &sets)?;
             println!("{plan}");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Graph { graph, dot: _, sets } => {
-            let plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            let plan = plan_file(&graph, &sets)?;
             print!("{}", graph::dot::dot(&plan));
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, backend, timeout, json, quiet } => {
+        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, spin_pause: pause, backend, timeout, json, quiet } => {
             let peer_mode = if let Some(ecb) = peer {
                 PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
             } else if peer_process {
@@ -346,6 +368,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 peer_ip: None,
                 cores: cores.unwrap_or_default(),
                 spin,
+                spin_pause: spin_pause(pause),
                 timeout: timeout.map(Duration::from_secs_f64),
                 progress: !quiet,
                 backend,
@@ -364,7 +387,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ended(&r))
         }
-        Cmd::Bench { wires, sizes, count, warmup, cores, spin, out, name, gpu } => {
+        Cmd::Bench { wires, sizes, count, warmup, cores, spin, spin_pause: pause, out, name, gpu } => {
             let gpu = match gpu.as_str() {
                 "none" => None,
                 "auto" => match rocelink_operator::backend::gpu::unavailable_reason() {
@@ -383,6 +406,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 warmup,
                 cores: cores.unwrap_or_default(),
                 spin,
+                spin_pause: spin_pause(pause),
                 out_dir: out,
                 name,
                 gpu,
@@ -395,7 +419,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cores, spin } => {
+        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cores, spin, spin_pause: pause } => {
             use rocelink_operator::bench::qec;
             let cfg = qec::QecBenchConfig {
                 distances,
@@ -410,6 +434,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 name,
                 cores: cores.unwrap_or_default(),
                 spin,
+                spin_pause: spin_pause(pause),
                 doorbell,
             };
             let r = qec::run_bench_qec(&cfg)?;

@@ -12,6 +12,7 @@
 //! | `--host-ip IP` | our address on the UDP wire (port 4791) | a fresh loopback address |
 //! | `--cores NIC[,PEER]` | cores for the NIC engine thread and fpga-sim's data plane | unpinned |
 //! | `--spin auto\|dedicated\|shared` | how the polling threads spin | `auto` |
+//! | `--spin-pause` (no value) | dedicated spinners execute PAUSE between polls (else `ROCELINK_SPIN_PAUSE`, read by `create`) | back to back |
 //! | `--slots N` (`--num-slots`) | ring slots (each way) | 64 |
 //! | `--slot-size BYTES` | bytes per slot, a multiple of 64 up to 4096 | 4096 |
 //! | `--ring-memory auto\|host\|gpu[:N]` | pinned memory mapped into GPU N, or host memory | `auto` (GPU 0 where there is one) |
@@ -38,6 +39,8 @@ pub struct Config {
     pub peer_core: Option<usize>,
     /// `Auto`: decided from the cores there are.
     pub spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls.
+    pub spin_pause: bool,
     pub geometry: Geometry,
     pub ring_memory: RingMemory,
     pub log_level: Option<String>,
@@ -52,6 +55,7 @@ impl Default for Config {
             nic_core: None,
             peer_core: None,
             spin: Spin::Auto,
+            spin_pause: false,
             geometry: Geometry { slots: 64, slot_size: 4096 },
             ring_memory: RingMemory::Auto,
             log_level: None,
@@ -73,7 +77,7 @@ impl Config {
     /// The spin policy: the NIC engine and the dispatcher spin, and fpga-sim when it runs here.
     pub fn spin_mode(&self) -> SpinMode {
         let spinners = if matches!(self.peer, PeerPlan::InProcess { .. }) { 3 } else { 2 };
-        self.spin.mode(spinners)
+        self.spin.mode(spinners, self.spin_pause)
     }
 }
 
@@ -106,6 +110,10 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, String> {
             Some((k, v)) => (k, Some(v.to_string())),
             None => (flag, None),
         };
+        if key == "spin-pause" && inline.is_none() {
+            c.spin_pause = true;
+            continue;
+        }
         if !OURS.contains(&key) {
             continue;
         }
@@ -206,6 +214,7 @@ fn from_graph(c: &mut Config, path: &Path) -> Result<(), String> {
     c.nic_core = plan.cores.nic;
     c.peer_core = plan.cores.peer;
     c.spin = plan.spin;
+    c.spin_pause = plan.spin_pause;
     c.geometry = Geometry { slots: plan.transceiver.1.slots, slot_size: plan.slot_stride() };
     Ok(())
 }
@@ -219,6 +228,8 @@ mod tests {
         assert_eq!(parse::<&str>(&[]), Ok(Config::default()));
         let c =
             parse(&["--wire=inproc", "--slots", "8", "--slot-size=256", "--cores", "0,1", "--spin", "shared"]).unwrap();
+        assert!(!c.spin_pause);
+        assert!(parse(&["--spin", "dedicated", "--spin-pause"]).unwrap().spin_pause);
         assert_eq!(c.wire, WireKind::Inproc);
         assert_eq!(c.geometry, Geometry { slots: 8, slot_size: 256 });
         assert_eq!((c.nic_core, c.peer_core, c.spin), (Some(0), Some(1), Spin::Shared));

@@ -73,6 +73,12 @@ struct Args {
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["dedicated", "shared", "auto"])]
     spin: String,
 
+    /// A `dedicated` data-plane thread executes PAUSE between polls that found nothing
+    /// (default: back to back). Without the flag, `ROCELINK_SPIN_PAUSE` set to anything but
+    /// `0` asks for it.
+    #[arg(long)]
+    spin_pause: bool,
+
     /// Log filter for stderr: error, warn, info, debug, trace, or tracing directives such as
     /// `rocelink_fpga_sim=debug`.
     #[arg(long, value_name = "LEVEL", default_value = "info")]
@@ -249,7 +255,9 @@ where
         .with_ansi(std::io::stderr().is_terminal())
         .init();
 
-    let spin = SpinMode::parse(&args.spin, SPINNERS).context("bad --spin")?;
+    let spin = SpinMode::parse(&args.spin, SPINNERS)
+        .context("bad --spin")?
+        .with_pause(args.spin_pause || rocelink_link::pause_asked_by_env());
     // Loaded before anything binds, so a bad file fails fast and names itself.
     let qec = args
         .qec_config()
@@ -292,7 +300,7 @@ where
     )?;
     out.flush()?;
     drop(out);
-    tracing::info!(spin = spin.as_str(), qp = args.qp, "ready");
+    tracing::info!(spin = %spin, qp = args.qp, "ready");
 
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));

@@ -41,6 +41,8 @@ pub struct EchoConfig {
     pub cores: Cores,
     /// Spin policy (`Auto`, the default: `Dedicated` when every spinner has a core).
     pub spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls.
+    pub spin_pause: bool,
     /// Give up waiting for the peer's capture after this long (default: from the count).
     pub timeout: Option<Duration>,
     /// Print progress on stderr a few times a second.
@@ -71,6 +73,7 @@ impl Default for EchoConfig {
             peer_ip: None,
             cores: Cores::default(),
             spin: Spin::Auto,
+            spin_pause: false,
             timeout: None,
             progress: false,
             slots: 64,
@@ -132,6 +135,7 @@ pub fn overrides(cfg: &EchoConfig) -> Vec<Override> {
     sets.push(set("cores.backend", core(cfg.cores.backend)));
     sets.push(set("cores.peer", core(cfg.cores.peer)));
     sets.push(set("cores.spin", format!("{:?}", cfg.spin)));
+    sets.push(set("cores.spin_pause", cfg.spin_pause.to_string()));
     sets.push(set("run.stop", format!("Count({})", cfg.count)));
     sets.push(set("run.warmup", cfg.warmup.to_string()));
     sets.push(set("run.load", cfg.rate.map_or("ClosedLoop".to_string(), |r| format!("Rate({r:?})"))));
@@ -222,6 +226,7 @@ mod tests {
             peer: PeerMode::Process { program: "/bin/fpga-sim".into(), args: vec!["--x".into()] },
             cores: Cores { nic: Some(1), backend: None, peer: Some(3) },
             spin: Spin::Dedicated,
+            spin_pause: true,
             timeout: Some(Duration::from_millis(1500)),
             slots: 32,
             backend: BackendKind::GpuLaunchPerMessage(2),
@@ -231,7 +236,7 @@ mod tests {
         assert_eq!(g.backend, BackendKind::GpuLaunchPerMessage(2));
         assert_eq!(g.nic, NicSpec::Soft { wire: WireSpec::Udp { bind: Some("127.0.0.5:4791".into()) } });
         assert_eq!(g.peer, PeerSpec::FpgaSim { mode: SimMode::Process, ip: Some("127.0.0.6".into()) });
-        assert_eq!((g.cores.nic, g.cores.backend, g.cores.peer, g.cores.spin), (Some(1), None, Some(3), Spin::Dedicated));
+        assert_eq!((g.cores.nic, g.cores.backend, g.cores.peer, g.cores.spin, g.cores.spin_pause), (Some(1), None, Some(3), Spin::Dedicated, true));
         assert_eq!((g.run.stop, g.run.warmup, g.run.load, g.run.size, g.run.timeout), (Stop::Count(1234), 7, Load::Rate(20_000.5), 256, Some(1.5)));
         let roce = g.operators.iter().find(|o| o.name == "roce").expect("the transceiver");
         assert!(roce.params.iter().any(|p| p.name == "slots" && p.value == crate::ops::ParamValue::Int(32)), "{:?}", roce.params);

@@ -244,6 +244,9 @@ fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: Socke
     if let Some(c) = core {
         cmd.arg("--core").arg(c.to_string());
     }
+    if spin.pause() {
+        cmd.arg("--spin-pause");
+    }
     // Its own process group: Ctrl-C in a terminal interrupts rocelink, which still needs the
     // peer to stop the player and read the capture; rocelink stops the peer itself.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);

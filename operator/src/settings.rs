@@ -93,7 +93,9 @@ impl fmt::Display for Cores {
 
 /// How the spinning threads (NIC engine, transceiver loop, peer) use their cores. Graph files
 /// write it as `cores.spin: Auto | Dedicated | Shared`, the command line as `--spin auto`.
-/// A run turns it into the [`SpinMode`] its threads run with ([`Spin::mode`]).
+/// With it goes whether a dedicated spinner executes PAUSE between polls (`cores.spin_pause:
+/// true`, `--spin-pause`; off by default). A run turns the two into the [`SpinMode`] its
+/// threads run with ([`Spin::mode`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Spin {
@@ -107,13 +109,15 @@ pub enum Spin {
 }
 
 impl Spin {
-    /// The mode `spinners` spinning threads run with on this machine.
-    pub fn mode(self, spinners: usize) -> SpinMode {
-        match self {
+    /// The mode `spinners` spinning threads run with on this machine; a dedicated one with
+    /// PAUSE between polls when `pause`.
+    pub fn mode(self, spinners: usize, pause: bool) -> SpinMode {
+        let mode = match self {
             Spin::Auto => SpinMode::for_spinners(spinners),
-            Spin::Dedicated => SpinMode::Dedicated,
+            Spin::Dedicated => SpinMode::Dedicated { pause: false },
             Spin::Shared => SpinMode::Shared,
-        }
+        };
+        mode.with_pause(pause)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -128,7 +132,7 @@ impl Spin {
 impl From<SpinMode> for Spin {
     fn from(m: SpinMode) -> Spin {
         match m {
-            SpinMode::Dedicated => Spin::Dedicated,
+            SpinMode::Dedicated { .. } => Spin::Dedicated,
             SpinMode::Shared => Spin::Shared,
         }
     }
@@ -336,9 +340,10 @@ mod tests {
 
     #[test]
     fn spin_resolves_auto_from_the_spinners_only() {
-        assert_eq!(Spin::Dedicated.mode(1_000_000), SpinMode::Dedicated);
-        assert_eq!(Spin::Shared.mode(1), SpinMode::Shared);
-        assert_eq!(Spin::Auto.mode(1_000_000), SpinMode::Shared);
+        assert_eq!(Spin::Dedicated.mode(1_000_000, false), SpinMode::Dedicated { pause: false });
+        assert_eq!(Spin::Dedicated.mode(1, true), SpinMode::Dedicated { pause: true });
+        assert_eq!(Spin::Shared.mode(1, true), SpinMode::Shared);
+        assert_eq!(Spin::Auto.mode(1_000_000, true), SpinMode::Shared);
         assert_eq!("dedicated".parse::<Spin>(), Ok(Spin::Dedicated));
         assert!("fast".parse::<Spin>().is_err());
         assert_eq!(Spin::from(SpinMode::Shared), Spin::Shared);

@@ -54,6 +54,8 @@ pub struct Plan {
     pub host_core: Option<usize>,
     /// `Auto` is decided at start from the number of spinners ([`Plan::spin_mode`]).
     pub spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls.
+    pub spin_pause: bool,
     pub run: RunPlan,
     /// The transceiver operator's name and its queue pair's sizes.
     pub transceiver: (String, TransceiverConfig),
@@ -210,6 +212,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
         cores,
         host_core: g.cores.host,
         spin,
+        spin_pause: g.cores.spin_pause,
         run,
         transceiver: (transceiver.name.to_string(), tcfg),
         chain: specs,
@@ -678,7 +681,7 @@ impl Plan {
 
     /// The spin mode the run will use.
     pub fn spin_mode(&self) -> SpinMode {
-        self.spin.mode(self.spinners())
+        self.spin.mode(self.spinners(), self.spin_pause)
     }
 
     /// Bytes between RX slots: the message size (in a QEC graph, at least the replay's
@@ -774,7 +777,7 @@ impl fmt::Display for Plan {
         let t = &self.transceiver.0;
         let _ = writeln!(s, "\nfused stage chain (one transceiver loop, no queue between stages):\n  {t}.rx -> {} -> {t}.tx", chain.join(" -> "));
         let _ = writeln!(s, "  StageSpecs: {:?}", self.chain.iter().map(|(_, s)| s).collect::<Vec<_>>());
-        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode().as_str(), if self.spin == Spin::Auto { ", chosen from the cores available" } else { "" });
+        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode(), if self.spin == Spin::Auto { ", chosen from the cores available" } else { "" });
         for (name, what, core) in self.threads() {
             let _ = writeln!(s, "  {name:<20} {:<10} {what}", core_name(core));
         }

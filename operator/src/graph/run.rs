@@ -345,7 +345,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         analysis.counts.lost = 0;
     }
     let payload_size = driven.qec.as_ref().map_or(plan.run.size, |d| d.info.max_message_bytes as usize);
-    let mut env = Environment::here(&backend.to_string(), &pw.wire, payload_size, spin.as_str());
+    let mut env = Environment::here(&backend.to_string(), &pw.wire, payload_size, &spin.to_string());
     if backend.gpu().is_some() {
         env.gpu = Some(backend.to_string());
     }
