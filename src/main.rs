@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use rocelink_operator::echo::{self, EchoConfig};
 use rocelink_operator::nic::DoorbellMode;
-use rocelink_operator::settings::{BackendKind, Cores, PeerMode, Spin, WireKind};
+use rocelink_operator::settings::{BackendKind, Cores, GpuChoice, PeerMode, Spin, WireKind};
 use rocelink_operator::{graph, report};
 
 #[derive(Debug, Parser)]
@@ -159,9 +159,10 @@ enum Cmd {
         /// Base name of the report files.
         #[arg(long, default_value = "bench")]
         name: String,
-        /// Also measure the GPU paths: `auto` (when a GPU is usable), `none`, or a GPU number.
+        /// Also measure the GPU paths: `auto` (GPU 0 when a GPU is usable), `none`, or a GPU
+        /// (`gpu`, `gpu:N` or the number alone).
         #[arg(long, default_value = "auto")]
-        gpu: String,
+        gpu: GpuChoice,
     },
     /// QEC benchmark (issue 5): per (distance, p, wire), the echo floor of the QEC messages'
     /// size, the QEC decoder graph on the CPU and the GPU backend (reaction latency, logical
@@ -353,9 +354,10 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let peer_mode = if let Some(ecb) = peer {
                 PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
             } else if peer_process {
-                PeerMode::Process { program: std::env::current_exe()?, args: vec!["fpga-sim".into()] }
+                // this program's `fpga-sim` command
+                PeerMode::Process { program: None, args: Vec::new(), ip: None }
             } else {
-                PeerMode::InProcess
+                PeerMode::InProcess { ip: None }
             };
             let cfg = EchoConfig {
                 wire,
@@ -365,7 +367,6 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 warmup,
                 peer: peer_mode,
                 host_ip,
-                peer_ip: None,
                 cores: cores.unwrap_or_default(),
                 spin,
                 spin_pause: spin_pause(pause),
@@ -388,16 +389,16 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ended(&r))
         }
         Cmd::Bench { wires, sizes, count, warmup, cores, spin, spin_pause: pause, out, name, gpu } => {
-            let gpu = match gpu.as_str() {
-                "none" => None,
-                "auto" => match rocelink_operator::backend::gpu::unavailable_reason() {
+            let gpu = match gpu {
+                GpuChoice::None => None,
+                GpuChoice::Auto => match rocelink_operator::backend::gpu::unavailable_reason() {
                     None => Some(0),
                     Some(why) => {
                         eprintln!("rocelink bench: no GPU rows: {why}");
                         None
                     }
                 },
-                n => Some(n.parse::<usize>().map_err(|_| anyhow::anyhow!("--gpu `{n}`: want auto, none or a GPU number"))?),
+                GpuChoice::Gpu(n) => Some(n),
             };
             let cfg = rocelink_operator::bench::BenchConfig {
                 wires,

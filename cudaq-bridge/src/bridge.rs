@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rocelink_link::Link;
-use rocelink_operator::graph::compile::{PeerPlan, RunPlan};
+use rocelink_operator::graph::compile::RunPlan;
 use rocelink_operator::graph::drive::{drive, Target};
 use rocelink_operator::graph::model::Stop;
 use rocelink_operator::hsb::{DataPlaneConfig, EcbClient, HsbHost};
@@ -43,6 +43,7 @@ use rocelink_operator::nic::{
 };
 use rocelink_operator::peer::{self, RunningPeer, HOST_MAC};
 use rocelink_operator::rings::{QpMemory, QpSizes};
+use rocelink_operator::settings::PeerMode;
 use rocelink_operator::tap::Fault;
 use rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 use rocelink_wire::roce;
@@ -176,7 +177,7 @@ impl Bridge {
             wire: pw.wire.clone(),
             host_ip: pw.host_ip,
             host_port: pw.host_port,
-            peer: if matches!(config.peer, PeerPlan::InProcess { .. }) { "sim" } else { "remote" },
+            peer: if matches!(config.peer, PeerMode::InProcess { .. }) { "sim" } else { "remote" },
             ecb: pw.ecb,
             peer_roce: pw.peer_roce,
             qpn: DEFAULT_HOST_QP,

@@ -15,7 +15,7 @@
 use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use rocelink_wire::hsb::ext::{DEFAULT_FPGA_QP, DEFAULT_HOST_QP};
 use rocelink_wire::roce::{self, Endpoints};
 
 use crate::nic::QpAttrs;
-use crate::settings::WireKind;
+use crate::settings::{PeerMode, WireKind};
 
 /// MAC addresses on the wire (the software NIC does not filter on them; a real FPGA learns
 /// ours from the data-plane registers).
@@ -45,18 +45,6 @@ pub fn fresh_loopback_pair() -> (Ipv4Addr, Ipv4Addr) {
     let b = ((pid / 200) % 250) as u8;
     let c = (n % 120) as u8 * 2 + 2;
     (Ipv4Addr::new(127, a, b, c), Ipv4Addr::new(127, a, b, c + 1))
-}
-
-/// Where the peer runs, as a checked graph says (`graph::compile`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum PeerPlan {
-    /// fpga-sim on threads of this process, at `ip` (default: a fresh loopback address).
-    InProcess { ip: Option<Ipv4Addr> },
-    /// fpga-sim as a process: `program` then `args`, then its flags (default: this binary,
-    /// `fpga-sim`).
-    Process { program: Option<PathBuf>, args: Vec<String>, ip: Option<Ipv4Addr> },
-    /// A peer already running.
-    Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
 }
 
 /// A replay loaded at check time (so its errors come before anything runs), handed to the
@@ -156,7 +144,7 @@ impl PeerAndWire {
 
 /// Binds the software NIC's `wire` (the UDP wire at `bind`, default a fresh loopback address)
 /// and starts `peer` on it, replaying `qec` if given.
-pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, PeerError> {
+pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerMode, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, PeerError> {
     let (def_host, def_peer) = fresh_loopback_pair();
     let sim = |ip: Ipv4Addr, link: Box<dyn Link>| {
         let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: DEFAULT_FPGA_QP, core, spin };
@@ -164,7 +152,7 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: O
         rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link).map_err(|e| PeerError::Start { what: "fpga-sim".into(), detail: e.to_string() })
     };
     match (wire, peer) {
-        (WireKind::Inproc, PeerPlan::InProcess { ip }) => {
+        (WireKind::Inproc, PeerMode::InProcess { ip }) => {
             let peer_ip = ip.unwrap_or(def_peer);
             let (a, b) = inproc::pair(256);
             let s = sim(peer_ip, Box::new(b))?;
@@ -176,7 +164,7 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: O
             let udp = UdpLink::bind(local).map_err(|e| PeerError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
             let host = udp.local_addr();
             let (peer, ecb, peer_roce) = match p {
-                PeerPlan::InProcess { ip } => {
+                PeerMode::InProcess { ip } => {
                     let peer_ip = ip.unwrap_or(def_peer);
                     let link = UdpLink::bind(SocketAddrV4::new(peer_ip, roce::UDP_PORT)).map_err(|e| PeerError::Start { what: "the peer's UDP wire".into(), detail: format!("{peer_ip}: {e}") })?;
                     let peer_roce = link.local_addr();
@@ -184,7 +172,7 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: O
                     let ecb = s.ecb_addr();
                     (RunningPeer::InProcess(s), ecb, peer_roce)
                 }
-                PeerPlan::Process { program, args, ip } => {
+                PeerMode::Process { program, args, ip } => {
                     let peer_ip = ip.unwrap_or(def_peer);
                     let (program, args) = match program {
                         Some(p) => (p.clone(), args.clone()),
@@ -197,7 +185,7 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: O
                     let (child, ecb, roce_addr) = spawn_process(&program, &args, SocketAddrV4::new(peer_ip, 0), SocketAddrV4::new(peer_ip, roce::UDP_PORT), spin, core)?;
                     (RunningPeer::Process(child), ecb, roce_addr)
                 }
-                PeerPlan::Remote { ecb, roce } => (RunningPeer::Remote, *ecb, *roce),
+                PeerMode::Remote { ecb, roce } => (RunningPeer::Remote, *ecb, *roce),
             };
             Ok(PeerAndWire { peer, nic_link: Box::new(udp), ecb, peer_ip: *peer_roce.ip(), peer_roce, host_ip: *host.ip(), host_port: host.port(), wire: format!("udp {host} <-> {peer_roce}") })
         }

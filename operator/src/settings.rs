@@ -10,7 +10,7 @@
 //! Guarantee: this module imports nothing from the rest of the crate; every module may use it.
 
 use std::fmt;
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -156,13 +156,15 @@ impl FromStr for Spin {
     }
 }
 
-/// Where the peer runs.
+/// Where the peer runs: what a graph's `peer` compiles to, and what `rocelink echo` and the
+/// CUDA-Q provider ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerMode {
-    /// fpga-sim on threads of this process.
-    InProcess,
-    /// fpga-sim as a separate process (`program` followed by `args`, then the peer's flags).
-    Process { program: PathBuf, args: Vec<String> },
+    /// fpga-sim on threads of this process, at `ip` (default: a fresh loopback address).
+    InProcess { ip: Option<Ipv4Addr> },
+    /// fpga-sim as a separate process at `ip`: `program` followed by `args`, then the peer's
+    /// flags (default: this program's `fpga-sim` command).
+    Process { program: Option<PathBuf>, args: Vec<String>, ip: Option<Ipv4Addr> },
     /// A peer already running at these addresses (a real FPGA, or a standalone fpga-sim).
     Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
 }
@@ -209,16 +211,12 @@ impl FromStr for BackendKind {
     type Err = String;
     /// `auto`, `cpu`, `gpu` or `gpu:N`, `gpu-launch` or `gpu-launch:N` (no number: GPU 0).
     fn from_str(s: &str) -> Result<Self, String> {
-        let gpu = |rest: &str| match rest {
-            "" => Some(0),
-            _ => rest.strip_prefix(':').and_then(|n| n.parse().ok()),
-        };
         let kind = match s {
             "auto" => Some(BackendKind::Auto),
             "cpu" => Some(BackendKind::Cpu),
             _ => match s.strip_prefix("gpu-launch") {
-                Some(rest) => gpu(rest).map(BackendKind::GpuLaunchPerMessage),
-                None => s.strip_prefix("gpu").and_then(gpu).map(BackendKind::Gpu),
+                Some(rest) => ordinal_after(rest).map(BackendKind::GpuLaunchPerMessage),
+                None => GpuDevice::parse_ordinal(s).map(BackendKind::Gpu),
             },
         };
         kind.ok_or_else(|| format!("`{s}` is not a backend (auto, cpu, gpu, gpu:N, gpu-launch, gpu-launch:N)"))
@@ -231,6 +229,55 @@ pub struct GpuDevice {
     pub ordinal: usize,
     /// As the driver names it (`NVIDIA H200`).
     pub name: String,
+}
+
+impl GpuDevice {
+    /// The number of the GPU that `gpu` (GPU 0) or `gpu:N` names: how every command and
+    /// argument names one.
+    pub fn parse_ordinal(s: &str) -> Option<usize> {
+        s.strip_prefix("gpu").and_then(ordinal_after)
+    }
+}
+
+/// What follows `gpu` in a GPU's name: nothing (GPU 0) or `:N`.
+fn ordinal_after(rest: &str) -> Option<usize> {
+    match rest {
+        "" => Some(0),
+        _ => rest.strip_prefix(':').and_then(|n| n.parse().ok()),
+    }
+}
+
+/// The GPU a command that also measures without one uses (`rocelink bench --gpu`): `auto`
+/// (GPU 0 when one is usable), `none`, or GPU N (`gpu`, `gpu:N`, or the number alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuChoice {
+    Auto,
+    None,
+    Gpu(usize),
+}
+
+impl FromStr for GpuChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(GpuChoice::Auto),
+            "none" => Ok(GpuChoice::None),
+            _ => GpuDevice::parse_ordinal(s)
+                .or_else(|| s.parse().ok())
+                .map(GpuChoice::Gpu)
+                .ok_or_else(|| format!("`{s}` is not a GPU choice (auto, none, gpu, gpu:N, N)")),
+        }
+    }
+}
+
+impl fmt::Display for GpuChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuChoice::Auto => f.write_str("auto"),
+            GpuChoice::None => f.write_str("none"),
+            GpuChoice::Gpu(n) => write!(f, "gpu:{n}"),
+        }
+    }
 }
 
 /// Where the transceiver loop runs: a [`BackendKind`] resolved on this machine once
@@ -325,6 +372,19 @@ mod tests {
         assert_eq!(BackendKind::parse_cpu_or_gpu("cpu"), Ok(BackendKind::Cpu));
         assert!(BackendKind::parse_cpu_or_gpu("auto").is_err());
         assert!(BackendKind::parse_cpu_or_gpu("gpu-launch").is_err());
+    }
+
+    #[test]
+    fn gpus_are_named_one_way() {
+        assert_eq!((GpuDevice::parse_ordinal("gpu"), GpuDevice::parse_ordinal("gpu:2")), (Some(0), Some(2)));
+        for bad in ["gpu:", "gpux", "2", "cpu"] {
+            assert_eq!(GpuDevice::parse_ordinal(bad), None, "{bad}");
+        }
+        for (text, choice) in [("auto", GpuChoice::Auto), ("none", GpuChoice::None), ("gpu", GpuChoice::Gpu(0)), ("gpu:1", GpuChoice::Gpu(1)), ("3", GpuChoice::Gpu(3))] {
+            assert_eq!(text.parse(), Ok(choice), "{text}");
+            assert_eq!(choice.to_string().parse(), Ok(choice), "{choice}");
+        }
+        assert!("gpu:x".parse::<GpuChoice>().unwrap_err().contains("not a GPU choice"));
     }
 
     #[test]

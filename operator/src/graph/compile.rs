@@ -31,8 +31,7 @@ use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode,
 use super::qec::{self, QecRun};
 use crate::backend::Resolved;
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
-pub use crate::peer::PeerPlan;
-use crate::settings::{Backend, Cores, Spin, WireKind};
+use crate::settings::{Backend, Cores, PeerMode, Spin, WireKind};
 use crate::stage::StageSpec;
 
 /// Capacity of a host flow whose entry gives none.
@@ -48,7 +47,7 @@ pub struct Plan {
     /// what `run` starts (or refuses before starting anything) and what the reports name.
     pub backend: Resolved,
     pub nic: NicPlan,
-    pub peer: PeerPlan,
+    pub peer: PeerMode,
     pub cores: Cores,
     /// Core of host threads (tap reader, operators without their own).
     pub host_core: Option<usize>,
@@ -226,7 +225,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     })
 }
 
-type Settings = (NicPlan, PeerPlan, Cores, Spin, RunPlan, PathBuf, Option<PathBuf>);
+type Settings = (NicPlan, PeerMode, Cores, Spin, RunPlan, PathBuf, Option<PathBuf>);
 
 /// `ip:port`, or `ip` alone with `default_port`.
 fn socket(s: &str, default_port: u16) -> Result<SocketAddrV4, String> {
@@ -277,8 +276,8 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
         })
     };
     let peer = match &g.peer {
-        PeerSpec::FpgaSim { mode: SimMode::InProcess, ip: i } => PeerPlan::InProcess { ip: ip(i, &mut err) },
-        PeerSpec::FpgaSim { mode: SimMode::Process, ip: i } => PeerPlan::Process { program: None, args: Vec::new(), ip: ip(i, &mut err) },
+        PeerSpec::FpgaSim { mode: SimMode::InProcess, ip: i } => PeerMode::InProcess { ip: ip(i, &mut err) },
+        PeerSpec::FpgaSim { mode: SimMode::Process, ip: i } => PeerMode::Process { program: None, args: Vec::new(), ip: ip(i, &mut err) },
         PeerSpec::Fpga { address, roce } => {
             let ecb = socket(address, rocelink_wire::ecb::PORT).unwrap_or_else(|e| {
                 err("peer.address", format!("peer.address: {e}"));
@@ -291,10 +290,10 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
                 }),
                 None => SocketAddrV4::new(*ecb.ip(), roce::UDP_PORT),
             };
-            PeerPlan::Remote { ecb, roce }
+            PeerMode::Remote { ecb, roce }
         }
     };
-    if matches!(nic, NicPlan::Soft { wire: WireKind::Inproc, .. }) && !matches!(peer, PeerPlan::InProcess { .. }) {
+    if matches!(nic, NicPlan::Soft { wire: WireKind::Inproc, .. }) && !matches!(peer, PeerMode::InProcess { .. }) {
         err("peer", "the inproc wire carries frames between threads of this process; a peer in another process or on hardware needs `nic: Soft(wire: Udp())`".into());
     }
 
@@ -651,12 +650,12 @@ impl Plan {
     pub fn threads(&self) -> Vec<(String, String, Option<usize>)> {
         let mut t = Vec::new();
         match &self.peer {
-            PeerPlan::InProcess { .. } => {
+            PeerMode::InProcess { .. } => {
                 t.push(("fpga-sim".to_string(), "peer data plane (spins during a run)".to_string(), self.cores.peer));
                 t.push(("fpga-sim-ecb".to_string(), "peer ECB register server".to_string(), None));
             }
-            PeerPlan::Process { .. } => t.push(("fpga-sim (process)".to_string(), "peer data plane, in its own process (spins during a run)".to_string(), self.cores.peer)),
-            PeerPlan::Remote { .. } => {}
+            PeerMode::Process { .. } => t.push(("fpga-sim (process)".to_string(), "peer data plane, in its own process (spins during a run)".to_string(), self.cores.peer)),
+            PeerMode::Remote { .. } => {}
         }
         t.push(("rocelink-nic".into(), "software NIC engine (spins)".into(), self.cores.nic));
         let chain: Vec<&str> = self.chain.iter().map(|(n, _)| n.as_str()).collect();
@@ -674,7 +673,7 @@ impl Plan {
     /// Spinning threads sharing the machine during a run.
     pub fn spinners(&self) -> usize {
         match self.peer {
-            PeerPlan::Remote { .. } => 2,
+            PeerMode::Remote { .. } => 2,
             _ => 3,
         }
     }
@@ -719,9 +718,9 @@ impl fmt::Display for Plan {
         let _ = writeln!(s, "  nic       {nic}");
         let qec = if self.qec.as_ref().is_some_and(|q| q.replay.is_some()) { ", replaying QEC syndromes" } else { "" };
         let peer = match &self.peer {
-            PeerPlan::InProcess { ip } => format!("fpga-sim in this process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
-            PeerPlan::Process { ip, .. } => format!("fpga-sim as a separate process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
-            PeerPlan::Remote { ecb, roce } => format!("an FPGA (or standalone fpga-sim): ECB {ecb}, RoCE {roce}"),
+            PeerMode::InProcess { ip } => format!("fpga-sim in this process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
+            PeerMode::Process { ip, .. } => format!("fpga-sim as a separate process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
+            PeerMode::Remote { ecb, roce } => format!("an FPGA (or standalone fpga-sim): ECB {ecb}, RoCE {roce}"),
         };
         let _ = writeln!(s, "  peer      {peer}");
         let r = &self.run;

@@ -23,7 +23,8 @@ use std::time::{Duration, Instant, SystemTime};
 use crossbeam_channel::Receiver;
 use rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 
-use super::compile::{NicPlan, PeerPlan, Plan};
+use super::compile::{NicPlan, Plan};
+use crate::settings::PeerMode;
 use super::drive::{drive, StopReason, Target};
 pub use super::error::RunError;
 use crate::backend::{spawn_backend, LoopConfig, RunningBackend};
@@ -189,7 +190,7 @@ fn verbs_nic(plan: &Plan, device: &str, port: u8, gid_index: u32) -> RunError {
     #[cfg(feature = "verbs")]
     {
         let ip = match &plan.peer {
-            PeerPlan::Remote { roce, .. } => *roce.ip(),
+            PeerMode::Remote { roce, .. } => *roce.ip(),
             _ => return RunError::Config(format!("{asked}: the verbs NIC talks to an FPGA on the network: `peer: Fpga(address: ..)`")),
         };
         let Ok(gid_index) = u8::try_from(gid_index) else {
@@ -327,7 +328,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // 7. What it measured.
     // The round trip split by the data path's own timestamps (the ring's last records, read
     // now that the data path has stopped), where the peer's clock is this host's.
-    let same_host_clock = !matches!(plan.peer, PeerPlan::Remote { .. });
+    let same_host_clock = !matches!(plan.peer, PeerMode::Remote { .. });
     let ring = ring_records(&q, backend_processed);
     // A QEC run's warm-up is in shots; the per-message figures leave out the same messages.
     let per_shot = driven.qec.as_ref().map_or(1, |d| u64::from(d.info.messages_per_shot.max(1)));
@@ -403,7 +404,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     report.not_verified = verdict(&report, &analysis, driven.stopped_by);
 
     // 8. Files: host operators, then the JSON report.
-    let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend.loop_on_cpu();
+    let same_clock = matches!(plan.peer, PeerMode::InProcess { .. } | PeerMode::Process { .. }) && backend.loop_on_cpu();
     {
         let reaction = reaction_samples(&driven.records, driven.first_request_id, per_shot, u64::from(plan.run.warmup));
         let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, qec_reaction_samples: &reaction, same_clock, nic_clock: same_host_clock, send_trace: Some(&send_trace) };
