@@ -101,17 +101,8 @@ enum Cmd {
         /// Our IP on the UDP wire (default: a fresh loopback address).
         #[arg(long)]
         host_ip: Option<Ipv4Addr>,
-        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`
-        /// (the threads not named run unpinned).
-        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
-        cores: Option<Cores>,
-        /// Spin policy of the polling threads.
-        #[arg(long, value_enum, default_value = "auto")]
-        spin: Spin,
-        /// Dedicated spinners execute PAUSE between polls that found nothing (default: back
-        /// to back). Without the flag, ROCELINK_SPIN_PAUSE set to anything but 0 asks for it.
-        #[arg(long)]
-        spin_pause: bool,
+        #[command(flatten)]
+        threads: ThreadArgs,
         /// Where the transceiver loop runs: `auto` (the GPU when a CUDA driver and device
         /// exist, else the CPU), `cpu`, `gpu` or `gpu:N` (the persistent kernel), or the
         /// baseline `gpu-launch[:N]` (the CPU loop launching one kernel per message).
@@ -142,17 +133,8 @@ enum Cmd {
         /// Round trips made first and discarded.
         #[arg(long, default_value_t = 1_000)]
         warmup: u32,
-        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`
-        /// (the threads not named run unpinned).
-        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
-        cores: Option<Cores>,
-        /// Spin policy of the polling threads.
-        #[arg(long, value_enum, default_value = "auto")]
-        spin: Spin,
-        /// Dedicated spinners execute PAUSE between polls that found nothing (default: back
-        /// to back). Without the flag, ROCELINK_SPIN_PAUSE set to anything but 0 asks for it.
-        #[arg(long)]
-        spin_pause: bool,
+        #[command(flatten)]
+        threads: ThreadArgs,
         /// Folder for the report files.
         #[arg(long, default_value = "latency-reports")]
         out: PathBuf,
@@ -199,17 +181,8 @@ enum Cmd {
         /// Base name of the report files.
         #[arg(long, default_value = "bench-qec")]
         name: String,
-        /// Cores for the NIC engine, the transceiver loop and the peer of every run, as
-        /// `nic,backend,peer` (the threads not named run unpinned).
-        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
-        cores: Option<Cores>,
-        /// Spin policy of the polling threads.
-        #[arg(long, value_enum, default_value = "auto")]
-        spin: Spin,
-        /// Dedicated spinners execute PAUSE between polls that found nothing (default: back
-        /// to back). Without the flag, ROCELINK_SPIN_PAUSE set to anything but 0 asks for it.
-        #[arg(long)]
-        spin_pause: bool,
+        #[command(flatten)]
+        threads: ThreadArgs,
     },
     /// Decode detection events offline with the exact-matching decoder, like
     /// `pymatching predict`: one prediction (the flipped logical observables) per shot.
@@ -250,6 +223,29 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// The spinning threads' cores and spin policy, as `echo`, `bench` and `bench-qec` take them.
+#[derive(Debug, clap::Args)]
+struct ThreadArgs {
+    /// Cores for the NIC engine, the transceiver loop and the peer (of every run), as
+    /// `nic,backend,peer` (the threads not named run unpinned).
+    #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
+    cores: Option<Cores>,
+    /// Spin policy of the polling threads.
+    #[arg(long, value_enum, default_value = "auto")]
+    spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls that found nothing (default: back
+    /// to back). Without the flag, ROCELINK_SPIN_PAUSE set to anything but 0 asks for it.
+    #[arg(long)]
+    spin_pause: bool,
+}
+
+impl ThreadArgs {
+    /// The cores, the policy, and PAUSE as `--spin-pause` or else the environment asks.
+    fn settings(&self) -> (Cores, Spin, bool) {
+        (self.cores.unwrap_or_default(), self.spin, self.spin_pause || rocelink_link::pause_asked_by_env())
+    }
 }
 
 fn main() -> ExitCode {
@@ -328,8 +324,6 @@ fn plan_file(graph: &std::path::Path, sets: &[String]) -> anyhow::Result<graph::
 
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     let doorbell = doorbell()?;
-    // `--spin-pause`, or else the environment's fallback
-    let spin_pause = |flag: bool| flag || rocelink_link::pause_asked_by_env();
     match cmd {
         Cmd::Run { graph, sets, json, quiet } => {
             let mut plan = plan_file(&graph, &sets)?;
@@ -350,7 +344,8 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             print!("{}", graph::dot::dot(&plan));
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, spin_pause: pause, backend, timeout, json, quiet } => {
+        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, threads, backend, timeout, json, quiet } => {
+            let (cores, spin, spin_pause) = threads.settings();
             let peer_mode = if let Some(ecb) = peer {
                 PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
             } else if peer_process {
@@ -367,9 +362,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 warmup,
                 peer: peer_mode,
                 host_ip,
-                cores: cores.unwrap_or_default(),
+                cores,
                 spin,
-                spin_pause: spin_pause(pause),
+                spin_pause,
                 timeout: timeout.map(Duration::from_secs_f64),
                 progress: !quiet,
                 backend,
@@ -388,7 +383,8 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ended(&r))
         }
-        Cmd::Bench { wires, sizes, count, warmup, cores, spin, spin_pause: pause, out, name, gpu } => {
+        Cmd::Bench { wires, sizes, count, warmup, threads, out, name, gpu } => {
+            let (cores, spin, spin_pause) = threads.settings();
             let gpu = match gpu {
                 GpuChoice::None => None,
                 GpuChoice::Auto => match rocelink_operator::backend::gpu::unavailable_reason() {
@@ -405,9 +401,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 sizes,
                 count,
                 warmup,
-                cores: cores.unwrap_or_default(),
+                cores,
                 spin,
-                spin_pause: spin_pause(pause),
+                spin_pause,
                 out_dir: out,
                 name,
                 gpu,
@@ -420,7 +416,8 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cores, spin, spin_pause: pause } => {
+        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, threads } => {
+            let (cores, spin, spin_pause) = threads.settings();
             use rocelink_operator::bench::qec;
             let cfg = qec::QecBenchConfig {
                 distances,
@@ -433,9 +430,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 python: (python != "none").then_some(python),
                 out_dir: out,
                 name,
-                cores: cores.unwrap_or_default(),
+                cores,
                 spin,
-                spin_pause: spin_pause(pause),
+                spin_pause,
                 doorbell,
             };
             let r = qec::run_bench_qec(&cfg)?;

@@ -13,6 +13,21 @@ use anyhow::Context;
 use clap::Parser;
 use rocelink_link::{SpinMode, UdpLink};
 
+/// The line printed on stdout once the peer serves (a parent waits for it):
+/// `fpga-sim: ECB on <ip:port>, RoCE on <ip:port>`.
+pub fn ready_line(ecb: SocketAddrV4, roce: SocketAddrV4) -> String {
+    format!("{READY_ECB}{ecb}{READY_ROCE}{roce}")
+}
+
+/// The ECB and RoCE addresses of a [`ready_line`] (surrounding white space allowed).
+pub fn parse_ready_line(line: &str) -> Option<(SocketAddrV4, SocketAddrV4)> {
+    let (ecb, roce) = line.trim().strip_prefix(READY_ECB)?.split_once(READY_ROCE)?;
+    Some((ecb.parse().ok()?, roce.parse().ok()?))
+}
+
+const READY_ECB: &str = "fpga-sim: ECB on ";
+const READY_ROCE: &str = ", RoCE on ";
+
 /// Spinning threads when the peer and a host share the machine: the peer's data plane and
 /// the host's receive loop.
 const SPINNERS: usize = 2;
@@ -292,12 +307,7 @@ where
     let sim = start_with_qec(config, qec, Box::new(link))?;
 
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "fpga-sim: ECB on {}, RoCE on {}",
-        sim.ecb_addr(),
-        roce_addr
-    )?;
+    writeln!(out, "{}", ready_line(sim.ecb_addr(), roce_addr))?;
     out.flush()?;
     drop(out);
     tracing::info!(spin = %spin, qp = args.qp, "ready");
@@ -308,4 +318,18 @@ where
     tracing::info!("stopping");
     sim.stop();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ready_line_reads_back() {
+        let (ecb, roce) = ("127.0.0.2:8192".parse().unwrap(), "127.0.0.2:4791".parse().unwrap());
+        let line = ready_line(ecb, roce);
+        assert_eq!(line, "fpga-sim: ECB on 127.0.0.2:8192, RoCE on 127.0.0.2:4791");
+        assert_eq!(parse_ready_line(&format!("{line}\n")), Some((ecb, roce)));
+        assert_eq!(parse_ready_line("fpga-sim: ECB on 127.0.0.2:8192"), None);
+    }
 }

@@ -83,14 +83,10 @@ fn binary_prints_ready_line_and_exits_when_stdin_closes() {
     BufReader::new(child.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("ready line");
-    // "fpga-sim: ECB on 127.0.0.2:PORT, RoCE on 127.0.0.2:PORT"
-    let rest = line
-        .trim()
-        .strip_prefix("fpga-sim: ECB on ")
+    let (ecb_addr, roce) = rocelink_fpga_sim::cli::parse_ready_line(&line)
         .unwrap_or_else(|| panic!("ready line: {line:?}"));
-    let (ecb_addr, roce) = rest.split_once(", RoCE on ").expect("RoCE part");
-    assert!(roce.starts_with("127.0.0.2:"), "{line}");
-    let mut c = EcbClient::connect(ecb_addr.parse().expect("ECB address"));
+    assert_eq!(*roce.ip(), std::net::Ipv4Addr::new(127, 0, 0, 2), "{line}");
+    let mut c = EcbClient::connect(ecb_addr);
     assert_eq!(c.read(reg::HSB_IP_VERSION), 0x2607);
     let mut req = [0u8; 64];
     let n = ecb::emit_request(Command::RdDword, 0, 1, &[(reg::FPGA_DATE, 0)], &mut req)

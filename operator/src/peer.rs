@@ -260,14 +260,9 @@ fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: Socke
             return Err(fail(format!("no ready line within 10 s (exit status {status:?})")));
         }
     };
-    // "fpga-sim: ECB on <addr>, RoCE on <addr>"
-    let parse = |key: &str| -> Option<SocketAddrV4> {
-        let rest = line.split(key).nth(1)?;
-        rest.split([',', ' ']).find(|s| !s.is_empty())?.parse().ok()
-    };
-    match (parse("ECB on "), parse("RoCE on ")) {
-        (Some(e), Some(r)) => Ok((child, e, r)),
-        _ => {
+    match rocelink_fpga_sim::cli::parse_ready_line(&line) {
+        Some((e, r)) => Ok((child, e, r)),
+        None => {
             let _ = child.kill();
             let _ = child.wait();
             Err(fail(format!("unexpected ready line `{line}`")))

@@ -32,7 +32,7 @@ use rocelink_operator::rings::{QpMemory, QpSizes};
 use rocelink_operator::stage::{Echo, Outcome, Stage, StageSpec};
 use rocelink_wire::bth::Opcode;
 use rocelink_wire::roce;
-use rocelink_wire::rpc::{self, RequestRepr};
+use rocelink_wire::rpc;
 
 #[path = "support/nic_rig.rs"]
 mod nic_rig;
@@ -54,14 +54,8 @@ struct Msg {
 /// byte i = f(seed, i).
 fn request(size: usize, id: u32, seed: u8) -> Vec<u8> {
     assert!(size >= rpc::HEADER_LEN);
-    let mut m = vec![0u8; size];
-    RequestRepr { function_id: rpc::function_id::ECHO, arg_len: (size - rpc::HEADER_LEN) as u32, request_id: id, ptp_timestamp: 0 }
-        .emit(&mut m[..rpc::HEADER_LEN])
-        .expect("header fits");
-    for (i, b) in m[rpc::HEADER_LEN..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(29).wrapping_add(seed);
-    }
-    m
+    let args: Vec<u8> = (0..size - rpc::HEADER_LEN).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect();
+    rpc::request(rpc::function_id::ECHO, id, 0, &args)
 }
 
 /// Writes the poison word at byte `at` (little-endian, as the kernel compares words), as far as
