@@ -2,11 +2,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command as Process, Stdio};
+use std::process::Command as Process;
 use std::time::{Duration, Instant};
 
-use common::EcbClient;
+use common::{spawn_ready, EcbClient};
 use rocelink_fpga_sim::{start, SimConfig};
 use rocelink_link::inproc;
 use rocelink_wire::ecb::{self, Command, Reply, Status};
@@ -64,28 +63,16 @@ fn serves_over_udp_and_survives_bad_requests() {
 
 #[test]
 fn binary_prints_ready_line_and_exits_when_stdin_closes() {
-    let mut child = Process::new(env!("CARGO_BIN_EXE_fpga-sim"))
-        .args([
-            "--ecb",
-            "127.0.0.2:0",
-            "--roce",
-            "127.0.0.2:0",
-            "--spin",
-            "shared",
-            "--exit-on-stdin-close",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn fpga-sim");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("ready line");
-    let (ecb_addr, roce) = rocelink_fpga_sim::cli::parse_ready_line(&line)
-        .unwrap_or_else(|| panic!("ready line: {line:?}"));
-    assert_eq!(*roce.ip(), std::net::Ipv4Addr::new(127, 0, 0, 2), "{line}");
+    let (mut child, ecb_addr, roce) = spawn_ready(Process::new(env!("CARGO_BIN_EXE_fpga-sim")).args([
+        "--ecb",
+        "127.0.0.2:0",
+        "--roce",
+        "127.0.0.2:0",
+        "--spin",
+        "shared",
+        "--exit-on-stdin-close",
+    ]));
+    assert_eq!(*roce.ip(), std::net::Ipv4Addr::new(127, 0, 0, 2), "{roce}");
     let mut c = EcbClient::connect(ecb_addr);
     assert_eq!(c.read(reg::HSB_IP_VERSION), 0x2607);
     let mut req = [0u8; 64];

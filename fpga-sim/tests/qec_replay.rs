@@ -13,15 +13,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command as Process, Stdio};
+use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{configure_vp, next_frame, note_error, read_capture, wait_done, EcbClient, HOST};
+use common::{configure_vp, next_frame, note_error, read_capture, spawn_ready, wait_done, EcbClient, HOST};
 use rocelink_fpga_sim::{start_with_qec, FpgaSim, QecReplay, QecReplayConfig, SimConfig};
 use rocelink_link::{inproc, Backoff, Link, SpinMode, MAX_FRAME};
 use rocelink_wire::hsb::{capture_flags as cf, ext, reg, CaptureRecord};
@@ -666,27 +665,18 @@ fn binary_takes_the_qec_flags() {
     assert!(!out.status.success(), "0 is not a round count");
 
     // Good flags: the replay is loaded and readable over ECB.
-    let mut child = Process::new(bin)
-        .args(base)
-        .args([
-            "--qec-dets",
-            &file("dets.b8"),
-            "--qec-dem",
-            &file("model.dem"),
-        ])
-        .args(["--qec-obs", &file("obs.01"), "--qec-pred", &file("pred.01")])
-        .args(["--qec-rounds-per-message", "2", "--exit-on-stdin-close"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("ready line");
-    let (ecb, _) = rocelink_fpga_sim::cli::parse_ready_line(&line)
-        .unwrap_or_else(|| panic!("ready line: {line}"));
+    let (mut child, ecb, _) = spawn_ready(
+        Process::new(bin)
+            .args(base)
+            .args([
+                "--qec-dets",
+                &file("dets.b8"),
+                "--qec-dem",
+                &file("model.dem"),
+            ])
+            .args(["--qec-obs", &file("obs.01"), "--qec-pred", &file("pred.01")])
+            .args(["--qec-rounds-per-message", "2", "--exit-on-stdin-close"]),
+    );
     let mut c = EcbClient::connect(ecb);
     assert_eq!(
         c.read(ext::QEC_CTRL),

@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::net::{SocketAddrV4, UdpSocket};
+use std::process::{Child, Command as Process, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,6 +14,24 @@ use rocelink_link::{Backoff, Link};
 use rocelink_wire::ecb::{self, flags, Command, Reply, Status};
 use rocelink_wire::hsb::{ext, reg, CaptureRecord};
 use rocelink_wire::rpc;
+
+/// Starts `fpga-sim` as `cmd` says, with a stdin pipe (for `--exit-on-stdin-close`), and
+/// waits for its ready line: the process, its ECB and its RoCE address.
+pub fn spawn_ready(cmd: &mut Process) -> (Child, SocketAddrV4, SocketAddrV4) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn fpga-sim");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("ready line");
+    let (ecb, roce) = rocelink_fpga_sim::cli::parse_ready_line(&line)
+        .unwrap_or_else(|| panic!("ready line: {line:?}"));
+    (child, ecb, roce)
+}
 
 /// A test responder's next frame on `link`, into `buf`: polls (idling with `backoff`) until
 /// one comes, or `None` once `stop` is set.
