@@ -146,7 +146,7 @@ enum Cmd {
         #[arg(long, default_value = "auto")]
         gpu: GpuChoice,
     },
-    /// QEC benchmark (issue 5): per (distance, p, wire), the echo floor of the QEC messages'
+    /// QEC benchmark: per (distance, p, wire), the echo floor of the QEC messages'
     /// size, the QEC decoder graph on the CPU and the GPU backend (reaction latency, logical
     /// errors against PyMatching's, disagreements, overflows, throughput, in-loop decode
     /// time) and PyMatching's single-shot decode() latency, written as Markdown + JSON.

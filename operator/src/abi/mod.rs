@@ -131,10 +131,10 @@ pub fn wqe_check(wqe: &[u8], first_chunk: u32) -> u64 {
 /// The check of bytes a WQE gathers (abi.h `rl_proxy_doorbell`), their 16-byte chunks numbered
 /// from `first_chunk` ([`gather_first_chunk`]), the last one zero-padded past the bytes: for
 /// chunk number `i` (from 1) with halves `a`, `b` (little-endian), the 128-bit product of
-/// `a ^ i * K0` and `b ^ i * K1`, its halves XORed; all XORed. One multiply a chunk (the
-/// NIC hashes every checked byte in the answer's path: ~0.09 us/KiB here, against ~0.26 for
-/// the two MurmurHash3 finalizers a chunk the check first used). `kernels/verbs.cuh`
-/// `rl_check_chunk` computes the same on the GPU.
+/// `a ^ i * K0` and `b ^ i * K1`, its halves XORed; all XORed. One multiply a chunk: the
+/// NIC hashes every checked byte in the answer's path, so the mix must be cheap
+/// (`latency-reports/decisions.md`). `kernels/verbs.cuh` `rl_check_chunk` computes the same
+/// on the GPU.
 #[inline]
 pub fn gather_check(bytes: &[u8], first_chunk: u32) -> u64 {
     const K0: u64 = RL_WQE_CHECK_K0 as u64;

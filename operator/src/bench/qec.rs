@@ -1,4 +1,4 @@
-//! The QEC benchmark (issue 5, "Performance"; QEC.md, PERF.md): for every (code distance,
+//! The QEC benchmark (docs/qec.md; DESIGN.md "Measuring"): for every (code distance,
 //! physical error rate, wire), in one process and one run, side by side:
 //! 1. the plain echo round trip of the QEC messages' size on the same backend (the transport
 //!    floor),
@@ -415,7 +415,8 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     Ok(report)
 }
 
-/// The issue's targets for d=5, p=0.1%, on every backend measured there.
+/// The targets for d=5, p=0.1% (decode time, reaction over the echo floor, throughput,
+/// agreement with the exact matcher), on every backend measured there.
 fn targets(rows: &[QecRow]) -> Vec<Target> {
     let mut out = Vec::new();
     for r in rows.iter().filter(|r| r.distance == 5 && r.p == "0.001") {
