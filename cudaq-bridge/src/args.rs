@@ -159,7 +159,9 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, String> {
                 c.ring_memory = match value.as_str() {
                     "auto" => RingMemory::Auto,
                     "host" => RingMemory::Host,
-                    v => RingMemory::Gpu(GpuDevice::parse_ordinal(v).ok_or_else(|| bad("want auto, host, gpu or gpu:N"))?),
+                    v => RingMemory::Gpu(
+                        GpuDevice::parse_ordinal(v).ok_or_else(|| bad("want auto, host, gpu or gpu:N"))?,
+                    ),
                 }
             }
             "log-level" => c.log_level = Some(value),

@@ -21,7 +21,10 @@ pub fn ready_line(ecb: SocketAddrV4, roce: SocketAddrV4) -> String {
 
 /// The ECB and RoCE addresses of a [`ready_line`] (surrounding white space allowed).
 pub fn parse_ready_line(line: &str) -> Option<(SocketAddrV4, SocketAddrV4)> {
-    let (ecb, roce) = line.trim().strip_prefix(READY_ECB)?.split_once(READY_ROCE)?;
+    let (ecb, roce) = line
+        .trim()
+        .strip_prefix(READY_ECB)?
+        .split_once(READY_ROCE)?;
     Some((ecb.parse().ok()?, roce.parse().ok()?))
 }
 
@@ -326,9 +329,15 @@ mod tests {
 
     #[test]
     fn the_ready_line_reads_back() {
-        let (ecb, roce) = ("127.0.0.2:8192".parse().unwrap(), "127.0.0.2:4791".parse().unwrap());
+        let (ecb, roce) = (
+            "127.0.0.2:8192".parse().unwrap(),
+            "127.0.0.2:4791".parse().unwrap(),
+        );
         let line = ready_line(ecb, roce);
-        assert_eq!(line, "fpga-sim: ECB on 127.0.0.2:8192, RoCE on 127.0.0.2:4791");
+        assert_eq!(
+            line,
+            "fpga-sim: ECB on 127.0.0.2:8192, RoCE on 127.0.0.2:4791"
+        );
         assert_eq!(parse_ready_line(&format!("{line}\n")), Some((ecb, roce)));
         assert_eq!(parse_ready_line("fpga-sim: ECB on 127.0.0.2:8192"), None);
     }

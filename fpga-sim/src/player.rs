@@ -629,7 +629,11 @@ mod tests {
 
     /// The host's end: where the answers come from (to the RoCE port).
     fn host_endpoints() -> Endpoints {
-        Endpoints { src_port: 49152, dst_port: roce::UDP_PORT, ..endpoints().reversed() }
+        Endpoints {
+            src_port: 49152,
+            dst_port: roce::UDP_PORT,
+            ..endpoints().reversed()
+        }
     }
 
     fn config(frames: u32, max_in_flight: usize, slots: u32) -> RunConfig {

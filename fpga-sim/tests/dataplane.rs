@@ -10,9 +10,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::{
-    next_frame, note_error,
-    configure_vp, echo_template, read_capture, start_run, wait_done, EcbClient, HostSetup, Run,
-    HOST,
+    configure_vp, echo_template, next_frame, note_error, read_capture, start_run, wait_done,
+    EcbClient, HostSetup, Run, HOST,
 };
 use rocelink_fpga_sim::{start, SimConfig};
 use rocelink_link::inproc;
@@ -150,7 +149,8 @@ fn responder(
             ];
             for (ok, what) in checks {
                 if !ok {
-                    note_error(&mut report.errors,
+                    note_error(
+                        &mut report.errors,
                         format!("psn {}: {what} wrong: {r:?}", r.bth.psn),
                     );
                 }

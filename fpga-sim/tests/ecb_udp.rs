@@ -63,15 +63,16 @@ fn serves_over_udp_and_survives_bad_requests() {
 
 #[test]
 fn binary_prints_ready_line_and_exits_when_stdin_closes() {
-    let (mut child, ecb_addr, roce) = spawn_ready(Process::new(env!("CARGO_BIN_EXE_fpga-sim")).args([
-        "--ecb",
-        "127.0.0.2:0",
-        "--roce",
-        "127.0.0.2:0",
-        "--spin",
-        "shared",
-        "--exit-on-stdin-close",
-    ]));
+    let (mut child, ecb_addr, roce) =
+        spawn_ready(Process::new(env!("CARGO_BIN_EXE_fpga-sim")).args([
+            "--ecb",
+            "127.0.0.2:0",
+            "--roce",
+            "127.0.0.2:0",
+            "--spin",
+            "shared",
+            "--exit-on-stdin-close",
+        ]));
     assert_eq!(*roce.ip(), std::net::Ipv4Addr::new(127, 0, 0, 2), "{roce}");
     let mut c = EcbClient::connect(ecb_addr);
     assert_eq!(c.read(reg::HSB_IP_VERSION), 0x2607);

@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{configure_vp, next_frame, note_error, read_capture, spawn_ready, wait_done, EcbClient, HOST};
+use common::{
+    configure_vp, next_frame, note_error, read_capture, spawn_ready, wait_done, EcbClient, HOST,
+};
 use rocelink_fpga_sim::{start_with_qec, FpgaSim, QecReplay, QecReplayConfig, SimConfig};
 use rocelink_link::{inproc, Backoff, Link, SpinMode, MAX_FRAME};
 use rocelink_wire::hsb::{capture_flags as cf, ext, reg, CaptureRecord};
@@ -200,7 +202,8 @@ fn responder(
                             r += 1;
                         }
                         if sum != m.num_syndromes as usize || offset != bits {
-                            note_error(&mut report.errors,
+                            note_error(
+                                &mut report.errors,
                                 format!("{id}: {m:?} is not whole rounds at bit {bits}"),
                             );
                         }
@@ -216,7 +219,8 @@ fn responder(
                             let n = shots_started - 1;
                             let k = n as usize % fx.shots();
                             if shot[..] != *fx.shot(k) {
-                                note_error(&mut report.errors,
+                                note_error(
+                                    &mut report.errors,
                                     format!("shot {n}: bits differ from dets.b8 shot {k}"),
                                 );
                             }
@@ -241,7 +245,8 @@ fn responder(
                     }
                 }
                 (other, _) => {
-                    note_error(&mut report.errors,
+                    note_error(
+                        &mut report.errors,
                         format!("{id}: function {other:#x} or arguments bad"),
                     );
                     (status::BAD_REQUEST, 0)

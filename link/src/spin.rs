@@ -158,7 +158,10 @@ mod tests {
         let d = SpinMode::Dedicated { pause: false };
         assert!(!d.pause() && d.with_pause(true).pause());
         assert_eq!(SpinMode::Shared.with_pause(true), SpinMode::Shared);
-        assert_eq!((d.to_string(), d.with_pause(true).to_string(), SpinMode::Shared.to_string()), ("dedicated".into(), "dedicated+pause".into(), "shared".into()));
+        assert_eq!(
+            (d.to_string(), d.with_pause(true).to_string(), SpinMode::Shared.to_string()),
+            ("dedicated".into(), "dedicated+pause".into(), "shared".into())
+        );
         assert_eq!(SpinMode::parse(d.with_pause(true).as_str(), 3), Some(d));
     }
 }

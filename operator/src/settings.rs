@@ -380,7 +380,13 @@ mod tests {
         for bad in ["gpu:", "gpux", "2", "cpu"] {
             assert_eq!(GpuDevice::parse_ordinal(bad), None, "{bad}");
         }
-        for (text, choice) in [("auto", GpuChoice::Auto), ("none", GpuChoice::None), ("gpu", GpuChoice::Gpu(0)), ("gpu:1", GpuChoice::Gpu(1)), ("3", GpuChoice::Gpu(3))] {
+        for (text, choice) in [
+            ("auto", GpuChoice::Auto),
+            ("none", GpuChoice::None),
+            ("gpu", GpuChoice::Gpu(0)),
+            ("gpu:1", GpuChoice::Gpu(1)),
+            ("3", GpuChoice::Gpu(3)),
+        ] {
             assert_eq!(text.parse(), Ok(choice), "{text}");
             assert_eq!(choice.to_string().parse(), Ok(choice), "{choice}");
         }

@@ -35,7 +35,12 @@ pub fn spawn_ready(cmd: &mut Process) -> (Child, SocketAddrV4, SocketAddrV4) {
 
 /// A test responder's next frame on `link`, into `buf`: polls (idling with `backoff`) until
 /// one comes, or `None` once `stop` is set.
-pub fn next_frame(link: &mut dyn Link, buf: &mut [u8], backoff: &mut Backoff, stop: &AtomicBool) -> Option<usize> {
+pub fn next_frame(
+    link: &mut dyn Link,
+    buf: &mut [u8],
+    backoff: &mut Backoff,
+    stop: &AtomicBool,
+) -> Option<usize> {
     while !stop.load(Ordering::Relaxed) {
         match link.try_recv(buf) {
             Ok(Some(n)) => {

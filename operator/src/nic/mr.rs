@@ -103,7 +103,12 @@ impl MrTable {
     /// slots, which SENDs gather from (LOCAL_READ).
     pub fn for_queue_pair(q: &QpMemory) -> QpRegions {
         let mut table = MrTable::default();
-        let rx = table.register(q.mem.clone(), q.layout.rx_buffer, q.layout.rx_buffer_len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+        let rx = table.register(
+            q.mem.clone(),
+            q.layout.rx_buffer,
+            q.layout.rx_buffer_len(),
+            Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+        );
         let tx = table.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
         QpRegions { table, rx, tx }
     }

@@ -53,8 +53,20 @@ impl NicRig {
     pub fn new(sizes: QpSizes, opts: NicOptions) -> NicRig {
         let q = QpMemory::new(sizes, SharedMem::new).expect("valid sizes");
         let QpRegions { mut table, rx, tx } = MrTable::for_queue_pair(&q);
-        let foreign = table.register(Arc::new(SharedMem::new(FOREIGN_LEN)), 0, FOREIGN_LEN, Access::REMOTE_WRITE | Access::LOCAL_WRITE);
-        let host = Endpoints { src_mac: HOST_MAC, dst_mac: PEER_MAC, src_ip: HOST_IP, dst_ip: PEER_IP, src_port: roce::UDP_PORT, dst_port: roce::UDP_PORT };
+        let foreign = table.register(
+            Arc::new(SharedMem::new(FOREIGN_LEN)),
+            0,
+            FOREIGN_LEN,
+            Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+        );
+        let host = Endpoints {
+            src_mac: HOST_MAC,
+            dst_mac: PEER_MAC,
+            src_ip: HOST_IP,
+            dst_ip: PEER_IP,
+            src_port: roce::UDP_PORT,
+            dst_port: roce::UDP_PORT,
+        };
         let peer = Endpoints { src_port: PEER_SRC_PORT, dst_port: roce::UDP_PORT, ..host.reversed() };
         let counters = Arc::new(NicCounters::default());
         let attrs = QpAttrs { qpn: QPN, pkey: 0xffff, endpoints: host, peer_qpn: PEER_QPN };
@@ -108,8 +120,12 @@ impl NicRig {
     /// does: no fence in front) whose range is `range` (whole WQEBBs), just below `pi`; every
     /// WQE of it that gathers gathers `gathered`.
     pub fn ring_checked(&self, pi: u32, range: &[u8], gathered: &[u8]) {
-        let check = abi::range_check(range, 0, |_, first| Some(abi::gather_check(gathered, first))).expect("well-formed WQEs");
-        self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).store(abi::ProxyDoorbell::checked(pi, (range.len() / abi::WQEBB) as u32, check), Release);
+        let check =
+            abi::range_check(range, 0, |_, first| Some(abi::gather_check(gathered, first))).expect("well-formed WQEs");
+        self.q
+            .mem
+            .atomic_u64(self.q.layout.proxy_doorbell)
+            .store(abi::ProxyDoorbell::checked(pi, (range.len() / abi::WQEBB) as u32, check), Release);
     }
 }
 
