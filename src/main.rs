@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use rocelink_operator::echo::{self, EchoConfig};
 use rocelink_operator::gpu::kernels::KernelOptions;
 use rocelink_operator::nic::DoorbellMode;
-use rocelink_operator::settings::{BackendKind, Cores, PeerMode, Spin, WireKind};
+use rocelink_operator::settings::{BackendKind, Cores, GpuChoice, PeerMode, Spin, WireKind};
 use rocelink_operator::{graph, report};
 
 #[derive(Debug, Parser)]
@@ -102,13 +102,8 @@ enum Cmd {
         /// Our IP on the UDP wire (default: a fresh loopback address).
         #[arg(long)]
         host_ip: Option<Ipv4Addr>,
-        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`
-        /// (the threads not named run unpinned).
-        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
-        cores: Option<Cores>,
-        /// Spin policy of the polling threads.
-        #[arg(long, value_enum, default_value = "auto")]
-        spin: Spin,
+        #[command(flatten)]
+        threads: ThreadArgs,
         /// Where the transceiver loop runs: `auto` (the GPU when a CUDA driver and device
         /// exist, else the CPU), `cpu`, `gpu` or `gpu:N` (the persistent kernel), or the
         /// baseline `gpu-launch[:N]` (the CPU loop launching one kernel per message).
@@ -139,24 +134,20 @@ enum Cmd {
         /// Round trips made first and discarded.
         #[arg(long, default_value_t = 1_000)]
         warmup: u32,
-        /// Cores for the NIC engine, the transceiver loop and the peer, as `nic,backend,peer`
-        /// (the threads not named run unpinned).
-        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
-        cores: Option<Cores>,
-        /// Spin policy of the polling threads.
-        #[arg(long, value_enum, default_value = "auto")]
-        spin: Spin,
+        #[command(flatten)]
+        threads: ThreadArgs,
         /// Folder for the report files.
         #[arg(long, default_value = "latency-reports")]
         out: PathBuf,
         /// Base name of the report files.
         #[arg(long, default_value = "bench")]
         name: String,
-        /// Also measure the GPU paths: `auto` (when a GPU is usable), `none`, or a GPU number.
+        /// Also measure the GPU paths: `auto` (GPU 0 when a GPU is usable), `none`, or a GPU
+        /// (`gpu`, `gpu:N` or the number alone).
         #[arg(long, default_value = "auto")]
-        gpu: String,
+        gpu: GpuChoice,
     },
-    /// QEC benchmark (issue 5): per (distance, p, wire), the echo floor of the QEC messages'
+    /// QEC benchmark: per (distance, p, wire), the echo floor of the QEC messages'
     /// size, the QEC decoder graph on the CPU and the GPU backend (reaction latency, logical
     /// errors against PyMatching's, disagreements, overflows, throughput, in-loop decode
     /// time) and PyMatching's single-shot decode() latency, written as Markdown + JSON.
@@ -191,13 +182,8 @@ enum Cmd {
         /// Base name of the report files.
         #[arg(long, default_value = "bench-qec")]
         name: String,
-        /// Cores for the NIC engine, the transceiver loop and the peer of every run, as
-        /// `nic,backend,peer` (the threads not named run unpinned).
-        #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
-        cores: Option<Cores>,
-        /// Spin policy of the polling threads.
-        #[arg(long, value_enum, default_value = "auto")]
-        spin: Spin,
+        #[command(flatten)]
+        threads: ThreadArgs,
     },
     /// Decode detection events offline with the exact-matching decoder, like
     /// `pymatching predict`: one prediction (the flipped logical observables) per shot.
@@ -238,6 +224,29 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// The spinning threads' cores and spin policy, as `echo`, `bench` and `bench-qec` take them.
+#[derive(Debug, clap::Args)]
+struct ThreadArgs {
+    /// Cores for the NIC engine, the transceiver loop and the peer (of every run), as
+    /// `nic,backend,peer` (the threads not named run unpinned).
+    #[arg(long, value_name = "NIC[,BACKEND[,PEER]]")]
+    cores: Option<Cores>,
+    /// Spin policy of the polling threads.
+    #[arg(long, value_enum, default_value = "auto")]
+    spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls that found nothing (default: back
+    /// to back). Without the flag, ROCELINK_SPIN_PAUSE set to anything but 0 asks for it.
+    #[arg(long)]
+    spin_pause: bool,
+}
+
+impl ThreadArgs {
+    /// The cores, the policy, and PAUSE as `--spin-pause` or else the environment asks.
+    fn settings(&self) -> (Cores, Spin, bool) {
+        (self.cores.unwrap_or_default(), self.spin, self.spin_pause || rocelink_link::pause_asked_by_env())
+    }
 }
 
 fn main() -> ExitCode {
@@ -330,12 +339,20 @@ fn kernel_options() -> anyhow::Result<KernelOptions> {
     Ok(k)
 }
 
+/// A graph's plan, with ROCELINK_SPIN_PAUSE (read here, at the edge) asking for PAUSE where
+/// the file does not.
+fn plan_file(graph: &std::path::Path, sets: &[String]) -> anyhow::Result<graph::Plan> {
+    let mut plan = graph::plan_file(graph, &overrides(sets)?)?;
+    plan.spin_pause |= rocelink_link::pause_asked_by_env();
+    Ok(plan)
+}
+
 fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     let doorbell = doorbell()?;
     let kernel = kernel_options()?;
     match cmd {
         Cmd::Run { graph, sets, json, quiet } => {
-            let mut plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            let mut plan = plan_file(&graph, &sets)?;
             if let Some(j) = json {
                 plan.json = Some(j);
             }
@@ -344,22 +361,24 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ended(&r))
         }
         Cmd::Check { graph, sets } => {
-            let plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            let plan = plan_file(&graph, &sets)?;
             println!("{plan}");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Graph { graph, dot: _, sets } => {
-            let plan = graph::plan_file(&graph, &overrides(&sets)?)?;
+            let plan = plan_file(&graph, &sets)?;
             print!("{}", graph::dot::dot(&plan));
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, cores, spin, backend, timeout, json, quiet } => {
+        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, threads, backend, timeout, json, quiet } => {
+            let (cores, spin, spin_pause) = threads.settings();
             let peer_mode = if let Some(ecb) = peer {
                 PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
             } else if peer_process {
-                PeerMode::Process { program: std::env::current_exe()?, args: vec!["fpga-sim".into()] }
+                // this program's `fpga-sim` command
+                PeerMode::Process { program: None, args: Vec::new(), ip: None }
             } else {
-                PeerMode::InProcess
+                PeerMode::InProcess { ip: None }
             };
             let cfg = EchoConfig {
                 wire,
@@ -369,9 +388,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 warmup,
                 peer: peer_mode,
                 host_ip,
-                peer_ip: None,
-                cores: cores.unwrap_or_default(),
+                cores,
                 spin,
+                spin_pause,
                 timeout: timeout.map(Duration::from_secs_f64),
                 progress: !quiet,
                 backend,
@@ -391,25 +410,27 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ended(&r))
         }
-        Cmd::Bench { wires, sizes, count, warmup, cores, spin, out, name, gpu } => {
-            let gpu = match gpu.as_str() {
-                "none" => None,
-                "auto" => match rocelink_operator::backend::gpu::unavailable_reason() {
+        Cmd::Bench { wires, sizes, count, warmup, threads, out, name, gpu } => {
+            let (cores, spin, spin_pause) = threads.settings();
+            let gpu = match gpu {
+                GpuChoice::None => None,
+                GpuChoice::Auto => match rocelink_operator::backend::gpu::unavailable_reason() {
                     None => Some(0),
                     Some(why) => {
                         eprintln!("rocelink bench: no GPU rows: {why}");
                         None
                     }
                 },
-                n => Some(n.parse::<usize>().map_err(|_| anyhow::anyhow!("--gpu `{n}`: want auto, none or a GPU number"))?),
+                GpuChoice::Gpu(n) => Some(n),
             };
             let cfg = rocelink_operator::bench::BenchConfig {
                 wires,
                 sizes,
                 count,
                 warmup,
-                cores: cores.unwrap_or_default(),
+                cores,
                 spin,
+                spin_pause,
                 out_dir: out,
                 name,
                 gpu,
@@ -423,7 +444,8 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cores, spin } => {
+        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, threads } => {
+            let (cores, spin, spin_pause) = threads.settings();
             use rocelink_operator::bench::qec;
             let cfg = qec::QecBenchConfig {
                 distances,
@@ -436,8 +458,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 python: (python != "none").then_some(python),
                 out_dir: out,
                 name,
-                cores: cores.unwrap_or_default(),
+                cores,
                 spin,
+                spin_pause,
                 doorbell,
                 kernel,
             };

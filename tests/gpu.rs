@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "../operator/tests/support/qec_sets.rs"]
+mod qec_sets;
 #[path = "../operator/tests/support/tree.rs"]
 mod tree;
 
@@ -234,16 +236,10 @@ fn gpu_qec_graph_answers_as_the_cpu_does_including_block_decodes() {
         let json = dir.join("report.json");
         let mut cmd = Command::new(rocelink());
         cmd.current_dir(&root).args(["run", "graphs/qec_d5.ron", "--quiet", "--json"]).arg(&json);
-        for s in [
-            format!("backend={backend}"),
-            format!("peer.qec.dem={d}/model.dem"),
-            format!("peer.qec.dets={d}/dets.b8"),
-            format!("peer.qec.obs={d}/obs.01"),
-            format!("peer.qec.pred={d}/pred.01"),
-            format!("operators.decoder.dem={d}/model.dem"),
-            format!("run.stop=Count({shots})"),
-            format!("outputs.dir={}", dir.display()),
-        ] {
+        let mut sets = vec![format!("backend={backend}")];
+        sets.extend(qec_sets::fixture_sets(d));
+        sets.extend([format!("run.stop=Count({shots})"), format!("outputs.dir={}", dir.display())]);
+        for s in sets {
             cmd.arg("--set").arg(s);
         }
         let out = cmd.output().expect("run rocelink");

@@ -12,6 +12,9 @@ use std::process::{Command, Output};
 use rocelink_operator::graph::{compile, load, GraphErrors, Override};
 use serde_json::Value;
 
+#[path = "../operator/tests/support/qec_sets.rs"]
+mod qec_sets;
+
 /// One run at a time: each spins three threads.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -222,14 +225,8 @@ fn shots_over_the_old_defect_cap_are_decoded_exactly() {
     let want = fx.above(shots as usize, 12);
     assert!(want > 0, "the fixture has shots over the cap");
     let d = "operator/tests/fixtures/qec/d5_p0.003";
-    let sets = [
-        format!("peer.qec.dem={d}/model.dem"),
-        format!("peer.qec.dets={d}/dets.b8"),
-        format!("peer.qec.obs={d}/obs.01"),
-        format!("peer.qec.pred={d}/pred.01"),
-        format!("operators.decoder.dem={d}/model.dem"),
-        format!("run.stop=Count({shots})"),
-    ];
+    let mut sets = qec_sets::fixture_sets(d);
+    sets.push(format!("run.stop=Count({shots})"));
     let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
     let (_, r) = run("overflow", "qec_d5.ron", &sets);
     assert_clean_qec(&r, shots, 6, 100);

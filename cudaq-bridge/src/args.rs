@@ -12,6 +12,7 @@
 //! | `--host-ip IP` | our address on the UDP wire (port 4791) | a fresh loopback address |
 //! | `--cores NIC[,PEER]` | cores for the NIC engine thread and fpga-sim's data plane | unpinned |
 //! | `--spin auto\|dedicated\|shared` | how the polling threads spin | `auto` |
+//! | `--spin-pause` (no value) | dedicated spinners execute PAUSE between polls (else `ROCELINK_SPIN_PAUSE`, read by `create`) | back to back |
 //! | `--slots N` (`--num-slots`) | ring slots (each way) | 64 |
 //! | `--slot-size BYTES` | bytes per slot, a multiple of 64 up to 4096 | 4096 |
 //! | `--ring-memory auto\|host\|gpu[:N]` | pinned memory mapped into GPU N, or host memory | `auto` (GPU 0 where there is one) |
@@ -21,8 +22,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 
 use rocelink_link::SpinMode;
-use rocelink_operator::graph::compile::{NicPlan, PeerPlan};
-use rocelink_operator::settings::{Spin, WireKind};
+use rocelink_operator::graph::compile::NicPlan;
+use rocelink_operator::settings::{GpuDevice, PeerMode, Spin, WireKind};
 use rocelink_wire::roce;
 
 use crate::ring::{Geometry, RingMemory};
@@ -32,12 +33,14 @@ use crate::ring::{Geometry, RingMemory};
 pub struct Config {
     pub wire: WireKind,
     /// `InProcess` or `Remote`.
-    pub peer: PeerPlan,
+    pub peer: PeerMode,
     pub host_ip: Option<Ipv4Addr>,
     pub nic_core: Option<usize>,
     pub peer_core: Option<usize>,
     /// `Auto`: decided from the cores there are.
     pub spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls.
+    pub spin_pause: bool,
     pub geometry: Geometry,
     pub ring_memory: RingMemory,
     pub log_level: Option<String>,
@@ -47,11 +50,12 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             wire: WireKind::Udp,
-            peer: PeerPlan::InProcess { ip: None },
+            peer: PeerMode::InProcess { ip: None },
             host_ip: None,
             nic_core: None,
             peer_core: None,
             spin: Spin::Auto,
+            spin_pause: false,
             geometry: Geometry { slots: 64, slot_size: 4096 },
             ring_memory: RingMemory::Auto,
             log_level: None,
@@ -72,8 +76,8 @@ impl Config {
 
     /// The spin policy: the NIC engine and the dispatcher spin, and fpga-sim when it runs here.
     pub fn spin_mode(&self) -> SpinMode {
-        let spinners = if matches!(self.peer, PeerPlan::InProcess { .. }) { 3 } else { 2 };
-        self.spin.mode(spinners)
+        let spinners = if matches!(self.peer, PeerMode::InProcess { .. }) { 3 } else { 2 };
+        self.spin.mode(spinners, self.spin_pause)
     }
 }
 
@@ -106,6 +110,10 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, String> {
             Some((k, v)) => (k, Some(v.to_string())),
             None => (flag, None),
         };
+        if key == "spin-pause" && inline.is_none() {
+            c.spin_pause = true;
+            continue;
+        }
         if !OURS.contains(&key) {
             continue;
         }
@@ -120,20 +128,14 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, String> {
         let bad = |what: &str| format!("--{key} {value:?}: {what}");
         match key {
             "graph" => from_graph(&mut c, Path::new(&value)).map_err(|e| format!("--graph {value}: {e}"))?,
-            "wire" => {
-                c.wire = match value.as_str() {
-                    "udp" => WireKind::Udp,
-                    "inproc" => WireKind::Inproc,
-                    _ => return Err(bad("want udp or inproc")),
-                }
-            }
+            "wire" => c.wire = value.parse().map_err(|_| bad("want udp or inproc"))?,
             "peer" => {
                 c.peer = if value == "sim" {
-                    PeerPlan::InProcess { ip: None }
+                    PeerMode::InProcess { ip: None }
                 } else {
                     let ecb: SocketAddrV4 =
                         value.parse().map_err(|_| bad("want sim or the peer's ECB address IP:PORT"))?;
-                    PeerPlan::Remote { ecb, roce: SocketAddrV4::new(*ecb.ip(), roce::UDP_PORT) }
+                    PeerMode::Remote { ecb, roce: SocketAddrV4::new(*ecb.ip(), roce::UDP_PORT) }
                 }
             }
             "peer-roce" => peer_roce = Some(value.parse().map_err(|_| bad("want IP:PORT"))?),
@@ -157,11 +159,9 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, String> {
                 c.ring_memory = match value.as_str() {
                     "auto" => RingMemory::Auto,
                     "host" => RingMemory::Host,
-                    "gpu" => RingMemory::Gpu(0),
-                    v => match v.strip_prefix("gpu:").map(str::parse) {
-                        Some(Ok(n)) => RingMemory::Gpu(n),
-                        _ => return Err(bad("want auto, host, gpu or gpu:N")),
-                    },
+                    v => RingMemory::Gpu(
+                        GpuDevice::parse_ordinal(v).ok_or_else(|| bad("want auto, host, gpu or gpu:N"))?,
+                    ),
                 }
             }
             "log-level" => c.log_level = Some(value),
@@ -170,12 +170,12 @@ pub fn parse<S: AsRef<str>>(args: &[S]) -> Result<Config, String> {
     }
     if let Some(r) = peer_roce {
         match &mut c.peer {
-            PeerPlan::Remote { roce, .. } => *roce = r,
+            PeerMode::Remote { roce, .. } => *roce = r,
             _ => return Err("--peer-roce needs --peer IP:PORT (a peer already running)".into()),
         }
     }
     c.geometry.validate()?;
-    if c.wire == WireKind::Inproc && !matches!(c.peer, PeerPlan::InProcess { .. }) {
+    if c.wire == WireKind::Inproc && !matches!(c.peer, PeerMode::InProcess { .. }) {
         return Err("--wire inproc carries frames between threads of this process: it needs --peer sim".into());
     }
     if let (Some(a), Some(b)) = (c.nic_core, c.peer_core) {
@@ -196,16 +196,16 @@ fn from_graph(c: &mut Config, path: &Path) -> Result<(), String> {
         }
         NicPlan::Verbs { .. } => return Err("a verbs NIC: this provider drives the software NIC only".into()),
     }
-    c.peer = match plan.peer {
-        PeerPlan::InProcess { ip } => PeerPlan::InProcess { ip },
-        PeerPlan::Remote { ecb, roce } => PeerPlan::Remote { ecb, roce },
-        PeerPlan::Process { .. } => {
+    c.peer = match &plan.peer {
+        p @ (PeerMode::InProcess { .. } | PeerMode::Remote { .. }) => p.clone(),
+        PeerMode::Process { .. } => {
             return Err("a peer process: a provider has no program of its own to start fpga-sim with; use FpgaSim(mode: InProcess) or Fpga(address: ..)".into())
         }
     };
     c.nic_core = plan.cores.nic;
     c.peer_core = plan.cores.peer;
     c.spin = plan.spin;
+    c.spin_pause = plan.spin_pause;
     c.geometry = Geometry { slots: plan.transceiver.1.slots, slot_size: plan.slot_stride() };
     Ok(())
 }
@@ -219,6 +219,8 @@ mod tests {
         assert_eq!(parse::<&str>(&[]), Ok(Config::default()));
         let c =
             parse(&["--wire=inproc", "--slots", "8", "--slot-size=256", "--cores", "0,1", "--spin", "shared"]).unwrap();
+        assert!(!c.spin_pause);
+        assert!(parse(&["--spin", "dedicated", "--spin-pause"]).unwrap().spin_pause);
         assert_eq!(c.wire, WireKind::Inproc);
         assert_eq!(c.geometry, Geometry { slots: 8, slot_size: 256 });
         assert_eq!((c.nic_core, c.peer_core, c.spin), (Some(0), Some(1), Spin::Shared));
@@ -235,13 +237,13 @@ mod tests {
         let c = parse(&["--peer", "10.0.0.2:8192", "--peer-roce=10.0.0.3:4800", "--host-ip", "10.0.0.1"]).unwrap();
         assert_eq!(
             c.peer,
-            PeerPlan::Remote { ecb: "10.0.0.2:8192".parse().unwrap(), roce: "10.0.0.3:4800".parse().unwrap() }
+            PeerMode::Remote { ecb: "10.0.0.2:8192".parse().unwrap(), roce: "10.0.0.3:4800".parse().unwrap() }
         );
         assert_eq!(c.nic_plan(), NicPlan::Soft { wire: WireKind::Udp, bind: Some("10.0.0.1:4791".parse().unwrap()) });
         let c = parse(&["--peer=10.0.0.2:8192"]).unwrap();
         assert_eq!(
             c.peer,
-            PeerPlan::Remote { ecb: "10.0.0.2:8192".parse().unwrap(), roce: "10.0.0.2:4791".parse().unwrap() }
+            PeerMode::Remote { ecb: "10.0.0.2:8192".parse().unwrap(), roce: "10.0.0.2:4791".parse().unwrap() }
         );
     }
 

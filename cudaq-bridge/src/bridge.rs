@@ -32,20 +32,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rocelink_link::Link;
-use rocelink_operator::graph::compile::{PeerPlan, RunPlan};
+use rocelink_operator::graph::compile::RunPlan;
 use rocelink_operator::graph::drive::{drive, Target};
 use rocelink_operator::graph::model::Stop;
 use rocelink_operator::hsb::{DataPlaneConfig, EcbClient, HsbHost};
 use rocelink_operator::latency::Summary;
 use rocelink_operator::mem::SharedMem;
 use rocelink_operator::nic::{
-    Access, DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic,
+    DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpRegions, SoftNic,
 };
-use rocelink_operator::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
+use rocelink_operator::peer::{self, RunningPeer, HOST_MAC};
 use rocelink_operator::rings::{QpMemory, QpSizes};
+use rocelink_operator::settings::PeerMode;
 use rocelink_operator::tap::Fault;
-use rocelink_wire::hsb::ext::{DEFAULT_FPGA_QP, DEFAULT_HOST_QP};
-use rocelink_wire::roce::{self, Endpoints};
+use rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
+use rocelink_wire::roce;
 use rocelink_wire::rpc;
 
 use crate::abi::{cudaq_status_t, CUDAQ_ERR_INTERNAL, CUDAQ_ERR_INVALID_ARG};
@@ -164,39 +165,19 @@ impl Bridge {
             ..QpSizes::default()
         };
         let q = QpMemory::new(sizes, SharedMem::new).map_err(Error::internal)?;
-        let mut mrs = MrTable::default();
-        let rx_mr = mrs.register(
-            q.mem.clone(),
-            q.layout.rx_buffer,
-            q.layout.rx_buffer_len(),
-            Access::REMOTE_WRITE | Access::LOCAL_WRITE,
-        );
-        let tx_mr = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
+        let QpRegions { table: mrs, rx: rx_mr, tx: tx_mr } = MrTable::for_queue_pair(&q);
         // Last: from here on a peer may run, and the state below stops it on every way out.
         let pw = peer::start(config.wire, config.bind(), &config.peer, None, config.peer_core, config.spin_mode())
             .map_err(|e| Error::internal(format!("create: {e}")))?;
-        let attrs = QpAttrs {
-            qpn: DEFAULT_HOST_QP,
-            pkey: 0xffff,
-            endpoints: Endpoints {
-                src_mac: HOST_MAC,
-                dst_mac: PEER_MAC,
-                src_ip: pw.host_ip.octets(),
-                dst_ip: pw.peer_ip.octets(),
-                src_port: pw.host_port,
-                dst_port: pw.peer_roce.port(),
-            },
-            peer_qpn: DEFAULT_FPGA_QP,
-        };
         let nic_counters = Arc::new(NicCounters::default());
         // The adapter rings the CPU-proxy doorbell (HostVerbs' default): the NIC answers to it.
         let opts = NicOptions { doorbell: DoorbellMode::Proxy, ..NicOptions::default() };
-        let nic = SoftNic::new(attrs, opts, mrs, q.clone(), nic_counters.clone());
+        let nic = SoftNic::new(pw.host_qp(), opts, mrs, q.clone(), nic_counters.clone());
         let endpoint = Endpoint {
             wire: pw.wire.clone(),
             host_ip: pw.host_ip,
             host_port: pw.host_port,
-            peer: if matches!(config.peer, PeerPlan::InProcess { .. }) { "sim" } else { "remote" },
+            peer: if matches!(config.peer, PeerMode::InProcess { .. }) { "sim" } else { "remote" },
             ecb: pw.ecb,
             peer_roce: pw.peer_roce,
             qpn: DEFAULT_HOST_QP,

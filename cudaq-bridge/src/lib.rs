@@ -131,7 +131,9 @@ unsafe extern "C" fn create(
                 args.push(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned());
             }
         }
-        let config = args::parse(&args).map_err(|e| Error::arg(format!("create: {e}")))?;
+        let mut config = args::parse(&args).map_err(|e| Error::arg(format!("create: {e}")))?;
+        // the provider's edge: the environment's PAUSE choice, where the arguments make none
+        config.spin_pause |= rocelink_link::pause_asked_by_env();
         if let Some(level) = &config.log_level {
             init_logging(level);
         }

@@ -13,6 +13,24 @@ use anyhow::Context;
 use clap::Parser;
 use rocelink_link::{SpinMode, UdpLink};
 
+/// The line printed on stdout once the peer serves (a parent waits for it):
+/// `fpga-sim: ECB on <ip:port>, RoCE on <ip:port>`.
+pub fn ready_line(ecb: SocketAddrV4, roce: SocketAddrV4) -> String {
+    format!("{READY_ECB}{ecb}{READY_ROCE}{roce}")
+}
+
+/// The ECB and RoCE addresses of a [`ready_line`] (surrounding white space allowed).
+pub fn parse_ready_line(line: &str) -> Option<(SocketAddrV4, SocketAddrV4)> {
+    let (ecb, roce) = line
+        .trim()
+        .strip_prefix(READY_ECB)?
+        .split_once(READY_ROCE)?;
+    Some((ecb.parse().ok()?, roce.parse().ok()?))
+}
+
+const READY_ECB: &str = "fpga-sim: ECB on ";
+const READY_ROCE: &str = ", RoCE on ";
+
 /// Spinning threads when the peer and a host share the machine: the peer's data plane and
 /// the host's receive loop.
 const SPINNERS: usize = 2;
@@ -72,6 +90,12 @@ struct Args {
     /// more than 2 cores.
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["dedicated", "shared", "auto"])]
     spin: String,
+
+    /// A `dedicated` data-plane thread executes PAUSE between polls that found nothing
+    /// (default: back to back). Without the flag, `ROCELINK_SPIN_PAUSE` set to anything but
+    /// `0` asks for it.
+    #[arg(long)]
+    spin_pause: bool,
 
     /// Log filter for stderr: error, warn, info, debug, trace, or tracing directives such as
     /// `rocelink_fpga_sim=debug`.
@@ -249,7 +273,9 @@ where
         .with_ansi(std::io::stderr().is_terminal())
         .init();
 
-    let spin = SpinMode::parse(&args.spin, SPINNERS).context("bad --spin")?;
+    let spin = SpinMode::parse(&args.spin, SPINNERS)
+        .context("bad --spin")?
+        .with_pause(args.spin_pause || rocelink_link::pause_asked_by_env());
     // Loaded before anything binds, so a bad file fails fast and names itself.
     let qec = args
         .qec_config()
@@ -284,15 +310,10 @@ where
     let sim = start_with_qec(config, qec, Box::new(link))?;
 
     let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "fpga-sim: ECB on {}, RoCE on {}",
-        sim.ecb_addr(),
-        roce_addr
-    )?;
+    writeln!(out, "{}", ready_line(sim.ecb_addr(), roce_addr))?;
     out.flush()?;
     drop(out);
-    tracing::info!(spin = spin.as_str(), qp = args.qp, "ready");
+    tracing::info!(spin = %spin, qp = args.qp, "ready");
 
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
@@ -300,4 +321,24 @@ where
     tracing::info!("stopping");
     sim.stop();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ready_line_reads_back() {
+        let (ecb, roce) = (
+            "127.0.0.2:8192".parse().unwrap(),
+            "127.0.0.2:4791".parse().unwrap(),
+        );
+        let line = ready_line(ecb, roce);
+        assert_eq!(
+            line,
+            "fpga-sim: ECB on 127.0.0.2:8192, RoCE on 127.0.0.2:4791"
+        );
+        assert_eq!(parse_ready_line(&format!("{line}\n")), Some((ecb, roce)));
+        assert_eq!(parse_ready_line("fpga-sim: ECB on 127.0.0.2:8192"), None);
+    }
 }

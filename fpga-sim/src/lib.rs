@@ -10,7 +10,7 @@
 //! answer with the echoed and arrival timestamps, and sets the capture's done bit. The host
 //! reads the capture back over ECB.
 //!
-//! QEC syndrome replay ([`qec`], issue 5 part 4): started with [`start_with_qec`] (or the
+//! QEC syndrome replay ([`qec`]): started with [`start_with_qec`] (or the
 //! `--qec-*` flags of the binary), the peer loads a stim detection-event file once and each
 //! player window becomes one shot, sent round by round as `enqueue_syndromes` messages; the
 //! corrections that come back are checked against the true observables and a reference

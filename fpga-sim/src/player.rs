@@ -627,18 +627,18 @@ mod tests {
         }
     }
 
-    fn config(frames: u32, max_in_flight: usize, slots: u32) -> RunConfig {
-        let mut template = vec![0u8; rpc::HEADER_LEN + ARGS];
-        let h = rpc::RequestRepr {
-            function_id: rpc::function_id::ECHO,
-            arg_len: ARGS as u32,
-            request_id: 0,
-            ptp_timestamp: 0,
-        };
-        h.emit(&mut template).expect("header");
-        for (i, b) in template[rpc::HEADER_LEN..].iter_mut().enumerate() {
-            *b = i as u8;
+    /// The host's end: where the answers come from (to the RoCE port).
+    fn host_endpoints() -> Endpoints {
+        Endpoints {
+            src_port: 49152,
+            dst_port: roce::UDP_PORT,
+            ..endpoints().reversed()
         }
+    }
+
+    fn config(frames: u32, max_in_flight: usize, slots: u32) -> RunConfig {
+        let args: Vec<u8> = (0..ARGS).map(|i| i as u8).collect();
+        let template = rpc::request(rpc::function_id::ECHO, 0, 0, &args);
         RunConfig {
             generation: 1,
             endpoints: endpoints(),
@@ -690,29 +690,18 @@ mod tests {
 
     /// An echo answer frame.
     fn answer(qp: u32, id: u32, args: &[u8], corrupt_magic: bool) -> Vec<u8> {
-        let mut payload = vec![0u8; rpc::HEADER_LEN + args.len()];
-        let r = rpc::ResponseRepr {
-            status: 0,
-            result_len: args.len() as u32,
-            request_id: id,
-            ptp_timestamp: 7,
-        };
-        r.emit(&mut payload).expect("header");
-        payload[rpc::HEADER_LEN..].copy_from_slice(args);
+        let mut payload = rpc::response(0, id, 7, args);
         if corrupt_magic {
             payload[0] ^= 1;
         }
-        let ep = Endpoints {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src_ip: [127, 0, 0, 1],
-            dst_ip: [127, 0, 0, 2],
-            src_port: 49152,
-            dst_port: roce::UDP_PORT,
-        };
+        send_only(qp, &payload)
+    }
+
+    /// A SEND ONLY of `payload` from the host to `qp`.
+    fn send_only(qp: u32, payload: &[u8]) -> Vec<u8> {
         let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
-        let n = RoceRepr::uc_send_only(&ep, qp, 0, payload.len())
-            .emit(&payload, &mut buf)
+        let n = RoceRepr::uc_send_only(&host_endpoints(), qp, 0, payload.len())
+            .emit(payload, &mut buf)
             .expect("emit");
         buf.truncate(n);
         buf
@@ -927,24 +916,7 @@ mod tests {
 
     /// An answer with `result` bytes and `status`.
     fn qec_answer(id: u32, status: i32, result: &[u8]) -> Vec<u8> {
-        let mut a = answer(PEER_QP, id, result, false);
-        // Patch the status in the RPC payload and fix the ICRC by re-emitting.
-        let f = roce::parse_frame(&a).expect("parses");
-        let mut payload = f.payload.to_vec();
-        payload[4..8].copy_from_slice(&status.to_le_bytes());
-        let ep = Endpoints {
-            src_mac: [2, 0, 0, 0, 0, 1],
-            dst_mac: [2, 0, 0, 0, 0, 2],
-            src_ip: [127, 0, 0, 1],
-            dst_ip: [127, 0, 0, 2],
-            src_port: 49152,
-            dst_port: roce::UDP_PORT,
-        };
-        let n = RoceRepr::uc_send_only(&ep, PEER_QP, 0, payload.len())
-            .emit(&payload, &mut a)
-            .expect("emit");
-        a.truncate(n);
-        a
+        send_only(PEER_QP, &rpc::response(status, id, 7, result))
     }
 
     #[test]

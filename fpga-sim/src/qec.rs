@@ -1,4 +1,4 @@
-//! QEC syndrome replay (issue 5 part 4; QEC.md, PROTOCOLS.md 3): the peer plays a stim
+//! QEC syndrome replay (docs/qec.md, PROTOCOLS.md 3): the peer plays a stim
 //! detection-event file to a decoder, round by round, and checks every correction.
 //!
 //! Loading ([`QecReplay::load`], once, when the peer starts): the DEM gives the detector and

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::{
-    configure_vp, echo_template, read_capture, start_run, wait_done, EcbClient, HostSetup, Run,
-    HOST,
+    configure_vp, echo_template, next_frame, note_error, read_capture, start_run, wait_done,
+    EcbClient, HostSetup, Run, HOST,
 };
 use rocelink_fpga_sim::{start, SimConfig};
 use rocelink_link::inproc;
@@ -95,32 +95,18 @@ fn responder(
             src_port: wire.answer_port,
             dst_port: roce::UDP_PORT,
         };
-        let err = |report: &mut Report, e: String| {
-            if report.errors.len() < 20 {
-                report.errors.push(e);
-            }
-        };
-        while !stop.load(Ordering::Relaxed) {
-            let n = match link.try_recv(&mut rx) {
-                Ok(Some(n)) => n,
-                Ok(None) => {
-                    backoff.idle();
-                    continue;
-                }
-                Err(e) => panic!("link: {e}"),
-            };
-            backoff.reset();
+        while let Some(n) = next_frame(&mut *link, &mut rx, &mut backoff, &stop) {
             let f = match roce::parse_frame(&rx[..n]) {
                 Ok(f) => f,
                 Err(e) => {
-                    err(&mut report, format!("unparseable frame: {e:?}"));
+                    note_error(&mut report.errors, format!("unparseable frame: {e:?}"));
                     continue;
                 }
             };
             report.requests += 1;
             let r = f.repr;
             let (Some(reth), Some(imm)) = (r.reth, r.immdt) else {
-                err(&mut report, "no RETH/ImmDt".into());
+                note_error(&mut report.errors, "no RETH/ImmDt".into());
                 continue;
             };
             let slot = imm & 0xFFF;
@@ -163,15 +149,15 @@ fn responder(
             ];
             for (ok, what) in checks {
                 if !ok {
-                    err(
-                        &mut report,
+                    note_error(
+                        &mut report.errors,
                         format!("psn {}: {what} wrong: {r:?}", r.bth.psn),
                     );
                 }
             }
             last_psn = Some(r.bth.psn);
             let Ok(req) = rpc::RequestRepr::parse(f.payload) else {
-                err(&mut report, "no CUQR header".into());
+                note_error(&mut report.errors, "no CUQR header".into());
                 continue;
             };
             let id = req.request_id;

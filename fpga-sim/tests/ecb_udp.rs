@@ -2,11 +2,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command as Process, Stdio};
+use std::process::Command as Process;
 use std::time::{Duration, Instant};
 
-use common::EcbClient;
+use common::{spawn_ready, EcbClient};
 use rocelink_fpga_sim::{start, SimConfig};
 use rocelink_link::inproc;
 use rocelink_wire::ecb::{self, Command, Reply, Status};
@@ -64,8 +63,8 @@ fn serves_over_udp_and_survives_bad_requests() {
 
 #[test]
 fn binary_prints_ready_line_and_exits_when_stdin_closes() {
-    let mut child = Process::new(env!("CARGO_BIN_EXE_fpga-sim"))
-        .args([
+    let (mut child, ecb_addr, roce) =
+        spawn_ready(Process::new(env!("CARGO_BIN_EXE_fpga-sim")).args([
             "--ecb",
             "127.0.0.2:0",
             "--roce",
@@ -73,24 +72,9 @@ fn binary_prints_ready_line_and_exits_when_stdin_closes() {
             "--spin",
             "shared",
             "--exit-on-stdin-close",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn fpga-sim");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("ready line");
-    // "fpga-sim: ECB on 127.0.0.2:PORT, RoCE on 127.0.0.2:PORT"
-    let rest = line
-        .trim()
-        .strip_prefix("fpga-sim: ECB on ")
-        .unwrap_or_else(|| panic!("ready line: {line:?}"));
-    let (ecb_addr, roce) = rest.split_once(", RoCE on ").expect("RoCE part");
-    assert!(roce.starts_with("127.0.0.2:"), "{line}");
-    let mut c = EcbClient::connect(ecb_addr.parse().expect("ECB address"));
+        ]));
+    assert_eq!(*roce.ip(), std::net::Ipv4Addr::new(127, 0, 0, 2), "{roce}");
+    let mut c = EcbClient::connect(ecb_addr);
     assert_eq!(c.read(reg::HSB_IP_VERSION), 0x2607);
     let mut req = [0u8; 64];
     let n = ecb::emit_request(Command::RdDword, 0, 1, &[(reg::FPGA_DATE, 0)], &mut req)

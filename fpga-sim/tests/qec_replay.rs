@@ -13,15 +13,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command as Process, Stdio};
+use std::process::Command as Process;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{configure_vp, read_capture, wait_done, EcbClient, HOST};
+use common::{
+    configure_vp, next_frame, note_error, read_capture, spawn_ready, wait_done, EcbClient, HOST,
+};
 use rocelink_fpga_sim::{start_with_qec, FpgaSim, QecReplay, QecReplayConfig, SimConfig};
 use rocelink_link::{inproc, Backoff, Link, SpinMode, MAX_FRAME};
 use rocelink_wire::hsb::{capture_flags as cf, ext, reg, CaptureRecord};
@@ -154,32 +155,18 @@ fn responder(
         let mut shots_started = 0u32;
         let mut this_run = 0u32;
         let mut psn = 0u32;
-        let err = |report: &mut Report, e: String| {
-            if report.errors.len() < 20 {
-                report.errors.push(e);
-            }
-        };
-        while !stop.load(Ordering::Relaxed) {
-            let n = match link.try_recv(&mut rx) {
-                Ok(Some(n)) => n,
-                Ok(None) => {
-                    backoff.idle();
-                    continue;
-                }
-                Err(e) => panic!("link: {e}"),
-            };
-            backoff.reset();
+        while let Some(n) = next_frame(&mut *link, &mut rx, &mut backoff, &stop) {
             if run.load(Ordering::Acquire) != this_run {
                 this_run = run.load(Ordering::Acquire);
                 shots_started = 0;
             }
             let Ok(f) = roce::parse_frame(&rx[..n]) else {
-                err(&mut report, "unparseable frame".into());
+                note_error(&mut report.errors, "unparseable frame".into());
                 continue;
             };
             report.requests += 1;
             let Ok(req) = RequestRepr::parse(f.payload) else {
-                err(&mut report, "no CUQR header".into());
+                note_error(&mut report.errors, "no CUQR header".into());
                 continue;
             };
             let id = req.request_id;
@@ -195,7 +182,7 @@ fn responder(
                 (function_id::ENQUEUE_SYNDROMES, Ok(m)) => {
                     let view = EnqueueSyndromes::new_checked(args).expect("parsed above");
                     if (m.decoder_id, m.syndrome_mapping_id) != (0, 0) {
-                        err(&mut report, format!("{id}: ids {m:?}"));
+                        note_error(&mut report.errors, format!("{id}: ids {m:?}"));
                     }
                     if m.counter == 0 {
                         shots_started += 1;
@@ -215,8 +202,8 @@ fn responder(
                             r += 1;
                         }
                         if sum != m.num_syndromes as usize || offset != bits {
-                            err(
-                                &mut report,
+                            note_error(
+                                &mut report.errors,
                                 format!("{id}: {m:?} is not whole rounds at bit {bits}"),
                             );
                         }
@@ -232,8 +219,8 @@ fn responder(
                             let n = shots_started - 1;
                             let k = n as usize % fx.shots();
                             if shot[..] != *fx.shot(k) {
-                                err(
-                                    &mut report,
+                                note_error(
+                                    &mut report.errors,
                                     format!("shot {n}: bits differ from dets.b8 shot {k}"),
                                 );
                             }
@@ -258,8 +245,8 @@ fn responder(
                     }
                 }
                 (other, _) => {
-                    err(
-                        &mut report,
+                    note_error(
+                        &mut report.errors,
                         format!("{id}: function {other:#x} or arguments bad"),
                     );
                     (status::BAD_REQUEST, 0)
@@ -683,31 +670,18 @@ fn binary_takes_the_qec_flags() {
     assert!(!out.status.success(), "0 is not a round count");
 
     // Good flags: the replay is loaded and readable over ECB.
-    let mut child = Process::new(bin)
-        .args(base)
-        .args([
-            "--qec-dets",
-            &file("dets.b8"),
-            "--qec-dem",
-            &file("model.dem"),
-        ])
-        .args(["--qec-obs", &file("obs.01"), "--qec-pred", &file("pred.01")])
-        .args(["--qec-rounds-per-message", "2", "--exit-on-stdin-close"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("ready line");
-    let ecb = line
-        .strip_prefix("fpga-sim: ECB on ")
-        .and_then(|r| r.split(',').next())
-        .unwrap_or_else(|| panic!("ready line: {line}"))
-        .parse()
-        .expect("ECB address");
+    let (mut child, ecb, _) = spawn_ready(
+        Process::new(bin)
+            .args(base)
+            .args([
+                "--qec-dets",
+                &file("dets.b8"),
+                "--qec-dem",
+                &file("model.dem"),
+            ])
+            .args(["--qec-obs", &file("obs.01"), "--qec-pred", &file("pred.01")])
+            .args(["--qec-rounds-per-message", "2", "--exit-on-stdin-close"]),
+    );
     let mut c = EcbClient::connect(ecb);
     assert_eq!(
         c.read(ext::QEC_CTRL),

@@ -19,7 +19,7 @@ pub mod spin;
 pub mod udp;
 
 pub use inproc::InprocLink;
-pub use spin::{Backoff, SpinMode};
+pub use spin::{pause_asked_by_env, Backoff, SpinMode};
 pub use udp::UdpLink;
 
 /// The largest frame a link carries (a jumbo frame). Frames above the RoCE path MTU still

@@ -50,8 +50,8 @@ pub const HEADERS_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HE
 
 /// In [`RecvMode::Rebuild`], while the bound socket is empty, [`UdpLink::try_recv`] looks at
 /// the extra ports' sockets on one call in this many. Datagrams to them are rare (RoCEv2
-/// answers go to port 4791, the bound one), and each look is a syscall (~0.3 us) in front of
-/// the next look at the bound socket. A datagram to an extra socket still arrives, at most
+/// answers go to port 4791, the bound one), and each look is a syscall in front of the next
+/// look at the bound socket. A datagram to an extra socket still arrives, at most
 /// this many idle calls late. ([`RecvMode::Raw`] has one socket for every port.)
 pub const EXTRA_SOCKET_POLL_EVERY: u32 = 8;
 

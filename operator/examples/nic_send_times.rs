@@ -3,8 +3,7 @@
 //! doorbell, the range growing over `fence_every` messages and starting again after a "fence",
 //! [`SoftNic::poll_send`] executing it onto an in-process wire, the frame taken off the other
 //! end. One thread, every line in this core's cache: the instructions' cost only (the GPU
-//! machine measured ~200 ns from the doorbell seen to the frame sent at 64 B,
-//! latency-reports/poll-probes/nic-send-path.txt).
+//! machine's doorbell-seen-to-frame-sent figures: latency-reports/poll-probes/nic-send-path.txt).
 //!
 //! `cargo run --release -p rocelink-operator --example nic_send_times [payload (64)] [iterations (1000000)]`
 

@@ -29,7 +29,7 @@ use rocelink_link::clock::monotonic_ns;
 use rocelink_link::{inproc, InprocLink, Link, MAX_FRAME};
 use rocelink_operator::abi;
 use rocelink_operator::mem::SharedMem;
-use rocelink_operator::nic::{Access, MrTable, NicCounters, NicOptions, QpAttrs, SoftNic};
+use rocelink_operator::nic::{MrTable, NicCounters, NicOptions, QpAttrs, QpRegions, SoftNic};
 use rocelink_operator::rings::{QpMemory, QpSizes};
 use rocelink_operator::stage::{Echo, Outcome, Stage};
 use rocelink_operator::verbs::HostVerbs;
@@ -78,9 +78,7 @@ impl Rig {
             signal_every: 8,
         };
         let q = QpMemory::new(sizes, SharedMem::new).expect("queue pair memory");
-        let mut mrs = MrTable::default();
-        let rx = mrs.register(q.mem.clone(), q.layout.rx_buffer, q.layout.rx_buffer_len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE);
-        let tx = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
+        let QpRegions { table: mrs, rx, tx } = MrTable::for_queue_pair(&q);
         let host = Endpoints {
             src_mac: [2, 0, 0, 0, 0, 1],
             dst_mac: [2, 0, 0, 0, 0, 2],

@@ -14,7 +14,6 @@ use rocelink_wire::rpc;
 
 use crate::backend::BackendKind;
 use crate::gpu::kernels::KernelOptions;
-use crate::graph::compile::PeerPlan;
 use crate::graph::{compile, load, Graph, GraphErrors, Override, RunOptions};
 use crate::nic::DoorbellMode;
 pub use crate::peer::fresh_loopback_pair;
@@ -34,14 +33,16 @@ pub struct EchoConfig {
     pub rate: Option<f64>,
     /// Messages at the start left out of the latency distribution.
     pub warmup: u32,
+    /// Where the peer runs (a software peer's address: default a fresh loopback address per
+    /// run).
     pub peer: PeerMode,
     /// Our address on the UDP wire (default: a fresh loopback address per run).
     pub host_ip: Option<Ipv4Addr>,
-    /// The peer's address (default: a fresh loopback address per run).
-    pub peer_ip: Option<Ipv4Addr>,
     pub cores: Cores,
     /// Spin policy (`Auto`, the default: `Dedicated` when every spinner has a core).
     pub spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls.
+    pub spin_pause: bool,
     /// Give up waiting for the peer's capture after this long (default: from the count).
     pub timeout: Option<Duration>,
     /// Print progress on stderr a few times a second.
@@ -69,11 +70,11 @@ impl Default for EchoConfig {
             size: 64,
             rate: None,
             warmup: 0,
-            peer: PeerMode::InProcess,
+            peer: PeerMode::InProcess { ip: None },
             host_ip: None,
-            peer_ip: None,
             cores: Cores::default(),
             spin: Spin::Auto,
+            spin_pause: false,
             timeout: None,
             progress: false,
             slots: 64,
@@ -122,12 +123,12 @@ pub fn overrides(cfg: &EchoConfig) -> Vec<Override> {
             (WireKind::Udp, Some(ip)) => format!("Soft(wire: Udp(bind: {}))", quote(&SocketAddrV4::new(ip, roce::UDP_PORT).to_string())),
         },
     ));
-    let ip = cfg.peer_ip.map_or(String::new(), |ip| format!(", ip: {}", quote(&ip.to_string())));
+    let ip = |ip: &Option<Ipv4Addr>| ip.map_or(String::new(), |ip| format!(", ip: {}", quote(&ip.to_string())));
     sets.push(set(
         "peer",
         match &cfg.peer {
-            PeerMode::InProcess => format!("FpgaSim(mode: InProcess{ip})"),
-            PeerMode::Process { .. } => format!("FpgaSim(mode: Process{ip})"),
+            PeerMode::InProcess { ip: i } => format!("FpgaSim(mode: InProcess{})", ip(i)),
+            PeerMode::Process { ip: i, .. } => format!("FpgaSim(mode: Process{})", ip(i)),
             PeerMode::Remote { ecb, roce } => format!("Fpga(address: {}, roce: {})", quote(&ecb.to_string()), quote(&roce.to_string())),
         },
     ));
@@ -136,6 +137,7 @@ pub fn overrides(cfg: &EchoConfig) -> Vec<Override> {
     sets.push(set("cores.backend", core(cfg.cores.backend)));
     sets.push(set("cores.peer", core(cfg.cores.peer)));
     sets.push(set("cores.spin", format!("{:?}", cfg.spin)));
+    sets.push(set("cores.spin_pause", cfg.spin_pause.to_string()));
     sets.push(set("run.stop", format!("Count({})", cfg.count)));
     sets.push(set("run.warmup", cfg.warmup.to_string()));
     sets.push(set("run.load", cfg.rate.map_or("ClosedLoop".to_string(), |r| format!("Rate({r:?})"))));
@@ -177,8 +179,8 @@ pub fn graph(cfg: &EchoConfig) -> Result<Graph, GraphErrors> {
 /// The compiled echo graph of `cfg`, ready for [`crate::graph::run()`].
 pub fn plan(cfg: &EchoConfig) -> Result<crate::graph::Plan, EchoError> {
     let mut plan = graph(cfg).and_then(compile).map_err(|e| EchoError::Config(e.to_string()))?;
-    if let PeerMode::Process { program, args } = &cfg.peer {
-        plan.peer = PeerPlan::Process { program: Some(program.clone()), args: args.clone(), ip: cfg.peer_ip };
+    if let PeerMode::Process { .. } = &cfg.peer {
+        plan.peer = cfg.peer.clone();
     }
     plan.json.clone_from(&cfg.json);
     Ok(plan)
@@ -194,7 +196,7 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     if cfg.count == 0 {
         return Err(EchoError::Config("--count must be at least 1".into()));
     }
-    if cfg.wire == WireKind::Inproc && cfg.peer != PeerMode::InProcess {
+    if cfg.wire == WireKind::Inproc && !matches!(cfg.peer, PeerMode::InProcess { .. }) {
         return Err(EchoError::Config("the inproc wire needs the peer in this process; use --wire udp with a separate peer".into()));
     }
     if let Some(r) = cfg.rate {
@@ -222,10 +224,10 @@ mod tests {
             rate: Some(20_000.5),
             warmup: 7,
             host_ip: Some(Ipv4Addr::new(127, 0, 0, 5)),
-            peer_ip: Some(Ipv4Addr::new(127, 0, 0, 6)),
-            peer: PeerMode::Process { program: "/bin/fpga-sim".into(), args: vec!["--x".into()] },
+            peer: PeerMode::Process { program: Some("/bin/fpga-sim".into()), args: vec!["--x".into()], ip: Some(Ipv4Addr::new(127, 0, 0, 6)) },
             cores: Cores { nic: Some(1), backend: None, peer: Some(3) },
             spin: Spin::Dedicated,
+            spin_pause: true,
             timeout: Some(Duration::from_millis(1500)),
             slots: 32,
             backend: BackendKind::GpuLaunchPerMessage(2),
@@ -235,7 +237,7 @@ mod tests {
         assert_eq!(g.backend, BackendKind::GpuLaunchPerMessage(2));
         assert_eq!(g.nic, NicSpec::Soft { wire: WireSpec::Udp { bind: Some("127.0.0.5:4791".into()) } });
         assert_eq!(g.peer, PeerSpec::FpgaSim { mode: SimMode::Process, ip: Some("127.0.0.6".into()) });
-        assert_eq!((g.cores.nic, g.cores.backend, g.cores.peer, g.cores.spin), (Some(1), None, Some(3), Spin::Dedicated));
+        assert_eq!((g.cores.nic, g.cores.backend, g.cores.peer, g.cores.spin, g.cores.spin_pause), (Some(1), None, Some(3), Spin::Dedicated, true));
         assert_eq!((g.run.stop, g.run.warmup, g.run.load, g.run.size, g.run.timeout), (Stop::Count(1234), 7, Load::Rate(20_000.5), 256, Some(1.5)));
         let roce = g.operators.iter().find(|o| o.name == "roce").expect("the transceiver");
         assert!(roce.params.iter().any(|p| p.name == "slots" && p.value == crate::ops::ParamValue::Int(32)), "{:?}", roce.params);
@@ -257,8 +259,8 @@ mod tests {
         assert_eq!(g.operators.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["roce", "stage0", "stage1"]);
         let e = plan(&EchoConfig { chain: vec![StageSpec::Echo, StageSpec::Echo], ..EchoConfig::default() }).unwrap_err().to_string();
         assert!(e.contains("port type mismatch"), "{e}");
-        let p = plan(&EchoConfig { wire: WireKind::Udp, peer: PeerMode::Process { program: "/bin/x".into(), args: vec![] }, ..EchoConfig::default() }).expect("plan");
-        assert!(matches!(p.peer, PeerPlan::Process { program: Some(ref x), .. } if x.as_os_str() == "/bin/x"), "{:?}", p.peer);
+        let p = plan(&EchoConfig { wire: WireKind::Udp, peer: PeerMode::Process { program: Some("/bin/x".into()), args: vec![], ip: None }, ..EchoConfig::default() }).expect("plan");
+        assert!(matches!(p.peer, PeerMode::Process { program: Some(ref x), .. } if x.as_os_str() == "/bin/x"), "{:?}", p.peer);
         // What the graph refuses, the echo run refuses the same way.
         let e = plan(&EchoConfig { size: 8, ..EchoConfig::default() }).unwrap_err().to_string();
         assert!(e.contains("run.size 8 must be 24..=4096"), "{e}");

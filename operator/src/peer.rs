@@ -15,7 +15,7 @@
 use std::fmt;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -23,9 +23,11 @@ use std::time::{Duration, Instant};
 
 use rocelink_fpga_sim::{QecReplay, QecReplayConfig};
 use rocelink_link::{inproc, Link, SpinMode, UdpLink};
-use rocelink_wire::roce;
+use rocelink_wire::hsb::ext::{DEFAULT_FPGA_QP, DEFAULT_HOST_QP};
+use rocelink_wire::roce::{self, Endpoints};
 
-use crate::settings::WireKind;
+use crate::nic::QpAttrs;
+use crate::settings::{PeerMode, WireKind};
 
 /// MAC addresses on the wire (the software NIC does not filter on them; a real FPGA learns
 /// ours from the data-plane registers).
@@ -43,18 +45,6 @@ pub fn fresh_loopback_pair() -> (Ipv4Addr, Ipv4Addr) {
     let b = ((pid / 200) % 250) as u8;
     let c = (n % 120) as u8 * 2 + 2;
     (Ipv4Addr::new(127, a, b, c), Ipv4Addr::new(127, a, b, c + 1))
-}
-
-/// Where the peer runs, as a checked graph says (`graph::compile`).
-#[derive(Debug, Clone, PartialEq)]
-pub enum PeerPlan {
-    /// fpga-sim on threads of this process, at `ip` (default: a fresh loopback address).
-    InProcess { ip: Option<Ipv4Addr> },
-    /// fpga-sim as a process: `program` then `args`, then its flags (default: this binary,
-    /// `fpga-sim`).
-    Process { program: Option<PathBuf>, args: Vec<String>, ip: Option<Ipv4Addr> },
-    /// A peer already running.
-    Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
 }
 
 /// A replay loaded at check time (so its errors come before anything runs), handed to the
@@ -132,17 +122,37 @@ pub struct PeerAndWire {
     pub wire: String,
 }
 
+impl PeerAndWire {
+    /// The software NIC's queue pair on this wire: our QP, addressed from our end of the wire
+    /// to the peer's RoCE address, connected to the peer's QP.
+    pub fn host_qp(&self) -> QpAttrs {
+        QpAttrs {
+            qpn: DEFAULT_HOST_QP,
+            pkey: 0xffff,
+            endpoints: Endpoints {
+                src_mac: HOST_MAC,
+                dst_mac: PEER_MAC,
+                src_ip: self.host_ip.octets(),
+                dst_ip: self.peer_ip.octets(),
+                src_port: self.host_port,
+                dst_port: self.peer_roce.port(),
+            },
+            peer_qpn: DEFAULT_FPGA_QP,
+        }
+    }
+}
+
 /// Binds the software NIC's `wire` (the UDP wire at `bind`, default a fresh loopback address)
 /// and starts `peer` on it, replaying `qec` if given.
-pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, PeerError> {
+pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerMode, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, PeerError> {
     let (def_host, def_peer) = fresh_loopback_pair();
     let sim = |ip: Ipv4Addr, link: Box<dyn Link>| {
-        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP, core, spin };
+        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: DEFAULT_FPGA_QP, core, spin };
         // The replay is immutable; the peer takes its own copy (a few hundred kilobytes).
         rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link).map_err(|e| PeerError::Start { what: "fpga-sim".into(), detail: e.to_string() })
     };
     match (wire, peer) {
-        (WireKind::Inproc, PeerPlan::InProcess { ip }) => {
+        (WireKind::Inproc, PeerMode::InProcess { ip }) => {
             let peer_ip = ip.unwrap_or(def_peer);
             let (a, b) = inproc::pair(256);
             let s = sim(peer_ip, Box::new(b))?;
@@ -154,7 +164,7 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: O
             let udp = UdpLink::bind(local).map_err(|e| PeerError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
             let host = udp.local_addr();
             let (peer, ecb, peer_roce) = match p {
-                PeerPlan::InProcess { ip } => {
+                PeerMode::InProcess { ip } => {
                     let peer_ip = ip.unwrap_or(def_peer);
                     let link = UdpLink::bind(SocketAddrV4::new(peer_ip, roce::UDP_PORT)).map_err(|e| PeerError::Start { what: "the peer's UDP wire".into(), detail: format!("{peer_ip}: {e}") })?;
                     let peer_roce = link.local_addr();
@@ -162,7 +172,7 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: O
                     let ecb = s.ecb_addr();
                     (RunningPeer::InProcess(s), ecb, peer_roce)
                 }
-                PeerPlan::Process { program, args, ip } => {
+                PeerMode::Process { program, args, ip } => {
                     let peer_ip = ip.unwrap_or(def_peer);
                     let (program, args) = match program {
                         Some(p) => (p.clone(), args.clone()),
@@ -175,7 +185,7 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerPlan, qec: O
                     let (child, ecb, roce_addr) = spawn_process(&program, &args, SocketAddrV4::new(peer_ip, 0), SocketAddrV4::new(peer_ip, roce::UDP_PORT), spin, core)?;
                     (RunningPeer::Process(child), ecb, roce_addr)
                 }
-                PeerPlan::Remote { ecb, roce } => (RunningPeer::Remote, *ecb, *roce),
+                PeerMode::Remote { ecb, roce } => (RunningPeer::Remote, *ecb, *roce),
             };
             Ok(PeerAndWire { peer, nic_link: Box::new(udp), ecb, peer_ip: *peer_roce.ip(), peer_roce, host_ip: *host.ip(), host_port: host.port(), wire: format!("udp {host} <-> {peer_roce}") })
         }
@@ -222,6 +232,9 @@ fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: Socke
     if let Some(c) = core {
         cmd.arg("--core").arg(c.to_string());
     }
+    if spin.pause() {
+        cmd.arg("--spin-pause");
+    }
     // Its own process group: Ctrl-C in a terminal interrupts rocelink, which still needs the
     // peer to stop the player and read the capture; rocelink stops the peer itself.
     std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
@@ -247,14 +260,9 @@ fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: Socke
             return Err(fail(format!("no ready line within 10 s (exit status {status:?})")));
         }
     };
-    // "fpga-sim: ECB on <addr>, RoCE on <addr>"
-    let parse = |key: &str| -> Option<SocketAddrV4> {
-        let rest = line.split(key).nth(1)?;
-        rest.split([',', ' ']).find(|s| !s.is_empty())?.parse().ok()
-    };
-    match (parse("ECB on "), parse("RoCE on ")) {
-        (Some(e), Some(r)) => Ok((child, e, r)),
-        _ => {
+    match rocelink_fpga_sim::cli::parse_ready_line(&line) {
+        Some((e, r)) => Ok((child, e, r)),
+        None => {
             let _ = child.kill();
             let _ = child.wait();
             Err(fail(format!("unexpected ready line `{line}`")))

@@ -10,7 +10,7 @@
 //! Guarantee: this module imports nothing from the rest of the crate; every module may use it.
 
 use std::fmt;
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -93,7 +93,9 @@ impl fmt::Display for Cores {
 
 /// How the spinning threads (NIC engine, transceiver loop, peer) use their cores. Graph files
 /// write it as `cores.spin: Auto | Dedicated | Shared`, the command line as `--spin auto`.
-/// A run turns it into the [`SpinMode`] its threads run with ([`Spin::mode`]).
+/// With it goes whether a dedicated spinner executes PAUSE between polls (`cores.spin_pause:
+/// true`, `--spin-pause`; off by default). A run turns the two into the [`SpinMode`] its
+/// threads run with ([`Spin::mode`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Spin {
@@ -107,13 +109,15 @@ pub enum Spin {
 }
 
 impl Spin {
-    /// The mode `spinners` spinning threads run with on this machine.
-    pub fn mode(self, spinners: usize) -> SpinMode {
-        match self {
+    /// The mode `spinners` spinning threads run with on this machine; a dedicated one with
+    /// PAUSE between polls when `pause`.
+    pub fn mode(self, spinners: usize, pause: bool) -> SpinMode {
+        let mode = match self {
             Spin::Auto => SpinMode::for_spinners(spinners),
-            Spin::Dedicated => SpinMode::Dedicated,
+            Spin::Dedicated => SpinMode::Dedicated { pause: false },
             Spin::Shared => SpinMode::Shared,
-        }
+        };
+        mode.with_pause(pause)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -128,7 +132,7 @@ impl Spin {
 impl From<SpinMode> for Spin {
     fn from(m: SpinMode) -> Spin {
         match m {
-            SpinMode::Dedicated => Spin::Dedicated,
+            SpinMode::Dedicated { .. } => Spin::Dedicated,
             SpinMode::Shared => Spin::Shared,
         }
     }
@@ -152,13 +156,15 @@ impl FromStr for Spin {
     }
 }
 
-/// Where the peer runs.
+/// Where the peer runs: what a graph's `peer` compiles to, and what `rocelink echo` and the
+/// CUDA-Q provider ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerMode {
-    /// fpga-sim on threads of this process.
-    InProcess,
-    /// fpga-sim as a separate process (`program` followed by `args`, then the peer's flags).
-    Process { program: PathBuf, args: Vec<String> },
+    /// fpga-sim on threads of this process, at `ip` (default: a fresh loopback address).
+    InProcess { ip: Option<Ipv4Addr> },
+    /// fpga-sim as a separate process at `ip`: `program` followed by `args`, then the peer's
+    /// flags (default: this program's `fpga-sim` command).
+    Process { program: Option<PathBuf>, args: Vec<String>, ip: Option<Ipv4Addr> },
     /// A peer already running at these addresses (a real FPGA, or a standalone fpga-sim).
     Remote { ecb: SocketAddrV4, roce: SocketAddrV4 },
 }
@@ -205,16 +211,12 @@ impl FromStr for BackendKind {
     type Err = String;
     /// `auto`, `cpu`, `gpu` or `gpu:N`, `gpu-launch` or `gpu-launch:N` (no number: GPU 0).
     fn from_str(s: &str) -> Result<Self, String> {
-        let gpu = |rest: &str| match rest {
-            "" => Some(0),
-            _ => rest.strip_prefix(':').and_then(|n| n.parse().ok()),
-        };
         let kind = match s {
             "auto" => Some(BackendKind::Auto),
             "cpu" => Some(BackendKind::Cpu),
             _ => match s.strip_prefix("gpu-launch") {
-                Some(rest) => gpu(rest).map(BackendKind::GpuLaunchPerMessage),
-                None => s.strip_prefix("gpu").and_then(gpu).map(BackendKind::Gpu),
+                Some(rest) => ordinal_after(rest).map(BackendKind::GpuLaunchPerMessage),
+                None => GpuDevice::parse_ordinal(s).map(BackendKind::Gpu),
             },
         };
         kind.ok_or_else(|| format!("`{s}` is not a backend (auto, cpu, gpu, gpu:N, gpu-launch, gpu-launch:N)"))
@@ -227,6 +229,55 @@ pub struct GpuDevice {
     pub ordinal: usize,
     /// As the driver names it (`NVIDIA H200`).
     pub name: String,
+}
+
+impl GpuDevice {
+    /// The number of the GPU that `gpu` (GPU 0) or `gpu:N` names: how every command and
+    /// argument names one.
+    pub fn parse_ordinal(s: &str) -> Option<usize> {
+        s.strip_prefix("gpu").and_then(ordinal_after)
+    }
+}
+
+/// What follows `gpu` in a GPU's name: nothing (GPU 0) or `:N`.
+fn ordinal_after(rest: &str) -> Option<usize> {
+    match rest {
+        "" => Some(0),
+        _ => rest.strip_prefix(':').and_then(|n| n.parse().ok()),
+    }
+}
+
+/// The GPU a command that also measures without one uses (`rocelink bench --gpu`): `auto`
+/// (GPU 0 when one is usable), `none`, or GPU N (`gpu`, `gpu:N`, or the number alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuChoice {
+    Auto,
+    None,
+    Gpu(usize),
+}
+
+impl FromStr for GpuChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(GpuChoice::Auto),
+            "none" => Ok(GpuChoice::None),
+            _ => GpuDevice::parse_ordinal(s)
+                .or_else(|| s.parse().ok())
+                .map(GpuChoice::Gpu)
+                .ok_or_else(|| format!("`{s}` is not a GPU choice (auto, none, gpu, gpu:N, N)")),
+        }
+    }
+}
+
+impl fmt::Display for GpuChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuChoice::Auto => f.write_str("auto"),
+            GpuChoice::None => f.write_str("none"),
+            GpuChoice::Gpu(n) => write!(f, "gpu:{n}"),
+        }
+    }
 }
 
 /// Where the transceiver loop runs: a [`BackendKind`] resolved on this machine once
@@ -324,6 +375,25 @@ mod tests {
     }
 
     #[test]
+    fn gpus_are_named_one_way() {
+        assert_eq!((GpuDevice::parse_ordinal("gpu"), GpuDevice::parse_ordinal("gpu:2")), (Some(0), Some(2)));
+        for bad in ["gpu:", "gpux", "2", "cpu"] {
+            assert_eq!(GpuDevice::parse_ordinal(bad), None, "{bad}");
+        }
+        for (text, choice) in [
+            ("auto", GpuChoice::Auto),
+            ("none", GpuChoice::None),
+            ("gpu", GpuChoice::Gpu(0)),
+            ("gpu:1", GpuChoice::Gpu(1)),
+            ("3", GpuChoice::Gpu(3)),
+        ] {
+            assert_eq!(text.parse(), Ok(choice), "{text}");
+            assert_eq!(choice.to_string().parse(), Ok(choice), "{choice}");
+        }
+        assert!("gpu:x".parse::<GpuChoice>().unwrap_err().contains("not a GPU choice"));
+    }
+
+    #[test]
     fn cores_take_one_to_three_numbers() {
         assert_eq!("3".parse(), Ok(Cores { nic: Some(3), backend: None, peer: None }));
         assert_eq!("1,2,3".parse(), Ok(Cores { nic: Some(1), backend: Some(2), peer: Some(3) }));
@@ -336,9 +406,10 @@ mod tests {
 
     #[test]
     fn spin_resolves_auto_from_the_spinners_only() {
-        assert_eq!(Spin::Dedicated.mode(1_000_000), SpinMode::Dedicated);
-        assert_eq!(Spin::Shared.mode(1), SpinMode::Shared);
-        assert_eq!(Spin::Auto.mode(1_000_000), SpinMode::Shared);
+        assert_eq!(Spin::Dedicated.mode(1_000_000, false), SpinMode::Dedicated { pause: false });
+        assert_eq!(Spin::Dedicated.mode(1, true), SpinMode::Dedicated { pause: true });
+        assert_eq!(Spin::Shared.mode(1, true), SpinMode::Shared);
+        assert_eq!(Spin::Auto.mode(1_000_000, true), SpinMode::Shared);
         assert_eq!("dedicated".parse::<Spin>(), Ok(Spin::Dedicated));
         assert!("fast".parse::<Spin>().is_err());
         assert_eq!(Spin::from(SpinMode::Shared), Spin::Shared);

@@ -16,15 +16,8 @@ pub fn echo_template(size: usize) -> Vec<u8> {
 /// [`echo_template`] calling `function_id` instead (the peer checks the answers of `echo` and
 /// `increment`).
 pub fn request_template(function_id: u32, size: usize) -> Vec<u8> {
-    let mut t = vec![0u8; size];
-    let args = size - rpc::HEADER_LEN;
-    RequestRepr { function_id, arg_len: args as u32, request_id: 0, ptp_timestamp: 0 }
-        .emit(&mut t[..rpc::HEADER_LEN])
-        .expect("header fits");
-    for (i, b) in t[rpc::HEADER_LEN..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(31).wrapping_add(7);
-    }
-    t
+    let args: Vec<u8> = (0..size - rpc::HEADER_LEN).map(|i| (i as u8).wrapping_mul(31).wrapping_add(7)).collect();
+    rpc::request(function_id, 0, 0, &args)
 }
 
 /// What a stage did with one request.

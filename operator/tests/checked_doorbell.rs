@@ -17,14 +17,16 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::Release};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocelink_link::{inproc, Link, SpinMode, MAX_FRAME};
+use rocelink_link::{Link, SpinMode, MAX_FRAME};
 use rocelink_operator::abi;
-use rocelink_operator::mem::SharedMem;
-use rocelink_operator::nic::{Access, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic};
+use rocelink_operator::nic::{NicEngine, NicEngineConfig, NicOptions};
 use rocelink_operator::rings::{QpMemory, QpSizes};
-use rocelink_wire::roce::{self, Endpoints};
+use rocelink_wire::roce;
 
-const QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
+#[path = "support/nic_rig.rs"]
+mod nic_rig;
+use nic_rig::{NicRig, Wire, QPN};
+
 const ENTRIES: u32 = 64;
 const MESSAGES: u32 = 3000;
 
@@ -65,11 +67,7 @@ fn wqe(q: &QpMemory, lkey: u32, index: u32, (gathered, payload): &(bool, Vec<u8>
         let (addr, _) = tx_slot(q, index);
         return abi::send_gather_wqe(index as u16, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, addr, lkey, payload.len() as u32).to_vec();
     }
-    let ds = (16 + 4 + payload.len()).div_ceil(16);
-    let mut w = vec![0u8; ds * 16];
-    w[..16].copy_from_slice(&abi::ctrl_seg(abi::RL_OPCODE_SEND as u8, index as u16, QPN, ds as u8, abi::RL_WQE_CTRL_CQ_UPDATE as u8, 0));
-    w[16..20].copy_from_slice(&(payload.len() as u32 | abi::RL_INLINE_SEG).to_be_bytes());
-    w[20..20 + payload.len()].copy_from_slice(payload);
+    let mut w = abi::send_inline_segments(index as u16, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, payload);
     w.resize(w.len().div_ceil(abi::WQEBB) * abi::WQEBB, 0);
     w
 }
@@ -77,17 +75,12 @@ fn wqe(q: &QpMemory, lkey: u32, index: u32, (gathered, payload): &(bool, Vec<u8>
 #[test]
 fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
     let sizes = QpSizes { sq_entries: ENTRIES, rq_entries: 64, rx_slots: 8, rx_slot_stride: 256, tx_slot_stride: TX_STRIDE, timestamp_entries: 0, signal_every: 8 };
-    let q = QpMemory::new(sizes, SharedMem::new).expect("valid sizes");
-    let mut mrs = MrTable::default();
-    let lkey = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ).lkey;
-    let counters = Arc::new(NicCounters::default());
-    let ep = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: [10, 0, 0, 1], dst_ip: [10, 0, 0, 2], src_port: roce::UDP_PORT, dst_port: roce::UDP_PORT };
-    let attrs = QpAttrs { qpn: QPN, pkey: 0xffff, endpoints: ep, peer_qpn: 2 };
     // a deadline no scheduling delay on a loaded 2-core machine reaches: a failure here is a
     // wrong check, not a slow writer
     let opts = NicOptions { wqe_check_deadline: Duration::from_secs(30), ..NicOptions::default() };
-    let nic = SoftNic::new(attrs, opts, mrs, q.clone(), counters.clone());
-    let (nic_end, mut peer_end) = inproc::pair(64);
+    let NicRig { nic, q, counters, tx, .. } = NicRig::new(sizes, opts);
+    let lkey = tx.lkey;
+    let Wire { nic_end, mut peer_end, .. } = Wire::new(64);
     let engine = NicEngine::spawn(nic, Box::new(nic_end), NicEngineConfig { core: None, spin: SpinMode::Shared }).expect("engine thread");
 
     // what the writer sent, for the peer to compare; and the WQEBBs of the answers that came

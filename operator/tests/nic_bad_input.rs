@@ -21,27 +21,22 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use rocelink_link::{inproc, Link, MAX_FRAME};
+use rocelink_link::MAX_FRAME;
 use rocelink_operator::abi::{self, CQE};
-use rocelink_operator::mem::SharedMem;
 use rocelink_operator::nic::qp::Delivery;
-use rocelink_operator::nic::{
-    Access, DropReason, MemoryRegion, MrTable, NicCounters, NicOptions, QpAttrs, SoftNic,
-};
-use rocelink_operator::rings::{QpLayout, QpMemory, QpSizes};
+use rocelink_operator::nic::{DropReason, NicOptions};
+use rocelink_operator::rings::{QpLayout, QpSizes};
 use rocelink_operator::verbs::{HostVerbs, RecvCompletion};
 use rocelink_wire::aeth::AethRepr;
 use rocelink_wire::bth::Opcode;
 use rocelink_wire::reth::RethRepr;
-use rocelink_wire::roce::{self, Endpoints, RoceRepr};
+use rocelink_wire::roce::{self, RoceRepr};
 use rocelink_wire::{icrc, immdt, ipv4};
 
-const QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
-const PEER_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_FPGA_QP;
-const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-const PEER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
-const HOST_IP: [u8; 4] = [192, 168, 0, 101];
-const PEER_IP: [u8; 4] = [192, 168, 0, 2];
+#[path = "support/nic_rig.rs"]
+mod nic_rig;
+use nic_rig::{emit, NicRig, Wire, HOST_IP, HOST_MAC, PEER_IP, PEER_MAC, PEER_QPN, QPN};
+
 const SLOTS: u32 = 8;
 const STRIDE: u32 = 1024;
 /// Receive WQEs posted by [`Rig::new`] (no test completes more).
@@ -87,15 +82,6 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
         .collect()
-}
-
-fn emit(repr: &RoceRepr, payload: &[u8]) -> Vec<u8> {
-    let mut buf = vec![0u8; repr.buffer_len()];
-    let n = repr
-        .emit(payload, &mut buf)
-        .expect("a consistent Repr emits");
-    buf.truncate(n);
-    buf
 }
 
 /// `repr` with opcode `op` and the extension headers that opcode carries (RETH kept when
@@ -166,25 +152,27 @@ fn region_of(l: &QpLayout, off: usize) -> &'static str {
         .map_or("?", |(n, _)| n)
 }
 
-/// One NIC with its queue pair memory, regions and data-path verbs, and what it should have
-/// counted so far.
+/// The NIC rig with its data-path verbs, and what the NIC should have counted so far.
 struct Rig {
-    nic: SoftNic,
+    base: NicRig,
     verbs: HostVerbs,
-    q: QpMemory,
-    counters: Arc<NicCounters>,
-    /// RX slots: REMOTE_WRITE | LOCAL_WRITE.
-    rx: MemoryRegion,
-    /// TX slots: LOCAL_READ.
-    tx: MemoryRegion,
-    /// REMOTE_WRITE, but in memory other than the queue pair's.
-    foreign: MemoryRegion,
-    /// Peer -> host addressing of the frames the tests inject.
-    ep: Endpoints,
     /// PSN of the next frame the "peer" sends.
     psn: u32,
     /// Drops the NIC should have counted, per reason.
     drops: [u64; DropReason::ALL.len()],
+}
+
+impl std::ops::Deref for Rig {
+    type Target = NicRig;
+    fn deref(&self) -> &NicRig {
+        &self.base
+    }
+}
+
+impl std::ops::DerefMut for Rig {
+    fn deref_mut(&mut self) -> &mut NicRig {
+        &mut self.base
+    }
 }
 
 impl Rig {
@@ -202,73 +190,9 @@ impl Rig {
 
     /// A rig whose NIC has options `opts`, with an empty receive queue.
     fn with_options(opts: NicOptions) -> Rig {
-        let q = QpMemory::new(sizes(), SharedMem::new).expect("valid sizes");
-        let mut mrs = MrTable::default();
-        let rx = mrs.register(
-            q.mem.clone(),
-            q.layout.rx_buffer,
-            q.layout.rx_buffer_len(),
-            Access::REMOTE_WRITE | Access::LOCAL_WRITE,
-        );
-        let tx = mrs.register(
-            q.mem.clone(),
-            q.layout.tx_buffer,
-            q.layout.tx_buffer_len(),
-            Access::LOCAL_READ,
-        );
-        let foreign = mrs.register(
-            Arc::new(SharedMem::new(8192)),
-            0,
-            8192,
-            Access::REMOTE_WRITE | Access::LOCAL_WRITE,
-        );
-        let counters = Arc::new(NicCounters::default());
-        let attrs = QpAttrs {
-            qpn: QPN,
-            pkey: 0xffff,
-            endpoints: Endpoints {
-                src_mac: HOST_MAC,
-                dst_mac: PEER_MAC,
-                src_ip: HOST_IP,
-                dst_ip: PEER_IP,
-                src_port: roce::UDP_PORT,
-                dst_port: roce::UDP_PORT,
-            },
-            peer_qpn: PEER_QPN,
-        };
-        let ep = Endpoints {
-            src_mac: PEER_MAC,
-            dst_mac: HOST_MAC,
-            src_ip: PEER_IP,
-            dst_ip: HOST_IP,
-            src_port: 12288,
-            dst_port: roce::UDP_PORT,
-        };
-        let nic = SoftNic::new(
-            attrs,
-            opts,
-            mrs,
-            q.clone(),
-            counters.clone(),
-        );
-        let verbs = HostVerbs::new(q.clone(), QPN, tx.lkey);
-        Rig {
-            nic,
-            verbs,
-            q,
-            counters,
-            rx,
-            tx,
-            foreign,
-            ep,
-            psn: 0x10_0000,
-            drops: [0; DropReason::ALL.len()],
-        }
-    }
-
-    /// Virtual address of byte 0 of RX slot `slot`.
-    fn slot_va(&self, slot: u32) -> u64 {
-        self.rx.addr + u64::from(slot * STRIDE)
+        let base = NicRig::new(sizes(), opts);
+        let verbs = base.host_verbs();
+        Rig { base, verbs, psn: 0x10_0000, drops: [0; DropReason::ALL.len()] }
     }
 
     /// Offset in the shared memory of RX slot `slot`.
@@ -282,18 +206,7 @@ impl Rig {
 
     /// A WRITE_IMM Repr from the peer (current PSN, RX rkey) to `va`.
     fn write_imm_repr(&self, va: u64, dma_len: u32, imm: u32, len: usize) -> RoceRepr {
-        RoceRepr::uc_write_imm(
-            &self.ep,
-            QPN,
-            self.psn,
-            RethRepr {
-                va,
-                rkey: self.rx.rkey,
-                dma_len,
-            },
-            imm,
-            len,
-        )
+        self.base.write_imm_repr(self.psn, va, dma_len, imm, len)
     }
 
     /// A good WRITE_IMM Repr of `len` bytes into `slot` (HSB immediate: PSN and slot).
@@ -938,7 +851,7 @@ fn write_imm_with_no_receive_posted_is_dropped() {
     let mut rig = Rig::without_receives();
     let f = rig.base_frame();
     rig.check_drop(&f, DropReason::RqEmpty, "WRITE_IMM, receive queue empty");
-    let send = emit(&RoceRepr::uc_send_only(&rig.ep, QPN, rig.psn, 8), &[1; 8]);
+    let send = emit(&RoceRepr::uc_send_only(&rig.peer, QPN, rig.psn, 8), &[1; 8]);
     rig.check_drop(&send, DropReason::RqEmpty, "SEND, receive queue empty");
     // A WRITE without immediate consumes no WQE: accepted, no CQE.
     let mut w = with_opcode(rig.base_repr(), Opcode::UcWriteOnly);
@@ -1095,27 +1008,10 @@ fn bth_byte_4_all_ones_is_accepted_and_counted_unusual() {
 // ---------------------------------------------------------------------------------------
 // Send side.
 
-/// Offset of send WQE `index` in the SQ ring.
-fn sq_wqe(rig: &Rig, index: u32) -> usize {
-    rig.q.layout.sq + (index & (sizes().sq_entries - 1)) as usize * abi::WQEBB
-}
-
-/// Send CQE number `n` as raw bytes (valid: owner parity of the first pass, not INVALID).
-fn send_cqe(rig: &Rig, n: u32) -> [u8; CQE] {
-    let mut c = [0u8; CQE];
-    rig.q.mem.read(rig.q.layout.scq + n as usize * CQE, &mut c);
-    assert!(
-        abi::cqe_valid(c[abi::CQE_OP_OWN], n, sizes().sq_entries),
-        "send CQE {n} not written"
-    );
-    c
-}
-
 #[test]
 fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
     let mut rig = Rig::new();
-    let (mut nic_end, mut peer_end) = inproc::pair(8);
-    let mut buf = vec![0u8; MAX_FRAME];
+    let mut wire = Wire::new(8);
 
     // Four gather SENDs of 100 bytes, each with its data segment (bytes 16..32 of the WQE:
     // byte_count, lkey, addr) spoiled after the data path wrote it.
@@ -1141,18 +1037,14 @@ fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
             .write(rig.verbs.tx_slot(i), &pattern(100, 40 + i as u8));
         rig.verbs.prepare_send_from_slot(100);
         let mut d = [0u8; 16];
-        rig.q.mem.read(sq_wqe(&rig, i) + 16, &mut d);
+        rig.q.mem.read(rig.sq_wqe(i) + 16, &mut d);
         change(&rig, &mut d);
-        rig.q.mem.write(sq_wqe(&rig, i) + 16, &d);
+        rig.q.mem.write(rig.sq_wqe(i) + 16, &d);
     }
     rig.verbs.ring_send_doorbell();
     let before = rig.snapshot();
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 4);
-    assert_eq!(
-        peer_end.try_recv(&mut buf).expect("link"),
-        None,
-        "a bad WQE put a frame on the link"
-    );
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 4);
+    assert_eq!(wire.sent(), Vec::<Vec<u8>>::new(), "a bad WQE put a frame on the link");
     let after = rig.snapshot();
     let scq = rig.q.layout.scq..rig.q.layout.scq + 4 * CQE;
     for i in changed(&before, &after) {
@@ -1163,7 +1055,7 @@ fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
         );
     }
     for (n, (what, _)) in spoil.iter().enumerate() {
-        let c = send_cqe(&rig, n as u32);
+        let c = rig.send_cqe(n as u32);
         assert_eq!(
             u32::from(c[abi::CQE_OP_OWN] >> 4),
             abi::RL_CQE_REQ_ERR,
@@ -1191,16 +1083,14 @@ fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
     rig.verbs.prepare_send_from_slot(big.len());
     rig.q
         .mem
-        .atomic_u8(sq_wqe(&rig, 5) + 11)
+        .atomic_u8(rig.sq_wqe(5) + 11)
         .store(abi::RL_WQE_CTRL_CQ_UPDATE as u8, Relaxed);
     rig.verbs.ring_send_doorbell();
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 2);
-    for (psn, payload) in [(0, &small), (1, &big)] {
-        let n = peer_end
-            .try_recv(&mut buf)
-            .expect("link")
-            .expect("a frame on the link");
-        let f = roce::parse_frame(&buf[..n]).expect("a valid RoCEv2 frame");
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 2);
+    let sent = wire.sent();
+    assert_eq!(sent.len(), 2, "two frames on the link");
+    for (frame, (psn, payload)) in sent.iter().zip([(0, &small), (1, &big)]) {
+        let f = roce::parse_frame(frame).expect("a valid RoCEv2 frame");
         assert_eq!(f.repr.bth.opcode, Opcode::UcSendOnly);
         assert_eq!(f.repr.bth.dest_qp, PEER_QPN);
         assert_eq!(f.repr.bth.psn, psn, "PSNs count successful sends only");
@@ -1216,9 +1106,8 @@ fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
         assert_eq!(f.repr.udp.dst_port, roce::UDP_PORT);
         assert_eq!(f.payload, &payload[..]);
     }
-    assert_eq!(peer_end.try_recv(&mut buf).expect("link"), None);
     // Only the signaled WQE wrote a CQE.
-    let c = send_cqe(&rig, 4);
+    let c = rig.send_cqe(4);
     assert_eq!(u32::from(c[abi::CQE_OP_OWN] >> 4), abi::RL_CQE_REQ);
     assert_eq!(
         u32::from_be_bytes([c[44], c[45], c[46], c[47]]),
@@ -1311,49 +1200,23 @@ proptest! {
     }
 }
 
-/// Frames the peer end holds: each one's payload (UC SEND ONLY).
-fn sent_payloads(peer_end: &mut impl Link) -> Vec<Vec<u8>> {
-    let mut buf = vec![0u8; MAX_FRAME];
-    let mut out = Vec::new();
-    while let Some(n) = peer_end.try_recv(&mut buf).expect("link") {
-        let f = roce::parse_frame(&buf[..n]).expect("a valid RoCEv2 frame");
-        assert_eq!(f.repr.bth.opcode, Opcode::UcSendOnly);
-        out.push(f.payload.to_vec());
-    }
-    out
-}
-
-/// Stores an unchecked CPU-proxy doorbell at `pi` (as after a fence: every WQE below is whole).
-fn ring_unchecked(rig: &Rig, pi: u32) {
-    rig.q
-        .mem
-        .atomic_u64(rig.q.layout.proxy_doorbell)
-        .store(abi::ProxyDoorbell::unchecked(pi), std::sync::atomic::Ordering::Release);
-}
-
-/// Stores a checked CPU-proxy doorbell (abi.h `rl_proxy_doorbell`, as the GPU data path does:
-/// no fence in front) whose range is `range` (whole WQEBBs), just below `pi`.
-fn ring_checked(rig: &Rig, pi: u32, range: &[u8]) {
-    ring_checked_gathering(rig, pi, range, &[]);
-}
-
 #[test]
 fn a_checked_doorbell_runs_its_last_wqe_only_once_its_bytes_give_the_check() {
     // a deadline no scheduling delay of this test reaches, until the case that needs one
     let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
     rig.verbs.post_recv(POSTED);
-    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let mut wire = Wire::new(8);
     let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
     let a = abi::send_inline_wqe(0, QPN, fm, &pattern(40, 3)).unwrap();
     let b = abi::send_inline_wqe(1, QPN, fm, &pattern(40, 4)).unwrap();
 
     // Bytes that agree at once: both WQEs run (the one before the last is complete by
     // contract), nothing re-read.
-    rig.q.mem.write(sq_wqe(&rig, 0), &a);
-    rig.q.mem.write(sq_wqe(&rig, 1), &b);
-    ring_checked(&rig, 2, &b);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 2);
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 3), pattern(40, 4)]);
+    rig.q.mem.write(rig.sq_wqe(0), &a);
+    rig.q.mem.write(rig.sq_wqe(1), &b);
+    rig.ring_checked(2, &b, &[]);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 2);
+    assert_eq!(wire.sent_payloads(), vec![pattern(40, 3), pattern(40, 4)]);
     assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 0);
 
     // The last WQE still half the old one (its second half landed, its first not): the NIC
@@ -1361,11 +1224,11 @@ fn a_checked_doorbell_runs_its_last_wqe_only_once_its_bytes_give_the_check() {
     let c = abi::send_inline_wqe(2, QPN, fm, &pattern(40, 6)).unwrap();
     let mut half = a;
     half[32..].copy_from_slice(&c[32..]);
-    rig.q.mem.write(sq_wqe(&rig, 2), &half);
-    ring_checked(&rig, 3, &c);
+    rig.q.mem.write(rig.sq_wqe(2), &half);
+    rig.ring_checked(3, &c, &[]);
     let mem = rig.q.mem.clone();
     let counters = rig.counters.clone();
-    let at = sq_wqe(&rig, 2);
+    let at = rig.sq_wqe(2);
     let lander = std::thread::spawn(move || {
         // lands once the NIC has read the half and is re-reading
         while counters.tx_wqe_rereads.load(Relaxed) == 0 {
@@ -1373,9 +1236,9 @@ fn a_checked_doorbell_runs_its_last_wqe_only_once_its_bytes_give_the_check() {
         }
         mem.write(at, &c[..32]);
     });
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
     lander.join().unwrap();
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 6)]);
+    assert_eq!(wire.sent_payloads(), vec![pattern(40, 6)]);
     assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
 }
@@ -1385,69 +1248,59 @@ fn the_send_trace_holds_when_each_answer_left_by_its_first_wqebb() {
     let mut rig = Rig::new();
     let trace = Arc::new(rocelink_operator::nic::SendTrace::new(64));
     rig.nic.set_send_trace(trace.clone());
-    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let mut wire = Wire::new(8);
     let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
     let w: Vec<_> = (0..3u16).map(|i| abi::send_inline_wqe(i, QPN, fm, &pattern(40, i as u8)).unwrap()).collect();
     for (i, x) in w.iter().enumerate() {
-        rig.q.mem.write(sq_wqe(&rig, i as u32), x);
+        rig.q.mem.write(rig.sq_wqe(i as u32), x);
     }
     let t0 = rocelink_link::clock::monotonic_ns();
-    ring_checked(&rig, 3, &w[2]);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 3);
+    rig.ring_checked(3, &w[2], &[]);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 3);
     let t1 = rocelink_link::clock::monotonic_ns();
     let sent: Vec<u64> = (0..3).map(|i| trace.sent_ns(i).expect("every sent WQE is traced")).collect();
     assert!(t0 <= sent[0] && sent[0] <= sent[1] && sent[1] <= sent[2] && sent[2] <= t1, "{t0} {sent:?} {t1}");
     assert_eq!(trace.sent_ns(3), None, "nothing sent there yet");
-    assert_eq!(sent_payloads(&mut peer_end).len(), 3);
+    assert_eq!(wire.sent_payloads().len(), 3);
 }
 
 #[test]
 fn a_checked_doorbell_whose_bytes_never_agree_completes_in_error_after_the_deadline() {
     let mut rig = Rig::new(); // the default deadline
-    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let mut wire = Wire::new(8);
     let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
     // a stale WQE the writer never replaced: nothing goes on the link, the WQE completes in
     // error, and the NIC waited no longer than the deadline (and not shorter)
     let stale = abi::send_inline_wqe(0, QPN, fm, &pattern(40, 5)).unwrap();
-    rig.q.mem.write(sq_wqe(&rig, 0), &stale);
+    rig.q.mem.write(rig.sq_wqe(0), &stale);
     let d = abi::send_inline_wqe(0, QPN, fm, &pattern(40, 7)).unwrap();
-    ring_checked(&rig, 1, &d);
+    rig.ring_checked(1, &d, &[]);
     let t0 = std::time::Instant::now();
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
     let waited = t0.elapsed();
     assert!(waited >= rocelink_operator::nic::qp::WQE_CHECK_DEADLINE, "{waited:?}");
-    assert_eq!(sent_payloads(&mut peer_end), Vec::<Vec<u8>>::new());
+    assert_eq!(wire.sent_payloads(), Vec::<Vec<u8>>::new());
     assert_eq!(rig.counters.tx_wqe_check_failures.load(Relaxed), 1);
     assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 1);
-    let e = send_cqe(&rig, 0);
+    let e = rig.send_cqe(0);
     assert_eq!(u32::from(e[abi::CQE_OP_OWN] >> 4), abi::RL_CQE_REQ_ERR);
     assert_eq!(rig.verbs.poll_send_completions(), 1);
     assert_eq!(rig.verbs.send_errors, 1);
 
     // The NIC goes on: an unchecked doorbell after it runs its WQE.
     let e1 = abi::send_inline_wqe(1, QPN, fm, &pattern(40, 8)).unwrap();
-    rig.q.mem.write(sq_wqe(&rig, 1), &e1);
-    ring_unchecked(&rig, 2);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 8)]);
-}
-
-/// A checked doorbell over `range` whose WQEs gather `gathered` (each gathering WQE the same
-/// bytes; none for inline WQEs), just below `pi`.
-fn ring_checked_gathering(rig: &Rig, pi: u32, range: &[u8], gathered: &[u8]) {
-    let check = abi::range_check(range, 0, |_, first| Some(abi::gather_check(gathered, first))).expect("well-formed WQEs");
-    rig.q
-        .mem
-        .atomic_u64(rig.q.layout.proxy_doorbell)
-        .store(abi::ProxyDoorbell::checked(pi, (range.len() / abi::WQEBB) as u32, check), std::sync::atomic::Ordering::Release);
+    rig.q.mem.write(rig.sq_wqe(1), &e1);
+    rig.ring_unchecked(2);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
+    assert_eq!(wire.sent_payloads(), vec![pattern(40, 8)]);
 }
 
 #[test]
 fn a_checked_doorbell_runs_a_gathering_wqe_only_once_the_gathered_bytes_give_the_check() {
     let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
     rig.verbs.post_recv(POSTED);
-    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let mut wire = Wire::new(8);
     let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
     // a SEND of 700 bytes from TX slot 0, whose WQE is whole but whose last 100 bytes still
     // hold the answer before (they land once the NIC is re-reading): the NIC sends the new
@@ -1455,10 +1308,10 @@ fn a_checked_doorbell_runs_a_gathering_wqe_only_once_the_gathered_bytes_give_the
     let slot = rig.q.layout.tx_buffer;
     let (old, new) = (pattern(700, 1), pattern(700, 2));
     let w = abi::send_gather_wqe(0, QPN, fm, rig.tx.addr, rig.tx.lkey, 700);
-    rig.q.mem.write(sq_wqe(&rig, 0), &w);
+    rig.q.mem.write(rig.sq_wqe(0), &w);
     rig.q.mem.write(slot, &new[..600]);
     rig.q.mem.write(slot + 600, &old[600..]);
-    ring_checked_gathering(&rig, 1, &w, &new);
+    rig.ring_checked(1, &w, &new);
     let (mem, counters, rest) = (rig.q.mem.clone(), rig.counters.clone(), new[600..].to_vec());
     let lander = std::thread::spawn(move || {
         while counters.tx_wqe_rereads.load(Relaxed) == 0 {
@@ -1466,9 +1319,9 @@ fn a_checked_doorbell_runs_a_gathering_wqe_only_once_the_gathered_bytes_give_the
         }
         mem.write(slot + 600, &rest);
     });
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
     lander.join().unwrap();
-    assert_eq!(sent_payloads(&mut peer_end), vec![new.clone()]);
+    assert_eq!(wire.sent_payloads(), vec![new.clone()]);
     assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
 
@@ -1480,8 +1333,8 @@ fn a_checked_doorbell_runs_a_gathering_wqe_only_once_the_gathered_bytes_give_the
     let mut stored = short.clone();
     stored.extend_from_slice(&[0xee; 15]);
     let g = abi::send_gather_wqe(2, QPN, fm, rig.tx.addr + 2 * u64::from(rig.q.layout.sizes.tx_slot_stride), rig.tx.lkey, 33);
-    rig.q.mem.write(sq_wqe(&rig, 1), &a);
-    rig.q.mem.write(sq_wqe(&rig, 2), &g);
+    rig.q.mem.write(rig.sq_wqe(1), &a);
+    rig.q.mem.write(rig.sq_wqe(2), &g);
     rig.q.mem.write(slot + 2 * rig.q.layout.sizes.tx_slot_stride as usize, &stored);
     let mut range = w.to_vec();
     range.extend_from_slice(&a);
@@ -1491,15 +1344,15 @@ fn a_checked_doorbell_runs_a_gathering_wqe_only_once_the_gathered_bytes_give_the
         .mem
         .atomic_u64(rig.q.layout.proxy_doorbell)
         .store(abi::ProxyDoorbell::checked(3, 3, check), std::sync::atomic::Ordering::Release);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 2);
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(40, 3), short]);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 2);
+    assert_eq!(wire.sent_payloads(), vec![pattern(40, 3), short]);
     assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
 }
 
 #[test]
 fn a_checked_gather_the_nic_cannot_resolve_completes_in_error_after_the_deadline() {
     let mut rig = Rig::new(); // the default deadline
-    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let mut wire = Wire::new(8);
     let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
     let bytes = pattern(300, 6);
     rig.q.mem.write(rig.q.layout.tx_buffer, &bytes);
@@ -1508,54 +1361,49 @@ fn a_checked_gather_the_nic_cannot_resolve_completes_in_error_after_the_deadline
     let bad_key = abi::send_gather_wqe(0, QPN, fm, rig.tx.addr, rig.tx.lkey ^ 0x100, 300);
     let foreign = abi::send_gather_wqe(1, QPN, fm, rig.foreign.addr, rig.foreign.lkey, 300);
     for (i, w) in [bad_key, foreign].iter().enumerate() {
-        rig.q.mem.write(sq_wqe(&rig, i as u32), w);
+        rig.q.mem.write(rig.sq_wqe(i as u32), w);
         let t0 = std::time::Instant::now();
-        ring_checked_gathering(&rig, i as u32 + 1, w, &bytes);
-        assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+        rig.ring_checked(i as u32 + 1, w, &bytes);
+        assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
         assert!(t0.elapsed() >= rocelink_operator::nic::qp::WQE_CHECK_DEADLINE);
         assert_eq!(rig.counters.tx_wqe_check_failures.load(Relaxed), i as u64 + 1);
     }
-    assert_eq!(sent_payloads(&mut peer_end), Vec::<Vec<u8>>::new());
+    assert_eq!(wire.sent_payloads(), Vec::<Vec<u8>>::new());
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 2);
     // the same gather with the right key goes out
     let ok = abi::send_gather_wqe(2, QPN, fm, rig.tx.addr, rig.tx.lkey, 300);
-    rig.q.mem.write(sq_wqe(&rig, 2), &ok);
-    ring_checked_gathering(&rig, 3, &ok, &bytes);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
-    assert_eq!(sent_payloads(&mut peer_end), vec![bytes]);
+    rig.q.mem.write(rig.sq_wqe(2), &ok);
+    rig.ring_checked(3, &ok, &bytes);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
+    assert_eq!(wire.sent_payloads(), vec![bytes]);
 }
 
 #[test]
 fn a_wqe_running_past_the_doorbell_completes_in_error() {
     let mut rig = Rig::new();
-    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let mut wire = Wire::new(8);
     // ds 12: three WQEBBs, but the doorbell says one
     let mut w = abi::send_inline_wqe(0, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, &pattern(40, 3)).unwrap();
     w[7] = 12;
-    rig.q.mem.write(sq_wqe(&rig, 0), &w);
-    ring_unchecked(&rig, 1);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
-    assert_eq!(sent_payloads(&mut peer_end), Vec::<Vec<u8>>::new());
+    rig.q.mem.write(rig.sq_wqe(0), &w);
+    rig.ring_unchecked(1);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
+    assert_eq!(wire.sent_payloads(), Vec::<Vec<u8>>::new());
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 1);
-    let e = send_cqe(&rig, 0);
+    let e = rig.send_cqe(0);
     assert_eq!(u32::from(e[abi::CQE_OP_OWN] >> 4), abi::RL_CQE_REQ_ERR);
     // the next WQE, at index 1, runs
     let ok = abi::send_inline_wqe(1, QPN, 0, &pattern(20, 9)).unwrap();
-    rig.q.mem.write(sq_wqe(&rig, 1), &ok);
-    ring_unchecked(&rig, 2);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 9)]);
+    rig.q.mem.write(rig.sq_wqe(1), &ok);
+    rig.ring_unchecked(2);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
+    assert_eq!(wire.sent_payloads(), vec![pattern(20, 9)]);
 }
 
-/// An inline SEND of `payload` (up to 5 WQEBBs, as the GPU data path writes them), as bytes:
-/// control segment, inline byte count, data, zero padding to its `ds` segments.
+/// An inline SEND of `payload` (up to 5 WQEBBs, as the GPU data path writes them), signaled,
+/// as its `ds` segments.
 fn inline_send_bytes(index: u16, payload: &[u8]) -> Vec<u8> {
-    let ds = (16 + 4 + payload.len()).div_ceil(16);
-    let mut w = vec![0u8; ds * 16];
-    w[..16].copy_from_slice(&abi::ctrl_seg(abi::RL_OPCODE_SEND as u8, index, QPN, ds as u8, abi::RL_WQE_CTRL_CQ_UPDATE as u8, 0));
-    w[16..20].copy_from_slice(&(payload.len() as u32 | abi::RL_INLINE_SEG).to_be_bytes());
-    w[20..20 + payload.len()].copy_from_slice(payload);
-    w
+    abi::send_inline_segments(index, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, payload)
 }
 
 proptest! {
@@ -1574,7 +1422,7 @@ proptest! {
     ) {
         let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_micros(20), ..NicOptions::default() });
         rig.verbs.post_recv(POSTED);
-        let (mut nic_end, mut peer_end) = inproc::pair(8);
+        let mut wire = Wire::new(8);
         let w_new = inline_send_bytes(0, &new);
         let bbs = w_new.len().div_ceil(abi::WQEBB);
         let mut padded = w_new.clone();
@@ -1591,14 +1439,14 @@ proptest! {
             }
         }
         for b in 0..bbs {
-            rig.q.mem.write(sq_wqe(&rig, b as u32), &ring[b * abi::WQEBB..(b + 1) * abi::WQEBB]);
+            rig.q.mem.write(rig.sq_wqe(b as u32), &ring[b * abi::WQEBB..(b + 1) * abi::WQEBB]);
         }
         rig.q
             .mem
             .atomic_u64(rig.q.layout.proxy_doorbell)
             .store(abi::ProxyDoorbell::checked(bbs as u32, bbs as u32, abi::range_check(&padded, 0, |_, _| None).unwrap()), std::sync::atomic::Ordering::Release);
-        prop_assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
-        let sent = sent_payloads(&mut peer_end);
+        prop_assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
+        let sent = wire.sent_payloads();
         let whole = ring[..w_new.len()] == w_new[..];
         if whole {
             prop_assert_eq!(sent, vec![new.clone()]);
@@ -1613,7 +1461,7 @@ proptest! {
 fn a_checked_range_runs_each_wqe_once_and_checks_only_what_is_new() {
     let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
     rig.verbs.post_recv(POSTED);
-    let (mut nic_end, mut peer_end) = inproc::pair(8);
+    let mut wire = Wire::new(8);
     // WQE 0 (1 WQEBB), then WQE 1 (2 WQEBBs) with no fence between: one range from 0
     let w0 = inline_send_bytes(0, &pattern(30, 1));
     let mut w1 = inline_send_bytes(1, &pattern(90, 2));
@@ -1621,17 +1469,17 @@ fn a_checked_range_runs_each_wqe_once_and_checks_only_what_is_new() {
     let mut range = w0.clone();
     range.resize(abi::WQEBB, 0);
     range.extend_from_slice(&w1);
-    rig.q.mem.write(sq_wqe(&rig, 0), &range[..abi::WQEBB]);
-    ring_checked(&rig, 1, &range[..abi::WQEBB]);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(30, 1)]);
+    rig.q.mem.write(rig.sq_wqe(0), &range[..abi::WQEBB]);
+    rig.ring_checked(1, &range[..abi::WQEBB], &[]);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
+    assert_eq!(wire.sent_payloads(), vec![pattern(30, 1)]);
     // the range grows by WQE 1, half landed: its check covers WQE 0 too; the NIC waits for the
     // rest and sends WQE 1 only (WQE 0 once, not again)
-    rig.q.mem.write(sq_wqe(&rig, 2), &range[2 * abi::WQEBB..]);
-    ring_checked(&rig, 3, &range);
+    rig.q.mem.write(rig.sq_wqe(2), &range[2 * abi::WQEBB..]);
+    rig.ring_checked(3, &range, &[]);
     let mem = rig.q.mem.clone();
     let counters = rig.counters.clone();
-    let at = sq_wqe(&rig, 1);
+    let at = rig.sq_wqe(1);
     let head = range[abi::WQEBB..2 * abi::WQEBB].to_vec();
     let lander = std::thread::spawn(move || {
         while counters.tx_wqe_rereads.load(Relaxed) == 0 {
@@ -1639,22 +1487,22 @@ fn a_checked_range_runs_each_wqe_once_and_checks_only_what_is_new() {
         }
         mem.write(at, &head);
     });
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
     lander.join().unwrap();
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(90, 2)]);
+    assert_eq!(wire.sent_payloads(), vec![pattern(90, 2)]);
     // a new range after a fence, and an unchecked doorbell before it: each WQE runs once
     let w3 = inline_send_bytes(3, &pattern(20, 3));
     let mut w3p = w3.clone();
     w3p.resize(abi::WQEBB, 0);
-    rig.q.mem.write(sq_wqe(&rig, 3), &w3p);
+    rig.q.mem.write(rig.sq_wqe(3), &w3p);
     let w4 = inline_send_bytes(4, &pattern(20, 4));
     let mut w4p = w4.clone();
     w4p.resize(abi::WQEBB, 0);
-    rig.q.mem.write(sq_wqe(&rig, 4), &w4p);
+    rig.q.mem.write(rig.sq_wqe(4), &w4p);
     // the range [4, 5): WQE 3 below it is complete (the writer fenced after it)
-    ring_checked(&rig, 5, &w4p);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 2);
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 3), pattern(20, 4)]);
+    rig.ring_checked(5, &w4p, &[]);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 2);
+    assert_eq!(wire.sent_payloads(), vec![pattern(20, 3), pattern(20, 4)]);
     assert_eq!(rig.counters.tx_wqe_rereads.load(Relaxed), 1);
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
 
@@ -1664,18 +1512,18 @@ fn a_checked_range_runs_each_wqe_once_and_checks_only_what_is_new() {
     let w5 = inline_send_bytes(5, &pattern(20, 5));
     let mut w5p = w5.clone();
     w5p.resize(abi::WQEBB, 0);
-    rig.q.mem.write(sq_wqe(&rig, 5), &w5p);
-    ring_unchecked(&rig, 6);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
+    rig.q.mem.write(rig.sq_wqe(5), &w5p);
+    rig.ring_unchecked(6);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
     let w6 = inline_send_bytes(6, &pattern(20, 6));
     let mut w6p = w6.clone();
     w6p.resize(abi::WQEBB, 0);
-    rig.q.mem.write(sq_wqe(&rig, 6), &w6p);
+    rig.q.mem.write(rig.sq_wqe(6), &w6p);
     let mut r56 = w5p.clone();
     r56.extend_from_slice(&w6p);
-    ring_checked(&rig, 7, &r56);
-    assert_eq!(rig.nic.poll_send(&mut nic_end), 1);
-    assert_eq!(sent_payloads(&mut peer_end), vec![pattern(20, 5), pattern(20, 6)]);
+    rig.ring_checked(7, &r56, &[]);
+    assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 1);
+    assert_eq!(wire.sent_payloads(), vec![pattern(20, 5), pattern(20, 6)]);
     assert_eq!(rig.counters.tx_errors.load(Relaxed), 0);
 }
 

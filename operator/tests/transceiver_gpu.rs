@@ -22,23 +22,21 @@
 //! cargo test -p rocelink-operator --release --test transceiver_gpu -- --ignored
 //! ```
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocelink_link::{inproc, InprocLink, Link, SpinMode, MAX_FRAME};
+use rocelink_link::{SpinMode, MAX_FRAME};
 use rocelink_operator::abi;
 use rocelink_operator::backend::{resolve, spawn_backend, Backend, BackendKind, LoopConfig, RunningBackend};
-use rocelink_operator::mem::SharedMem;
-use rocelink_operator::nic::{Access, DoorbellMode, MrTable, NicCounters, NicOptions, QpAttrs, SoftNic};
+use rocelink_operator::nic::{DoorbellMode, NicOptions};
 use rocelink_operator::rings::{QpMemory, QpSizes};
 use rocelink_operator::stage::{Echo, Outcome, Stage, StageSpec};
 use rocelink_wire::bth::Opcode;
-use rocelink_wire::reth::RethRepr;
-use rocelink_wire::roce::{self, Endpoints, RoceRepr};
-use rocelink_wire::rpc::{self, RequestRepr};
+use rocelink_wire::roce;
+use rocelink_wire::rpc;
 
-const HOST_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
-const PEER_QPN: u32 = rocelink_wire::hsb::ext::DEFAULT_FPGA_QP;
+#[path = "support/nic_rig.rs"]
+mod nic_rig;
+use nic_rig::{NicRig, Wire, PEER_QPN, QPN as HOST_QPN};
 /// How long one answer may take before the test calls the kernel stuck.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the test waits to be sure that a refused request gets no answer.
@@ -56,14 +54,8 @@ struct Msg {
 /// byte i = f(seed, i).
 fn request(size: usize, id: u32, seed: u8) -> Vec<u8> {
     assert!(size >= rpc::HEADER_LEN);
-    let mut m = vec![0u8; size];
-    RequestRepr { function_id: rpc::function_id::ECHO, arg_len: (size - rpc::HEADER_LEN) as u32, request_id: id, ptp_timestamp: 0 }
-        .emit(&mut m[..rpc::HEADER_LEN])
-        .expect("header fits");
-    for (i, b) in m[rpc::HEADER_LEN..].iter_mut().enumerate() {
-        *b = (i as u8).wrapping_mul(29).wrapping_add(seed);
-    }
-    m
+    let args: Vec<u8> = (0..size - rpc::HEADER_LEN).map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed)).collect();
+    rpc::request(rpc::function_id::ECHO, id, 0, &args)
 }
 
 /// Writes the poison word at byte `at` (little-endian, as the kernel compares words), as far as
@@ -145,18 +137,12 @@ fn cpu_answer(req: &[u8]) -> Option<Vec<u8>> {
     }
 }
 
+/// The NIC rig and its wire, and the peer's next PSN and slot.
 struct Rig {
-    nic: SoftNic,
-    counters: Arc<NicCounters>,
-    nic_end: InprocLink,
-    peer_end: InprocLink,
-    peer: Endpoints,
-    rx_addr: u64,
-    rx_rkey: u32,
-    sizes: QpSizes,
+    base: NicRig,
+    wire: Wire,
     psn: u32,
     next_slot: u32,
-    buf: Vec<u8>,
 }
 
 impl Rig {
@@ -177,55 +163,34 @@ impl Rig {
     }
 
     fn try_send_inner(&mut self, m: &Msg) -> Result<(), rocelink_operator::nic::DropReason> {
+        let slots = self.base.q.layout.sizes.rx_slots;
         let slot = match m.slot {
-            Some(u32::MAX) => (self.next_slot + 1) % self.sizes.rx_slots, // one out of turn
+            Some(u32::MAX) => (self.next_slot + 1) % slots, // one out of turn
             Some(s) => s,
             None => self.next_slot,
         };
-        self.next_slot = (slot + 1) % self.sizes.rx_slots;
-        let va = self.rx_addr + u64::from(slot) * u64::from(self.sizes.rx_slot_stride);
-        let reth = RethRepr { va, rkey: self.rx_rkey, dma_len: m.bytes.len() as u32 };
-        let repr = RoceRepr::uc_write_imm(&self.peer, HOST_QPN, self.psn, reth, (self.psn & 0xfffff) << 12 | slot, m.bytes.len());
+        self.next_slot = (slot + 1) % slots;
+        let frame = self.base.write_imm_to_slot(self.psn, slot, &m.bytes);
         self.psn = self.psn.wrapping_add(1) & 0xff_ffff;
-        let mut frame = vec![0u8; MAX_FRAME];
-        let n = repr.emit(&m.bytes, &mut frame).expect("frame");
-        self.nic.receive(&frame[..n]).map(|_| ())
+        self.base.nic.receive(&frame).map(|_| ())
     }
 
     /// The next answer on the wire, or None when none comes within `wait`.
     fn answer(&mut self, wait: Duration) -> Option<Vec<u8>> {
-        let t0 = Instant::now();
-        loop {
-            self.nic.poll_send(&mut self.nic_end);
-            if let Some(n) = self.peer_end.try_recv(&mut self.buf).expect("the wire") {
-                let f = roce::parse_frame(&self.buf[..n]).unwrap_or_else(|e| panic!("an answer that does not parse: {e:?}"));
-                assert_eq!(f.repr.bth.opcode, Opcode::UcSendOnly, "answers are SEND Only");
-                assert_eq!(f.repr.bth.dest_qp, PEER_QPN, "answers go to the peer's QP");
-                return Some(f.payload.to_vec());
-            }
-            if t0.elapsed() > wait {
-                return None;
-            }
-        }
+        let frame = self.wire.frames_out(&mut self.base.nic, 1, wait).pop()?;
+        let f = roce::parse_frame(&frame).unwrap_or_else(|e| panic!("an answer that does not parse: {e:?}"));
+        assert_eq!(f.repr.bth.opcode, Opcode::UcSendOnly, "answers are SEND Only");
+        assert_eq!(f.repr.bth.dest_qp, PEER_QPN, "answers go to the peer's QP");
+        Some(f.payload.to_vec())
     }
 }
 
 /// The queue pair, the NIC (answering to `doorbell`) and the wire; the backend is spawned on
 /// `q` with `tx_lkey`.
 fn rig_with(doorbell: DoorbellMode) -> (Rig, QpMemory, u32) {
-    let sizes = QpSizes { rx_slots: 16, ..QpSizes::default() };
-    let q = QpMemory::new(sizes, SharedMem::new).expect("queue pair memory");
-    let mut mrs = MrTable::default();
-    let rx = mrs.register(q.mem.clone(), q.layout.rx_buffer, q.layout.rx_buffer_len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE);
-    let tx = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
-    let host = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: [10, 0, 0, 1], dst_ip: [10, 0, 0, 2], src_port: 49152, dst_port: roce::UDP_PORT };
-    let peer = Endpoints { src_port: 12288, dst_port: roce::UDP_PORT, ..host.reversed() };
-    let attrs = QpAttrs { qpn: HOST_QPN, pkey: 0xffff, endpoints: host, peer_qpn: PEER_QPN };
-    let counters = Arc::new(NicCounters::default());
-    let nic = SoftNic::new(attrs, NicOptions { doorbell, ..NicOptions::default() }, mrs, q.clone(), counters.clone());
-    let (nic_end, peer_end) = inproc::pair(256);
-    let rig = Rig { nic, counters, nic_end, peer_end, peer, rx_addr: rx.addr, rx_rkey: rx.rkey, sizes, psn: 0, next_slot: 0, buf: vec![0; MAX_FRAME] };
-    (rig, q, tx.lkey)
+    let base = NicRig::new(QpSizes { rx_slots: 16, ..QpSizes::default() }, NicOptions { doorbell, ..NicOptions::default() });
+    let (q, tx_lkey) = (base.q.clone(), base.tx.lkey);
+    (Rig { base, wire: Wire::new(256), psn: 0, next_slot: 0 }, q, tx_lkey)
 }
 
 /// The rig with the CPU-proxy doorbell.
@@ -294,7 +259,7 @@ fn play(mut rig: Rig, backend: Box<dyn RunningBackend>) {
     }
     assert_eq!(backend.processed(), answered, "messages answered");
     assert_eq!(backend.dropped(), refused, "messages refused");
-    let s = rig.counters.snapshot();
+    let s = rig.base.counters.snapshot();
     assert_eq!(s.tx_errors, 0, "no send completed in error");
     assert_eq!(s.tx_wqe_check_failures, 0, "no checked range failed for good");
     assert!(s.drops.values().all(|&n| n == 0), "the NIC dropped nothing: {:?}", s.drops);
@@ -378,7 +343,7 @@ fn stop_under_a_flood(mut rig: Rig, backend: Box<dyn RunningBackend>, flood: boo
     stopped.unwrap_or_else(|e| panic!("{name} did not stop under a flood: {e}"));
     assert!(answered > 0, "{name} answered nothing under the flood");
     if flood {
-        assert!(rig.counters.snapshot().drops.values().sum::<u64>() > 0, "not a flood: the NIC never had to refuse a request");
+        assert!(rig.base.counters.snapshot().drops.values().sum::<u64>() > 0, "not a flood: the NIC never had to refuse a request");
     }
 }
 
@@ -388,7 +353,7 @@ fn stop_under_a_flood(mut rig: Rig, backend: Box<dyn RunningBackend>, flood: boo
 fn stop_with_a_stalled_nic(mut rig: Rig, backend: Box<dyn RunningBackend>) {
     let msg = Msg { bytes: request(64, 7, 3), slot: None };
     let name = backend.name();
-    let sq_entries = u64::from(rig.sizes.sq_entries);
+    let sq_entries = u64::from(rig.base.q.layout.sizes.sq_entries);
     // More requests than the send queue has room for answers (each takes a WQEBB or more);
     // no `poll_send`: the answers stay in the send queue.
     // Until the loop takes no more (its send queue full, it re-posts no receive), well within

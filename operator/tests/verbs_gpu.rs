@@ -20,18 +20,19 @@
 //! ```
 //! Without a GPU the kernel still compiles to sm_90 (when NVRTC is here; CI provides it).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocelink_link::{inproc, Link, MAX_FRAME};
 use rocelink_operator::abi;
 use rocelink_operator::gpu::driver::{Gpu, StreamState};
 use rocelink_operator::gpu::{kernels, nvrtc};
-use rocelink_operator::mem::SharedMem;
-use rocelink_operator::nic::{Access, MrTable, NicCounters, NicOptions, QpAttrs, SoftNic};
-use rocelink_operator::rings::{QpMemory, QpSizes};
+use rocelink_operator::nic::NicOptions;
+use rocelink_operator::rings::QpSizes;
 use rocelink_wire::bth::Opcode;
 use rocelink_wire::roce::{self, Endpoints};
+
+#[path = "support/nic_rig.rs"]
+mod nic_rig;
+use nic_rig::{NicRig, Wire, PEER_QPN, QPN};
 
 const KERNEL: &str = r#"
 #include "abi.h"
@@ -126,17 +127,11 @@ struct Expect {
     payload: Vec<u8>,
 }
 
-/// Runs the NIC's send side until `want` frames came out (or 10 s), returning them.
-fn frames_out(nic: &mut SoftNic, nic_end: &mut dyn Link, peer_end: &mut dyn Link, want: usize) -> Vec<Vec<u8>> {
-    let mut frames = Vec::new();
-    let mut buf = vec![0u8; MAX_FRAME];
-    let t0 = Instant::now();
-    while frames.len() < want && t0.elapsed() < Duration::from_secs(10) {
-        nic.poll_send(nic_end);
-        while let Some(n) = peer_end.try_recv(&mut buf).unwrap() {
-            frames.push(buf[..n].to_vec());
-        }
-    }
+/// Runs the NIC's send side until `want` frames came out (or 10 s), returning them and any
+/// more already on the wire.
+fn frames_out(nic: &mut rocelink_operator::nic::SoftNic, wire: &mut Wire, want: usize) -> Vec<Vec<u8>> {
+    let mut frames = wire.frames_out(nic, want, Duration::from_secs(10));
+    frames.extend(wire.sent());
     frames
 }
 
@@ -164,20 +159,14 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
     let module = gpu.load(&compiled.cubin, &["rl_verbs_probe"]).unwrap();
 
     let sizes = QpSizes::default();
-    let q = QpMemory::new(sizes, SharedMem::new).unwrap();
-    let mut mrs = MrTable::default();
-    let tx_mr = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
-    let ep = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: [10, 0, 0, 1], dst_ip: [10, 0, 0, 2], src_port: 4791, dst_port: 4791 };
-    let peer_qpn = 2;
-    let attrs = QpAttrs { qpn: 0x17, pkey: 0xffff, endpoints: ep, peer_qpn };
-    let counters = Arc::new(NicCounters::default());
-    let mut nic = SoftNic::new(attrs, NicOptions::default(), mrs, q.clone(), counters.clone());
-    let (mut nic_end, mut peer_end) = inproc::pair(64);
+    let NicRig { mut nic, q, counters, tx: tx_mr, host: ep, .. } = NicRig::new(sizes, NicOptions::default());
+    let peer_qpn = PEER_QPN;
+    let mut wire = Wire::new(64);
 
     // SAFETY: the queue pair's memory is page-aligned, lives in `q` until the end of the test,
     // and is unregistered below after the last kernel finished.
     let dbase = unsafe { gpu.register(q.mem.base(), q.mem.len()) }.unwrap();
-    let mut desc = q.transceiver_desc_at(dbase, 0x17, tx_mr.lkey);
+    let mut desc = q.transceiver_desc_at(dbase, QPN, tx_mr.lkey);
     let out = gpu.alloc(16).unwrap();
     let stream = gpu.stream().unwrap();
     let launch = |desc: &mut abi::rl_transceiver_desc, phase: u32, first: u32, raddr: u64, rkey: u32, imm: u32| -> u32 {
@@ -213,7 +202,7 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
     let (raddr, rkey, imm) = (0x0000_7f12_3456_7000u64, 0x1234_5678u32, 0xabcd_ef01u32);
     let pi = launch(&mut desc, 0, 0, raddr, rkey, imm);
     assert_eq!(pi, 1 + 4 + 1 + 1, "WQEBBs written: 1 + inline 200 B (4) + 1 + 1");
-    let frames = frames_out(&mut nic, &mut nic_end, &mut peer_end, 4);
+    let frames = frames_out(&mut nic, &mut wire, 4);
     let expect = [
         Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(0, 100) },
         Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(1, 200) },
@@ -234,7 +223,7 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
         let crosses = a + abi_inline_wqebbs(60) > entries || (a + abi_inline_wqebbs(60)) % entries + abi_inline_wqebbs(150) > entries;
         let next = launch(&mut desc, 1, at, 0, 0, 0);
         assert_eq!(next, at + per_launch);
-        let frames = frames_out(&mut nic, &mut nic_end, &mut peer_end, 3);
+        let frames = frames_out(&mut nic, &mut wire, 3);
         let expect = [
             Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(4, 60) },
             Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(5, 150) },
@@ -260,10 +249,9 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
     }
 }
 
-/// WQEBBs of an inline SEND of `len` bytes (rl_dev_verbs_inline_wqebbs): control segment,
-/// then the 4-byte inline header and the data, in 16-byte segments.
+/// WQEBBs of an inline SEND of `len` bytes (rl_dev_verbs_inline_wqebbs).
 fn abi_inline_wqebbs(len: u32) -> u32 {
-    abi::wqebbs((16 + 4 + len).div_ceil(16) as u8)
+    abi::wqebbs(abi::inline_send_ds(len as usize) as u8)
 }
 
 /// Without a GPU: the probe kernel compiles to sm_90 (when NVRTC is here).

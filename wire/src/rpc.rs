@@ -404,9 +404,65 @@ impl ResponseRepr {
     }
 }
 
+/// A whole request: the header of `function_id`, `request_id` and `ptp_timestamp`, then
+/// `args` (its `arg_len`).
+pub fn request(function_id: u32, request_id: u32, ptp_timestamp: u64, args: &[u8]) -> Vec<u8> {
+    let h = RequestRepr {
+        function_id,
+        arg_len: args.len() as u32,
+        request_id,
+        ptp_timestamp,
+    };
+    message(|b| h.emit(b), args)
+}
+
+/// A whole response: the header of `status`, `request_id` and `ptp_timestamp`, then `result`
+/// (its `result_len`).
+pub fn response(status: i32, request_id: u32, ptp_timestamp: u64, result: &[u8]) -> Vec<u8> {
+    let h = ResponseRepr {
+        status,
+        result_len: result.len() as u32,
+        request_id,
+        ptp_timestamp,
+    };
+    message(|b| h.emit(b), result)
+}
+
+fn message(emit_header: impl FnOnce(&mut [u8]) -> Result<()>, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![0u8; HEADER_LEN + body.len()];
+    // a buffer of HEADER_LEN bytes or more always takes the header
+    let _ = emit_header(&mut m);
+    m[HEADER_LEN..].copy_from_slice(body);
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_messages_are_header_then_body() {
+        assert_eq!(
+            request(
+                function_id::ECHO,
+                7,
+                0x0102_0304_0506_0708,
+                &[0xAA, 0xBB, 0xCC, 0xDD]
+            ),
+            REQUEST_BYTES
+        );
+        let r = response(status::OK, 9, 3, b"abc");
+        assert_eq!(
+            ResponseRepr::parse(&r),
+            Ok(ResponseRepr {
+                status: status::OK,
+                result_len: 3,
+                request_id: 9,
+                ptp_timestamp: 3
+            })
+        );
+        assert_eq!(&r[HEADER_LEN..], b"abc");
+    }
 
     // echo request, 4 argument bytes, request 7, timestamp 0x0102030405060708.
     static REQUEST_BYTES: [u8; 28] = [

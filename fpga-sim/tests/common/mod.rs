@@ -3,12 +3,63 @@
 
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader};
 use std::net::{SocketAddrV4, UdpSocket};
+use std::process::{Child, Command as Process, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use rocelink_link::{Backoff, Link};
 
 use rocelink_wire::ecb::{self, flags, Command, Reply, Status};
 use rocelink_wire::hsb::{ext, reg, CaptureRecord};
 use rocelink_wire::rpc;
+
+/// Starts `fpga-sim` as `cmd` says, with a stdin pipe (for `--exit-on-stdin-close`), and
+/// waits for its ready line: the process, its ECB and its RoCE address.
+pub fn spawn_ready(cmd: &mut Process) -> (Child, SocketAddrV4, SocketAddrV4) {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn fpga-sim");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("ready line");
+    let (ecb, roce) = rocelink_fpga_sim::cli::parse_ready_line(&line)
+        .unwrap_or_else(|| panic!("ready line: {line:?}"));
+    (child, ecb, roce)
+}
+
+/// A test responder's next frame on `link`, into `buf`: polls (idling with `backoff`) until
+/// one comes, or `None` once `stop` is set.
+pub fn next_frame(
+    link: &mut dyn Link,
+    buf: &mut [u8],
+    backoff: &mut Backoff,
+    stop: &AtomicBool,
+) -> Option<usize> {
+    while !stop.load(Ordering::Relaxed) {
+        match link.try_recv(buf) {
+            Ok(Some(n)) => {
+                backoff.reset();
+                return Some(n);
+            }
+            Ok(None) => backoff.idle(),
+            Err(e) => panic!("link: {e}"),
+        }
+    }
+    None
+}
+
+/// Keeps a responder's first errors (20: enough to see what went wrong).
+pub fn note_error(errors: &mut Vec<String>, e: String) {
+    if errors.len() < 20 {
+        errors.push(e);
+    }
+}
 
 /// A host's ECB client: one request outstanding, replies matched on the sequence.
 pub struct EcbClient {
@@ -163,18 +214,8 @@ pub fn configure_vp(c: &mut EcbClient, h: &HostSetup) {
 
 /// An echo request template of `arg_len` bytes of arguments.
 pub fn echo_template(arg_len: usize) -> Vec<u8> {
-    let mut t = vec![0u8; rpc::HEADER_LEN + arg_len];
-    let h = rpc::RequestRepr {
-        function_id: rpc::function_id::ECHO,
-        arg_len: arg_len as u32,
-        request_id: 0,
-        ptp_timestamp: 0,
-    };
-    h.emit(&mut t).expect("header");
-    for (i, b) in t[rpc::HEADER_LEN..].iter_mut().enumerate() {
-        *b = i as u8;
-    }
-    t
+    let args: Vec<u8> = (0..arg_len).map(|i| i as u8).collect();
+    rpc::request(rpc::function_id::ECHO, 0, 0, &args)
 }
 
 /// A player run as a latency client programs it.

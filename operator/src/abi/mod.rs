@@ -76,18 +76,39 @@ pub fn data_seg(byte_count: u32, lkey: u32, addr: u64) -> [u8; 16] {
     b
 }
 
+/// `ds` of an inline SEND of `len` bytes: the control segment, then the 4-byte inline byte
+/// count and the data in 16-byte segments.
+pub fn inline_send_ds(len: usize) -> usize {
+    (16 + 4 + len).div_ceil(16)
+}
+
+/// Writes an inline SEND of `payload` at the start of `w` (at least `inline_send_ds` segments).
+fn put_inline_send(w: &mut [u8], wqe_index: u16, qpn: u32, fm_ce_se: u8, payload: &[u8]) {
+    let ds = inline_send_ds(payload.len());
+    assert!(ds <= 0x3f, "an inline SEND of {} bytes does not fit the ds field", payload.len());
+    w[..16].copy_from_slice(&ctrl_seg(RL_OPCODE_SEND as u8, wqe_index, qpn, ds as u8, fm_ce_se, 0));
+    w[16..20].copy_from_slice(&(payload.len() as u32 | RL_INLINE_SEG).to_be_bytes());
+    w[20..20 + payload.len()].copy_from_slice(payload);
+}
+
 /// Builds a one-WQEBB SEND with the payload inline (`payload.len() <= 44`).
 /// Returns `None` when the payload does not fit.
 pub fn send_inline_wqe(wqe_index: u16, qpn: u32, fm_ce_se: u8, payload: &[u8]) -> Option<[u8; WQEBB]> {
     if payload.len() > MAX_INLINE_1BB {
         return None;
     }
-    let ds = (16 + 4 + payload.len()).div_ceil(16) as u8;
     let mut w = [0u8; WQEBB];
-    w[..16].copy_from_slice(&ctrl_seg(RL_OPCODE_SEND as u8, wqe_index, qpn, ds, fm_ce_se, 0));
-    w[16..20].copy_from_slice(&(payload.len() as u32 | RL_INLINE_SEG).to_be_bytes());
-    w[20..20 + payload.len()].copy_from_slice(payload);
+    put_inline_send(&mut w, wqe_index, qpn, fm_ce_se, payload);
     Some(w)
+}
+
+/// A SEND with `payload` inline over as many WQEBBs as it needs, as its [`inline_send_ds`]
+/// 16-byte segments, zero-padded to the last one (not to a whole WQEBB: the ring's bytes past
+/// the last segment are not the WQE's).
+pub fn send_inline_segments(wqe_index: u16, qpn: u32, fm_ce_se: u8, payload: &[u8]) -> Vec<u8> {
+    let mut w = vec![0u8; inline_send_ds(payload.len()) * 16];
+    put_inline_send(&mut w, wqe_index, qpn, fm_ce_se, payload);
+    w
 }
 
 /// Builds a one-WQEBB SEND that gathers `len` bytes at `addr` (`lkey`).
@@ -110,10 +131,10 @@ pub fn wqe_check(wqe: &[u8], first_chunk: u32) -> u64 {
 /// The check of bytes a WQE gathers (abi.h `rl_proxy_doorbell`), their 16-byte chunks numbered
 /// from `first_chunk` ([`gather_first_chunk`]), the last one zero-padded past the bytes: for
 /// chunk number `i` (from 1) with halves `a`, `b` (little-endian), the 128-bit product of
-/// `a ^ i * K0` and `b ^ i * K1`, its halves XORed; all XORed. One multiply a chunk (the
-/// NIC hashes every checked byte in the answer's path: ~0.09 us/KiB here, against ~0.26 for
-/// the two MurmurHash3 finalizers a chunk the check first used). `kernels/verbs.cuh`
-/// `rl_check_chunk` computes the same on the GPU.
+/// `a ^ i * K0` and `b ^ i * K1`, its halves XORed; all XORed. One multiply a chunk: the
+/// NIC hashes every checked byte in the answer's path, so the mix must be cheap
+/// (`latency-reports/decisions.md`). `kernels/verbs.cuh` `rl_check_chunk` computes the same
+/// on the GPU.
 #[inline]
 pub fn gather_check(bytes: &[u8], first_chunk: u32) -> u64 {
     const K0: u64 = RL_WQE_CHECK_K0 as u64;
@@ -456,10 +477,9 @@ mod tests {
         let mut bytes = vec![0u8; 3 * WQEBB];
         let big: Vec<u8> = (0..60).collect();
         let a = send_inline_wqe(0, 1, 0, &big[..40]).unwrap(); // 1 WQEBB
-        let mut two = vec![0u8; 2 * WQEBB];
-        two[..16].copy_from_slice(&ctrl_seg(RL_OPCODE_SEND as u8, 1, 1, 5, 0, 0)); // 80 bytes: 2 WQEBBs
-        two[16..20].copy_from_slice(&(60u32 | RL_INLINE_SEG).to_be_bytes());
-        two[20..80].copy_from_slice(&big);
+        let mut two = send_inline_segments(1, 1, 0, &big); // ds 5, 80 bytes: 2 WQEBBs
+        assert_eq!((two[7], two.len()), (5, 80));
+        two.resize(2 * WQEBB, 0);
         bytes[..2 * WQEBB].copy_from_slice(&two);
         bytes[2 * WQEBB..].copy_from_slice(&a);
         let check = range_check(&bytes, 0, |_, _| None).unwrap();

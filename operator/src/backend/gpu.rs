@@ -355,8 +355,8 @@ impl Drop for GpuBackend {
 
 /// The launch-per-message baseline: the CPU transceiver loop polls the CQ, and for each
 /// message launches `rl_echo_once` on the request in mapped memory, waits for it, and sends
-/// the answer the kernel wrote. It is what the persistent kernel replaces (PERF.md: a launch
-/// and a synchronise cost 6-9 us per message).
+/// the answer the kernel wrote. It is what the persistent kernel replaces: a launch and a
+/// synchronise per message (its row in `latency-reports/gpu-echo.md`).
 pub struct LaunchPerMessage {
     gpu: Gpu,
     module: Option<crate::gpu::driver::Module>,

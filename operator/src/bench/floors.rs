@@ -432,7 +432,7 @@ mod tests {
 
     #[test]
     fn the_floor_is_the_variant_with_the_least_p50() {
-        // The fenced variants are ~0.65 us faster, as on the H200; one allocation is faster still.
+        // Synthetic: the fenced variants faster, as on the H200; one allocation faster still.
         let b = best_of(vec![
             variant("cuMemHostAlloc, no fence", around(2_250, 500), 0),
             variant("cuMemHostAlloc, fence after the store", around(1_580, 3_000), 0),

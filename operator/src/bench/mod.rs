@@ -67,6 +67,8 @@ pub struct BenchConfig {
     /// Spin policy for runs and floors alike (`Auto`: `Dedicated` when every one of the
     /// run's three spinners has a core).
     pub spin: Spin,
+    /// Dedicated spinners (floors too) execute PAUSE between polls.
+    pub spin_pause: bool,
     /// Where the reports go (created if missing).
     pub out_dir: PathBuf,
     /// File name stem of the reports: `<name>.md`, `<name>.json`, `<name>-<wire>-<size>.svg`.
@@ -88,6 +90,7 @@ impl Default for BenchConfig {
             warmup: 1_000,
             cores: Cores::default(),
             spin: Spin::Auto,
+            spin_pause: false,
             out_dir: PathBuf::from("latency-reports"),
             name: "bench".into(),
             gpu: None,
@@ -274,12 +277,12 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     if cfg.name.is_empty() || cfg.name.contains(['/', '\\']) {
         return Err(BenchError::Config(format!("report name `{}` must be a non-empty file name", cfg.name)));
     }
-    let spin = cfg.spin.mode(RUN_SPINNERS);
+    let spin = cfg.spin.mode(RUN_SPINNERS, cfg.spin_pause);
     let date_utc = utc_timestamp(std::time::SystemTime::now());
     let floor_cores = (cfg.cores.peer, cfg.cores.nic);
 
     let wires: Vec<String> = cfg.wires.iter().map(|w| w.as_str().to_string()).collect();
-    let mut machine = Environment::here("cpu", &wires.join(", "), if cfg.sizes.len() == 1 { cfg.sizes[0] } else { 0 }, spin.as_str());
+    let mut machine = Environment::here("cpu", &wires.join(", "), if cfg.sizes.len() == 1 { cfg.sizes[0] } else { 0 }, &spin.to_string());
     let pin = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| c.to_string());
     for (name, core) in [
         ("nic", cfg.cores.nic),
@@ -334,7 +337,7 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 }
             };
             tracing::info!(wire = wire.as_str(), size, "running the CPU backend");
-            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend: crate::backend::BackendKind::Cpu, doorbell: cfg.doorbell, kernel: cfg.kernel.clone(), ..EchoConfig::default() };
+            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), spin_pause: spin.pause(), backend: crate::backend::BackendKind::Cpu, doorbell: cfg.doorbell, kernel: cfg.kernel.clone(), ..EchoConfig::default() };
             let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
 
             let floor_sum = Summary::of(&floor.rtt);
@@ -505,7 +508,7 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
         (paths::GPU_PERSISTENT, crate::backend::BackendKind::Gpu(ordinal)),
     ] {
         tracing::info!(wire = wire.as_str(), size, "running {path}");
-        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), backend, doorbell: cfg.doorbell, kernel: cfg.kernel.clone(), ..EchoConfig::default() };
+        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), spin_pause: spin.pause(), backend, doorbell: cfg.doorbell, kernel: cfg.kernel.clone(), ..EchoConfig::default() };
         let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
         let vs = vs_floor(path, &run.rtt_ns, paths::FLOOR_GPU, Some(&composite_variant), &composite_sum);
         let mut targets = Vec::new();

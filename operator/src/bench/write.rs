@@ -117,7 +117,7 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
 
     let spin_note = match m.spin_mode.as_str() {
         "shared" => "shared: fewer cores than spinners, so every spinner (floors included) spins briefly, then yields its core",
-        "dedicated" if std::env::var_os("ROCELINK_SPIN_PAUSE").is_some_and(|v| v != "0") => "dedicated: every spinner has a core and never yields (floors too); PAUSE between polls (ROCELINK_SPIN_PAUSE)",
+        "dedicated+pause" => "dedicated: every spinner has a core and never yields (floors too); PAUSE between polls (--spin-pause)",
         "dedicated" => "dedicated: every spinner has a core and never yields, polling back to back without PAUSE (floors too)",
         other => other,
     };
@@ -283,6 +283,16 @@ mod tests {
         };
         let samples = report.samples.clone();
         (report, samples)
+    }
+
+    #[test]
+    fn the_spin_mode_says_whether_dedicated_spinners_pause() {
+        let (mut report, _) = synthetic();
+        for (mode, says) in [("dedicated", "without PAUSE"), ("dedicated+pause", "PAUSE between polls (--spin-pause)"), ("shared", "spins briefly, then yields")] {
+            report.env.machine.spin_mode = mode.into();
+            let md = markdown(&report, "syn");
+            assert!(md.contains(says), "{mode}: {md}");
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! `rocelink decode --backend gpu` (issue 5 item 5): decodes a file of detection events with
+//! `rocelink decode --backend gpu`: decodes a file of detection events with
 //! the GPU decoder, the device stage `rl_stage_qec` of `kernels/stages/qec.cuh` that the
 //! persistent transceiver kernel runs, through the batch kernel `kernels/qec_batch.cu`.
 //!

@@ -31,8 +31,7 @@ use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode,
 use super::qec::{self, QecRun};
 use crate::backend::Resolved;
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
-pub use crate::peer::PeerPlan;
-use crate::settings::{Backend, Cores, Spin, WireKind};
+use crate::settings::{Backend, Cores, PeerMode, Spin, WireKind};
 use crate::stage::StageSpec;
 
 /// Capacity of a host flow whose entry gives none.
@@ -48,12 +47,14 @@ pub struct Plan {
     /// what `run` starts (or refuses before starting anything) and what the reports name.
     pub backend: Resolved,
     pub nic: NicPlan,
-    pub peer: PeerPlan,
+    pub peer: PeerMode,
     pub cores: Cores,
     /// Core of host threads (tap reader, operators without their own).
     pub host_core: Option<usize>,
     /// `Auto` is decided at start from the number of spinners ([`Plan::spin_mode`]).
     pub spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls.
+    pub spin_pause: bool,
     pub run: RunPlan,
     /// The transceiver operator's name and its queue pair's sizes.
     pub transceiver: (String, TransceiverConfig),
@@ -210,6 +211,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
         cores,
         host_core: g.cores.host,
         spin,
+        spin_pause: g.cores.spin_pause,
         run,
         transceiver: (transceiver.name.to_string(), tcfg),
         chain: specs,
@@ -223,7 +225,7 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     })
 }
 
-type Settings = (NicPlan, PeerPlan, Cores, Spin, RunPlan, PathBuf, Option<PathBuf>);
+type Settings = (NicPlan, PeerMode, Cores, Spin, RunPlan, PathBuf, Option<PathBuf>);
 
 /// `ip:port`, or `ip` alone with `default_port`.
 fn socket(s: &str, default_port: u16) -> Result<SocketAddrV4, String> {
@@ -274,8 +276,8 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
         })
     };
     let peer = match &g.peer {
-        PeerSpec::FpgaSim { mode: SimMode::InProcess, ip: i } => PeerPlan::InProcess { ip: ip(i, &mut err) },
-        PeerSpec::FpgaSim { mode: SimMode::Process, ip: i } => PeerPlan::Process { program: None, args: Vec::new(), ip: ip(i, &mut err) },
+        PeerSpec::FpgaSim { mode: SimMode::InProcess, ip: i } => PeerMode::InProcess { ip: ip(i, &mut err) },
+        PeerSpec::FpgaSim { mode: SimMode::Process, ip: i } => PeerMode::Process { program: None, args: Vec::new(), ip: ip(i, &mut err) },
         PeerSpec::Fpga { address, roce } => {
             let ecb = socket(address, rocelink_wire::ecb::PORT).unwrap_or_else(|e| {
                 err("peer.address", format!("peer.address: {e}"));
@@ -288,10 +290,10 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
                 }),
                 None => SocketAddrV4::new(*ecb.ip(), roce::UDP_PORT),
             };
-            PeerPlan::Remote { ecb, roce }
+            PeerMode::Remote { ecb, roce }
         }
     };
-    if matches!(nic, NicPlan::Soft { wire: WireKind::Inproc, .. }) && !matches!(peer, PeerPlan::InProcess { .. }) {
+    if matches!(nic, NicPlan::Soft { wire: WireKind::Inproc, .. }) && !matches!(peer, PeerMode::InProcess { .. }) {
         err("peer", "the inproc wire carries frames between threads of this process; a peer in another process or on hardware needs `nic: Soft(wire: Udp())`".into());
     }
 
@@ -648,12 +650,12 @@ impl Plan {
     pub fn threads(&self) -> Vec<(String, String, Option<usize>)> {
         let mut t = Vec::new();
         match &self.peer {
-            PeerPlan::InProcess { .. } => {
+            PeerMode::InProcess { .. } => {
                 t.push(("fpga-sim".to_string(), "peer data plane (spins during a run)".to_string(), self.cores.peer));
                 t.push(("fpga-sim-ecb".to_string(), "peer ECB register server".to_string(), None));
             }
-            PeerPlan::Process { .. } => t.push(("fpga-sim (process)".to_string(), "peer data plane, in its own process (spins during a run)".to_string(), self.cores.peer)),
-            PeerPlan::Remote { .. } => {}
+            PeerMode::Process { .. } => t.push(("fpga-sim (process)".to_string(), "peer data plane, in its own process (spins during a run)".to_string(), self.cores.peer)),
+            PeerMode::Remote { .. } => {}
         }
         t.push(("rocelink-nic".into(), "software NIC engine (spins)".into(), self.cores.nic));
         let chain: Vec<&str> = self.chain.iter().map(|(n, _)| n.as_str()).collect();
@@ -671,14 +673,14 @@ impl Plan {
     /// Spinning threads sharing the machine during a run.
     pub fn spinners(&self) -> usize {
         match self.peer {
-            PeerPlan::Remote { .. } => 2,
+            PeerMode::Remote { .. } => 2,
             _ => 3,
         }
     }
 
     /// The spin mode the run will use.
     pub fn spin_mode(&self) -> SpinMode {
-        self.spin.mode(self.spinners())
+        self.spin.mode(self.spinners(), self.spin_pause)
     }
 
     /// Bytes between RX slots: the message size (in a QEC graph, at least the replay's
@@ -716,9 +718,9 @@ impl fmt::Display for Plan {
         let _ = writeln!(s, "  nic       {nic}");
         let qec = if self.qec.as_ref().is_some_and(|q| q.replay.is_some()) { ", replaying QEC syndromes" } else { "" };
         let peer = match &self.peer {
-            PeerPlan::InProcess { ip } => format!("fpga-sim in this process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
-            PeerPlan::Process { ip, .. } => format!("fpga-sim as a separate process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
-            PeerPlan::Remote { ecb, roce } => format!("an FPGA (or standalone fpga-sim): ECB {ecb}, RoCE {roce}"),
+            PeerMode::InProcess { ip } => format!("fpga-sim in this process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
+            PeerMode::Process { ip, .. } => format!("fpga-sim as a separate process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
+            PeerMode::Remote { ecb, roce } => format!("an FPGA (or standalone fpga-sim): ECB {ecb}, RoCE {roce}"),
         };
         let _ = writeln!(s, "  peer      {peer}");
         let r = &self.run;
@@ -774,7 +776,7 @@ impl fmt::Display for Plan {
         let t = &self.transceiver.0;
         let _ = writeln!(s, "\nfused stage chain (one transceiver loop, no queue between stages):\n  {t}.rx -> {} -> {t}.tx", chain.join(" -> "));
         let _ = writeln!(s, "  StageSpecs: {:?}", self.chain.iter().map(|(_, s)| s).collect::<Vec<_>>());
-        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode().as_str(), if self.spin == Spin::Auto { ", chosen from the cores available" } else { "" });
+        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode(), if self.spin == Spin::Auto { ", chosen from the cores available" } else { "" });
         for (name, what, core) in self.threads() {
             let _ = writeln!(s, "  {name:<20} {:<10} {what}", core_name(core));
         }

@@ -7,7 +7,7 @@
 //!     backend: Auto,                         // Auto | Gpu(0) | Cpu
 //!     nic: Soft(wire: Inproc),               // Soft(wire: Inproc | Udp(bind: "ip:port")) | Verbs(device: "mlx5_0", port: 1, gid_index: 3)
 //!     peer: FpgaSim(mode: InProcess),        // FpgaSim(mode: InProcess | Process, ip: "127.0.0.9", qec: (..)) | Fpga(address: "ip:8192", roce: "ip:4791")
-//!     cores: (nic: 0, backend: 1, peer: 2, host: 3, spin: Auto),
+//!     cores: (nic: 0, backend: 1, peer: 2, host: 3, spin: Auto, spin_pause: false),
 //!     run: (stop: Count(20000), warmup: 0, load: ClosedLoop, size: 64, timeout: 30.0), // load: ClosedLoop | Rate(msg/s) | RoundCycle(us per round)
 //!     outputs: (dir: "reports/echo", json: "run.json"),
 //!     operators: [ (name: "roce", kind: "RoceTransceiver"), (name: "echo", kind: "Echo"), .. ],
@@ -209,6 +209,9 @@ pub struct CoreSpec {
     pub host: Option<usize>,
     #[serde(default)]
     pub spin: Spin,
+    /// Dedicated spinners execute PAUSE between polls (off: back to back; [`Spin`]).
+    #[serde(default)]
+    pub spin_pause: bool,
 }
 
 /// How long and how hard the peer drives the transceiver.

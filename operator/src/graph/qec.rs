@@ -1,4 +1,4 @@
-//! QEC graphs (QEC.md; issue 5 part 6): a peer replaying stim syndromes round by round to a
+//! QEC graphs (docs/qec.md): a peer replaying stim syndromes round by round to a
 //! `QecDecoder` on the stage chain, and what such a run reports.
 //!
 //! A graph is a QEC graph when its chain holds a `QecDecoder`. Checked before anything runs

@@ -21,10 +21,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossbeam_channel::Receiver;
-use rocelink_wire::hsb::ext::{DEFAULT_FPGA_QP, DEFAULT_HOST_QP};
-use rocelink_wire::roce::Endpoints;
+use rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 
-use super::compile::{NicPlan, PeerPlan, Plan};
+use super::compile::{NicPlan, Plan};
+use crate::settings::PeerMode;
 use super::drive::{drive, StopReason, Target};
 pub use super::error::RunError;
 use crate::backend::{spawn_backend, LoopConfig, RunningBackend};
@@ -33,10 +33,10 @@ use crate::gpu::kernels::KernelOptions;
 pub use crate::report::{summary_text, FlowReport, RunReport, TapReport};
 use crate::latency::{Analysis, Summary};
 use crate::mem::SharedMem;
-use crate::nic::{Access, DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpAttrs, SoftNic};
+use crate::nic::{DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpRegions, SoftNic};
 use crate::ops::host::{self, HostThread};
 use crate::ops::{Build, Finished, HostContext, HostOperator, Live, Message, Outputs};
-use crate::peer::{self, RunningPeer, HOST_MAC, PEER_MAC};
+use crate::peer::{self, RunningPeer};
 use crate::rings::{QpMemory, QpSizes};
 use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 
@@ -193,13 +193,13 @@ fn verbs_nic(plan: &Plan, device: &str, port: u8, gid_index: u32) -> RunError {
     #[cfg(feature = "verbs")]
     {
         let ip = match &plan.peer {
-            PeerPlan::Remote { roce, .. } => *roce.ip(),
+            PeerMode::Remote { roce, .. } => *roce.ip(),
             _ => return RunError::Config(format!("{asked}: the verbs NIC talks to an FPGA on the network: `peer: Fpga(address: ..)`")),
         };
         let Ok(gid_index) = u8::try_from(gid_index) else {
             return RunError::Config(format!("{asked}: GID index {gid_index} is past what a queue pair's route can name (0..=255)"));
         };
-        let peer = crate::nic::verbs::Peer { qpn: DEFAULT_FPGA_QP, ip, psn: 0 };
+        let peer = crate::nic::verbs::Peer { qpn: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP, ip, psn: 0 };
         let stride = plan.slot_stride() as usize;
         let mut buffer = vec![0u8; stride * plan.transceiver.1.slots as usize];
         match crate::nic::verbs::bring_up(device, port, gid_index, peer, &mut buffer) {
@@ -233,9 +233,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     let stride = plan.slot_stride();
     let sizes = QpSizes { rx_slots: tc.slots, rx_slot_stride: stride, tx_slot_stride: stride.max(64), timestamp_entries: tc.tap_ring, ..QpSizes::default() };
     let q = QpMemory::new(sizes, SharedMem::new).map_err(RunError::Config)?;
-    let mut mrs = MrTable::default();
-    let rx_mr = mrs.register(q.mem.clone(), q.layout.rx_buffer, q.layout.rx_buffer_len(), Access::REMOTE_WRITE | Access::LOCAL_WRITE);
-    let tx_mr = mrs.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
+    let QpRegions { table: mrs, rx: rx_mr, tx: tx_mr } = MrTable::for_queue_pair(&q);
     let counters = Arc::new(NicCounters::default());
     let fault = Fault::default();
     let tap_stats = Arc::new(TapStats::default());
@@ -262,17 +260,12 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // 1. The peer and its wire.
     let NicPlan::Soft { wire, bind } = plan.nic else { return Err(RunError::Config("the verbs NIC has no peer wire to start".into())) };
     let pw = peer::start(wire, bind, &plan.peer, plan.qec.as_ref().and_then(|q| q.replay.as_ref()), plan.cores.peer, spin)?;
+    let attrs = pw.host_qp();
     running.peer = Some(pw.peer);
     // SIGINT from here on ends the run as an interrupt with its report: the drive below sees
     // it at its first look, stops and unconfigures the peer.
 
     // 2. The NIC, connected to the peer's QP.
-    let attrs = QpAttrs {
-        qpn: DEFAULT_HOST_QP,
-        pkey: 0xffff,
-        endpoints: Endpoints { src_mac: HOST_MAC, dst_mac: PEER_MAC, src_ip: pw.host_ip.octets(), dst_ip: pw.peer_ip.octets(), src_port: pw.host_port, dst_port: pw.peer_roce.port() },
-        peer_qpn: DEFAULT_FPGA_QP,
-    };
     let mut nic = SoftNic::new(attrs, NicOptions { doorbell: opts.doorbell, ..NicOptions::default() }, mrs, q.clone(), counters.clone());
     // when each answer left, for the report's breakdown (read after the engine stopped)
     let send_trace = std::sync::Arc::new(crate::nic::SendTrace::new(crate::nic::trace::DEFAULT_ENTRIES));
@@ -338,7 +331,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // 7. What it measured.
     // The round trip split by the data path's own timestamps (the ring's last records, read
     // now that the data path has stopped), where the peer's clock is this host's.
-    let same_host_clock = !matches!(plan.peer, PeerPlan::Remote { .. });
+    let same_host_clock = !matches!(plan.peer, PeerMode::Remote { .. });
     let ring = ring_records(&q, backend_processed);
     // A QEC run's warm-up is in shots; the per-message figures leave out the same messages.
     let per_shot = driven.qec.as_ref().map_or(1, |d| u64::from(d.info.messages_per_shot.max(1)));
@@ -356,7 +349,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         analysis.counts.lost = 0;
     }
     let payload_size = driven.qec.as_ref().map_or(plan.run.size, |d| d.info.max_message_bytes as usize);
-    let mut env = Environment::here(&backend.to_string(), &pw.wire, payload_size, spin.as_str());
+    let mut env = Environment::here(&backend.to_string(), &pw.wire, payload_size, &spin.to_string());
     if backend.gpu().is_some() {
         env.gpu = Some(backend.to_string());
     }
@@ -413,7 +406,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     report.not_verified = verdict(&report, &analysis, driven.stopped_by);
 
     // 8. Files: host operators, then the JSON report.
-    let same_clock = matches!(plan.peer, PeerPlan::InProcess { .. } | PeerPlan::Process { .. }) && backend.loop_on_cpu();
+    let same_clock = matches!(plan.peer, PeerMode::InProcess { .. } | PeerMode::Process { .. }) && backend.loop_on_cpu();
     {
         let reaction = reaction_samples(&driven.records, driven.first_request_id, per_shot, u64::from(plan.run.warmup));
         let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, qec_reaction_samples: &reaction, same_clock, nic_clock: same_host_clock, send_trace: Some(&send_trace) };

@@ -21,6 +21,6 @@ pub mod verbs;
 
 pub use counters::{DropReason, NicCounters, NicStats};
 pub use engine::{DataPath, NicEngine, NicEngineConfig};
-pub use mr::{Access, MemoryRegion, MrTable};
+pub use mr::{Access, MemoryRegion, MrTable, QpRegions};
 pub use qp::{DoorbellMode, NicOptions, QpAttrs, SoftNic};
 pub use trace::SendTrace;

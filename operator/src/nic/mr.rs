@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::mem::SharedMem;
+use crate::rings::QpMemory;
 
 /// Access rights of a region (a subset of ibv_access_flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +97,31 @@ impl MrTable {
     pub fn by_lkey(&self, lkey: u32) -> Option<&MemoryRegion> {
         self.regions.iter().find(|r| r.lkey == lkey)
     }
+
+    /// A table with the two regions the NIC of queue pair `q` needs, registered in this
+    /// order: the RX slots, which the peer writes (REMOTE_WRITE | LOCAL_WRITE), and the TX
+    /// slots, which SENDs gather from (LOCAL_READ).
+    pub fn for_queue_pair(q: &QpMemory) -> QpRegions {
+        let mut table = MrTable::default();
+        let rx = table.register(
+            q.mem.clone(),
+            q.layout.rx_buffer,
+            q.layout.rx_buffer_len(),
+            Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+        );
+        let tx = table.register(q.mem.clone(), q.layout.tx_buffer, q.layout.tx_buffer_len(), Access::LOCAL_READ);
+        QpRegions { table, rx, tx }
+    }
+}
+
+/// What [`MrTable::for_queue_pair`] registers: the table (for the NIC) and its two regions.
+#[derive(Debug, Clone)]
+pub struct QpRegions {
+    pub table: MrTable,
+    /// The RX slots: the peer's RDMA WRITEs land here (their rkey).
+    pub rx: MemoryRegion,
+    /// The TX slots: SENDs gather from here (their lkey).
+    pub tx: MemoryRegion,
 }
 
 #[cfg(test)]

@@ -62,9 +62,8 @@ pub struct NicOptions {
     /// for writing (`PREFETCHW`), while the wire is quiet: the data path's poison stores (or
     /// its reads) took them out of this core, and the next completion's stores, whose order
     /// ends with the CQE's owner byte, then need not fetch them first. A hint: nothing the
-    /// program sees changes. Measured on the H200 (64 B, GPU): p50 ~0.08 us lower in 10 of
-    /// 12 alternating rounds; the CPU backend unchanged
-    /// (`latency-reports/poll-probes/ab-nic-prefetch-next-receive.txt`).
+    /// program sees changes. On by default for the GPU path's round trip
+    /// (`latency-reports/decisions.md`).
     pub prefetch_next_receive: bool,
     /// How the data path tells the NIC to send: the CPU-proxy word (the default) or the
     /// doorbell a ConnectX has ([`DoorbellMode::Mmio`]).
