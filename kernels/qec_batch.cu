@@ -1,6 +1,6 @@
 /*
  * kernels/qec_batch.cu — offline batch decoding on the GPU (`rocelink decode --backend gpu`;
- * issue 5 item 5; host half: operator/src/gpu/qec_batch.rs).
+ * host half: operator/src/gpu/qec_batch.rs).
  *
  * Each shot is one CUQR `enqueue_syndromes` request built on the host (every detection bit of
  * the shot in one message, counter 0), decoded by `rl_stage_qec` (kernels/stages/qec.cuh) —

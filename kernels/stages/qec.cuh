@@ -26,11 +26,10 @@
  * the compile-time capacities of the shared arrays (a blob that breaks them drops every
  * request instead of touching memory it does not own). No dynamic allocation.
  *
- * Latency (the stage as close to echo as possible). On the H200 (one block,
- * after the transceiver's `fence.acq_rel.sys`, which also empties L1): a shared load costs
- * ~26 cycles, a global load ~290 (L2), __syncthreads ~20; one warp running dependent code
- * retires an instruction every ~5 cycles. The stage's time is its serial path length on
- * lane 0 plus its global round trips, so:
+ * Latency (the stage as close to echo as possible). After the transceiver's acquire fence,
+ * which also empties L1, a global load costs an order of magnitude more than a shared one
+ * and a block barrier little (qec_gpu_match's probe prints them); the stage's time is its
+ * serial path length on lane 0 plus its global round trips, so:
  * - A per-block shared-memory copy of the blob's header (checked when filled) and a mirror of
  *   the last-used decoder's record and shot, kept across requests (`struct rl_qec_cache`).
  *   Every change is written through to the blob at once (posted stores), so the blob stays
@@ -134,14 +133,6 @@
 #define RL_QEC_MODE_EXACT 1u  /* the block runs the DP layers of s->defs, then thread 0 finishes */
 #define RL_QEC_MODE_CLUSTERS 2u /* the block runs the clusters of s->u.g.def, then thread 0 finishes */
 
-/** How a request checks the cache's token (1 is the stage's; the others for timing
- * comparisons only): 1 a load through the read-only path (ld.global.nc: the token is never
- * written on the device) issued first and compared before the request's first global
- * access; 2 the same with a plain load; 0 none (trust the blob address and %gridid alone:
- * unsafe against shared memory left by a kernel of another context). */
-#ifndef RL_QEC_TOKEN_LOAD
-#define RL_QEC_TOKEN_LOAD 1
-#endif
 
 /* The DP's schedule. dp[mask] needs the masks without its lowest defect a (and without one
  * partner): their lowest defects are all above a. So the masks are solved in layers by lowest
@@ -272,8 +263,8 @@ union rl_qec_fastblk {
 };
 
 /* The table in shared memory. Every table load of the gather is a scattered read (one
- * transaction per lane), and from global memory it cost the decode ~800 cycles at 1 defect and
- * ~1800 at 6 (measured; the plain, read-only and L2-only load paths alike). When the launch
+ * transaction per lane), and from global memory it costs the decode several times more than
+ * from shared memory, whichever load path (decisions.md: the QEC table in shared memory). When the launch
  * gives the block dynamic shared memory for it ((n+1)^2 (distance, parity) pairs: 117 KiB at
  * d=5 with 6 rounds; qec_state.rs dynamic_shared), warp 0 copies the blob's two tables there
  * at the first decode after a fill, and the gather reads shared memory. Otherwise (too large,
@@ -383,17 +374,12 @@ __device__ __forceinline__ unsigned long long rl_qec_gridid(void) {
     return g;
 }
 
-/** The header's token (see RL_QEC_TOKEN_LOAD). */
+/** The header's token: a load through the read-only path (ld.global.nc: the token is never
+ * written on the device), issued first and compared before the request's first global
+ * access (decisions.md: the token's load). */
 __device__ __forceinline__ unsigned long long rl_qec_load_token(const uint8_t *base) {
     const unsigned long long *p = (const unsigned long long *)&((const struct rl_qec_header *)base)->token;
-#if RL_QEC_TOKEN_LOAD == 1
     return __ldg(p);
-#elif RL_QEC_TOKEN_LOAD == 2
-    return *(const volatile unsigned long long *)p;
-#else
-    (void)p;
-    return 0;
-#endif
 }
 
 /* Little-endian i64 at an 8-byte aligned offset of a shared buffer. */
@@ -427,7 +413,7 @@ __device__ __forceinline__ void rl_qec_header_out(uint8_t *resp, const uint8_t *
  * `as f32`; +inf when unmatchable. */
 __device__ __forceinline__ float rl_qec_weight(bool infinite, unsigned long long cost, double scale) {
     /* 0 / scale is +0 (scale > 0, the builder's): a zero dividend takes the division's slow
-     * path, ~300 cycles, on every shot without defects */
+     * path, on every shot without defects */
     return infinite ? __int_as_float(0x7f800000) : cost == 0 && scale > 0.0 ? 0.0f : __double2float_rn((double)cost / scale);
 }
 
@@ -632,18 +618,9 @@ __device__ __noinline__ void rl_qec_fill(struct rl_qec_cache *k, uint8_t *base, 
  * so far is void). */
 __device__ __forceinline__ bool rl_qec_refill(struct rl_qec_cache *k, uint8_t *base, unsigned long long grid, unsigned long long token,
                                               bool trusted) {
-#if RL_QEC_TOKEN_LOAD != 0
     if (trusted || k->token == token) return false;
     rl_qec_fill(k, base, grid);
     return true;
-#else
-    (void)k;
-    (void)base;
-    (void)grid;
-    (void)token;
-    (void)trusted;
-    return false;
-#endif
 }
 
 /** A protocol function's answer meaning "refilled: run the request again". */
@@ -1131,12 +1108,8 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         decoded = true;
     }
     c->phase = phase;
-#if RL_QEC_TOKEN_LOAD != 0
     if (token != b.f.token) return RL_QEC_PHASE_SLOW; /* a stale copy: the general path refills it */
     RL_QEC_AMARK(5);
-#else
-    (void)token;
-#endif
     /* Write-through (a shot decoded by the warp: its record again in rl_qec_finish). */
     grec[0] = f0;
     grec[1] = f1;
@@ -1166,11 +1139,7 @@ __device__ __noinline__ void rl_qec_speculate(struct rl_qec_smem *sm, uint8_t *b
     k->spec_want = 0;
     const unsigned long long token = rl_qec_load_token(base);
     if (k->state != (unsigned long long)base || k->grid != rl_qec_gridid() || k->token == 0 || k->ok == 0) return;
-#if RL_QEC_TOKEN_LOAD != 0
     if (k->token != token) return;
-#else
-    (void)token;
-#endif
     const uint32_t nd = k->ndef;
     if (k->tab != RL_QEC_TAB_SHARED || k->hot < 0 || k->rec.in_shot == 0 || nd > RL_QEC_LANE_K) return;
     const unsigned long long msgs = k->rec.counters.messages;
@@ -1362,7 +1331,7 @@ __device__ __forceinline__ void rl_qec_gather(struct rl_qec_smem *s, uint32_t kd
     if (kc->tab == RL_QEC_TAB_SHARED && J <= 4) {
         /* Up to 4 defects a row per lane: lane x reads the boundary entries of every y > x
          * too and solves {x} and {x, y} in the same pass (the item list below costs one more
-         * dependent load: 751 against 571 cycles at 2 defects). */
+         * dependent load; decisions.md: the QEC gather). */
         if (x < kd) {
             const uint2 *const Tr = rl_qec_tab_s + (uint64_t)s->defs[x] * stride;
             const uint2 b = Tr[n];
@@ -1394,8 +1363,8 @@ __device__ __forceinline__ void rl_qec_gather(struct rl_qec_smem *s, uint32_t kd
          * rounds' items in flight together, each item's loads in three dependent steps (its
          * pair, both defects, its three entries) and no branch: {x} to the boundary (x == y:
          * the sub-table's [x][x] and dp[{x}]), or the pair {x, y} solved at once. Spread over
-         * the warp, the gather's serial path is one item's, not a row's (a row per lane:
-         * 1,116 against 867 cycles at 7-8 defects, before the two rounds overlapped). */
+         * the warp, the gather's serial path is one item's, not a row's (decisions.md: the
+         * QEC gather). */
         const uint32_t items = kd * (kd + 1u) / 2u;
         for (uint32_t e0 = lane; e0 < items; e0 += 64u) {
             const uint32_t e1 = e0 + 32u;
@@ -1493,8 +1462,8 @@ __device__ __forceinline__ void rl_qec_finish(const uint8_t *req, uint8_t *resp,
 }
 
 /** Warp 0, once per fill (k->tab WANTED): the blob's distance and parity tables into
- * rl_qec_tab_s as (distance, parity) pairs, 8 loads per lane in flight (~35 us at d=5, the
- * first decode's cost); then k->tab SHARED. Out of line: it runs once. */
+ * rl_qec_tab_s as (distance, parity) pairs, 8 loads per lane in flight (the first decode's
+ * cost); then k->tab SHARED. Out of line: it runs once. */
 __device__ __noinline__ void rl_qec_tab_load(struct rl_qec_smem *s, uint32_t lane) {
     const struct rl_qec_cache *kc = &s->k;
     const uint32_t N = (kc->n + 1u) * (kc->n + 1u); /* the fill checked it fits */

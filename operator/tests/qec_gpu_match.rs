@@ -38,7 +38,7 @@
 //! decoder), each also checked byte for byte: the stage as committed with its phase marks
 //! (`-DRL_QEC_PROFILE`: cycles from entry to each mark; with `-DRL_QEC_PROFILE_ACK` the fast
 //! path's steps instead of the decode's), variants given as NVRTC options in
-//! `ROCELINK_QEC_GPU_VARIANTS` (`;`-separated, e.g. `-DRL_QEC_TOKEN_LOAD=2;-DRL_QEC_WARP_K=0`),
+//! `ROCELINK_QEC_GPU_VARIANTS` (`;`-separated, e.g. `-DRL_QEC_WARP_K=0;-DRL_QEC_WARP_K=4`),
 //! and other qec.cuh files given by path in `ROCELINK_QEC_GPU_BASELINE` (`,`-separated; e.g.
 //! the previous commit's, to time before and after in one run; they must read the same blob
 //! layout). It also prints latencies of loads, fences and barriers on the GPU (`PROBE_NAMES`).
