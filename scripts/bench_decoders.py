@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Decoder benchmark: rocelink's decoders against PyMatching on the same stim shots.
 
-For every code distance d and noise strength p: a stim rotated memory-Z circuit (QEC.md's
-recipe, rounds = d, the same p on all four noise channels), fresh shots, then
+For every code distance d and noise strength p: a stim rotated memory-Z circuit (the recipe
+of docs/qec.md, rounds = d, the same p on all four noise channels), fresh shots, then
 - PyMatching 2.4 `decode_batch`: predictions, time per shot (best of two passes);
 - `rocelink decode --backend B` for each backend (cpu: the exact decoder; gpu: the device
   stage in a batch kernel): predictions, and the decoder's own time per shot (p50, p99,

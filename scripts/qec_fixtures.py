@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generate the QEC decoder fixtures: stim circuits, DEMs, detection events, true
-observables, and PyMatching's predictions and matching weights (QEC.md, "Oracles").
+observables, and PyMatching's predictions and matching weights (docs/qec.md, "Oracles").
 
 The committed fixtures under operator/tests/fixtures/qec/ were made with this script, so
 `cargo test` needs no Python. CI regenerates them with a fresh seed into another folder and
@@ -27,8 +27,8 @@ d3_r8_p0.001_repeat, whose DEM is stim's unflattened one (a `repeat` block with
                  one float per line, repr precision
     meta.json    recipe, seed, shots, sizes and package versions
 
-The circuit is QEC.md's recipe: rotated memory-Z, `rounds = distance` (8 for the repeat
-fixture), the same p for all four noise channels.
+The circuit is the recipe of docs/qec.md ("Inputs and outputs"): rotated memory-Z,
+`rounds = distance` (8 for the repeat fixture), the same p for all four noise channels.
 """
 
 import argparse
@@ -87,7 +87,7 @@ def generate(d, p, shots, seed, out_dir, rounds=None, flatten=True):
             f.write("\n")
     defects = dets.sum(axis=1)
     meta = {
-        "recipe": "surface_code:rotated_memory_z, QEC.md",
+        "recipe": "surface_code:rotated_memory_z, docs/qec.md",
         "distance": d,
         "rounds": rounds or d,
         "flattened": flatten,

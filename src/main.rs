@@ -119,7 +119,7 @@ enum Cmd {
         #[arg(long)]
         quiet: bool,
     },
-    /// Latency benchmark: each path beside its floor measured in the same run (PERF.md),
+    /// Latency benchmark: each path beside its floor measured in the same run (docs/perf.md),
     /// written as Markdown + JSON + SVG into --out.
     Bench {
         /// Wires to measure.

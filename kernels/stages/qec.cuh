@@ -1,5 +1,5 @@
 /*
- * kernels/stages/qec.cuh — the QEC decoder as a device stage (QEC.md "Decoder v1";
+ * kernels/stages/qec.cuh — the QEC decoder as a device stage (docs/qec.md, "The table decoder";
  * PROTOCOLS.md 3): CUQR `enqueue_syndromes` / `get_corrections` / `reset_decoder` in, CUQS
  * answers out, with exact minimum-weight matching: by subset DP for up to K defects, and
  * above K the shot's clusters, each exact (closed forms up to four defects, the blossom

@@ -1,5 +1,5 @@
-//! The environment header every report carries (PERF.md: GPU, driver, CUDA, kernel, CPU,
-//! pinned cores, wire, payload size).
+//! The environment header every report carries (docs/perf.md, "How to report a figure"): host,
+//! CPU, kernel, GPU and CUDA driver, pinned cores, wire, payload size.
 
 use std::collections::BTreeMap;
 

@@ -39,7 +39,7 @@ pub trait Stage: Send {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum StageSpec {
     Echo,
-    /// The QEC decoding stage (QEC.md): `enqueue_syndromes` rounds in, corrections out, by
+    /// The QEC decoding stage (docs/qec.md): `enqueue_syndromes` rounds in, corrections out, by
     /// exact minimum-weight matching on the graph of a stim detector error model.
     QecDecoder {
         /// The detector error model file.

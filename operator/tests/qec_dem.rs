@@ -1,5 +1,5 @@
 //! The DEM loader through the public API: stim's files load, flattening matches stim's,
-//! and malformed files are refused with the line and the reason (issue 5 item 1).
+//! and malformed files are refused with the line and the reason.
 
 use std::path::Path;
 
@@ -14,7 +14,8 @@ fn fixture(name: &str) -> std::path::PathBuf {
 #[test]
 fn stim_dems_load() {
     let d5 = load_dem(&fixture("d5_p0.001")).unwrap();
-    // QEC.md: "5 rounds plus the final data readout give 120 detectors".
+    // Five rounds plus the final data readout give 120 detectors (docs/qec.md, "Inputs and
+    // outputs").
     assert_eq!((d5.num_detectors, d5.num_observables), (120, 1));
     assert_eq!(d5.detectors_per_round(), Some(vec![12, 24, 24, 24, 24, 12]));
     let g = MatchingGraph::from_dem(&d5, GraphOptions::default()).unwrap();

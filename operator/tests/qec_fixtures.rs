@@ -1,7 +1,7 @@
 //! The table decoder (`qec::exact`, the GPU stage's bit-exact model) against PyMatching on
 //! the committed fixtures (scripts/qec_fixtures.py, operator/tests/fixtures/qec/) and, when
 //! ROCELINK_QEC_FIXTURES names a folder, on the fresh fixtures CI generated there with a new
-//! seed up to d = 5 (QEC.md "Oracles"); and `predict` (`rocelink decode`), which runs the
+//! seed up to d = 5 (docs/qec.md, "Oracles"); and `predict` (`rocelink decode`), which runs the
 //! exact decoder, on the same files.
 //!
 //! What is checked, per fixture:
@@ -323,8 +323,8 @@ fn fresh_fixtures_from_env_agree_with_pymatching() {
     println!("checked {n} fresh fixtures in {}", root.display());
 }
 
-/// QEC.md's headline case: decode time per shot at d=5, p=0.1% (a print, not an assertion;
-/// `cargo test --release -- --nocapture` shows it).
+/// The headline case (docs/qec.md, "Inputs and outputs"): decode time per shot at d=5,
+/// p=0.1% (a print, not an assertion; `cargo test --release -- --nocapture` shows it).
 #[test]
 fn timing_d5_p0_001() {
     let fx = load(&committed_root().join("d5_p0.001"));

@@ -1,5 +1,5 @@
-//! The QEC decoder's device stage, what can be checked without a GPU (issue 5 part 2; QEC.md
-//! "Decoder v1"): the state blob of `gpu::qec_state` on the committed fixtures (sizes,
+//! The QEC decoder's device stage, what can be checked without a GPU (docs/qec.md,
+//! "The table decoder"): the state blob of `gpu::qec_state` on the committed fixtures (sizes,
 //! offsets, tables equal to the CPU's), its refusals, the 32-bit-sum transform against the
 //! CPU decoder, the C layout of `kernels/stages/qec.cuh` against the Rust mirror (NVRTC), and
 //! the transceiver compiled for sm_90 with QEC chains (NVRTC). The GPU run itself is

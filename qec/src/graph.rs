@@ -1,7 +1,7 @@
-//! The matching graph of a DEM and its all-pairs tables (QEC.md, "Decoder v1": "Host, once
-//! per DEM: build the graph, run Dijkstra from every node to get the distance table `D[i][j]`
-//! and the observable parity `P[i][j]` of the shortest path, and the distance to the
-//! boundary").
+//! The matching graph of a DEM and its all-pairs tables (docs/qec.md, "The table decoder"):
+//! once per DEM, on the host, the graph is built and Dijkstra from every node gives the
+//! distance table `D[i][j]`, the observable parity `P[i][j]` of the shortest path, and the
+//! distance to the boundary.
 //!
 //! Graph (what `pymatching.Matching.from_detector_error_model` builds, PyMatching 2.4,
 //! `UserGraph::handle_dem_instruction`):

@@ -1,7 +1,7 @@
 //! rocelink's QEC decoding, on its own: the matching graph of a stim detector error model
 //! and an exact minimum-weight perfect matching decoder for any number of defects, with
 //! nothing else (no I/O, no GPU, no clock). The operator's decoder stage, `rocelink decode`
-//! and the GPU stage's host side use it (QEC.md).
+//! and the GPU stage's host side use it (docs/qec.md).
 //!
 //! - [`dem`]: stim DEM text -> flattened error mechanisms (`rocelink_wire::dem`, shared with
 //!   fpga-sim's syndrome replay);

@@ -1,4 +1,4 @@
-//! Loader for stim's detector error model (DEM) text format (QEC.md, "Inputs and outputs").
+//! Loader for stim's detector error model (DEM) text format (docs/qec.md, "Inputs and outputs").
 //!
 //! Accepted: `error(p) targets` with `D#`, `L#` and `^` (the separator of a decomposed
 //! error), `detector(coords) D#`, `logical_observable L#`, `shift_detectors(coords) N`,

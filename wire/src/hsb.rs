@@ -214,7 +214,7 @@ pub mod ext {
     /// (offset from [`STATS_BASE`]).
     pub const STAT_TIMEOUTS: u32 = 0x18;
 
-    // QEC syndrome replay (fpga-sim's QEC mode, QEC.md; messages of PROTOCOLS.md 3).
+    // QEC syndrome replay (fpga-sim's QEC mode, docs/qec.md; messages of PROTOCOLS.md 3).
     // With QEC_ENABLE set, each player window is one shot: its detector groups (rounds) go
     // out as `enqueue_syndromes` messages, QEC_ROUNDS_PER_MESSAGE rounds each, and the
     // answer to a shot's last message is checked against the true observables and the

@@ -355,9 +355,9 @@ impl ResetDecoderRepr {
 
 /// rocelink's extension: the answer to the `enqueue_syndromes` that completes a shot is the
 /// correction bits ([`correction_len`] bytes, as `get_corrections` would return them for
-/// every observable) followed by this 16-byte report, so a peer measures what QEC.md asks
-/// for (status, defects, weight, decode time) without a second round trip. A CUDA-Q peer
-/// that expects an empty answer can ignore it.
+/// every observable) followed by this 16-byte report, so a peer gets the status, defects,
+/// weight and decode time (docs/qec.md, "Inputs and outputs") without a second round trip.
+/// A CUDA-Q peer that expects an empty answer can ignore it.
 ///
 /// ```text
 /// 0  u8  status      0 ok, 1 overflow (not decoded), 2 unmatchable

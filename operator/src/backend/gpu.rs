@@ -1,6 +1,6 @@
 //! The GPU backend: the persistent transceiver kernel, and the launch-per-message baseline.
 //!
-//! Persistent kernel lifecycle (PERF.md, "GPU habits"): on one host thread that owns the
+//! Persistent kernel lifecycle (docs/perf.md, "GPU habits"): on one host thread that owns the
 //! context, compile (NVRTC, cached) and load everything, register the queue pair's memory
 //! (pinned, mapped into the GPU), launch once on a non-blocking stream, and wait for the
 //! kernel to report RUNNING. Then a watchdog loop watches the stream and the kernel's
@@ -155,8 +155,9 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
     tracing::info!(from_cache = compiled.from_cache, ms = compiled.millis, "transceiver kernel compiled for {}", gpu.info.arch());
     let module = gpu.load(&compiled.cubin, &["rl_transceiver"]).map_err(|e| e.to_string())?;
     let stream = gpu.stream().map_err(|e| e.to_string())?;
-    // Device memory for the stages' state, allocated and filled before the launch (PERF.md:
-    // nothing is allocated or copied while the persistent kernel runs); freed after it stopped.
+    // Device memory for the stages' state, allocated and filled before the launch (docs/perf.md,
+    // "GPU habits": nothing is allocated or copied while the persistent kernel runs); freed after
+    // it stopped.
     let state_buf = match &state {
         Some(s) => Some(upload_state(&gpu, s)?),
         None => None,

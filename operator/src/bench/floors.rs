@@ -1,6 +1,6 @@
-//! The floors a path is measured against (PERF.md: every figure beside its floor, measured in
-//! the same run). Each floor is the cheapest round trip the same kind of hand-off can make on
-//! this machine now:
+//! The floors a path is measured against (docs/perf.md, "How to report a figure": every
+//! figure beside its floor, measured in the same run). Each floor is the cheapest round trip
+//! the same kind of hand-off can make on this machine now:
 //! - [`cacheline_pingpong`]: two threads bouncing one cache line. The inproc wire's path is
 //!   peer thread -> NIC engine thread -> CPU backend thread -> NIC -> peer, a chain of such
 //!   cross-core hand-offs, so its round trip is a small multiple of this one.
@@ -14,7 +14,7 @@
 //! between hosts. So a floor is measured every way it can be made, in the same run, and is the
 //! best of those variants ([`best_of`]: the least p50); the report names the variant and gives
 //! every one's figures. A path that beats its floor all the same shows the floor is wrong, and
-//! the report says so ([`floor_error`]; PERF.md "How to report a figure").
+//! the report says so ([`floor_error`]; docs/perf.md, "How to report a figure").
 //!
 //! Every figure is a full round trip in nanoseconds, taken with
 //! [`monotonic_ns`](rocelink_link::clock::monotonic_ns) like the runs'; the first `warmup`

@@ -1,7 +1,7 @@
-//! The GPU floor: the raw mapped-memory ping-pong (PERF.md's first floor). A persistent
-//! one-thread kernel polls one word of pinned host memory and writes each new value back to
-//! another; a host thread writes, spins until the answer is back, and times it. Every GPU
-//! path of the data plane crosses PCIe this way at least twice per message.
+//! The GPU floor: the raw mapped-memory ping-pong (docs/perf.md, "How to report a figure").
+//! A persistent one-thread kernel polls one word of pinned host memory and writes each new
+//! value back to another; a host thread writes, spins until the answer is back, and times
+//! it. Every GPU path of the data plane crosses PCIe this way at least twice per message.
 //!
 //! It is measured every way it can be made ([`MAPPED_VARIANTS`]), one after the other on one
 //! context, and the floor is the best ([`super::floors::best_of`]): with and without a fence

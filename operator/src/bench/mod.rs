@@ -1,4 +1,4 @@
-//! The latency benchmark (PERF.md, DESIGN.md "Measuring"): for every wire and payload size,
+//! The latency benchmark (docs/perf.md, DESIGN.md "Measuring"): for every wire and payload size,
 //! the wire's floor measured in this process, then the CPU-backend echo run (closed loop)
 //! right after it, side by side with their ratio, written as Markdown, JSON and SVG.
 //!
@@ -189,7 +189,7 @@ pub struct VsFloor {
     /// p99 / floor p99.
     pub p99: f64,
     /// Set when the path's p50 is below the floor's (`p50` < 1): the floor is not a lower
-    /// bound of this path, so it is wrong (PERF.md), in words.
+    /// bound of this path, so it is wrong (docs/perf.md, "How to report a figure"), in words.
     pub floor_error: Option<String>,
 }
 
@@ -207,7 +207,8 @@ pub struct FloorVariants {
     pub variants: Vec<floors::VariantSummary>,
 }
 
-/// One of the targets and whether this run meets it.
+/// One of the benchmark's targets (docs/perf.md, "How to report a figure") and whether this
+/// run meets it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Target {
     pub path: String,

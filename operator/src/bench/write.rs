@@ -1,6 +1,6 @@
 //! Writing a [`BenchReport`]: Markdown for people, JSON for tools, one SVG per (wire, size)
-//! with a histogram and a CDF of every path on it (PERF.md "How to report a figure"), drawn by
-//! [`crate::chart::svg`].
+//! with a histogram and a CDF of every path on it (docs/perf.md, "How to report a figure"),
+//! drawn by [`crate::chart::svg`].
 
 use std::fmt::Write as _;
 use std::io;

@@ -239,8 +239,8 @@ impl Gpu {
     }
 
     /// Allocates `len` bytes of device memory (at least 1; cuMemAlloc aligns to 256 bytes).
-    /// Done before a persistent kernel starts (PERF.md: allocate everything before the
-    /// launch); freed with [`Gpu::free`] once no kernel can touch it.
+    /// Done before a persistent kernel starts (docs/perf.md, "GPU habits": everything is
+    /// allocated before the launch); freed with [`Gpu::free`] once no kernel can touch it.
     pub fn alloc(&self, len: usize) -> Result<DeviceBuffer, GpuError> {
         self.make_current()?;
         let mut ptr = 0;

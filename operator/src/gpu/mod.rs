@@ -3,9 +3,8 @@
 //! disk), the kernel sources, and the persistent transceiver kernel's host half.
 //!
 //! Every CUDA call of a running backend happens on one host thread that owns the context
-//! (see [`crate::backend::gpu`]); nothing here synchronises the context while the persistent
-//! kernel runs (PERF.md: "never touch the default stream or synchronize the context while it
-//! runs").
+//! (see [`crate::backend::gpu`]); while the persistent kernel runs, nothing here synchronises
+//! the context or touches the default stream (docs/perf.md, "GPU habits").
 
 pub mod driver;
 pub mod kernels;

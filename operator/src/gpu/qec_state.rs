@@ -1,6 +1,6 @@
-//! The device state of the QEC decoder stage (`kernels/stages/qec.cuh`; QEC.md "Decoder
-//! v1": "Host, once per DEM: build the graph, run Dijkstra from every node to get the
-//! distance table D[i][j] and the observable parity P[i][j]"): one flat blob, built here
+//! The device state of the QEC decoder stage (`kernels/stages/qec.cuh`; docs/qec.md, "The
+//! table decoder": the distance table D[i][j] and the observable parity P[i][j] that
+//! Dijkstra from every detector gives, once per DEM, on the host): one flat blob, built here
 //! from a [`StageSpec::QecDecoder`], copied to device memory before the persistent kernel
 //! starts, and passed to the stage as `rl_transceiver_desc.stage_state`.
 //!

@@ -1,4 +1,4 @@
-//! `QecDecoder`: the device stage that decodes syndromes (QEC.md): `enqueue_syndromes` rounds
+//! `QecDecoder`: the device stage that decodes syndromes (docs/qec.md): `enqueue_syndromes` rounds
 //! in, the correction (flipped logical observables) out on a shot's final round, by exact
 //! minimum-weight matching on the graph of a stim detector error model (`crate::qec`).
 

@@ -1,10 +1,10 @@
 //! The GPU stage's decoder, as its model: exact minimum-weight perfect matching with boundary
-//! on the all-pairs table, by subset DP for up to K defects (QEC.md, "Decoder v1"); above K
-//! the shot's clusters, each matched exactly, joined until their LP duals prove the whole
-//! shot optimal. No greedy step: every decode is exact, or (a cluster over the GPU scratch's
-//! edge cap, [`matching_edge_cap`]) not made at all, status `Overflow`. The CPU stage decodes
-//! with `rocelink_qec::MatchingDecoder`; this one is what `kernels/stages/qec.cuh` computes,
-//! bit for bit.
+//! on the all-pairs table, by subset DP for up to K defects (docs/qec.md, "The table
+//! decoder"); above K the shot's clusters, each matched exactly, joined until their LP duals
+//! prove the whole shot optimal. No greedy step: every decode is exact, or (a cluster over
+//! the GPU scratch's edge cap, [`matching_edge_cap`]) not made at all, status `Overflow`.
+//! The CPU stage decodes with `rocelink_qec::MatchingDecoder`; this one is what
+//! `kernels/stages/qec.cuh` computes, bit for bit.
 //!
 //! For defects `b_0 < b_1 < ... < b_{k-1}` (detector order) and a subset `mask` of them, with
 //! `a` the lowest defect in `mask`:
@@ -63,7 +63,7 @@ use thiserror::Error;
 
 use super::graph::{DistanceTable, TableWeight};
 
-/// QEC.md: "Cap K defects (12-14)"; 12 by default.
+/// K, the most defects the subset DP takes (docs/qec.md, "The table decoder"); 12 by default.
 pub const DEFAULT_MAX_DEFECTS: usize = 12;
 
 /// The DP holds 2^K entries; 20 keeps that at 16 MiB and sums of 20 16-bit entries in a u32.

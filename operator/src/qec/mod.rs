@@ -1,4 +1,4 @@
-//! QEC feed-forward decoding, host side (QEC.md; PROTOCOLS.md 3). The decoders themselves
+//! QEC feed-forward decoding, host side (docs/qec.md; PROTOCOLS.md 3). The decoders themselves
 //! live in the `rocelink_qec` crate (no I/O, no GPU); this module puts them behind the RPC
 //! session and the files.
 //!

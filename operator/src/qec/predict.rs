@@ -1,5 +1,5 @@
 //! The offline decoder, mirroring `pymatching predict --dem model.dem --in dets.b8
-//! --in_format b8 --out pred.01 --out_format 01` (QEC.md, "Oracles"; issue 5 item 5), so
+//! --in_format b8 --out pred.01 --out_format 01` (docs/qec.md, "Oracles"), so
 //! users check rocelink's decoder with the files and tools they already have.
 //!
 //! Formats (stim's result formats, the subset PyMatching's `predict` reads and writes):

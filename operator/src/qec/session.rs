@@ -1,8 +1,8 @@
 //! The QEC decoder stage as a deterministic state machine over CUQR requests (PROTOCOLS.md
-//! 3; QEC.md): bytes in, bytes out, no I/O, no clock unless [`SessionConfig::measure_time`].
-//! The CPU backend wraps [`QecSession::handle`] in its `Stage` (`Some(n)` is
-//! `Outcome::Answer(n)`, `None` is `Outcome::Drop`); the GPU stage implements the same
-//! contract.
+//! 3; docs/qec.md, "Inputs and outputs"): bytes in, bytes out, no I/O, no clock unless
+//! [`SessionConfig::measure_time`]. The CPU backend wraps [`QecSession::handle`] in its
+//! `Stage` (`Some(n)` is `Outcome::Answer(n)`, `None` is `Outcome::Drop`); the GPU stage
+//! implements the same contract.
 //!
 //! Contract, per decoder id (`0..SessionConfig::decoders`), each with its own state:
 //! - `enqueue_syndromes{decoder_id, counter, syndrome_mapping_id, n}` appends `n` detection
@@ -380,8 +380,8 @@ impl<D: SessionDecoder> QecSession<D> {
             return (status::OK, 0);
         }
 
-        // The final round: decode now (QEC.md: the correction goes back in time for the
-        // next conditional operation).
+        // The final round: decode now, so the correction is back before the next conditional
+        // operation (docs/qec.md, "Inputs and outputs").
         let started = measure.then(Instant::now);
         let d = slot.decoder.finish(&slot.shot);
         let decode_ns = started.map_or(0, |t| u32::try_from(t.elapsed().as_nanos()).unwrap_or(u32::MAX));
