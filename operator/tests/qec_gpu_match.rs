@@ -1,6 +1,6 @@
 //! The GPU QEC decoder stage (`kernels/stages/qec.cuh`) against the CPU reference
-//! (`qec::QecSession::with_table`, the table decoder the kernel runs), byte for byte (issue 5: "on the GPU machine, the GPU decoder
-//! equals the CPU decoder bit for bit").
+//! (`qec::QecSession::with_table`, the table decoder the kernel runs), byte for byte: on the
+//! GPU machine the GPU decoder equals its CPU model bit for bit.
 //!
 //! A small test kernel, built from the same sources as the transceiver (`kernels::FILES`),
 //! runs `rl_stage_qec` on one request at a time from device memory, exactly as the fused
