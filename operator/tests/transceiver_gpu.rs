@@ -7,7 +7,7 @@
 //! bytes of a message whose length is not a multiple of four), requests the stage refuses
 //! (no RPC header, a bad magic: no answer, counted as dropped) or answers with an error
 //! status (an argument length past the message), and bursts of messages that queue up (the
-//! pre-poll). The common message takes the register fast path (`RL_FAST_PATH`), the others the
+//! pre-poll). The common message takes the register fast path (`transceiver/poll.cuh`), the others the
 //! general path; each answer must be exactly the CPU stage's answer to the same bytes.
 //!
 //! One thread plays the peer and the software NIC, as `nic_step_times` does: it builds each
