@@ -400,7 +400,7 @@ RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 7 * 8 + 8 * 4 + 
  * The state blob of the QEC decoder stage (stages/qec.cuh; device memory, one per
  * chain; built by operator/src/gpu/qec_state.rs on the bindings generated from here):
  *
- *   0                 struct rl_qec_header (128 bytes)
+ *   0                 struct rl_qec_header (256 bytes)
  *   distances_off     uint32_t D[(n+1)*(n+1)]  row-major, boundary = row/column n,
  *                                               RL_QEC_INF = no path (fine_table, u32)
  *   parities_off      uint32_t P[(n+1)*(n+1)]  observables flipped along that path
@@ -415,6 +415,8 @@ RL_STATIC_ASSERT(sizeof(struct rl_transceiver_desc) == 4 * 24 + 7 * 8 + 8 * 4 + 
  * request at a time; `invalid_decoder` with an atomic add).
  * ------------------------------------------------------------------------------------- */
 #define RL_QEC_MAGIC 0x31434551u /* 'QEC1' */
+/** Stream thresholds the header holds. */
+#define RL_QEC_MAX_STREAM 28
 
 struct rl_qec_header {
     uint32_t magic;              /*   0: RL_QEC_MAGIC */
@@ -439,6 +441,13 @@ struct rl_qec_header {
     uint64_t scratch_off;        /* 112: the blocks' scratch (device-only, not uploaded) */
     uint32_t scratch_stride;     /* 120: bytes of one block's scratch */
     uint32_t scratch_blocks;     /* 124: blocks with a scratch area (block b uses the b-th) */
+    uint32_t stream_count;       /* 128: thresholds in `stream` (0: shots are decoded whole) */
+    uint32_t rsvd[3];            /* 132 */
+    /** 144: strictly ascending bit counts below n, the ends of a shot's messages but the last
+     * (exact.rs stream_thresholds): the stage settles the clusters of the defects below each
+     * as the shot passes it (exact.rs "Streaming"); the answer depends on them, not on when
+     * the messages came. */
+    uint32_t stream[RL_QEC_MAX_STREAM];
 };
 
 /* A block's scratch, for a shot of more than K defects: the defects, their clusters and
@@ -485,7 +494,7 @@ struct rl_qec_decoder {
     uint64_t rsvd[5];                /*  88 */
 };
 
-RL_STATIC_ASSERT(sizeof(struct rl_qec_header) == 128, "qec header");
+RL_STATIC_ASSERT(sizeof(struct rl_qec_header) == 256, "qec header");
 RL_STATIC_ASSERT(sizeof(struct rl_qec_decoder) == 128, "qec decoder record");
 RL_OFFSET_ASSERT(struct rl_qec_header, mapping_id, 40, "qec header: mapping_id");
 RL_OFFSET_ASSERT(struct rl_qec_header, scale, 48, "qec header: scale");
@@ -493,6 +502,7 @@ RL_OFFSET_ASSERT(struct rl_qec_header, invalid_decoder, 96, "qec header: invalid
 RL_OFFSET_ASSERT(struct rl_qec_header, token, 104, "qec header: token");
 RL_OFFSET_ASSERT(struct rl_qec_header, scratch_off, 112, "qec header: scratch_off");
 RL_OFFSET_ASSERT(struct rl_qec_header, scratch_blocks, 124, "qec header: scratch_blocks");
+RL_OFFSET_ASSERT(struct rl_qec_header, stream, 144, "qec header: stream");
 RL_OFFSET_ASSERT(struct rl_qec_decoder, next_counter, 8, "qec decoder: next_counter");
 RL_STATIC_ASSERT(sizeof(struct rl_qec_counters) == 64, "qec counters");
 RL_OFFSET_ASSERT(struct rl_qec_decoder, counters, 24, "qec decoder: counters");

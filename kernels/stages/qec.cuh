@@ -132,6 +132,7 @@
 #define RL_QEC_MODE_DONE 0u   /* after warp 0: the answer is complete */
 #define RL_QEC_MODE_EXACT 1u  /* the block runs the DP layers of s->defs, then thread 0 finishes */
 #define RL_QEC_MODE_CLUSTERS 2u /* the block runs the clusters of s->u.g.def, then thread 0 finishes */
+#define RL_QEC_MODE_STREAM 3u   /* an acknowledged message: the block settles the shot so far (exact.rs "Streaming") */
 
 
 /* The DP's schedule. dp[mask] needs the masks without its lowest defect a (and without one
@@ -225,6 +226,7 @@ struct rl_qec_head {
     const uint32_t *dist, *par;
 };
 static_assert(sizeof(struct rl_qec_head) == 128, "rl_qec_head: eight 16-byte words");
+static_assert(sizeof(struct rl_qec_header) % 16 == 0, "rl_qec_header: whole 16-byte words");
 
 /** The decode of the hot shot's defects so far, made between messages (rl_stage_qec_idle):
  * the shot's last message then needs no decode of its own when it adds no defect. Valid for
@@ -240,6 +242,17 @@ struct rl_qec_spec {
 };
 static_assert(sizeof(struct rl_qec_spec) == 32, "rl_qec_spec: two 16-byte words");
 
+/** What the clusters' work space holds between messages (exact.rs "Streaming"): the
+ * clusters of the first `m` defects of decoder `dec`'s shot that started at its `start`-th
+ * message (rl_qec_shot_start), settled at its thresholds before `j`, in work space `ws`
+ * (0: shared memory, 1: the block's scratch); `over`: a step overflowed. `dec` -1: nothing
+ * (a fill, a decoded shot). Any other request finds it by that key or replays the steps. */
+struct rl_qec_strm {
+    long long dec;
+    unsigned long long start;
+    uint32_t j, m, over, ws;
+};
+
 /** The per-block copy of the blob's header and the mirror of one decoder (module docs):
  * kept across requests, written by lane 0 of warp 0 only; trusted only once its `token` is
  * compared with the blob's in this request (rl_qec_refill). The head first (a base at
@@ -253,6 +266,9 @@ struct rl_qec_cache : rl_qec_head {
     __align__(16) struct rl_qec_sched sched;        /* the DP's schedule (rl_qec_sched_g) */
     __align__(16) struct rl_qec_decoder rec;         /* records[hot] */
     __align__(16) struct rl_qec_spec spec;           /* rl_qec_speculate */
+    __align__(16) struct rl_qec_strm strm;           /* the settled clusters in the work space */
+    uint32_t stream_n;                               /* the header's stream thresholds */
+    uint32_t stream[RL_QEC_MAX_STREAM];
     uint32_t shot[RL_QEC_MAX_WORDS];                 /* its shot (shot_words used) */
 };
 
@@ -302,6 +318,8 @@ struct rl_qec_result {
     uint32_t done;            /* rl_qec_clusters: the proof joined clusters this round */
     uint32_t left;            /* rl_qec_clusters: the clusters' count */
     uint32_t edges;           /* rl_qec_clusters: a cluster is not decoded (OVERFLOW) */
+    uint32_t sj, sm, smt;     /* rl_qec_clusters: the next threshold, defects settled, the next step's */
+    uint32_t sover;           /* rl_qec_clusters: a step overflowed */
     uint32_t rsvd[2];
     unsigned long long cost;  /* matching weight in table units */
 };
@@ -548,18 +566,28 @@ __device__ __forceinline__ unsigned long long rl_qec_scr_bytes(uint32_t n, uint3
  * dropped rather than read or written outside it. No decoder is mirrored afterwards. */
 __device__ __noinline__ void rl_qec_fill(struct rl_qec_cache *k, uint8_t *base, unsigned long long grid) {
     union {
-        uint4 v[8];
+        uint4 v[sizeof(struct rl_qec_header) / 16];
         struct rl_qec_header h;
     } u;
     const uint4 *src = (const uint4 *)base;
 #pragma unroll
-    for (int i = 0; i < 8; i++) u.v[i] = src[i];
+    for (int i = 0; i < (int)(sizeof(struct rl_qec_header) / 16); i++) u.v[i] = src[i];
     const struct rl_qec_header *h = &u.h;
     const uint32_t n = h->num_detectors;
     k->ok = h->magic == RL_QEC_MAGIC && h->header_bytes == sizeof(struct rl_qec_header) && n <= RL_QEC_MAX_DETECTORS &&
             h->max_defects <= RL_QEC_MAX_K && h->num_observables <= RL_QEC_MAX_OBSERVABLES &&
             h->shot_words == (n + 31u) / 32u && h->rounds_per_message != 0 &&
-            ((h->distances_off | h->parities_off | h->shots_off) & 3u) == 0 && (h->decoders_off & 15u) == 0;
+            ((h->distances_off | h->parities_off | h->shots_off) & 3u) == 0 && (h->decoders_off & 15u) == 0 &&
+            h->stream_count <= RL_QEC_MAX_STREAM;
+    /* the thresholds as the host checked them (ascending, below n); re-checked: a step
+     * reads them as bounds */
+    uint32_t sn = 0;
+    for (uint32_t i = 0; i < RL_QEC_MAX_STREAM && i < h->stream_count; i++) {
+        if (h->stream[i] >= n || (sn > 0 && h->stream[i] <= k->stream[sn - 1])) break;
+        k->stream[sn++] = h->stream[i];
+    }
+    k->stream_n = sn;
+    k->strm.dec = -1;
     k->n = n;
     k->K = h->max_defects;
     k->words = h->shot_words;
@@ -1862,50 +1890,44 @@ __device__ __forceinline__ void rl_qec_solve_two(const struct rl_qec_cache *kc, 
     w.stat[x] = RL_QEC_ST_OK;
 }
 
-/** All threads, k > K defects in s->u.g.def: exact.rs clusters(), the same clusters, the
- * same matchings. Defects x < y are linked when an optimal matching may pair them
- * (rl_qec_linked, on D[lower][higher]). Each defect first joins its nearest linked partner
- * (the lowest index among equals); then, until the proof holds: the clusters are listed by
- * their root (the lowest defect of a union-find whose higher roots go under lower ones, so
- * the clusters do not depend on the order the threads join them in); every cluster not
- * solved at its present size is solved, one or two defects in closed form, more by the
- * matcher (blossom.cuh) on its doubled graph, each by one thread; the duals then prove the
- * sum of the clusters' matchings optimal for the whole shot, or the pairs across clusters
- * whose reduced cost is negative join their clusters. Matchers run side by side in the work
- * space (each in its own part, in the order of the clusters) and those that do not fit
- * beside the others after them, one at a time. The result in s->r: status OK, UNMATCHABLE
- * (infinite weight) when a cluster has no perfect matching and nothing left to join, or
- * OVERFLOW (no decode, infinite weight) when a cluster's doubled graph has more edges than
- * the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. Work space: the launch's
- * dynamic shared memory when the table is not there (k->fast_bytes), else this block's
- * global scratch; the defects are copied there first. */
-__device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) {
+/** Defects the clusters' work space in shared memory takes at most (its arrays are laid out
+ * for that many, whatever the shot's count, so that they stay where they are from one
+ * message to the next); a shot with more works in the block's scratch. */
+#define RL_QEC_FAST_CAP 1024u
+
+/** The work space of rl_qec_clusters: the arrays, the matchers' arena after them and its
+ * room, the scratch's matcher (for one that fits nowhere else), and which it is. */
+struct rl_qec_ws {
+    struct rl_qec_scr w;
+    uint8_t *arena;
+    unsigned long long room;
+    uint8_t *global_pm;
+    bool in_fast;
+};
+
+/** All threads: exact.rs settle(): the clusters of the first m defects (settled in `ws`)
+ * extended to the first mt of s->u.g.def, and proved for them. Defects x < y are linked when
+ * an optimal matching may pair them (rl_qec_linked, on D[lower][higher]). Each new defect
+ * first joins its nearest linked partner among all mt (the lowest index among equals);
+ * then, until the proof holds: the clusters are listed by their root (the lowest defect of
+ * a union-find whose higher roots go under lower ones, so the clusters do not depend on the
+ * order the threads join them in); every cluster not solved at its present size is solved,
+ * one or two defects in closed form, three or four by enumeration, more by the matcher
+ * (blossom.cuh) on its doubled graph, each by one thread; the duals then prove the sum of
+ * the clusters' matchings optimal for the mt defects, or the pairs across clusters whose
+ * reduced cost is negative join their clusters. Matchers run side by side in the arena
+ * (each in its own part, in the order of the clusters) and those that do not fit beside the
+ * others after them, one at a time. s->r.edges nonzero after it: a cluster's doubled graph
+ * has more edges than the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. */
+__device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct rl_qec_ws &ws, uint32_t m, uint32_t mt) {
     const struct rl_qec_cache *kc = &s->k;
+    const struct rl_qec_scr &w = ws.w;
     const uint32_t tid = threadIdx.x, T = blockDim.x;
     const uint32_t n = kc->n;
     const uint64_t stride = (uint64_t)n + 1u;
     const bool sh = kc->tab == RL_QEC_TAB_SHARED;
     const uint32_t *const D = kc->dist;
-    uint8_t *const fast = (uint8_t *)rl_qec_tab_s;
-    const unsigned long long lists = rl_qec_lists_bytes(k);
-    const bool in_fast = lists <= kc->fast_bytes;
-    if (!in_fast && kc->scr == 0) { /* block-uniform */
-        if (tid == 0) {
-            s->r.status = RL_QEC_REPORT_OVERFLOW;
-            s->r.infinite = 1;
-            s->r.obs = 0;
-            s->r.cost = 0;
-        }
-        return;
-    }
-    const struct rl_qec_scr w = in_fast ? rl_qec_scr_of(fast, k) : rl_qec_scr_of(kc->scr, n);
-    /* the matchers' work space: after the lists; the global scratch's matcher beside it */
-    uint8_t *const arena = w.pm;
-    const unsigned long long room = in_fast ? kc->fast_bytes - lists : rl_pm_bytes(2u * n, kc->scr_edges);
-    uint8_t *const global_pm = kc->scr != 0 ? rl_qec_scr_of(kc->scr, n).pm : 0;
-    /* the pairs x < y, spread over the block: x = q / k, y = q % k (those with y <= x skipped) */
-    const uint32_t kk = k * k;
-    for (uint32_t x = tid; x < k; x += T) {
+    for (uint32_t x = m + tid; x < mt; x += T) {
         const uint32_t d = s->u.g.def[x];
         w.def[x] = d;
         w.uf[x] = x;
@@ -1915,32 +1937,36 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
     }
     if (tid == 0) s->r.edges = 0; /* the first OVERFLOW seen */
     __syncthreads();
-    /* the first joins: each defect with its nearest linked partner (the lowest index among
-     * equals: the least of distance << 32 | index) */
-    for (uint32_t q = tid; q < kk; q += T) {
-        const uint32_t x = q / k, y = q - x * k;
-        if (y <= x) continue;
-        const uint32_t e = rl_qec_dist(sh, D, (uint64_t)w.def[x] * stride + w.def[y]);
-        if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
+    /* the first joins: each new defect x with its nearest linked partner y (the lowest index
+     * among equals: the least of distance << 32 | index); the pairs (x, y), x new, spread
+     * over the block */
+    const uint32_t fresh = (mt - m) * mt;
+    for (uint32_t q = tid; q < fresh; q += T) {
+        const uint32_t x = m + q / mt, y = q % mt;
+        if (y == x) continue;
+        const uint32_t lo = x < y ? x : y, hi = x < y ? y : x;
+        const uint32_t e = rl_qec_dist(sh, D, (uint64_t)w.def[lo] * stride + w.def[hi]);
+        if (!rl_qec_linked(e, w.bnd[lo], w.bnd[hi])) continue;
         atomicMin(w.cost + x, (unsigned long long)e << 32 | y);
-        atomicMin(w.cost + y, (unsigned long long)e << 32 | x);
     }
     __syncthreads();
-    for (uint32_t x = tid; x < k; x += T) {
+    for (uint32_t x = m + tid; x < mt; x += T) {
         const unsigned long long b = w.cost[x];
         if (b != ~0ull) rl_qec_uf_union(w.uf, x, (uint32_t)b);
     }
     __syncthreads();
+    /* the pairs x < y, spread over the block: x = q / mt, y = q % mt (those with y <= x skipped) */
+    const uint32_t kk = mt * mt;
     for (;;) {
         /* the clusters by their root (their lowest defect), members in increasing order:
          * roots, then members per root, then (warp 0) the clusters' starts in root order,
          * then each defect's place, after the members of its cluster below it */
-        for (uint32_t x = tid; x < k; x += T) {
+        for (uint32_t x = tid; x < mt; x += T) {
             w.rt[x] = rl_qec_uf_find(w.uf, x);
             w.cnt[x] = 0;
         }
         __syncthreads();
-        for (uint32_t x = tid; x < k; x += T) {
+        for (uint32_t x = tid; x < mt; x += T) {
             const uint32_t r = w.rt[x];
             w.uf[x] = r; /* paths compressed after every find, so that no read meets the write */
             atomicAdd(w.cnt + r, 1u);
@@ -1948,10 +1974,10 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
         __syncthreads();
         if (tid < 32u) {
             uint32_t pos = 0, nc = 0;
-            for (uint32_t r0 = 0; r0 < k; r0 += 32u) {
+            for (uint32_t r0 = 0; r0 < mt; r0 += 32u) {
                 const uint32_t r = r0 + tid;
-                const uint32_t m = r < k ? w.cnt[r] : 0u;
-                uint32_t sum = m, roots = m != 0u;
+                const uint32_t c = r < mt ? w.cnt[r] : 0u;
+                uint32_t sum = c, roots = c != 0u;
 #pragma unroll
                 for (uint32_t o = 1; o < 32u; o <<= 1) {
                     const uint32_t a = __shfl_up_sync(0xffffffffu, sum, o), b = __shfl_up_sync(0xffffffffu, roots, o);
@@ -1960,9 +1986,9 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
                         roots += b;
                     }
                 }
-                if (m != 0u) {
-                    w.cstart[nc + roots - 1u] = pos + sum - m;
-                    w.cnt[r] = pos + sum - m;
+                if (c != 0u) {
+                    w.cstart[nc + roots - 1u] = pos + sum - c;
+                    w.cnt[r] = pos + sum - c;
                 }
                 pos += __shfl_sync(0xffffffffu, sum, 31);
                 nc += __shfl_sync(0xffffffffu, roots, 31);
@@ -1974,7 +2000,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
             }
         }
         __syncthreads();
-        for (uint32_t x = tid; x < k; x += T) {
+        for (uint32_t x = tid; x < mt; x += T) {
             const uint32_t r = w.rt[x];
             uint32_t below = 0;
             for (uint32_t y = r; y < x; y++) below += w.rt[y] == r;
@@ -2008,7 +2034,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
         }
         __syncthreads();
         if (tid == 0) {
-            /* places in the work space, cluster after cluster, while they fit; the matcher of
+            /* places in the arena, cluster after cluster, while they fit; the matcher of
              * cluster j goes to warp j % W, so the matchers spread over the warps */
             unsigned long long off = 0;
             uint32_t rank = 0;
@@ -2021,7 +2047,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
                     continue;
                 }
                 const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
-                if (rank < T && off + b <= room) {
+                if (rank < T && off + b <= ws.room) {
                     w.at[ci] = (uint32_t)(off >> 4);
                     w.owner[ci] = (rank % (T / 32u)) * 32u + rank / (T / 32u);
                     off += b;
@@ -2037,7 +2063,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
             const uint32_t at = w.at[ci];
             if (at >= RL_QEC_AT_WAIT || w.owner[ci] != tid) continue;
             const uint32_t start = w.cstart[ci];
-            rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], arena + ((unsigned long long)at << 4));
+            rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], ws.arena + ((unsigned long long)at << 4));
         }
         __syncthreads();
         if (tid == 0) {
@@ -2045,7 +2071,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
                 if (w.at[ci] != RL_QEC_AT_ALONE) continue;
                 const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start;
                 const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
-                uint8_t *const mem = b <= room ? arena : in_fast && global_pm != 0 ? global_pm : 0;
+                uint8_t *const mem = b <= ws.room ? ws.arena : ws.in_fast && ws.global_pm != 0 ? ws.global_pm : 0;
                 if (mem == 0) {
                     s->r.edges = 1;
                     break;
@@ -2058,7 +2084,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
         /* the proof: a pair across clusters that an optimal matching may use, with a
          * negative reduced cost in either copy, joins its clusters */
         for (uint32_t q = tid; q < kk; q += T) {
-            const uint32_t x = q / k, y = q - x * k;
+            const uint32_t x = q / mt, y = q - x * mt;
             if (y <= x || w.rt[x] == w.rt[y]) continue;
             const uint32_t e = rl_qec_dist(sh, D, (uint64_t)w.def[x] * stride + w.def[y]);
             if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
@@ -2072,11 +2098,108 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
         __syncthreads(); /* everyone has read it before thread 0 clears it */
         if (!again) break;
     }
+}
+
+/** The message count at which the mirrored decoder's shot started: its messages so far less
+ * those of this shot (next_counter / rounds: each message moves the counter by `rounds`
+ * from 0). A key of the shot: no two of a decoder's shots have the same. */
+__device__ __forceinline__ unsigned long long rl_qec_shot_start(const struct rl_qec_cache *k) {
+    const unsigned long long in_shot = (unsigned long long)k->rec.next_counter / (unsigned long long)(k->rounds ? k->rounds : 1u);
+    return k->rec.counters.messages - in_shot;
+}
+
+/** All threads, k defects of the mirrored shot in s->u.g.def (more than K when `final`):
+ * exact.rs proved_clusters(), the same clusters, the same matchings. The shot is settled at
+ * every stream threshold it has passed (its bits so far: k->rec.bits) with more than K
+ * defects below (rl_qec_settle), starting from what the work space holds of it (k->strm),
+ * or from nothing; then, when `final`, for the whole shot, and the result goes to s->r:
+ * status OK, UNMATCHABLE (infinite weight) when a cluster has no perfect matching and
+ * nothing left to join, or OVERFLOW (no decode, infinite weight) when a step overflowed or
+ * there is no work space. Otherwise (an acknowledged message) k->strm keeps the key of what
+ * was settled. Work space: the launch's dynamic shared memory when the table is not there
+ * (k->fast_bytes) and it takes the arrays for RL_QEC_FAST_CAP defects (n if fewer) and the
+ * shot has no more, else this block's global scratch; the defects are copied there. */
+__device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, bool final) {
+    struct rl_qec_cache *kc = &s->k;
+    const uint32_t tid = threadIdx.x;
+    const uint32_t n = kc->n;
+    const uint32_t cap = n < RL_QEC_FAST_CAP ? n : RL_QEC_FAST_CAP;
+    struct rl_qec_ws ws;
+    ws.in_fast = k <= cap && rl_qec_lists_bytes(cap) <= kc->fast_bytes;
+    if (!ws.in_fast && kc->scr == 0) { /* block-uniform */
+        if (tid == 0) {
+            s->r.status = RL_QEC_REPORT_OVERFLOW;
+            s->r.infinite = 1;
+            s->r.obs = 0;
+            s->r.cost = 0;
+            kc->strm.dec = -1;
+        }
+        return;
+    }
+    ws.w = ws.in_fast ? rl_qec_scr_of((uint8_t *)rl_qec_tab_s, cap) : rl_qec_scr_of(kc->scr, n);
+    /* the matchers' arena: after the arrays; the global scratch's matcher beside it */
+    ws.arena = ws.w.pm;
+    ws.room = ws.in_fast ? kc->fast_bytes - rl_qec_lists_bytes(cap) : rl_pm_bytes(2u * n, kc->scr_edges);
+    ws.global_pm = kc->scr != 0 ? rl_qec_scr_of(kc->scr, n).pm : 0;
+    const unsigned long long start = rl_qec_shot_start(kc);
     if (tid == 0) {
+        /* what the work space holds of this shot, if anything */
+        const bool held = kc->strm.dec == kc->hot && kc->hot >= 0 && kc->strm.start == start && kc->strm.ws == (ws.in_fast ? 0u : 1u) &&
+                          kc->strm.m <= k && kc->strm.j <= kc->stream_n;
+        s->r.sj = held ? kc->strm.j : 0u;
+        s->r.sm = held ? kc->strm.m : 0u;
+        s->r.sover = held ? kc->strm.over : 0u;
+    }
+    const uint32_t bits = final ? n : kc->rec.bits, K = kc->K;
+    for (;;) {
+        if (tid == 0) {
+            /* the next threshold passed with more than K defects below it and more than
+             * settled: exact.rs proved_clusters()'s loop */
+            uint32_t j = s->r.sj, mt = 0xFFFFFFFFu;
+            while (s->r.sover == 0 && j < kc->stream_n && kc->stream[j] <= bits) {
+                const uint32_t t = kc->stream[j++];
+                uint32_t lo = 0, hi = k; /* defects below t: the first defect at or above t */
+                while (lo < hi) {
+                    const uint32_t mid = (lo + hi) >> 1;
+                    if (s->u.g.def[mid] < t) lo = mid + 1u;
+                    else hi = mid;
+                }
+                if (lo > K && lo > s->r.sm) {
+                    mt = lo;
+                    break;
+                }
+            }
+            s->r.sj = j;
+            s->r.smt = mt;
+        }
+        __syncthreads();
+        const uint32_t m = s->r.sm, mt = s->r.smt;
+        if (mt == 0xFFFFFFFFu) break; /* block-uniform */
+        rl_qec_settle(s, ws, m, mt);
+        if (tid == 0) {
+            s->r.sover = s->r.edges != 0;
+            s->r.sm = mt;
+        }
+        __syncthreads();
+    }
+    if (!final) {
+        if (tid == 0) {
+            kc->strm.dec = kc->hot;
+            kc->strm.start = start;
+            kc->strm.ws = ws.in_fast ? 0u : 1u;
+            kc->strm.j = s->r.sj;
+            kc->strm.m = s->r.sm;
+            kc->strm.over = s->r.sover;
+        }
+        return;
+    }
+    if (s->r.sover == 0) rl_qec_settle(s, ws, s->r.sm, k); /* block-uniform */
+    if (tid == 0) {
+        const struct rl_qec_scr &w = ws.w;
         uint32_t status = RL_QEC_REPORT_OK;
         unsigned long long cost = 0;
         uint32_t obs = 0;
-        if (s->r.edges != 0) {
+        if (s->r.sover != 0 || s->r.edges != 0) {
             status = RL_QEC_REPORT_OVERFLOW;
         } else {
             for (uint32_t ci = 0; ci < s->r.left; ci++) {
@@ -2093,15 +2216,31 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k) 
         s->r.infinite = status != RL_QEC_REPORT_OK;
         s->r.obs = status != RL_QEC_REPORT_OK ? 0u : obs;
         s->r.cost = status != RL_QEC_REPORT_OK ? 0ull : cost;
+        kc->strm.dec = -1; /* the shot ends */
     }
 }
 
-/** All threads, c->mode EXACT or CLUSTERS: the block's decode, then thread 0's answer. */
+/** All threads, c->mode EXACT or CLUSTERS: the block's decode, then thread 0's answer;
+ * STREAM: the shot so far listed (warp 0) and settled, the acknowledgement lane 0 wrote
+ * kept as the answer. */
 __device__ __noinline__ void rl_qec_block(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t mode) {
+    if (mode == RL_QEC_MODE_STREAM) {
+        if (threadIdx.x < 32u) {
+            const uint32_t kd = rl_qec_defects(s, threadIdx.x);
+            if (threadIdx.x == 0) {
+                s->c.k = kd;
+                if (kd <= s->k.K) s->k.ndef = kd; /* listed in s->defs: the fast path goes on from there */
+            }
+        }
+        __syncthreads();
+        if (s->c.k > s->k.K) rl_qec_clusters(s, s->c.k, false); /* block-uniform */
+        __syncthreads();
+        return;
+    }
     if (mode == RL_QEC_MODE_EXACT)
         rl_qec_dp<RL_QEC_MAX_K>(s, s->c.k, threadIdx.x, blockDim.x, true);
     else
-        rl_qec_clusters(s, s->c.k);
+        rl_qec_clusters(s, s->c.k, true);
     RL_QEC_MARK(4);
     if (threadIdx.x == 0) rl_qec_finish(req, resp, s, mode);
     RL_QEC_MARK(5);
@@ -2121,6 +2260,16 @@ __device__ __forceinline__ bool rl_qec_ours(const uint8_t *req, int len, int cap
  * namespace scope so that the stage's three forms share it. */
 __shared__ __align__(16) struct rl_qec_smem rl_qec_s;
 
+/** Lane 0, an acknowledged message (the cache trusted): whether the block settles the shot
+ * so far before the answer goes (c->mode STREAM): the DEM has stream thresholds, the shot
+ * has passed the first, and its defects may be more than K (not listed). Settling is
+ * optional (rl_qec_clusters replays what was not): skipping it changes no answer. */
+__device__ __forceinline__ void rl_qec_want_stream(struct rl_qec_smem *s) {
+    const struct rl_qec_cache *k = &s->k;
+    if (k->stream_n != 0 && k->ndef == RL_QEC_NDEF_BAD && k->hot >= 0 && k->rec.in_shot != 0 && k->rec.bits >= k->stream[0])
+        s->c.mode = RL_QEC_MODE_STREAM;
+}
+
 /** Warp 0 (stage.cuh): lane 0 runs the protocol and the append, warp 0 the decode of up to
  * RL_QEC_WARP_K defects, and the answer; a larger decode hands the DP layers (or the fallback)
  * to the block: RL_STAGE_TO_BLOCK. */
@@ -2130,7 +2279,10 @@ __device__ __forceinline__ int rl_stage_qec_warp(const uint8_t *req, int len, ui
     RL_QEC_MARK(0);
     const uint32_t lane = threadIdx.x & 31u;
     uint32_t phase = 0;
-    if (lane == 0) phase = rl_qec_lane0(req, len, resp, cap, (uint8_t *)state, s);
+    if (lane == 0) {
+        phase = rl_qec_lane0(req, len, resp, cap, (uint8_t *)state, s);
+        if (phase == RL_QEC_PHASE_ACK) rl_qec_want_stream(s);
+    }
     RL_QEC_MARK(1);
     /* volatile: a plain load was hoisted out of the condition and run by every lane of
      * warp 0 (its value then dropped), a read racecheck rightly flags against lane 0's

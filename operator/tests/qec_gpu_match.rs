@@ -53,6 +53,7 @@ use std::time::{Duration, Instant};
 use rocelink_operator::gpu::driver::{self, DeviceBuffer, Gpu, StreamState};
 use rocelink_operator::gpu::qec_state::{self, QecState};
 use rocelink_operator::gpu::{kernels, nvrtc};
+use rocelink_operator::qec::exact::stream_thresholds;
 use rocelink_operator::qec::graph::{DistanceTable, GraphOptions, MatchingGraph};
 use rocelink_operator::qec::{fine_table_from_file, load_dem, ExactDecoder, QecSession, SessionConfig};
 use rocelink_wire::qec::{self as wq, EnqueueSyndromesRepr, GetCorrectionsRepr};
@@ -332,6 +333,8 @@ pub struct Workload {
     pub name: String,
     pub table: Arc<DistanceTable<u32>>,
     pub config: SessionConfig,
+    /// Stream thresholds of the model and the blob alike (exact.rs "Streaming").
+    pub stream: Vec<u32>,
     pub reqs: Vec<Req>,
 }
 
@@ -442,6 +445,7 @@ fn fixture_workload(name: &str, k: usize, rounds_per_message: usize, decoders: u
         name: format!("{name} K={k} rounds/msg={rounds_per_message} decoders={decoders}"),
         table,
         config,
+        stream: stream_thresholds(&rounds, rounds_per_message as u32),
         reqs: replay(&shots, &rounds, rounds_per_message, decoders),
     }
 }
@@ -467,7 +471,7 @@ fn random_shot_workload(name: &str, dem_text: &str, k: usize, count: usize, max_
         syndrome_mapping_id: None,
         measure_time: false,
     };
-    Workload { name: format!("{name} K={k}"), table, config, reqs: replay(&shots, &[n], 1, 1) }
+    Workload { name: format!("{name} K={k}"), table, config, stream: Vec::new(), reqs: replay(&shots, &[n], 1, 1) }
 }
 
 /// A chain of `n` detectors, each with its own boundary edge: far pairs are never matched,
@@ -593,7 +597,9 @@ fn fuzz_workload(name: &str, dem_text: &str, config: SessionConfig, count: usize
         };
         reqs.push(Req { bytes, cap });
     }
-    Workload { name: name.into(), table, config, reqs }
+    // Thresholds at quarters of the shot: the random messages pass them anywhere.
+    let stream = (1..4).map(|q| (q * n / 4) as u32).collect();
+    Workload { name: name.into(), table, config, stream, reqs }
 }
 
 fn fuzz_config(
@@ -624,6 +630,10 @@ pub fn workloads() -> Vec<Workload> {
         fixture_workload("d5_p0.001", 12, 6, 3, 2000),
         fixture_workload("d5_p0.003", 4, 1, 1, 2000),
         fixture_workload("d3_p0.003", 0, 1, 1, 2000),
+        // streamed above a small K: settled at (nearly) every message, from what the work
+        // space holds (one decoder) or replayed (two, interleaved message by message)
+        fixture_workload("d5_p0.003", 2, 1, 1, 2000),
+        fixture_workload("d5_p0.003", 2, 1, 2, 2000),
         random_shot_workload("long chain (32-bit transform)", &long_chain(200), 12, 1500, 30, 11),
         random_shot_workload("long chain (32-bit transform)", &long_chain(200), 3, 500, 30, 12),
         random_shot_workload("unmatchable components", UNMATCHABLE_DEM, 12, 2000, 6, 13),
@@ -656,7 +666,7 @@ pub fn workloads() -> Vec<Workload> {
 
 /// The CPU answers: (return value, answer bytes).
 fn cpu_answers(wl: &Workload) -> (Vec<Option<Vec<u8>>>, QecSession<ExactDecoder>) {
-    let mut s = QecSession::with_table(Arc::clone(&wl.table), wl.config).unwrap();
+    let mut s = QecSession::with_table_streamed(Arc::clone(&wl.table), wl.config, &wl.stream).unwrap();
     let mut out = vec![0u8; MAX_MSG];
     let answers = wl.reqs.iter().map(|r| s.handle(&r.bytes, &mut out[..r.cap]).map(|n| out[..n].to_vec())).collect();
     (answers, s)
@@ -910,7 +920,8 @@ fn compare(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_cap: usize)
 
 /// [`compare`], and the stage times.
 fn compare_timed(gpu: &Gpu, module: &driver::Module, wl: &Workload, shared_cap: usize) -> (String, Timing) {
-    let state = QecState::build(&wl.table, &wl.config).unwrap_or_else(|e| panic!("{}: {e}", wl.name));
+    let state =
+        QecState::build_streamed(&wl.table, &wl.config, &wl.stream).unwrap_or_else(|e| panic!("{}: {e}", wl.name));
     let (cpu, session) = cpu_answers(wl);
     let run = run_on_gpu(gpu, module, wl, &state, shared_cap);
     let mut timing = Timing { mhz: run.mhz, rows: Vec::with_capacity(wl.reqs.len()), decodes: Vec::new() };
@@ -1012,12 +1023,17 @@ fn qec_gpu_matches_cpu() {
         // The table in shared memory where it fits (the transceiver's way); in global memory
         // with the clusters' work in 48 KiB of shared memory (a larger DEM's way); and with no
         // shared memory at all (the clusters' work in the block's global scratch).
-        let table = QecState::build(&wl.table, &wl.config).map(|s| s.shared_table_bytes()).unwrap_or(usize::MAX);
+        let table = QecState::build_streamed(&wl.table, &wl.config, &wl.stream)
+            .map(|s| s.shared_table_bytes())
+            .unwrap_or(usize::MAX);
         if table <= module.dynamic_shared_room(&gpu, 0) {
             println!("[table in shared memory] {}", compare(&gpu, &module, &wl, usize::MAX));
         }
         if table > 48 * 1024 {
-            println!("[table in global memory, the clusters' work in shared] {}", compare(&gpu, &module, &wl, 48 * 1024));
+            println!(
+                "[table in global memory, the clusters' work in shared] {}",
+                compare(&gpu, &module, &wl, 48 * 1024)
+            );
         }
         println!("[table in global memory] {}", compare(&gpu, &module, &wl, 0));
     }
@@ -1142,7 +1158,8 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
     let mut statuses = std::collections::BTreeSet::new();
     let (mut overflows, mut unmatchable, mut dropped, mut never_pairs) = (0u64, 0u64, 0u64, 0usize);
     for wl in workloads() {
-        let state = QecState::build(&wl.table, &wl.config).unwrap_or_else(|e| panic!("{}: {e}", wl.name));
+        let state =
+            QecState::build_streamed(&wl.table, &wl.config, &wl.stream).unwrap_or_else(|e| panic!("{}: {e}", wl.name));
         never_pairs += state.never_pairs();
         assert!(wl.reqs.iter().all(|r| r.bytes.len() <= MAX_MSG && r.cap <= MAX_MSG));
         let (answers, session) = cpu_answers(&wl);

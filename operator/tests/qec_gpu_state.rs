@@ -39,7 +39,7 @@ fn blob_of_every_fixture_holds_the_cpu_tables() {
         let h = *state.header();
         let n = table.num_detectors;
         let s = n + 1;
-        assert_eq!((h.magic, h.header_bytes), (qec_state::MAGIC, 128), "{name}");
+        assert_eq!((h.magic, h.header_bytes), (qec_state::MAGIC, 256), "{name}");
         assert_eq!((h.num_detectors as usize, h.num_observables as usize), (n, table.num_observables), "{name}");
         assert_eq!((h.max_defects, h.decoders, h.rounds_per_message), (12, 3, 1));
         assert_eq!(h.shot_words as usize, n.div_ceil(32));
@@ -48,7 +48,12 @@ fn blob_of_every_fixture_holds_the_cpu_tables() {
         // Sections: in order, 128-byte aligned, each as long as it must be, inside the blob.
         let sections = [h.distances_off, h.parities_off, h.decoders_off, h.shots_off, h.scratch_off, h.total_bytes];
         assert!(sections.iter().all(|&o| o % 128 == 0), "{name}: {sections:?}");
-        assert_eq!(h.distances_off, 128);
+        assert_eq!(h.distances_off, 256);
+        // The stream: the ends of every round's message but the last (one round a message).
+        let rounds = rocelink_operator::qec::load_dem(&dem).unwrap().detectors_per_round().unwrap();
+        let want = rocelink_operator::qec::exact::stream_thresholds(&rounds, 1);
+        assert_eq!(&h.stream[..h.stream_count as usize], &want[..], "{name}");
+        assert_eq!(want.len(), rounds.len() - 1, "{name}");
         assert!(h.parities_off >= h.distances_off + (4 * s * s) as u64);
         assert!(h.decoders_off >= h.parities_off + (4 * s * s) as u64);
         assert!(h.shots_off >= h.decoders_off + 3 * 128);
@@ -84,7 +89,13 @@ fn blob_of_every_fixture_holds_the_cpu_tables() {
 #[test]
 fn the_header_is_little_endian_at_the_c_offsets() {
     let table = fine_table_from_file(&fixture("d3_p0.001").join("model.dem")).unwrap();
-    let cfg = SessionConfig { decoders: 2, rounds_per_message: 3, max_defects: 7, syndrome_mapping_id: Some(-5), measure_time: false };
+    let cfg = SessionConfig {
+        decoders: 2,
+        rounds_per_message: 3,
+        max_defects: 7,
+        syndrome_mapping_id: Some(-5),
+        measure_time: false,
+    };
     let st = QecState::build(&table, &cfg).unwrap();
     let b = st.bytes();
     let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
@@ -122,14 +133,19 @@ fn configurations_the_device_cannot_hold_are_refused_clearly() {
     assert!(kernels::gpu_unsupported(&[spec(&dem, 13, 1)]).unwrap().contains("CPU backend"));
     assert_eq!(kernels::gpu_unsupported(&[spec(&dem, 12, 1)]), None);
     assert_eq!(kernels::gpu_unsupported(&[StageSpec::Echo, spec(&dem, 12, 1)]), None);
-    assert!(kernels::gpu_unsupported(&[spec(&dem, 12, 1), spec(&dem, 12, 1)]).unwrap().contains("one stage with device state"));
+    assert!(kernels::gpu_unsupported(&[spec(&dem, 12, 1), spec(&dem, 12, 1)])
+        .unwrap()
+        .contains("one stage with device state"));
     let missing = kernels::gpu_unsupported(&[spec(Path::new("/nonexistent/model.dem"), 12, 1)]).unwrap();
     assert!(missing.contains("/nonexistent/model.dem"), "{missing}");
 
     let cfg = SessionConfig::default();
     let table = |text: &str| MatchingGraph::from_dem_text(text).unwrap().fine_table().unwrap();
     assert_eq!(QecState::build(&table("error(0.1) D3600\n"), &cfg).unwrap_err(), QecStateError::TooManyDetectors(3601));
-    assert_eq!(QecState::build(&table("error(0.1) D0 L32\n"), &cfg).unwrap_err(), QecStateError::TooManyObservables(33));
+    assert_eq!(
+        QecState::build(&table("error(0.1) D0 L32\n"), &cfg).unwrap_err(),
+        QecStateError::TooManyObservables(33)
+    );
     assert!(QecState::build(&table("error(0.1) D3583 L31\n"), &cfg).is_ok());
     let zero = SessionConfig { decoders: 0, ..cfg };
     assert!(matches!(QecState::build(&table("error(0.1) D0\n"), &zero), Err(QecStateError::Config(_))));
@@ -178,7 +194,11 @@ fn assert_same_decisions(table: &DistanceTable<u32>, shots: &[Vec<u8>]) -> usize
         let mut b = ExactDecoder::new(Arc::new(dropped_table.clone()), k).unwrap();
         for (i, shot) in shots.iter().enumerate() {
             let (x, y) = (a.decode_b8(shot), b.decode_b8(shot));
-            assert_eq!((x.observables, x.weight.to_bits(), x.defects, x.status), (y.observables, y.weight.to_bits(), y.defects, y.status), "K {k}, shot {i}");
+            assert_eq!(
+                (x.observables, x.weight.to_bits(), x.defects, x.status),
+                (y.observables, y.weight.to_bits(), y.defects, y.status),
+                "K {k}, shot {i}"
+            );
         }
     }
     dropped
@@ -259,18 +279,12 @@ fn c_and_rust_layouts_agree() {
         token,
         scratch_off,
         scratch_stride,
-        scratch_blocks
+        scratch_blocks,
+        stream_count,
+        rsvd,
+        stream
     );
-    off!(
-        "rl_qec_decoder",
-        QecDecoderRecord,
-        bits,
-        in_shot,
-        next_counter,
-        corrections,
-        counters,
-        rsvd
-    );
+    off!("rl_qec_decoder", QecDecoderRecord, bits, in_shot, next_counter, corrections, counters, rsvd);
     off!(
         "rl_qec_counters",
         SessionCounters,
@@ -296,10 +310,25 @@ fn c_and_rust_layouts_agree() {
     let dir = std::env::temp_dir().join(format!("rocelink-qec-layout-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("layout.cpp");
-    std::fs::write(&file, format!("#include \"stages/qec.cuh\"\n#include <cstddef>\n{offsets}{sizes}int main() {{ return 0; }}\n")).unwrap();
+    std::fs::write(
+        &file,
+        format!("#include \"stages/qec.cuh\"\n#include <cstddef>\n{offsets}{sizes}int main() {{ return 0; }}\n"),
+    )
+    .unwrap();
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    match std::process::Command::new(&cxx).arg("-std=c++17").arg("-fsyntax-only").arg("-I").arg(&kernels_dir).arg(&file).output() {
-        Ok(o) => assert!(o.status.success(), "qec.cuh and qec_state.rs disagree ({cxx}):\n{}", String::from_utf8_lossy(&o.stderr)),
+    match std::process::Command::new(&cxx)
+        .arg("-std=c++17")
+        .arg("-fsyntax-only")
+        .arg("-I")
+        .arg(&kernels_dir)
+        .arg(&file)
+        .output()
+    {
+        Ok(o) => assert!(
+            o.status.success(),
+            "qec.cuh and qec_state.rs disagree ({cxx}):\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
         Err(e) => {
             assert!(std::env::var_os("CI").is_none(), "no C++ compiler ({cxx}): {e}");
             eprintln!("SKIPPED the offset checks: no C++ compiler ({cxx}: {e})");
@@ -312,7 +341,8 @@ fn c_and_rust_layouts_agree() {
         return;
     }
     let text = format!("#include \"stages/qec.cuh\"\n{sizes}extern \"C\" __global__ void rl_layout_probe() {{}}\n");
-    let headers: Vec<nvrtc::Source> = kernels::FILES.iter().map(|(n, t)| nvrtc::Source { name: (*n).into(), text: (*t).into() }).collect();
+    let headers: Vec<nvrtc::Source> =
+        kernels::FILES.iter().map(|(n, t)| nvrtc::Source { name: (*n).into(), text: (*t).into() }).collect();
     let main = nvrtc::Source { name: "qec_layout.cu".into(), text };
     if let Err(e) = nvrtc::compile(&main, &headers, "sm_90", &[], false) {
         panic!("qec.cuh and qec_state.rs disagree:\n{e}");

@@ -65,6 +65,7 @@ pub const RL_QEC_INTERNAL_ERROR: u32 = 3;
 pub const RL_QEC_NOT_READY: u32 = 4;
 pub const RL_QEC_SYNDROMES_DROPPED: u32 = 6;
 pub const RL_QEC_MAGIC: u32 = 826492241;
+pub const RL_QEC_MAX_STREAM: u32 = 28;
 pub const RL_QEC_SCRATCH_DEFECT_BYTES: u32 = 76;
 pub const RL_PM_VERTEX_BYTES: u32 = 238;
 pub const RL_PM_EDGE_BYTES: u32 = 40;
@@ -592,10 +593,17 @@ pub struct rl_qec_header {
     pub scratch_off: u64,
     pub scratch_stride: u32,
     pub scratch_blocks: u32,
+    pub stream_count: u32,
+    pub rsvd: [u32; 3usize],
+    /** 144: strictly ascending bit counts below n, the ends of a shot's messages but the last
+ (exact.rs stream_thresholds): the stage settles the clusters of the defects below each
+ as the shot passes it (exact.rs "Streaming"); the answer depends on them, not on when
+ the messages came.*/
+    pub stream: [u32; 28usize],
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
-    ["Size of rl_qec_header"][::core::mem::size_of::<rl_qec_header>() - 128usize];
+    ["Size of rl_qec_header"][::core::mem::size_of::<rl_qec_header>() - 256usize];
     ["Alignment of rl_qec_header"][::core::mem::align_of::<rl_qec_header>() - 8usize];
     [
         "Offset of field: rl_qec_header::magic",
@@ -663,6 +671,15 @@ const _: () = {
     [
         "Offset of field: rl_qec_header::scratch_blocks",
     ][::core::mem::offset_of!(rl_qec_header, scratch_blocks) - 124usize];
+    [
+        "Offset of field: rl_qec_header::stream_count",
+    ][::core::mem::offset_of!(rl_qec_header, stream_count) - 128usize];
+    [
+        "Offset of field: rl_qec_header::rsvd",
+    ][::core::mem::offset_of!(rl_qec_header, rsvd) - 132usize];
+    [
+        "Offset of field: rl_qec_header::stream",
+    ][::core::mem::offset_of!(rl_qec_header, stream) - 144usize];
 };
 /** A decoder id's counters, monotonic: the CPU stage's (`SessionCounters` in session.rs is
  this struct) and the GPU stage's, one definition.*/

@@ -10,8 +10,9 @@
 //! layout tests; `operator/tests/qec_gpu_state.rs` also checks them with NVRTC):
 //!
 //! ```text
-//! 0              QecHeader (128 bytes): sizes, the table scale, section offsets, the
-//!                device-written invalid-decoder counter, and a token (below)
+//! 0              QecHeader (256 bytes): sizes, the table scale, section offsets, the
+//!                device-written invalid-decoder counter, a token (below), and the
+//!                stream thresholds (exact.rs "Streaming")
 //! distances_off  u32 D[(n+1)^2]   the CPU's `fine_table()` (PyMatching's integer weights),
 //!                                 row-major, boundary = row/column n, u32::MAX = no path
 //! parities_off   u32 P[(n+1)^2]   `parities_u32()`: observables flipped along that path
@@ -80,7 +81,7 @@ pub const SECTION_ALIGN: usize = 128;
 /// `RL_QEC_INF`: no path, and an infinite sum.
 pub const INF: u32 = u32::MAX;
 
-/// `struct rl_qec_header` (kernels/abi.h; Rust bindings generated from it), the first 128
+/// `struct rl_qec_header` (kernels/abi.h; Rust bindings generated from it), the first 256
 /// bytes of the blob.
 pub type QecHeader = crate::abi::rl_qec_header;
 
@@ -88,7 +89,7 @@ pub type QecHeader = crate::abi::rl_qec_header;
 pub type QecDecoderRecord = crate::abi::rl_qec_decoder;
 
 // The layout abi.h asserts too (and tests/qec_gpu_state.rs checks every offset with NVRTC).
-const _: () = assert!(size_of::<QecHeader>() == 128);
+const _: () = assert!(size_of::<QecHeader>() == 256);
 const _: () = assert!(size_of::<QecDecoderRecord>() == 128);
 const _: () = assert!(offset_of!(QecHeader, mapping_id) == 40);
 const _: () = assert!(offset_of!(QecHeader, scale) == 48);
@@ -116,7 +117,9 @@ pub enum QecStateError {
     )]
     TooManyDetectors(usize),
     /// More observables than 32-bit parities hold.
-    #[error("QEC decoder: the DEM has {0} observables; the GPU decoder keeps at most {MAX_OBSERVABLES} (32-bit parities)")]
+    #[error(
+        "QEC decoder: the DEM has {0} observables; the GPU decoder keeps at most {MAX_OBSERVABLES} (32-bit parities)"
+    )]
     TooManyObservables(usize),
     /// A setting the CPU session refuses too.
     #[error("QEC decoder: {0}")]
@@ -200,6 +203,16 @@ impl QecState {
     /// The blob for `table` (the CPU stage's `fine_table()`) under `config` (as the CPU
     /// session takes it; `measure_time` is ignored: the device always times its decodes).
     pub fn build(table: &DistanceTable<u32>, config: &SessionConfig) -> Result<QecState, QecStateError> {
+        Self::build_streamed(table, config, &[])
+    }
+
+    /// [`Self::build`] with stream thresholds (exact.rs [`crate::qec::exact::ExactDecoder::set_stream`], which
+    /// the model session takes the same way: [`crate::qec::QecSession::with_table_streamed`]).
+    pub fn build_streamed(
+        table: &DistanceTable<u32>,
+        config: &SessionConfig,
+        stream: &[u32],
+    ) -> Result<QecState, QecStateError> {
         // What QecSession::new and ExactDecoder::new refuse, refused the same way.
         if config.decoders == 0 {
             return Err(QecStateError::Config("a QEC session needs at least one decoder"));
@@ -243,9 +256,11 @@ impl QecState {
         let parities_off = align(distances_off + table_bytes).ok_or(QecStateError::TooLarge)?;
         let decoders_off = align(parities_off + table_bytes).ok_or(QecStateError::TooLarge)?;
         let records = config.decoders.checked_mul(size_of::<QecDecoderRecord>()).ok_or(QecStateError::TooLarge)?;
-        let shots_off = align(decoders_off.checked_add(records).ok_or(QecStateError::TooLarge)?).ok_or(QecStateError::TooLarge)?;
+        let shots_off =
+            align(decoders_off.checked_add(records).ok_or(QecStateError::TooLarge)?).ok_or(QecStateError::TooLarge)?;
         let shot_bytes = config.decoders.checked_mul(shot_words * 4).ok_or(QecStateError::TooLarge)?;
-        let upload = align(shots_off.checked_add(shot_bytes).ok_or(QecStateError::TooLarge)?).ok_or(QecStateError::TooLarge)?;
+        let upload =
+            align(shots_off.checked_add(shot_bytes).ok_or(QecStateError::TooLarge)?).ok_or(QecStateError::TooLarge)?;
         let edges = scratch_edges(n);
         let stride = scratch_stride(n, edges).ok_or(QecStateError::TooLarge)?;
         let scratch = config.decoders.checked_mul(stride).ok_or(QecStateError::TooLarge)?;
@@ -274,7 +289,14 @@ impl QecState {
             scratch_off: upload as u64,
             scratch_stride: u32::try_from(stride).map_err(|_| QecStateError::TooLarge)?,
             scratch_blocks: decoders,
+            stream_count: 0,
+            rsvd: [0; 3],
+            stream: [0; crate::qec::exact::MAX_STREAM],
         };
+        let mut header = header;
+        let kept = crate::qec::exact::normalize_stream(stream, n);
+        header.stream_count = kept.len() as u32;
+        header.stream[..kept.len()].copy_from_slice(&kept);
         // Zero everywhere else: every decoder starts idle (no shot, next counter 0, no
         // corrections, zero counters), as QecSession::new leaves its slots.
         let mut bytes = vec![0u8; upload];
@@ -299,6 +321,13 @@ impl QecState {
             return Err(QecStateError::MaxDefects(*max_defects as usize));
         }
         let table = crate::qec::fine_table_from_file(dem).map_err(|e| QecStateError::Load(e.to_string()))?;
+        // The stream: the ends of the messages a round-by-round replay of the DEM sends
+        // (none when the DEM has no round structure: then shots decode whole).
+        let rounds = crate::qec::load_dem(dem)
+            .map_err(|e| QecStateError::Load(e.to_string()))?
+            .detectors_per_round()
+            .unwrap_or_default();
+        let stream = crate::qec::exact::stream_thresholds(&rounds, *rounds_per_message);
         let config = SessionConfig {
             decoders: *decoders as usize,
             rounds_per_message: *rounds_per_message,
@@ -306,7 +335,7 @@ impl QecState {
             syndrome_mapping_id: None,
             measure_time: true,
         };
-        QecState::build(&table, &config).map(Some)
+        QecState::build_streamed(&table, &config, &stream).map(Some)
     }
 
     /// The bytes to copy to the device: the blob up to its scratch.
@@ -404,6 +433,10 @@ fn write_header(b: &mut [u8], h: &QecHeader) {
     w!(scratch_off);
     w!(scratch_stride);
     w!(scratch_blocks);
+    w!(stream_count);
+    for (i, t) in h.stream.iter().enumerate() {
+        put(b, offset_of!(QecHeader, stream) + 4 * i, &t.to_le_bytes());
+    }
 }
 
 /// Edges a block's scratch holds for one cluster's doubled graph on `n` detectors: the
@@ -451,7 +484,8 @@ pub fn decoder_record(blob: &[u8], i: usize) -> Option<QecDecoderRecord> {
     if i >= u32_at(blob, offset_of!(QecHeader, decoders))? as usize {
         return None;
     }
-    let at = usize::try_from(u64_at(blob, offset_of!(QecHeader, decoders_off))?).ok()? + i * size_of::<QecDecoderRecord>();
+    let at =
+        usize::try_from(u64_at(blob, offset_of!(QecHeader, decoders_off))?).ok()? + i * size_of::<QecDecoderRecord>();
     let u64f = |f: usize| u64_at(blob, at + f);
     Some(QecDecoderRecord {
         bits: u32_at(blob, at + offset_of!(QecDecoderRecord, bits))?,

@@ -52,6 +52,15 @@
 //!   any distance, so it joins every neighbour it may pair with; the shot is unmatchable
 //!   when one is left at the end. Weights equal PyMatching's; observables differ only on
 //!   ties.
+//! - **Streaming** ([`ExactDecoder::set_stream`]): a session that sends a shot in messages
+//!   settles it as it arrives. At each threshold `t` (the bit count at a message's end) with
+//!   more than K defects below it, the clusters of those defects are extended from the last
+//!   threshold's (the new defects join their nearest partners) and proved as above, for
+//!   them alone; the whole shot is the last step. Clusters, duals and solves carry over, so
+//!   the final message re-solves only what its defects touch. The result is a function of
+//!   the shot and the thresholds alone, however the messages came: the GPU settles at each
+//!   message where it can and replays the steps it missed (another decoder's shot in
+//!   between, a new launch), and answers byte for byte as this does. Exact either way.
 //! - **Allocation**: the DP's buffers are sized for K at construction; the cluster buffers
 //!   grow to the largest shot seen and are reused.
 //! - **No panic on any input**: bits beyond the DEM's detectors are ignored; out-of-range or
@@ -75,6 +84,37 @@ pub const MAX_MAX_DEFECTS: usize = 20;
 /// 2 L + c edges for L linked pairs, and at circuit-level noise a defect links to a few.
 pub const fn matching_edge_cap(n: usize) -> usize {
     16 * n + 1024
+}
+
+/// Stream thresholds a decoder keeps (abi.h RL_QEC_MAX_STREAM, the GPU header's room).
+pub const MAX_STREAM: usize = crate::abi::RL_QEC_MAX_STREAM as usize;
+
+/// The bit counts at the end of every message of a shot but the last, for a DEM of
+/// `detectors_per_round` (`Dem::detectors_per_round`) sent `rounds_per_message` rounds a
+/// message: the stream thresholds of a session replaying it so (module docs, "Streaming").
+pub fn stream_thresholds(detectors_per_round: &[usize], rounds_per_message: u32) -> Vec<u32> {
+    let per = rounds_per_message.max(1) as usize;
+    let mut out = Vec::new();
+    let mut bits = 0usize;
+    for (r, &d) in detectors_per_round.iter().enumerate() {
+        bits += d;
+        if (r + 1) % per == 0 && r + 1 < detectors_per_round.len() {
+            out.push(u32::try_from(bits).unwrap_or(u32::MAX));
+        }
+    }
+    out
+}
+
+/// `thresholds` as a decoder keeps them: strictly ascending, below `n`, at most
+/// [`MAX_STREAM`].
+pub fn normalize_stream(thresholds: &[u32], n: usize) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    for &t in thresholds {
+        if (t as usize) < n && out.last().is_none_or(|&l| t > l) && out.len() < MAX_STREAM {
+            out.push(t);
+        }
+    }
+    out
 }
 
 /// No path: a matcher weight that is never linked nor chosen.
@@ -275,6 +315,9 @@ pub struct ExactDecoder<W: TableWeight = u32> {
     mate: Vec<u32>,
     matcher: rocelink_qec::matching::PerfectMatching,
     edge_cap: usize,
+    /// Ascending bit counts below n where a stream settles the shot's defects so far
+    /// ([`ExactDecoder::set_stream`]); empty: whole shots.
+    stream: Vec<u32>,
     counters: DecoderCounters,
 }
 
@@ -314,6 +357,7 @@ impl<W: TableWeight> ExactDecoder<W> {
             mate: Vec::new(),
             matcher: rocelink_qec::matching::PerfectMatching::new(),
             edge_cap: matching_edge_cap(n),
+            stream: Vec::new(),
             counters: DecoderCounters::default(),
             table,
         })
@@ -332,6 +376,18 @@ impl<W: TableWeight> ExactDecoder<W> {
     /// Counters since construction.
     pub fn counters(&self) -> DecoderCounters {
         self.counters
+    }
+
+    /// The stream thresholds (module docs, "Streaming"): ascending bit counts, those at or
+    /// above the detector count and repeats dropped, at most [`MAX_STREAM`] kept (the
+    /// first). [`stream_thresholds`] gives a DEM's message boundaries.
+    pub fn set_stream(&mut self, thresholds: &[u32]) {
+        self.stream = normalize_stream(thresholds, self.table.num_detectors);
+    }
+
+    /// The stream thresholds in use.
+    pub fn stream(&self) -> &[u32] {
+        &self.stream
     }
 
     /// Decodes one shot of detection events, bit-packed LSB first (stim b8: bit i is bit
@@ -588,68 +644,29 @@ impl<W: TableWeight> ExactDecoder<W> {
         out
     }
 
+    /// The shot's clusters, settled at every stream threshold the shot passes with more
+    /// than K defects below it (module docs, "Streaming"), then for the whole shot; the sum
+    /// of their matchings.
     fn proved_clusters(&mut self, defects: &[u32], near: &[i64], bnd: &[i64]) -> (W::Acc, u64, DecodeStatus) {
-        let k = defects.len();
-        let linked = |x: usize, y: usize| Self::linked(near[x * k + y], bnd[x], bnd[y]);
-        // The first joins: each defect with its nearest partner that an optimal matching may
-        // use (the lowest index among equals).
         self.uf.clear();
-        self.uf.extend(0..k as u32);
-        for x in 0..k {
-            let mut best = (NO_PATH, usize::MAX);
-            for y in 0..k {
-                if y != x && linked(x, y) && near[x * k + y] < best.0 {
-                    best = (near[x * k + y], y);
+        self.solved.clear();
+        self.duals.clear();
+        let mut m = 0;
+        let stream = std::mem::take(&mut self.stream);
+        let mut settled = true;
+        for &t in &stream {
+            let mt = defects.partition_point(|&d| d < t);
+            if mt > self.max_defects && mt > m {
+                settled = self.settle(defects, near, bnd, m, mt);
+                if !settled {
+                    break;
                 }
-            }
-            if best.1 != usize::MAX {
-                Self::union(&mut self.uf, x as u32, best.1 as u32);
+                m = mt;
             }
         }
-        // Per root: the size of the cluster when it was last solved (0: never), and what the
-        // solve gave. Clusters only grow, so a root of the same size is the same cluster.
-        self.solved.clear();
-        self.solved.resize(k, Solved { size: 0, status: DecodeStatus::Ok, cost: W::ACC_ZERO, obs: 0 });
-        self.duals.clear();
-        self.duals.resize(k, (0, 0));
-        loop {
-            self.counters.proof_rounds += 1;
-            self.list_clusters(k);
-            for c in 0..self.starts.len() - 1 {
-                let (start, end) = (self.starts[c], self.starts[c + 1]);
-                let root = self.list[start] as usize;
-                if self.solved[root].size as usize == end - start {
-                    continue;
-                }
-                let members = std::mem::take(&mut self.list);
-                let s = self.solve_cluster(defects, &members[start..end], near, bnd);
-                self.list = members;
-                if s.status == DecodeStatus::Overflow {
-                    return (W::ACC_INF, 0, DecodeStatus::Overflow);
-                }
-                self.solved[root] = s;
-            }
-            // The proof: every pair across clusters that an optimal matching may use has a
-            // non-negative reduced cost in both copies, or joins its two clusters.
-            let mut joined = 0;
-            self.roots.clear();
-            self.roots.extend_from_slice(&self.uf);
-            for x in 0..k {
-                for y in x + 1..k {
-                    if self.roots[x] == self.roots[y] || !linked(x, y) {
-                        continue;
-                    }
-                    let (yx, yy, e2) = (self.duals[x], self.duals[y], 2 * near[x * k + y]);
-                    if yx.0 + yy.0 > e2 || yx.1 + yy.1 > e2 {
-                        Self::union(&mut self.uf, x as u32, y as u32);
-                        joined += 1;
-                    }
-                }
-            }
-            if joined == 0 {
-                break;
-            }
-            self.counters.joins += joined;
+        self.stream = stream;
+        if !settled || !self.settle(defects, near, bnd, m, defects.len()) {
+            return (W::ACC_INF, 0, DecodeStatus::Overflow);
         }
         let (mut total, mut obs) = (W::ACC_ZERO, 0u64);
         for c in 0..self.starts.len() - 1 {
@@ -661,6 +678,71 @@ impl<W: TableWeight> ExactDecoder<W> {
             obs ^= s.obs;
         }
         (total, obs, DecodeStatus::Ok)
+    }
+
+    /// Extends the clusters of the first `m` defects (settled) to the first `mt`: each new
+    /// defect joins its nearest linked partner among them all (the lowest index among
+    /// equals); then, until the proof holds for the `mt` defects, the clusters not solved at
+    /// their present size are solved and the pairs across clusters whose reduced cost is
+    /// negative join them. Clusters only grow, so a solve is kept while its root's cluster
+    /// keeps its size. `near` is the whole shot's (stride `defects.len()`). False: a
+    /// cluster over the edge cap (the shot is not decoded).
+    fn settle(&mut self, defects: &[u32], near: &[i64], bnd: &[i64], m: usize, mt: usize) -> bool {
+        let k = defects.len();
+        let linked = |x: usize, y: usize| Self::linked(near[x * k + y], bnd[x], bnd[y]);
+        self.uf.extend(m as u32..mt as u32);
+        self.solved.resize(mt, Solved { size: 0, status: DecodeStatus::Ok, cost: W::ACC_ZERO, obs: 0 });
+        self.duals.resize(mt, (0, 0));
+        for x in m..mt {
+            let mut best = (NO_PATH, usize::MAX);
+            for y in 0..mt {
+                if y != x && linked(x, y) && near[x * k + y] < best.0 {
+                    best = (near[x * k + y], y);
+                }
+            }
+            if best.1 != usize::MAX {
+                Self::union(&mut self.uf, x as u32, best.1 as u32);
+            }
+        }
+        loop {
+            self.counters.proof_rounds += 1;
+            self.list_clusters(mt);
+            for c in 0..self.starts.len() - 1 {
+                let (start, end) = (self.starts[c], self.starts[c + 1]);
+                let root = self.list[start] as usize;
+                if self.solved[root].size as usize == end - start {
+                    continue;
+                }
+                let members = std::mem::take(&mut self.list);
+                let s = self.solve_cluster(defects, &members[start..end], near, bnd);
+                self.list = members;
+                if s.status == DecodeStatus::Overflow {
+                    return false;
+                }
+                self.solved[root] = s;
+            }
+            // The proof: every pair across clusters that an optimal matching may use has a
+            // non-negative reduced cost in both copies, or joins its two clusters.
+            let mut joined = 0;
+            self.roots.clear();
+            self.roots.extend_from_slice(&self.uf);
+            for x in 0..mt {
+                for y in x + 1..mt {
+                    if self.roots[x] == self.roots[y] || !linked(x, y) {
+                        continue;
+                    }
+                    let (yx, yy, e2) = (self.duals[x], self.duals[y], 2 * near[x * k + y]);
+                    if yx.0 + yy.0 > e2 || yx.1 + yy.1 > e2 {
+                        Self::union(&mut self.uf, x as u32, y as u32);
+                        joined += 1;
+                    }
+                }
+            }
+            if joined == 0 {
+                return true;
+            }
+            self.counters.joins += joined;
+        }
     }
 
     /// A cluster of three or four defects without the matcher (module docs): its cheapest
@@ -1156,6 +1238,49 @@ mod tests {
         // Both ways of solving a small cluster were taken, and the proof joined clusters.
         let c = zero.counters();
         assert!(c.small_clusters > 0 && c.small_fallbacks > 0 && c.blossom_clusters > 0 && c.joins > 0, "{c:?}");
+    }
+
+    #[test]
+    fn streamed_shots_decode_to_the_exact_weight() {
+        // The same shots with stream thresholds every row (and at odd places) and without:
+        // equal weights, equal to the whole shot's DP; streaming took steps that reused
+        // solved clusters.
+        let g = grid(8, 12);
+        let t = g.fine_table().unwrap();
+        let mut exact = decoder(t.clone(), 20);
+        let mut whole = decoder(t.clone(), 0);
+        let mut rows = decoder(t.clone(), 0);
+        rows.set_stream(&(1..8).map(|r| 12 * r).collect::<Vec<u32>>());
+        let mut odd = decoder(t, 2);
+        odd.set_stream(&[5, 5, 3, 40, 41, 77, 95, 96, 500]);
+        assert_eq!(odd.stream(), &[5, 40, 41, 77, 95][..], "ascending, below n");
+        assert_eq!(stream_thresholds(&[12, 24, 24, 12], 1), vec![12, 36, 60]);
+        assert_eq!(stream_thresholds(&[12, 24, 24, 12], 2), vec![36]);
+        assert_eq!(stream_thresholds(&[12, 24, 24, 12], 4), Vec::<u32>::new());
+        let mut state = 4242u64;
+        let mut tried = 0;
+        for _ in 0..400 {
+            let mut defects = Vec::new();
+            for i in 0..96u32 {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                if (state >> 33) % 100 < 16 {
+                    defects.push(i);
+                }
+            }
+            if !(8..=20).contains(&defects.len()) {
+                continue;
+            }
+            tried += 1;
+            let want = exact.decode_defects(&defects);
+            for d in [&mut whole, &mut rows, &mut odd] {
+                let got = d.decode_defects(&defects);
+                assert_eq!(got.status, want.status);
+                assert!((want.weight - got.weight).abs() < 1e-9, "{defects:?}: {} against {}", got.weight, want.weight);
+            }
+        }
+        assert!(tried > 100, "{tried}");
+        let (w, r) = (whole.counters(), rows.counters());
+        assert!(r.proof_rounds > w.proof_rounds, "{r:?} {w:?}");
     }
 
     #[test]

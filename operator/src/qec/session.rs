@@ -218,6 +218,21 @@ impl<W: TableWeight> QecSession<ExactDecoder<W>> {
         let (n, obs) = (table.num_detectors, table.num_observables);
         Self::with_decoders(config, n, obs, || ExactDecoder::new(Arc::clone(&table), config.max_defects))
     }
+
+    /// [`Self::with_table`] with stream thresholds (exact.rs [`ExactDecoder::set_stream`]):
+    /// the model of a GPU stage built with the same (`QecState::build_streamed`).
+    pub fn with_table_streamed(
+        table: Arc<DistanceTable<W>>,
+        config: SessionConfig,
+        stream: &[u32],
+    ) -> Result<Self, ConfigError> {
+        let (n, obs) = (table.num_detectors, table.num_observables);
+        Self::with_decoders(config, n, obs, || {
+            let mut d = ExactDecoder::new(Arc::clone(&table), config.max_defects)?;
+            d.set_stream(stream);
+            Ok(d)
+        })
+    }
 }
 
 impl<D: SessionDecoder> QecSession<D> {

@@ -23,7 +23,10 @@ pub fn find_root(given: Option<&Path>, start: &Path) -> Result<PathBuf, String> 
         };
     }
     start.ancestors().find(|d| d.join(MARKER).is_file()).map(Path::to_path_buf).ok_or_else(|| {
-        format!("no folder at or above {} holds {MARKER}: run inside the repository's tree, or set {ROOT_VAR} to its root", start.display())
+        format!(
+            "no folder at or above {} holds {MARKER}: run inside the repository's tree, or set {ROOT_VAR} to its root",
+            start.display()
+        )
     })
 }
 
