@@ -26,7 +26,8 @@
 //! libcuda and libnvrtc; without a GPU it fails with the reason, since it was asked for.
 //! `ROCELINK_QEC_GPU_MAX_REQUESTS=N` keeps the first N requests of each workload, e.g. under
 //! `compute-sanitizer --tool memcheck` (or racecheck), which run the kernel far slower;
-//! `ROCELINK_QEC_GPU_NVRTC_OPTIONS=-lineinfo` gives their reports source lines.
+//! `ROCELINK_QEC_GPU_NVRTC_OPTIONS=-lineinfo` gives their reports source lines;
+//! `ROCELINK_QEC_GPU_ONLY=TEXT` runs only the workloads whose name holds TEXT.
 //! `ROCELINK_QEC_DUMP_CUBIN=DIR` makes the compile test (no GPU needed) write the replay
 //! kernel's cubins there (with -lineinfo), for `nvdisasm -g` / `cuobjdump -res-usage`.
 //!
@@ -731,7 +732,10 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
     let d_outs = up(vec![0u8; count * OUT_STRIDE]);
     let d_out_lens = up(vec![0u8; count * 4]);
     let d_viol = up(vec![0u8; 12]);
-    let d_state = up(state.bytes().to_vec());
+    // The blob's device memory takes its scratch too (past the uploaded bytes), as the
+    // transceiver allocates it: the stage keeps a shot's clusters there between messages.
+    let d_state = gpu.alloc(state.device_bytes()).unwrap();
+    gpu.upload(&d_state, 0, state.bytes()).unwrap();
     let d_timing = up(vec![0u8; count * TIMING * 4]);
     let d_clocks = up(vec![0u8; 32]);
     let stream = gpu.stream().unwrap();
@@ -787,7 +791,7 @@ fn run_on_gpu(gpu: &Gpu, module: &driver::Module, wl: &Workload, state: &QecStat
         lens: lens_raw.chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect(),
         outs: down(&d_outs),
         violations: [0, 1, 2].map(|i| u32::from_le_bytes(viol[4 * i..4 * i + 4].try_into().unwrap())),
-        state: down(&d_state),
+        state: down(&d_state)[..state.bytes().len()].to_vec(),
         millis,
         timing: down(&d_timing).chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect(),
         mhz: clocks[3].wrapping_sub(clocks[1]) as f64 * 1e3 / clocks[2].wrapping_sub(clocks[0]).max(1) as f64,
@@ -1018,7 +1022,12 @@ fn qec_gpu_matches_cpu() {
     let module = gpu.load(&c.cubin, &["rl_qec_replay"]).unwrap();
     // A prefix of each workload only (for slow tools such as compute-sanitizer).
     let max = std::env::var("ROCELINK_QEC_GPU_MAX_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+    // Only the workloads whose name holds this text (to study one).
+    let only = std::env::var("ROCELINK_QEC_GPU_ONLY").unwrap_or_default();
     for mut wl in workloads() {
+        if !wl.name.contains(only.as_str()) {
+            continue;
+        }
         wl.reqs.truncate(max);
         // The table in shared memory where it fits (the transceiver's way); in global memory
         // with the clusters' work in 48 KiB of shared memory (a larger DEM's way); and with no
