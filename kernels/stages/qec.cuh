@@ -350,9 +350,11 @@ struct rl_qec_smem {
  * first uses it.
  *   0 entry, 1 protocol and append done (lane 0), 2 defects listed, 3 table gathered,
  *   4 DP / clusters done, 5 answer written (before the last barrier); 6 the fast path's
- *   checks passed, 7 the decoded shot's record updated in shared memory (in the answer).
+ *   checks passed, 7 the decoded shot's record updated in shared memory (in the answer);
+ *   the request's last settle step (rl_qec_settle): 8 its first joins made, 9 its clusters
+ *   listed, 10 solved (the last round of its proof), 11 proved.
  * ------------------------------------------------------------------------------------- */
-#define RL_QEC_PROF_N 8
+#define RL_QEC_PROF_N 12
 /* RL_QEC_PROFILE_ACK (with RL_QEC_PROFILE; measurement only): marks 2..5, the decode's
  * otherwise, time the fast path's steps instead: 2 the shot and its defects appended, 3 the
  * record updated, 4 the answer's header written, 5 the token checked. */
@@ -1955,6 +1957,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
         if (b != ~0ull) rl_qec_uf_union(w.uf, x, (uint32_t)b);
     }
     __syncthreads();
+    RL_QEC_MARK(8);
     /* the pairs x < y, spread over the block: x = q / mt, y = q % mt (those with y <= x skipped) */
     const uint32_t kk = mt * mt;
     for (;;) {
@@ -2007,6 +2010,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
             w.list[w.cnt[r] + below] = x;
         }
         __syncthreads();
+        RL_QEC_MARK(9);
         const uint32_t nc = s->r.left;
         /* up to four defects now where their duals allow; more: their doubled graph's size */
         for (uint32_t ci = tid; ci < nc; ci += T) {
@@ -2080,6 +2084,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
             }
         }
         __syncthreads();
+        RL_QEC_MARK(10);
         if (s->r.edges != 0) break; /* block-uniform */
         /* the proof: a pair across clusters that an optimal matching may use, with a
          * negative reduced cost in either copy, joins its clusters */
@@ -2098,6 +2103,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
         __syncthreads(); /* everyone has read it before thread 0 clears it */
         if (!again) break;
     }
+    RL_QEC_MARK(11);
 }
 
 /** The message count at which the mirrored decoder's shot started: its messages so far less

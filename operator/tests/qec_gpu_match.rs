@@ -27,7 +27,8 @@
 //! `ROCELINK_QEC_GPU_MAX_REQUESTS=N` keeps the first N requests of each workload, e.g. under
 //! `compute-sanitizer --tool memcheck` (or racecheck), which run the kernel far slower;
 //! `ROCELINK_QEC_GPU_NVRTC_OPTIONS=-lineinfo` gives their reports source lines;
-//! `ROCELINK_QEC_GPU_ONLY=TEXT` runs only the workloads whose name holds TEXT.
+//! `ROCELINK_QEC_GPU_ONLY=TEXT` runs only the workloads whose name holds TEXT;
+//! `ROCELINK_QEC_GPU_FIXTURES=DIR` adds fresh fixtures (`fresh_workloads`).
 //! `ROCELINK_QEC_DUMP_CUBIN=DIR` makes the compile test (no GPU needed) write the replay
 //! kernel's cubins there (with -lineinfo), for `nvdisasm -g` / `cuobjdump -res-usage`.
 //!
@@ -67,14 +68,14 @@ const MAX_MSG: usize = 4096;
 
 /// u32 per request of the replay's timing: stage cycles, then the cycles from entry to each
 /// phase mark (0 when not reached, or the stage has no marks).
-const TIMING: usize = 9;
+const TIMING: usize = 13;
 
 const REPLAY_KERNEL: &str = r#"
 #include "abi.h"
 #include "stages/qec.cuh"
 #define RL_TEST_MAX_MSG 4096
 #define RL_TEST_OUT 128
-#define RL_TEST_TIMING 9
+#define RL_TEST_TIMING 13
 /* One block; requests one at a time, as the transceiver's chain runs them (after its
  * acquire fence), with the stage's idle form between them (unless -DRL_TEST_NO_IDLE). violations: [0] output bytes written at or past cap, [1] request bytes
  * changed, [2] threads that returned another value than thread 0. timing: per request, the
@@ -428,12 +429,23 @@ fn fixture_shots(dir: &Path, n: usize) -> Vec<Vec<bool>> {
 }
 
 fn fixture_workload(name: &str, k: usize, rounds_per_message: usize, decoders: usize, max_shots: usize) -> Workload {
-    let dir = fixture(name);
+    fixture_workload_in(&fixture(name), name, k, rounds_per_message, decoders, max_shots)
+}
+
+/// As [`fixture_workload`], from the fixture folder `dir` (scripts/qec_fixtures.py's layout).
+fn fixture_workload_in(
+    dir: &Path,
+    name: &str,
+    k: usize,
+    rounds_per_message: usize,
+    decoders: usize,
+    max_shots: usize,
+) -> Workload {
     let dem = load_dem(&dir.join("model.dem")).unwrap();
     let rounds = dem.detectors_per_round().unwrap();
     let table = Arc::new(MatchingGraph::from_dem(&dem, GraphOptions::default()).unwrap().fine_table().unwrap());
     assert_eq!(*table, *fine_table_from_file(&dir.join("model.dem")).unwrap());
-    let mut shots = fixture_shots(&dir, dem.num_detectors);
+    let mut shots = fixture_shots(dir, dem.num_detectors);
     shots.truncate(max_shots);
     let config = SessionConfig {
         decoders,
@@ -662,6 +674,28 @@ pub fn workloads() -> Vec<Workload> {
     }
     wide += "error(0.1) D32\n";
     w.push(fuzz_workload("protocol fuzz, 32 observables", &wide, fuzz_config(2, 1, None, 12), 5000, 18));
+    w.extend(fresh_workloads());
+    w
+}
+
+/// Fresh fixtures at the distances experiments run (`ROCELINK_QEC_GPU_FIXTURES=DIR`: the
+/// d*_p* folders of `scripts/qec_fixtures.py --out-dir DIR`), `ROCELINK_QEC_GPU_FRESH_SHOTS`
+/// shots each (default 1,000): streamed a round per message, and whole shots in one message.
+fn fresh_workloads() -> Vec<Workload> {
+    let Some(dir) = std::env::var_os("ROCELINK_QEC_GPU_FIXTURES").map(PathBuf::from) else { return Vec::new() };
+    let shots = std::env::var("ROCELINK_QEC_GPU_FRESH_SHOTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("ROCELINK_QEC_GPU_FIXTURES={}: {e}", dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with('d') && n.contains("_p") && !n.ends_with("_repeat"))
+        .collect();
+    names.sort_by_key(|n| (n[1..].split('_').next().and_then(|d| d.parse::<u32>().ok()).unwrap_or(0), n.clone()));
+    let mut w = Vec::new();
+    for n in names {
+        let label = format!("fresh {n}");
+        w.push(fixture_workload_in(&dir.join(&n), &label, 12, 1, 1, shots));
+        w.push(fixture_workload_in(&dir.join(&n), &label, 12, 1000, 1, shots));
+    }
     w
 }
 
@@ -860,7 +894,7 @@ impl Timing {
     /// Decodes by defect count: count, median stage time and decode_ns (ns), p99 of both.
     fn by_defects(&self) -> String {
         let mut out = Vec::new();
-        for (lo, hi) in [(0, 0), (1, 1), (2, 2), (3, 4), (5, 6), (7, 8), (9, 12), (13, u32::MAX)] {
+        for (lo, hi) in [(0, 0), (1, 1), (2, 2), (3, 4), (5, 6), (7, 8), (9, 12), (13, 24), (25, 48), (49, u32::MAX)] {
             let mut st: Vec<u32> = self.decodes.iter().filter(|d| d.0 >= lo && d.0 <= hi).map(|d| d.1).collect();
             let mut dn: Vec<u32> = self.decodes.iter().filter(|d| d.0 >= lo && d.0 <= hi).map(|d| d.2).collect();
             if st.is_empty() {
@@ -1022,6 +1056,7 @@ fn qec_gpu_matches_cpu() {
     let module = gpu.load(&c.cubin, &["rl_qec_replay"]).unwrap();
     // A prefix of each workload only (for slow tools such as compute-sanitizer).
     let max = std::env::var("ROCELINK_QEC_GPU_MAX_REQUESTS").ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+    let profiled = opts.iter().any(|o| o == "-DRL_QEC_PROFILE");
     // Only the workloads whose name holds this text (to study one).
     let only = std::env::var("ROCELINK_QEC_GPU_ONLY").unwrap_or_default();
     for mut wl in workloads() {
@@ -1037,6 +1072,12 @@ fn qec_gpu_matches_cpu() {
             .unwrap_or(usize::MAX);
         if table <= module.dynamic_shared_room(&gpu, 0) {
             println!("[table in shared memory] {}", compare(&gpu, &module, &wl, usize::MAX));
+        }
+        if profiled {
+            // the phase marks by defect count, the table in global memory
+            let (line, timing) = compare_timed(&gpu, &module, &wl, 0);
+            println!("[profiled, table in global memory] {line}\n  {}", timing.by_defects());
+            continue;
         }
         if table > 48 * 1024 {
             println!(
