@@ -1202,6 +1202,16 @@ mod tests {
         MatchingGraph::from_dem_text(&s).unwrap()
     }
 
+    /// Detectors 0..n each a defect with probability pct %, from an LCG.
+    fn random_defects(state: &mut u64, n: u32, pct: u64) -> Vec<u32> {
+        (0..n)
+            .filter(|_| {
+                *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (*state >> 33) % 100 < pct
+            })
+            .collect()
+    }
+
     #[test]
     fn clusters_under_and_above_k_give_the_exact_weight() {
         // 13-20 defects on an 8 x 12 grid: K = 6 (clusters by the DP or the matcher) and
@@ -1214,13 +1224,7 @@ mod tests {
         let mut state = 777u64;
         let mut tried = 0;
         for _ in 0..400 {
-            let mut defects = Vec::new();
-            for i in 0..96u32 {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                if (state >> 33) % 100 < 17 {
-                    defects.push(i);
-                }
-            }
+            let defects = random_defects(&mut state, 96, 17);
             if !(13..=20).contains(&defects.len()) {
                 continue;
             }
@@ -1260,13 +1264,7 @@ mod tests {
         let mut state = 4242u64;
         let mut tried = 0;
         for _ in 0..400 {
-            let mut defects = Vec::new();
-            for i in 0..96u32 {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                if (state >> 33) % 100 < 16 {
-                    defects.push(i);
-                }
-            }
+            let defects = random_defects(&mut state, 96, 16);
             if !(8..=20).contains(&defects.len()) {
                 continue;
             }
