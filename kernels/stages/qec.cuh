@@ -320,7 +320,8 @@ struct rl_qec_result {
     uint32_t edges;           /* rl_qec_clusters: a cluster is not decoded (OVERFLOW) */
     uint32_t sj, sm, smt;     /* rl_qec_clusters: the next threshold, defects settled, the next step's */
     uint32_t sover;           /* rl_qec_clusters: a step overflowed */
-    uint32_t rsvd[2];
+    uint32_t wait;            /* rl_qec_settle: a cluster of this pass waits for a matcher */
+    uint32_t rsvd;
     unsigned long long cost;  /* matching weight in table units */
 };
 
@@ -526,6 +527,8 @@ struct rl_qec_scr {
     uint32_t *owner;          /* [n] per cluster: the thread that runs its matcher */
     uint32_t *edges;          /* [n] per cluster: its doubled graph's edges (all ones: over the cap) */
     uint8_t *pm;              /* the matchers' work space (rl_pm_carve) */
+    uint32_t *pd;             /* the pairs' distances by defect, rows below pdn (rl_qec_pair); 0: none */
+    uint32_t pdn;             /* rows pd holds: RL_QEC_PD_CAP with pd, else 0 */
 };
 
 /** Bytes of the defect arrays for `cap` defects (abi.h RL_QEC_SCRATCH_DEFECT_BYTES per
@@ -554,6 +557,8 @@ __device__ __forceinline__ struct rl_qec_scr rl_qec_scr_of(uint8_t *at, uint32_t
     r.owner = r.at + cap;
     r.edges = r.owner + cap;
     r.pm = at + rl_qec_lists_bytes(cap);
+    r.pd = 0;
+    r.pdn = 0;
     return r;
 }
 
@@ -1583,6 +1588,33 @@ __device__ __forceinline__ bool rl_qec_linked(uint32_t e, uint32_t bx, uint32_t 
     return e != RL_QEC_INF && (bx == RL_QEC_INF || by == RL_QEC_INF || (unsigned long long)e < (unsigned long long)bx + by);
 }
 
+/** Defects the work space in shared memory caches the pairs' distances of: a triangle of
+ * rows, row x holding x's distances to the defects below it (exact.rs's `near`, read from
+ * the table once when x joins, not at every pass of a settle step). 128: 32 KiB. */
+#define RL_QEC_PD_CAP 128u
+__host__ __device__ __forceinline__ uint32_t rl_qec_pd_at(uint32_t hi, uint32_t lo) { return hi * (hi - 1u) / 2u + lo; }
+__host__ __device__ __forceinline__ unsigned long long rl_qec_pd_bytes(void) {
+    return ((unsigned long long)rl_qec_pd_at(RL_QEC_PD_CAP, 0) * 4ull + 15ull) & ~15ull;
+}
+
+/** The row of triangle entry q: the x with rl_qec_pd_at(x, 0) <= q < rl_qec_pd_at(x + 1, 0). */
+__device__ __forceinline__ uint32_t rl_qec_tri_row(uint32_t q) {
+    uint32_t x = (uint32_t)((1.0f + sqrtf(1.0f + 8.0f * (float)q)) * 0.5f);
+    while (x > 1u && rl_qec_pd_at(x, 0) > q) x--;
+    while (rl_qec_pd_at(x + 1u, 0) <= q) x++;
+    return x;
+}
+
+/** The distance of defects x != y (the table's entry of the lower detector's row and the
+ * higher's column): from the work space's cache when both are below its rows, else the
+ * table. */
+__device__ __forceinline__ uint32_t rl_qec_pair(const struct rl_qec_scr &w, bool sh, const uint32_t *D, uint64_t stride, uint32_t x,
+                                                uint32_t y) {
+    const uint32_t lo = x < y ? x : y, hi = x < y ? y : x;
+    if (hi < w.pdn) return w.pd[rl_qec_pd_at(hi, lo)];
+    return rl_qec_dist(sh, D, (uint64_t)w.def[lo] * stride + w.def[hi]);
+}
+
 __device__ __forceinline__ uint32_t rl_qec_uf_find(volatile uint32_t *uf, uint32_t x) {
     uint32_t p = uf[x];
     while (p != x) {
@@ -1663,7 +1695,7 @@ __device__ __noinline__ bool rl_qec_solve_small(const struct rl_qec_cache *kc, c
 #pragma unroll
     for (uint32_t i = 0; i < C; i++)
 #pragma unroll
-        for (uint32_t j = i + 1u; j < C; j++) d[i][j] = (long long)rl_qec_dist(sh, D, (uint64_t)dx[i] * stride + dx[j]);
+        for (uint32_t j = i + 1u; j < C; j++) d[i][j] = (long long)rl_qec_pair(w, sh, D, stride, x[i], x[j]);
 #pragma unroll
     for (uint32_t i = 0; i < C; i++)
 #pragma unroll
@@ -1803,16 +1835,13 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     struct rl_pm pm;
     rl_pm_carve(&pm, mem, 2u * c, E);
     uint32_t L = 0;
-    for (uint32_t i = 0; i < c; i++) {
-        const uint64_t ai = (uint64_t)w.def[m[i]] * stride;
-        for (uint32_t j = i + 1u; j < c; j++) L += rl_qec_linked(rl_qec_dist(sh, D, ai + w.def[m[j]]), w.bnd[m[i]], w.bnd[m[j]]);
-    }
+    for (uint32_t i = 0; i < c; i++)
+        for (uint32_t j = i + 1u; j < c; j++) L += rl_qec_linked(rl_qec_pair(w, sh, D, stride, m[i], m[j]), w.bnd[m[i]], w.bnd[m[j]]);
     /* copy one's pairs by (i, j), copy two's likewise, then the joins by i (exact.rs) */
     uint32_t o = 0, q = 2u * L;
     for (uint32_t i = 0; i < c; i++) {
-        const uint64_t ai = (uint64_t)w.def[m[i]] * stride;
         for (uint32_t j = i + 1u; j < c; j++) {
-            const uint32_t e = rl_qec_dist(sh, D, ai + w.def[m[j]]);
+            const uint32_t e = rl_qec_pair(w, sh, D, stride, m[i], m[j]);
             if (!rl_qec_linked(e, w.bnd[m[i]], w.bnd[m[j]])) continue;
             pm.ends[2u * o] = i;
             pm.ends[2u * o + 1u] = j;
@@ -1849,7 +1878,7 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
             cost += w.bnd[x];
             obs ^= rl_qec_par(sh, P, ax + n);
         } else if (u < c && i < u) {
-            cost += rl_qec_dist(sh, D, ax + w.def[m[u]]);
+            cost += rl_qec_pair(w, sh, D, stride, x, m[u]);
             obs ^= rl_qec_par(sh, P, ax + w.def[m[u]]);
         }
     }
@@ -1881,7 +1910,7 @@ __device__ __forceinline__ void rl_qec_solve_two(const struct rl_qec_cache *kc, 
     /* linked, so the pair beats both to the boundary; duals y_x + y_y = e in both copies,
      * y_x <= c_x and y_y <= c_y (the joins), as even as those allow */
     const uint32_t y = w.list[start + 1u], by = w.bnd[y];
-    const long long e = rl_qec_dist(sh, kc->dist, ax + w.def[y]);
+    const long long e = rl_qec_pair(w, sh, kc->dist, stride, x, y);
     const long long lo = by == RL_QEC_INF ? -RL_QEC_BIG : 2ll * e - 2ll * by;
     const long long hi = bx == RL_QEC_INF ? RL_QEC_BIG : 2ll * bx;
     const long long yx = e < lo ? lo : e > hi ? hi : e;
@@ -1937,6 +1966,15 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
         w.cost[x] = ~0ull; /* the nearest partner, (distance << 32 | index), until the first joins */
         w.bnd[x] = rl_qec_dist(sh, D, (uint64_t)d * stride + n);
     }
+    /* the new defects' rows of the pairs' cache, from the shot's list (w.def's new entries
+     * are not all written yet) */
+    {
+        const uint32_t pc = mt < w.pdn ? mt : w.pdn, p0 = m < pc ? m : pc;
+        for (uint32_t q = rl_qec_pd_at(p0, 0) + tid; q < rl_qec_pd_at(pc, 0); q += T) {
+            const uint32_t x = rl_qec_tri_row(q), y = q - rl_qec_pd_at(x, 0);
+            w.pd[q] = rl_qec_dist(sh, D, (uint64_t)s->u.g.def[y] * stride + s->u.g.def[x]);
+        }
+    }
     if (tid == 0) s->r.edges = 0; /* the first OVERFLOW seen */
     __syncthreads();
     /* the first joins: each new defect x with its nearest linked partner y (the lowest index
@@ -1946,9 +1984,8 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
     for (uint32_t q = tid; q < fresh; q += T) {
         const uint32_t x = m + q / mt, y = q % mt;
         if (y == x) continue;
-        const uint32_t lo = x < y ? x : y, hi = x < y ? y : x;
-        const uint32_t e = rl_qec_dist(sh, D, (uint64_t)w.def[lo] * stride + w.def[hi]);
-        if (!rl_qec_linked(e, w.bnd[lo], w.bnd[hi])) continue;
+        const uint32_t e = rl_qec_pair(w, sh, D, stride, x, y);
+        if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
         atomicMin(w.cost + x, (unsigned long long)e << 32 | y);
     }
     __syncthreads();
@@ -1958,12 +1995,13 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
     }
     __syncthreads();
     RL_QEC_MARK(8);
-    /* the pairs x < y, spread over the block: x = q / mt, y = q % mt (those with y <= x skipped) */
-    const uint32_t kk = mt * mt;
+    /* the pairs y < x, spread over the block: the triangle's entries (rl_qec_pd_at) */
+    const uint32_t kk = rl_qec_pd_at(mt, 0);
     for (;;) {
         /* the clusters by their root (their lowest defect), members in increasing order:
-         * roots, then members per root, then (warp 0) the clusters' starts in root order,
-         * then each defect's place, after the members of its cluster below it */
+         * roots, then members per root, then (warp 0, 32 at a time) the clusters' starts in
+         * root order and each defect's place after its cluster's members below it (a root
+         * is its cluster's lowest defect, so its start is known when its members come) */
         for (uint32_t x = tid; x < mt; x += T) {
             w.rt[x] = rl_qec_uf_find(w.uf, x);
             w.cnt[x] = 0;
@@ -1991,29 +2029,34 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
                 }
                 if (c != 0u) {
                     w.cstart[nc + roots - 1u] = pos + sum - c;
-                    w.cnt[r] = pos + sum - c;
+                    w.cnt[r] = pos + sum - c; /* the fill cursor */
                 }
                 pos += __shfl_sync(0xffffffffu, sum, 31);
                 nc += __shfl_sync(0xffffffffu, roots, 31);
+                __syncwarp();
+                /* defect x = r: its place, after the lanes below it of its cluster */
+                const uint32_t rx = r < mt ? w.rt[r] : 0xFFFFFFFFu;
+                const uint32_t same = __match_any_sync(0xffffffffu, rx), lead = (uint32_t)__ffs(same) - 1u;
+                const uint32_t base = r < mt ? w.cnt[rx] : 0u;
+                if (r < mt) w.list[base + (uint32_t)__popc(same & ((1u << tid) - 1u))] = r;
+                __syncwarp();
+                if (r < mt && tid == lead) w.cnt[rx] = base + (uint32_t)__popc(same);
+                __syncwarp();
             }
             if (tid == 0) {
                 w.cstart[nc] = pos;
                 s->r.left = nc;
                 s->r.done = 0; /* the proof joined clusters */
+                s->r.wait = 0;
             }
-        }
-        __syncthreads();
-        for (uint32_t x = tid; x < mt; x += T) {
-            const uint32_t r = w.rt[x];
-            uint32_t below = 0;
-            for (uint32_t y = r; y < x; y++) below += w.rt[y] == r;
-            w.list[w.cnt[r] + below] = x;
         }
         __syncthreads();
         RL_QEC_MARK(9);
         const uint32_t nc = s->r.left;
-        /* up to four defects now where their duals allow; more: their doubled graph's size */
-        for (uint32_t ci = tid; ci < nc; ci += T) {
+        /* up to four defects now where their duals allow; more: their doubled graph's size.
+         * Neighbouring clusters go to different warps (cluster lane * W + warp), so that the
+         * few to solve run side by side, not as one warp's divergent lanes. */
+        for (uint32_t ci = (tid & 31u) * (T / 32u) + (tid >> 5); ci < nc; ci += T) {
             const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start, root = w.list[start];
             w.at[ci] = RL_QEC_AT_DONE;
             if (w.size[root] == c) continue;
@@ -2025,73 +2068,77 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
             uint32_t L = 0, J = 0;
             for (uint32_t i = 0; i < c; i++) {
                 const uint32_t xi = w.list[start + i];
-                const uint64_t ai = (uint64_t)w.def[xi] * stride;
                 J += w.bnd[xi] != RL_QEC_INF;
                 for (uint32_t j = i + 1u; j < c; j++) {
                     const uint32_t xj = w.list[start + j];
-                    L += rl_qec_linked(rl_qec_dist(sh, D, ai + w.def[xj]), w.bnd[xi], w.bnd[xj]);
+                    L += rl_qec_linked(rl_qec_pair(w, sh, D, stride, xi, xj), w.bnd[xi], w.bnd[xj]);
                 }
             }
             const unsigned long long E = 2ull * L + J;
             w.edges[ci] = E > kc->scr_edges ? 0xFFFFFFFFu : (uint32_t)E;
             w.at[ci] = RL_QEC_AT_WAIT;
+            s->r.wait = 1;
         }
         __syncthreads();
-        if (tid == 0) {
-            /* places in the arena, cluster after cluster, while they fit; the matcher of
-             * cluster j goes to warp j % W, so the matchers spread over the warps */
-            unsigned long long off = 0;
-            uint32_t rank = 0;
-            for (uint32_t ci = 0; ci < nc; ci++) {
-                if (w.at[ci] != RL_QEC_AT_WAIT) continue;
-                const uint32_t c = w.cstart[ci + 1u] - w.cstart[ci];
-                if (w.edges[ci] == 0xFFFFFFFFu) {
-                    s->r.edges = 1;
-                    w.at[ci] = RL_QEC_AT_DONE;
-                    continue;
-                }
-                const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
-                if (rank < T && off + b <= ws.room) {
-                    w.at[ci] = (uint32_t)(off >> 4);
-                    w.owner[ci] = (rank % (T / 32u)) * 32u + rank / (T / 32u);
-                    off += b;
-                    rank++;
-                } else {
-                    w.at[ci] = RL_QEC_AT_ALONE;
+        /* the matchers' places, runs and lone runs: only when a cluster waits for one (most
+         * passes solve every cluster in closed form); block-uniform */
+        if (s->r.wait != 0) {
+            if (tid == 0) {
+                /* places in the arena, cluster after cluster, while they fit; the matcher of
+                 * cluster j goes to warp j % W, so the matchers spread over the warps */
+                unsigned long long off = 0;
+                uint32_t rank = 0;
+                for (uint32_t ci = 0; ci < nc; ci++) {
+                    if (w.at[ci] != RL_QEC_AT_WAIT) continue;
+                    const uint32_t c = w.cstart[ci + 1u] - w.cstart[ci];
+                    if (w.edges[ci] == 0xFFFFFFFFu) {
+                        s->r.edges = 1;
+                        w.at[ci] = RL_QEC_AT_DONE;
+                        continue;
+                    }
+                    const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
+                    if (rank < T && off + b <= ws.room) {
+                        w.at[ci] = (uint32_t)(off >> 4);
+                        w.owner[ci] = (rank % (T / 32u)) * 32u + rank / (T / 32u);
+                        off += b;
+                        rank++;
+                    } else {
+                        w.at[ci] = RL_QEC_AT_ALONE;
+                    }
                 }
             }
-        }
-        __syncthreads();
-        if (s->r.edges != 0) break; /* block-uniform */
-        for (uint32_t ci = 0; ci < nc; ci++) {
-            const uint32_t at = w.at[ci];
-            if (at >= RL_QEC_AT_WAIT || w.owner[ci] != tid) continue;
-            const uint32_t start = w.cstart[ci];
-            rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], ws.arena + ((unsigned long long)at << 4));
-        }
-        __syncthreads();
-        if (tid == 0) {
+            __syncthreads();
+            if (s->r.edges != 0) break; /* block-uniform */
             for (uint32_t ci = 0; ci < nc; ci++) {
-                if (w.at[ci] != RL_QEC_AT_ALONE) continue;
-                const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start;
-                const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
-                uint8_t *const mem = b <= ws.room ? ws.arena : ws.in_fast && ws.global_pm != 0 ? ws.global_pm : 0;
-                if (mem == 0) {
-                    s->r.edges = 1;
-                    break;
-                }
-                rl_qec_solve_cluster(kc, w, start, c, w.edges[ci], mem);
+                const uint32_t at = w.at[ci];
+                if (at >= RL_QEC_AT_WAIT || w.owner[ci] != tid) continue;
+                const uint32_t start = w.cstart[ci];
+                rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], ws.arena + ((unsigned long long)at << 4));
             }
+            __syncthreads();
+            if (tid == 0) {
+                for (uint32_t ci = 0; ci < nc; ci++) {
+                    if (w.at[ci] != RL_QEC_AT_ALONE) continue;
+                    const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start;
+                    const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
+                    uint8_t *const mem = b <= ws.room ? ws.arena : ws.in_fast && ws.global_pm != 0 ? ws.global_pm : 0;
+                    if (mem == 0) {
+                        s->r.edges = 1;
+                        break;
+                    }
+                    rl_qec_solve_cluster(kc, w, start, c, w.edges[ci], mem);
+                }
+            }
+            __syncthreads();
         }
-        __syncthreads();
         RL_QEC_MARK(10);
         if (s->r.edges != 0) break; /* block-uniform */
         /* the proof: a pair across clusters that an optimal matching may use, with a
          * negative reduced cost in either copy, joins its clusters */
         for (uint32_t q = tid; q < kk; q += T) {
-            const uint32_t x = q / mt, y = q - x * mt;
-            if (y <= x || w.rt[x] == w.rt[y]) continue;
-            const uint32_t e = rl_qec_dist(sh, D, (uint64_t)w.def[x] * stride + w.def[y]);
+            const uint32_t x = rl_qec_tri_row(q), y = q - rl_qec_pd_at(x, 0);
+            if (w.rt[x] == w.rt[y]) continue;
+            const uint32_t e = rl_qec_pair(w, sh, D, stride, x, y);
             if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
             if (w.y0[x] + w.y0[y] > 2ll * e || w.y1[x] + w.y1[y] > 2ll * e) {
                 rl_qec_uf_union(w.uf, x, y);
@@ -2146,6 +2193,14 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
     /* the matchers' arena: after the arrays; the global scratch's matcher beside it */
     ws.arena = ws.w.pm;
     ws.room = ws.in_fast ? kc->fast_bytes - rl_qec_lists_bytes(cap) : rl_pm_bytes(2u * n, kc->scr_edges);
+    /* the pairs' cache, in shared memory only (where a matcher's arena keeps at least as
+     * much room again): a global one would be another table to load */
+    if (ws.in_fast && ws.room >= 2ull * rl_qec_pd_bytes()) {
+        ws.w.pd = (uint32_t *)ws.arena;
+        ws.w.pdn = RL_QEC_PD_CAP;
+        ws.arena += rl_qec_pd_bytes();
+        ws.room -= rl_qec_pd_bytes();
+    }
     ws.global_pm = kc->scr != 0 ? rl_qec_scr_of(kc->scr, n).pm : 0;
     const unsigned long long start = rl_qec_shot_start(kc);
     if (tid == 0) {
@@ -2200,29 +2255,34 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
         return;
     }
     if (s->r.sover == 0) rl_qec_settle(s, ws, s->r.sm, k); /* block-uniform */
-    if (tid == 0) {
+    if (tid < 32u) {
+        /* the clusters' sum, over warp 0's lanes */
         const struct rl_qec_scr &w = ws.w;
-        uint32_t status = RL_QEC_REPORT_OK;
+        const bool over = s->r.sover != 0 || s->r.edges != 0;
         unsigned long long cost = 0;
-        uint32_t obs = 0;
-        if (s->r.sover != 0 || s->r.edges != 0) {
-            status = RL_QEC_REPORT_OVERFLOW;
-        } else {
-            for (uint32_t ci = 0; ci < s->r.left; ci++) {
+        uint32_t obs = 0, bad = 0;
+        if (!over) {
+            for (uint32_t ci = tid; ci < s->r.left; ci += 32u) {
                 const uint32_t root = w.list[w.cstart[ci]];
-                if (w.stat[root] != RL_QEC_ST_OK) {
-                    status = RL_QEC_REPORT_UNMATCHABLE;
-                    break;
-                }
+                bad |= w.stat[root] != RL_QEC_ST_OK;
                 cost += w.cost[root];
                 obs ^= w.obs[root];
             }
         }
-        s->r.status = status;
-        s->r.infinite = status != RL_QEC_REPORT_OK;
-        s->r.obs = status != RL_QEC_REPORT_OK ? 0u : obs;
-        s->r.cost = status != RL_QEC_REPORT_OK ? 0ull : cost;
-        kc->strm.dec = -1; /* the shot ends */
+#pragma unroll
+        for (uint32_t o = 16; o != 0; o >>= 1) {
+            cost += __shfl_xor_sync(0xffffffffu, cost, o);
+            obs ^= __shfl_xor_sync(0xffffffffu, obs, o);
+            bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+        }
+        if (tid == 0) {
+            const uint32_t status = over ? RL_QEC_REPORT_OVERFLOW : bad != 0 ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
+            s->r.status = status;
+            s->r.infinite = status != RL_QEC_REPORT_OK;
+            s->r.obs = status != RL_QEC_REPORT_OK ? 0u : obs;
+            s->r.cost = status != RL_QEC_REPORT_OK ? 0ull : cost;
+            kc->strm.dec = -1; /* the shot ends */
+        }
     }
 }
 
