@@ -1958,21 +1958,24 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
     const uint64_t stride = (uint64_t)n + 1u;
     const bool sh = kc->tab == RL_QEC_TAB_SHARED;
     const uint32_t *const D = kc->dist;
-    for (uint32_t x = m + tid; x < mt; x += T) {
-        const uint32_t d = s->u.g.def[x];
-        w.def[x] = d;
-        w.uf[x] = x;
-        w.size[x] = 0;
-        w.cost[x] = ~0ull; /* the nearest partner, (distance << 32 | index), until the first joins */
-        w.bnd[x] = rl_qec_dist(sh, D, (uint64_t)d * stride + n);
-    }
-    /* the new defects' rows of the pairs' cache, from the shot's list (w.def's new entries
-     * are not all written yet) */
+    /* the new defects, then the new rows of the pairs' cache (from the shot's list: w.def's
+     * new entries are not all written yet), as one run of items, so that their table loads
+     * are in flight together */
     {
-        const uint32_t pc = mt < w.pdn ? mt : w.pdn, p0 = m < pc ? m : pc;
-        for (uint32_t q = rl_qec_pd_at(p0, 0) + tid; q < rl_qec_pd_at(pc, 0); q += T) {
-            const uint32_t x = rl_qec_tri_row(q), y = q - rl_qec_pd_at(x, 0);
-            w.pd[q] = rl_qec_dist(sh, D, (uint64_t)s->u.g.def[y] * stride + s->u.g.def[x]);
+        const uint32_t nb = mt - m, pc = mt < w.pdn ? mt : w.pdn, p0 = m < pc ? m : pc;
+        const uint32_t q0 = rl_qec_pd_at(p0, 0), items = nb + (rl_qec_pd_at(pc, 0) - q0);
+        for (uint32_t i = tid; i < items; i += T) {
+            if (i < nb) {
+                const uint32_t x = m + i, d = s->u.g.def[x];
+                w.def[x] = d;
+                w.uf[x] = x;
+                w.size[x] = 0;
+                w.cost[x] = ~0ull; /* the nearest partner, (distance << 32 | index), until the first joins */
+                w.bnd[x] = rl_qec_dist(sh, D, (uint64_t)d * stride + n);
+            } else {
+                const uint32_t q = q0 + (i - nb), x = rl_qec_tri_row(q), y = q - rl_qec_pd_at(x, 0);
+                w.pd[q] = rl_qec_dist(sh, D, (uint64_t)s->u.g.def[y] * stride + s->u.g.def[x]);
+            }
         }
     }
     if (tid == 0) s->r.edges = 0; /* the first OVERFLOW seen */
@@ -2059,7 +2062,11 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
         for (uint32_t ci = (tid & 31u) * (T / 32u) + (tid >> 5); ci < nc; ci += T) {
             const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start, root = w.list[start];
             w.at[ci] = RL_QEC_AT_DONE;
-            if (w.size[root] == c) continue;
+            /* whether the cluster is solved in this pass: the proof's pairs are those that
+             * touch one (w.cnt, by root, is free once the clusters are listed) */
+            const bool fresh_solve = w.size[root] != c;
+            w.cnt[root] = fresh_solve;
+            if (!fresh_solve) continue;
             if (c <= 2u) {
                 rl_qec_solve_two(kc, w, start, c);
                 continue;
@@ -2134,10 +2141,14 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
         RL_QEC_MARK(10);
         if (s->r.edges != 0) break; /* block-uniform */
         /* the proof: a pair across clusters that an optimal matching may use, with a
-         * negative reduced cost in either copy, joins its clusters */
+         * negative reduced cost in either copy, joins its clusters. Only pairs that touch a
+         * cluster solved in this pass: the duals of the others are those of the pass that
+         * last checked them (or, before this step's first pass, of the last step's proof,
+         * which held), and the pair's distance and links never change. */
         for (uint32_t q = tid; q < kk; q += T) {
             const uint32_t x = rl_qec_tri_row(q), y = q - rl_qec_pd_at(x, 0);
-            if (w.rt[x] == w.rt[y]) continue;
+            const uint32_t rx = w.rt[x], ry = w.rt[y];
+            if (rx == ry || (w.cnt[rx] | w.cnt[ry]) == 0u) continue;
             const uint32_t e = rl_qec_pair(w, sh, D, stride, x, y);
             if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
             if (w.y0[x] + w.y0[y] > 2ll * e || w.y1[x] + w.y1[y] > 2ll * e) {
