@@ -33,7 +33,9 @@
 #define RL_PM_INFEASIBLE 2
 
 /** The solver's state (matching.rs PerfectMatching): pointers into the scratch area, each
- * array of the capacity noted. */
+ * array of the capacity noted. The functions below take it through a restrict pointer: its
+ * arrays never overlap the struct, so the compiler keeps their pointers in registers across
+ * the arrays' stores. */
 struct rl_pm {
     uint32_t n, m;             /* vertices, undirected edges */
     uint32_t *ends;            /* [2 emax] */
@@ -128,12 +130,12 @@ __host__ __device__ __forceinline__ unsigned long long rl_pm_bytes(uint32_t nmax
     return rl_pm_carve(&p, (uint8_t *)0, nmax, emax);
 }
 
-__device__ __forceinline__ uint32_t rl_pm_tail(const struct rl_pm *p, uint32_t d) { return p->ends[d]; }
-__device__ __forceinline__ uint32_t rl_pm_head(const struct rl_pm *p, uint32_t d) { return p->ends[d ^ 1u]; }
-__device__ __forceinline__ long long rl_pm_slack(const struct rl_pm *p, uint32_t d) {
+__device__ __forceinline__ uint32_t rl_pm_tail(const struct rl_pm *__restrict__ p, uint32_t d) { return p->ends[d]; }
+__device__ __forceinline__ uint32_t rl_pm_head(const struct rl_pm *__restrict__ p, uint32_t d) { return p->ends[d ^ 1u]; }
+__device__ __forceinline__ long long rl_pm_slack(const struct rl_pm *__restrict__ p, uint32_t d) {
     return p->wt[d >> 1] - p->y[rl_pm_tail(p, d)] - p->y[rl_pm_head(p, d)];
 }
-__device__ __forceinline__ bool rl_pm_is_top(const struct rl_pm *p, uint32_t b) { return p->parent[b] == RL_PM_NONE && (b < p->n || p->in_use[b]); }
+__device__ __forceinline__ bool rl_pm_is_top(const struct rl_pm *__restrict__ p, uint32_t b) { return p->parent[b] == RL_PM_NONE && (b < p->n || p->in_use[b]); }
 
 /** push_leaves: appends the vertices of blossom b to out[*len]. */
 __device__ __forceinline__ void rl_pm_push_leaves(struct rl_pm *p, uint32_t b, uint32_t *out, uint32_t *len) {
@@ -154,7 +156,7 @@ __device__ __forceinline__ void rl_pm_push_leaves(struct rl_pm *p, uint32_t b, u
     }
 }
 
-__device__ __forceinline__ uint32_t rl_pm_position(const struct rl_pm *p, uint32_t b, uint32_t c) {
+__device__ __forceinline__ uint32_t rl_pm_position(const struct rl_pm *__restrict__ p, uint32_t b, uint32_t c) {
     uint32_t x = p->first_child[b], i = 0;
     while (x != c) {
         x = p->next[x];
@@ -164,7 +166,7 @@ __device__ __forceinline__ uint32_t rl_pm_position(const struct rl_pm *p, uint32
 }
 
 /** setup: the adjacency from the edges already in ends/wt; false when a vertex has none. */
-__device__ __noinline__ bool rl_pm_setup(struct rl_pm *p) {
+__device__ __noinline__ bool rl_pm_setup(struct rl_pm *__restrict__ p) {
     const uint32_t n = p->n, nb = 2u * n, m2 = 2u * p->m;
     for (uint32_t v = 0; v <= n; v++) p->adj_start[v] = 0;
     for (uint32_t d = 0; d < m2; d++) p->adj_start[p->ends[d] + 1u]++;
@@ -203,7 +205,7 @@ __device__ __noinline__ bool rl_pm_setup(struct rl_pm *p) {
     return true;
 }
 
-__device__ __noinline__ void rl_pm_init_duals(struct rl_pm *p) {
+__device__ __noinline__ void rl_pm_init_duals(struct rl_pm *__restrict__ p) {
     const uint32_t n = p->n;
     for (uint32_t v = 0; v < n; v++) {
         long long m = RL_PM_I64_MAX;
@@ -234,7 +236,7 @@ __device__ __noinline__ void rl_pm_init_duals(struct rl_pm *p) {
     }
 }
 
-__device__ __forceinline__ void rl_pm_label_s(struct rl_pm *p, uint32_t b, uint32_t d) {
+__device__ __forceinline__ void rl_pm_label_s(struct rl_pm *__restrict__ p, uint32_t b, uint32_t d) {
     p->label[b] = RL_PM_S;
     p->label_dir[b] = d;
     p->best_ss[b] = RL_PM_NONE;
@@ -242,7 +244,7 @@ __device__ __forceinline__ void rl_pm_label_s(struct rl_pm *p, uint32_t b, uint3
     rl_pm_push_leaves(p, b, p->queue, &p->nqueue);
 }
 
-__device__ __forceinline__ void rl_pm_label_t(struct rl_pm *p, uint32_t b, uint32_t d) {
+__device__ __forceinline__ void rl_pm_label_t(struct rl_pm *__restrict__ p, uint32_t b, uint32_t d) {
     p->label[b] = RL_PM_T;
     p->label_dir[b] = d;
     const uint32_t md = p->mate[p->base[b]];
@@ -250,14 +252,14 @@ __device__ __forceinline__ void rl_pm_label_t(struct rl_pm *p, uint32_t b, uint3
     rl_pm_label_s(p, partner, md);
 }
 
-__device__ __forceinline__ uint32_t rl_pm_s_parent(const struct rl_pm *p, uint32_t b) {
+__device__ __forceinline__ uint32_t rl_pm_s_parent(const struct rl_pm *__restrict__ p, uint32_t b) {
     const uint32_t ld = p->label_dir[b];
     if (ld == RL_PM_NONE) return RL_PM_NONE;
     const uint32_t t = p->top[rl_pm_tail(p, ld)];
     return p->top[rl_pm_tail(p, p->label_dir[t])];
 }
 
-__device__ __forceinline__ void rl_pm_consider(struct rl_pm *p, uint32_t nb, uint32_t e) {
+__device__ __forceinline__ void rl_pm_consider(struct rl_pm *__restrict__ p, uint32_t nb, uint32_t e) {
     const uint32_t bj = p->top[rl_pm_head(p, e)];
     if (bj != nb && p->label[bj] == RL_PM_S) {
         const uint32_t cur = p->best_to[bj];
@@ -271,7 +273,7 @@ __device__ __forceinline__ void rl_pm_consider(struct rl_pm *p, uint32_t nb, uin
 }
 
 /** compact_pool: the live lists to the front, in order of their starts. */
-__device__ __noinline__ void rl_pm_compact_pool(struct rl_pm *p) {
+__device__ __noinline__ void rl_pm_compact_pool(struct rl_pm *__restrict__ p) {
     uint32_t no = 0;
     for (uint32_t b = p->n; b < 2u * p->n; b++)
         if (p->in_use[b] && p->has_list[b]) p->order[no++] = make_uint2(p->list_start[b], b);
@@ -295,7 +297,7 @@ __device__ __noinline__ void rl_pm_compact_pool(struct rl_pm *p) {
     p->pool_len = to;
 }
 
-__device__ __noinline__ void rl_pm_add_blossom(struct rl_pm *p, uint32_t lca, uint32_t d) {
+__device__ __noinline__ void rl_pm_add_blossom(struct rl_pm *__restrict__ p, uint32_t lca, uint32_t d) {
     const uint32_t bv = p->top[rl_pm_tail(p, d)];
     const uint32_t bw = p->top[rl_pm_head(p, d)];
     uint32_t npv = 0, npw = 0;
@@ -387,7 +389,7 @@ __device__ __noinline__ void rl_pm_add_blossom(struct rl_pm *p, uint32_t lca, ui
     p->best_ss[nb] = best;
 }
 
-__device__ __noinline__ void rl_pm_dissolve(struct rl_pm *p, uint32_t b) {
+__device__ __noinline__ void rl_pm_dissolve(struct rl_pm *__restrict__ p, uint32_t b) {
     const uint32_t first = p->first_child[b];
     uint32_t c = first;
     do {
@@ -403,7 +405,7 @@ __device__ __noinline__ void rl_pm_dissolve(struct rl_pm *p, uint32_t b) {
     p->free_ids[p->nfree++] = b;
 }
 
-__device__ __noinline__ void rl_pm_expand_t(struct rl_pm *p, uint32_t b) {
+__device__ __noinline__ void rl_pm_expand_t(struct rl_pm *__restrict__ p, uint32_t b) {
     rl_pm_dissolve(p, b);
     const uint32_t first = p->first_child[b];
     uint32_t c = first;
@@ -438,7 +440,7 @@ __device__ __noinline__ void rl_pm_expand_t(struct rl_pm *p, uint32_t b) {
     }
 }
 
-__device__ __noinline__ void rl_pm_expand_zero_blossoms(struct rl_pm *p) {
+__device__ __noinline__ void rl_pm_expand_zero_blossoms(struct rl_pm *__restrict__ p) {
     const uint32_t n = p->n;
     uint32_t nw = 0;
     for (uint32_t b = n; b < 2u * n; b++)
@@ -455,7 +457,7 @@ __device__ __noinline__ void rl_pm_expand_zero_blossoms(struct rl_pm *p) {
     }
 }
 
-__device__ __noinline__ void rl_pm_augment_blossom(struct rl_pm *p, uint32_t b0, uint32_t v0) {
+__device__ __noinline__ void rl_pm_augment_blossom(struct rl_pm *__restrict__ p, uint32_t b0, uint32_t v0) {
     const uint32_t n = p->n;
     uint32_t nt = 0;
     p->tasks[nt++] = make_uint2(b0, v0);
@@ -500,7 +502,7 @@ __device__ __noinline__ void rl_pm_augment_blossom(struct rl_pm *p, uint32_t b0,
     }
 }
 
-__device__ __noinline__ void rl_pm_augment(struct rl_pm *p, uint32_t d) {
+__device__ __noinline__ void rl_pm_augment(struct rl_pm *__restrict__ p, uint32_t d) {
     for (int side = 0; side < 2; side++) {
         uint32_t s = side == 0 ? rl_pm_tail(p, d) : rl_pm_head(p, d);
         uint32_t e = side == 0 ? d : d ^ 1u;
@@ -522,7 +524,7 @@ __device__ __noinline__ void rl_pm_augment(struct rl_pm *p, uint32_t d) {
 }
 
 /** tight_ss: shrink if both ends are in one tree, else augment (true). */
-__device__ __noinline__ bool rl_pm_tight_ss(struct rl_pm *p, uint32_t d) {
+__device__ __noinline__ bool rl_pm_tight_ss(struct rl_pm *__restrict__ p, uint32_t d) {
     const uint32_t bv = p->top[rl_pm_tail(p, d)];
     const uint32_t bw = p->top[rl_pm_head(p, d)];
     p->stamp++;
@@ -552,7 +554,7 @@ __device__ __noinline__ bool rl_pm_tight_ss(struct rl_pm *p, uint32_t d) {
 }
 
 /** scan: the edges of a new S vertex; true if it augmented. */
-__device__ __noinline__ bool rl_pm_scan(struct rl_pm *p, uint32_t v) {
+__device__ __noinline__ bool rl_pm_scan(struct rl_pm *__restrict__ p, uint32_t v) {
     for (uint32_t idx = p->adj_start[v]; idx < p->adj_start[v + 1u]; idx++) {
         const uint32_t d = p->adj[idx];
         const uint32_t w = rl_pm_head(p, d);
@@ -577,7 +579,7 @@ __device__ __noinline__ bool rl_pm_scan(struct rl_pm *p, uint32_t v) {
 }
 
 /** delta_step: 1 augmented, 0 not, -1 no step is bounded. */
-__device__ __noinline__ int rl_pm_delta_step(struct rl_pm *p) {
+__device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p) {
     const uint32_t n = p->n, nb = 2u * n;
     long long delta = RL_PM_I64_MAX;
     uint32_t kind = 0, arg = RL_PM_NONE;
@@ -641,7 +643,7 @@ __device__ __noinline__ int rl_pm_delta_step(struct rl_pm *p) {
     return 0;
 }
 
-__device__ __noinline__ int rl_pm_stage(struct rl_pm *p) {
+__device__ __noinline__ int rl_pm_stage(struct rl_pm *__restrict__ p) {
     const uint32_t n = p->n, nb = 2u * n;
     for (uint32_t b = 0; b < nb; b++) {
         p->label[b] = RL_PM_FREE;
@@ -674,7 +676,7 @@ __device__ __noinline__ int rl_pm_stage(struct rl_pm *p) {
 /** solve: false when the graph has no perfect matching; else mate[v] holds the directed edge
  * from v to its partner (rl_pm_head(p, mate[v]) is the partner). The total is the caller's
  * to sum (matching.rs solve sums wt/2 over the matched edges). */
-__device__ __noinline__ bool rl_pm_solve(struct rl_pm *p) {
+__device__ __noinline__ bool rl_pm_solve(struct rl_pm *__restrict__ p) {
     if (p->n == 0) return true;
     if (p->n % 2u == 1u || !rl_pm_setup(p)) return false;
     rl_pm_init_duals(p);

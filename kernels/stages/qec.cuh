@@ -1673,7 +1673,7 @@ __device__ __forceinline__ long long rl_qec_clamp(long long v, long long lo, lon
  * false when they do not exist (the matcher decides then), else its weight, observables and
  * outcome by its root, and its defects' duals, written. */
 template <uint32_t C>
-__device__ __noinline__ bool rl_qec_solve_small(const struct rl_qec_cache *kc, const struct rl_qec_scr &w, uint32_t start) {
+__device__ __noinline__ bool rl_qec_solve_small(const struct rl_qec_cache *kc, const struct rl_qec_scr w, uint32_t start) {
     const uint32_t n = kc->n;
     const uint64_t stride = (uint64_t)n + 1u;
     const bool sh = kc->tab == RL_QEC_TAB_SHARED;
@@ -1824,7 +1824,7 @@ __device__ __noinline__ bool rl_qec_solve_small(const struct rl_qec_cache *kc, c
 /** One cluster of three defects or more (exact.rs solve_cluster): w.list[start..start+c],
  * root `root`, solved by this thread alone on its doubled graph (`E` edges) with the matcher
  * in `mem`: its weight, observables and outcome by its root, its defects' duals. */
-__device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc, const struct rl_qec_scr &w, uint32_t start, uint32_t c,
+__device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc, const struct rl_qec_scr w, uint32_t start, uint32_t c,
                                                   uint32_t E, uint8_t *mem) {
     const uint32_t n = kc->n;
     const uint64_t stride = (uint64_t)n + 1u;
@@ -1952,7 +1952,13 @@ struct rl_qec_ws {
  * has more edges than the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. */
 __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct rl_qec_ws &ws, uint32_t m, uint32_t mt) {
     const struct rl_qec_cache *kc = &s->k;
-    const struct rl_qec_scr &w = ws.w;
+    /* the work space's pointers by value, and to the solvers by value: a copy whose address
+     * never escapes stays in registers, where a reference is reloaded from the stack after
+     * every store through a generic pointer */
+    const struct rl_qec_scr w = ws.w;
+    uint8_t *const arena = ws.arena, *const global_pm = ws.global_pm;
+    const unsigned long long room = ws.room;
+    const bool in_fast = ws.in_fast;
     const uint32_t tid = threadIdx.x, T = blockDim.x;
     const uint32_t n = kc->n;
     const uint64_t stride = (uint64_t)n + 1u;
@@ -2104,7 +2110,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
                         continue;
                     }
                     const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
-                    if (rank < T && off + b <= ws.room) {
+                    if (rank < T && off + b <= room) {
                         w.at[ci] = (uint32_t)(off >> 4);
                         w.owner[ci] = (rank % (T / 32u)) * 32u + rank / (T / 32u);
                         off += b;
@@ -2120,7 +2126,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
                 const uint32_t at = w.at[ci];
                 if (at >= RL_QEC_AT_WAIT || w.owner[ci] != tid) continue;
                 const uint32_t start = w.cstart[ci];
-                rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], ws.arena + ((unsigned long long)at << 4));
+                rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], arena + ((unsigned long long)at << 4));
             }
             __syncthreads();
             if (tid == 0) {
@@ -2128,7 +2134,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
                     if (w.at[ci] != RL_QEC_AT_ALONE) continue;
                     const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start;
                     const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
-                    uint8_t *const mem = b <= ws.room ? ws.arena : ws.in_fast && ws.global_pm != 0 ? ws.global_pm : 0;
+                    uint8_t *const mem = b <= room ? arena : in_fast && global_pm != 0 ? global_pm : 0;
                     if (mem == 0) {
                         s->r.edges = 1;
                         break;
@@ -2268,7 +2274,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
     if (s->r.sover == 0) rl_qec_settle(s, ws, s->r.sm, k); /* block-uniform */
     if (tid < 32u) {
         /* the clusters' sum, over warp 0's lanes */
-        const struct rl_qec_scr &w = ws.w;
+        const struct rl_qec_scr w = ws.w;
         const bool over = s->r.sover != 0 || s->r.edges != 0;
         unsigned long long cost = 0;
         uint32_t obs = 0, bad = 0;
