@@ -310,6 +310,12 @@ pub struct ExactDecoder<W: TableWeight = u32> {
     bnd: Vec<i64>,
     duals: Vec<(i64, i64)>,
     solved: Vec<Solved<W::Acc>>,
+    /// Per root: its cluster was solved in this pass of the proof. The GPU checks only the
+    /// pairs that touch such a cluster (qec.cuh rl_qec_settle); `narrow_misses` counts the
+    /// joins that would skip (none, if its argument holds: the others' duals are those of
+    /// the pass that last checked them).
+    fresh: Vec<bool>,
+    narrow_misses: u64,
     /// A cluster's doubled graph and matching.
     edges: Vec<(u32, u32, i64)>,
     mate: Vec<u32>,
@@ -353,6 +359,8 @@ impl<W: TableWeight> ExactDecoder<W> {
             bnd: Vec::new(),
             duals: Vec::new(),
             solved: Vec::new(),
+            fresh: Vec::new(),
+            narrow_misses: 0,
             edges: Vec::new(),
             mate: Vec::new(),
             matcher: rocelink_qec::matching::PerfectMatching::new(),
@@ -376,6 +384,13 @@ impl<W: TableWeight> ExactDecoder<W> {
     /// Counters since construction.
     pub fn counters(&self) -> DecoderCounters {
         self.counters
+    }
+
+    /// Joins of the proof between two clusters neither of which was solved in that pass:
+    /// those the GPU's narrower proof would miss (its answers would then differ). Zero,
+    /// by the argument in `fresh`'s docs; the tests hold it so on every shot they decode.
+    pub fn narrow_misses(&self) -> u64 {
+        self.narrow_misses
     }
 
     /// The stream thresholds (module docs, "Streaming"): ascending bit counts, those at or
@@ -707,12 +722,15 @@ impl<W: TableWeight> ExactDecoder<W> {
         loop {
             self.counters.proof_rounds += 1;
             self.list_clusters(mt);
+            self.fresh.clear();
+            self.fresh.resize(mt, false);
             for c in 0..self.starts.len() - 1 {
                 let (start, end) = (self.starts[c], self.starts[c + 1]);
                 let root = self.list[start] as usize;
                 if self.solved[root].size as usize == end - start {
                     continue;
                 }
+                self.fresh[root] = true;
                 let members = std::mem::take(&mut self.list);
                 let s = self.solve_cluster(defects, &members[start..end], near, bnd);
                 self.list = members;
@@ -733,6 +751,9 @@ impl<W: TableWeight> ExactDecoder<W> {
                     }
                     let (yx, yy, e2) = (self.duals[x], self.duals[y], 2 * near[x * k + y]);
                     if yx.0 + yy.0 > e2 || yx.1 + yy.1 > e2 {
+                        if !self.fresh[self.roots[x] as usize] && !self.fresh[self.roots[y] as usize] {
+                            self.narrow_misses += 1;
+                        }
                         Self::union(&mut self.uf, x as u32, y as u32);
                         joined += 1;
                     }
@@ -1239,6 +1260,7 @@ mod tests {
         }
         assert!(tried > 30, "{tried}");
         assert_eq!(six.counters().overflows + zero.counters().overflows, 0);
+        assert_eq!(six.narrow_misses() + zero.narrow_misses(), 0);
         // Both ways of solving a small cluster were taken, and the proof joined clusters.
         let c = zero.counters();
         assert!(c.small_clusters > 0 && c.small_fallbacks > 0 && c.blossom_clusters > 0 && c.joins > 0, "{c:?}");
@@ -1279,6 +1301,34 @@ mod tests {
         assert!(tried > 100, "{tried}");
         let (w, r) = (whole.counters(), rows.counters());
         assert!(r.proof_rounds > w.proof_rounds, "{r:?} {w:?}");
+        for d in [&exact, &whole, &rows, &odd] {
+            assert_eq!(d.narrow_misses(), 0);
+        }
+    }
+
+    #[test]
+    fn the_proof_joins_only_clusters_solved_in_its_pass() {
+        // Stim's d = 5 shots at p = 0.3% (the committed fixture), whole and streamed a round
+        // a message, every cluster through the proof (K = 0) and above K = 2: no join of the
+        // proof is between two clusters its pass left alone, so the GPU's proof, which
+        // checks only pairs that touch a cluster solved in its pass, joins the same.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qec/d5_p0.003");
+        let dem = crate::qec::load_dem(&dir.join("model.dem")).unwrap();
+        let rounds = dem.detectors_per_round().unwrap();
+        let table = crate::qec::fine_table_from_file(&dir.join("model.dem")).unwrap();
+        let per = dem.num_detectors.div_ceil(8);
+        let b8 = std::fs::read(dir.join("dets.b8")).unwrap();
+        let mut joins = 0;
+        for (k, rounds_per_message) in [(0, 1), (2, 1), (0, 100), (2, 2)] {
+            let mut d = ExactDecoder::new(Arc::clone(&table), k).unwrap();
+            d.set_stream(&stream_thresholds(&rounds, rounds_per_message));
+            for shot in b8.chunks(per) {
+                assert_ne!(d.decode_b8(shot).status, DecodeStatus::Overflow);
+            }
+            assert_eq!(d.narrow_misses(), 0, "K = {k}, {rounds_per_message} rounds a message");
+            joins += d.counters().joins;
+        }
+        assert!(joins > 100, "the proof joined clusters: {joins}");
     }
 
     #[test]
