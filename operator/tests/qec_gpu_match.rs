@@ -891,6 +891,45 @@ impl Timing {
         format!("stage time ({:.0} MHz): {}", self.mhz, out.join(", "))
     }
 
+    /// The phases of the decodes `picks` (indices into `decodes`): per phase mark, the median
+    /// cycles from the mark reached before it (in time order; the entry for the first) to it,
+    /// and from the last mark to the stage's end; the marks in the order of their median
+    /// time. Reads the phases where the p50s of cumulative marks, each over other decodes,
+    /// do not.
+    fn phases(&self, picks: &[usize]) -> String {
+        let mut delta: Vec<Vec<u32>> = vec![Vec::new(); TIMING];
+        let mut at: Vec<Vec<u32>> = vec![Vec::new(); TIMING];
+        let mut end = Vec::new();
+        for &i in picks {
+            let row = &self.rows[self.decodes[i].3].1;
+            let mut reached: Vec<(u32, usize)> = (1..TIMING).filter(|&c| row[c] != 0).map(|c| (row[c], c)).collect();
+            reached.sort_unstable();
+            let mut prev = 0;
+            for &(t, c) in &reached {
+                delta[c].push(t.saturating_sub(prev));
+                at[c].push(t);
+                prev = t;
+            }
+            end.push(row[0].saturating_sub(prev));
+        }
+        for v in at.iter_mut() {
+            v.sort_unstable();
+        }
+        let mut order: Vec<(u32, usize)> =
+            (1..TIMING).filter(|&c| !at[c].is_empty()).map(|c| (percentile(&at[c], 0.5), c)).collect();
+        order.sort_unstable();
+        let mut out: Vec<String> = order
+            .iter()
+            .map(|&(_, c)| {
+                delta[c].sort_unstable();
+                format!("m{} +{}", c - 1, percentile(&delta[c], 0.5))
+            })
+            .collect();
+        end.sort_unstable();
+        out.push(format!("end +{}", percentile(&end, 0.5)));
+        out.join(" ")
+    }
+
     /// Decodes by defect count: count, median stage time and decode_ns (ns), p99 of both.
     fn by_defects(&self) -> String {
         let mut out = Vec::new();
@@ -920,8 +959,22 @@ impl Timing {
                     }
                 })
                 .collect();
-            let marks =
-                if marks.iter().all(|m| m == "-") { String::new() } else { format!(" marks {}", marks.join(" ")) };
+            let marks = if marks.iter().all(|m| m == "-") {
+                String::new()
+            } else {
+                // and the phases of them all and of the slowest 1% (stage time at its p99 or
+                // above), cycles
+                let picks: Vec<usize> = (0..self.decodes.len()).filter(|&i| (lo..=hi).contains(&self.decodes[i].0)).collect();
+                let p99 = percentile(&st, 0.99);
+                let slow: Vec<usize> = picks.iter().copied().filter(|&i| self.decodes[i].1 >= p99).collect();
+                format!(
+                    " marks {} | phases {} | slowest {}: {}",
+                    marks.join(" "),
+                    self.phases(&picks),
+                    slow.len(),
+                    self.phases(&slow)
+                )
+            };
             out.push(format!(
                 "k {lo}..{}: {} x stage {:.0}/{:.0} decode_ns {}/{}{marks}",
                 if hi == u32::MAX { "".to_string() } else { hi.to_string() },
