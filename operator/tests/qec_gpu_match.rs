@@ -934,23 +934,20 @@ impl Timing {
     fn by_defects(&self) -> String {
         let mut out = Vec::new();
         for (lo, hi) in [(0, 0), (1, 1), (2, 2), (3, 4), (5, 6), (7, 8), (9, 12), (13, 24), (25, 48), (49, u32::MAX)] {
-            let mut st: Vec<u32> = self.decodes.iter().filter(|d| d.0 >= lo && d.0 <= hi).map(|d| d.1).collect();
-            let mut dn: Vec<u32> = self.decodes.iter().filter(|d| d.0 >= lo && d.0 <= hi).map(|d| d.2).collect();
-            if st.is_empty() {
+            // the decodes of lo..=hi defects (indices into `decodes`)
+            let picks: Vec<usize> = (0..self.decodes.len()).filter(|&i| (lo..=hi).contains(&self.decodes[i].0)).collect();
+            if picks.is_empty() {
                 continue;
             }
+            let mut st: Vec<u32> = picks.iter().map(|&i| self.decodes[i].1).collect();
+            let mut dn: Vec<u32> = picks.iter().map(|&i| self.decodes[i].2).collect();
             st.sort_unstable();
             dn.sort_unstable();
             // Median cycles to each phase mark (with -DRL_QEC_PROFILE).
             let marks: Vec<String> = (1..TIMING)
                 .map(|c| {
-                    let mut v: Vec<u32> = self
-                        .decodes
-                        .iter()
-                        .filter(|d| d.0 >= lo && d.0 <= hi)
-                        .map(|d| self.rows[d.3].1[c])
-                        .filter(|&x| x != 0)
-                        .collect();
+                    let mut v: Vec<u32> =
+                        picks.iter().map(|&i| self.rows[self.decodes[i].3].1[c]).filter(|&x| x != 0).collect();
                     v.sort_unstable();
                     if v.is_empty() {
                         "-".to_string()
@@ -964,7 +961,6 @@ impl Timing {
             } else {
                 // and the phases of them all and of the slowest 1% (stage time at its p99 or
                 // above), cycles
-                let picks: Vec<usize> = (0..self.decodes.len()).filter(|&i| (lo..=hi).contains(&self.decodes[i].0)).collect();
                 let p99 = percentile(&st, 0.99);
                 let slow: Vec<usize> = picks.iter().copied().filter(|&i| self.decodes[i].1 >= p99).collect();
                 format!(
