@@ -1,20 +1,29 @@
 /*
- * kernels/stages/blossom.cuh — exact minimum-weight perfect matching on one GPU thread: the
- * device twin of qec/src/matching.rs (`PerfectMatching`), statement for statement, so that
- * both pick the same matching on the same edge list (ties included). The QEC stage uses it
- * for a cluster of more defects than its subset DP takes (qec.cuh rl_qec_match_cluster).
+ * kernels/stages/blossom.cuh — exact minimum-weight perfect matching on one GPU warp: the
+ * device twin of qec/src/matching.rs (`PerfectMatching`), so that both pick the same
+ * matching on the same edge list (ties included). The QEC stage uses it for a cluster of
+ * three defects or more that enumeration does not settle (qec.cuh rl_qec_solve_cluster).
  *
  * Read it beside matching.rs: every function here has the name of the method it mirrors
- * (rl_pm_<method>), and the Rust's Vec buffers are fixed arrays in a per-block scratch area
- * of global memory (struct rl_pm), sized by the caller for `nmax` vertices and `emax`
+ * (rl_pm_<method>), and the Rust's Vec buffers are fixed arrays in a scratch area of shared
+ * or global memory (struct rl_pm), sized by the caller for `nmax` vertices and `emax`
  * edges: every push is bounded by the same invariants the Rust relies on (at most 2n
  * blossom ids, each vertex queued once per stage, live lists within the pool of 4 entries
  * per edge), and the pool is compacted when full exactly when the Rust's is (its capacity
  * is reserved to 4 entries per edge there too).
  *
+ * The warp: the Rust's loops whose steps are independent (clearing, the duals' moves) run
+ * over the lanes; its searches for a first least (a delta step's candidates, a scan's
+ * bests) are reductions over the lanes by (value, the Rust's order), so they pick what the
+ * Rust picks; its order-dependent steps (labelling, shrinking, expanding, augmenting: the
+ * functions without a lane argument) run on lane 0, which alone keeps the struct's counters
+ * (queue, pool, free ids, stamp). A scan runs its edges 32 at a time up to the first that
+ * changes labels or blossoms, which lane 0 then takes.
+ *
  * Contract: vertices 0..n, the caller has written the edges into ends[2e], ends[2e+1] and
- * wt[e] = 2 * weight (weights in 0..2^40, u != v, both < n), e < m; then rl_pm_solve.
- * Integer arithmetic only; no recursion; no allocation.
+ * wt[e] = 2 * weight (weights in 0..2^40, u != v, both < n, no two edges on one pair), e < m;
+ * then all 32 lanes of a warp call rl_pm_solve, each with a struct carved from the same
+ * memory. Integer arithmetic only; no recursion; no allocation.
  */
 #ifndef ROCELINK_STAGE_BLOSSOM_CUH
 #define ROCELINK_STAGE_BLOSSOM_CUH
@@ -165,23 +174,82 @@ __device__ __forceinline__ uint32_t rl_pm_position(const struct rl_pm *__restric
     return i;
 }
 
-/** setup: the adjacency from the edges already in ends/wt; false when a vertex has none. */
-__device__ __noinline__ bool rl_pm_setup(struct rl_pm *__restrict__ p) {
-    const uint32_t n = p->n, nb = 2u * n, m2 = 2u * p->m;
-    for (uint32_t v = 0; v <= n; v++) p->adj_start[v] = 0;
-    for (uint32_t d = 0; d < m2; d++) p->adj_start[p->ends[d] + 1u]++;
-    for (uint32_t v = 0; v < n; v++) {
-        if (p->adj_start[v + 1u] == 0) return false;
-        p->adj_start[v + 1u] += p->adj_start[v];
+/* Warp helpers: every lane of the warp calls them (mask all lanes). */
+#define RL_PM_WARP 0xFFFFFFFFu
+__device__ __forceinline__ long long rl_pm_wmin(long long v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const long long u = __shfl_xor_sync(RL_PM_WARP, v, o);
+        v = u < v ? u : v;
     }
-    for (uint32_t v = 0; v < n; v++) p->best_to_s[v] = p->adj_start[v];
-    for (uint32_t d = 0; d < m2; d++) p->adj[p->best_to_s[p->ends[d]]++] = d;
-    for (uint32_t v = 0; v < n; v++) {
+    return v;
+}
+__device__ __forceinline__ uint32_t rl_pm_wmin32(uint32_t v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_min_sync(RL_PM_WARP, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t u = __shfl_xor_sync(RL_PM_WARP, v, o);
+        v = u < v ? u : v;
+    }
+    return v;
+#endif
+}
+/** Lanes below `lane` (for a lane's place among the ballot's lanes before it). */
+__device__ __forceinline__ uint32_t rl_pm_below(uint32_t lane) { return (1u << lane) - 1u; }
+
+/** setup (warp): the adjacency from the edges already in ends/wt, each vertex's edges in the
+ * order of their directed ids as the Rust's push order gives; false when a vertex has none. */
+__device__ __noinline__ bool rl_pm_setup(struct rl_pm *__restrict__ p, uint32_t lane) {
+    const uint32_t n = p->n, nb = 2u * n, m2 = 2u * p->m;
+    for (uint32_t v = lane; v <= n; v += 32u) p->adj_start[v] = 0;
+    __syncwarp();
+    for (uint32_t d = lane; d < m2; d += 32u) atomicAdd(p->adj_start + p->ends[d] + 1u, 1u);
+    __syncwarp();
+    /* the starts: a running sum 32 vertices at a time; best_to_s holds each fill cursor */
+    uint32_t carry = 0;
+    bool empty = false;
+    for (uint32_t v0 = 0; v0 < n; v0 += 32u) {
+        const uint32_t v = v0 + lane;
+        const uint32_t c = v < n ? p->adj_start[v + 1u] : 0u;
+        empty |= __any_sync(RL_PM_WARP, v < n && c == 0u);
+        uint32_t sum = c;
+#pragma unroll
+        for (uint32_t o = 1; o < 32u; o <<= 1) {
+            const uint32_t a = __shfl_up_sync(RL_PM_WARP, sum, o);
+            if (lane >= o) sum += a;
+        }
+        if (v < n) {
+            p->adj_start[v + 1u] = carry + sum;
+            p->best_to_s[v] = carry + sum - c;
+        }
+        carry += __shfl_sync(RL_PM_WARP, sum, 31);
+    }
+    if (empty) return false;
+    __syncwarp();
+    /* the fill, 32 directed edges at a time in id order: lanes of one tail take their places
+     * in lane order, and the lowest moves the tail's cursor past them */
+    for (uint32_t d0 = 0; d0 < m2; d0 += 32u) {
+        const uint32_t d = d0 + lane;
+        const uint32_t t = d < m2 ? p->ends[d] : RL_PM_NONE;
+        const uint32_t same = __match_any_sync(RL_PM_WARP, t);
+        const uint32_t at = d < m2 ? p->best_to_s[t] : 0u;
+        __syncwarp();
+        if (d < m2) {
+            p->adj[at + (uint32_t)__popc(same & rl_pm_below(lane))] = d;
+            if (lane == (uint32_t)__ffs(same) - 1u) p->best_to_s[t] = at + (uint32_t)__popc(same);
+        }
+        __syncwarp();
+    }
+    for (uint32_t v = lane; v < n; v += 32u) {
         p->y[v] = 0;
         p->mate[v] = RL_PM_NONE;
         p->top[v] = v;
+        /* free_ids = (n..nb).rev(): popped from the end, n first */
+        p->free_ids[v] = nb - 1u - v;
     }
-    for (uint32_t b = 0; b < nb; b++) {
+    for (uint32_t b = lane; b < nb; b += 32u) {
         p->z[b] = 0;
         p->parent[b] = RL_PM_NONE;
         p->base[b] = b;
@@ -196,18 +264,19 @@ __device__ __noinline__ bool rl_pm_setup(struct rl_pm *__restrict__ p) {
         p->edge_next[b] = RL_PM_NONE;
     }
     p->stamp = 0;
-    /* free_ids = (n..nb).rev(): popped from the end, n first */
-    p->nfree = 0;
-    for (uint32_t b = nb; b > n; b--) p->free_ids[p->nfree++] = b - 1u;
+    p->nfree = n;
     p->pool_len = 0;
     p->nqueue = 0;
     p->ntouched = 0;
+    __syncwarp();
     return true;
 }
 
-__device__ __noinline__ void rl_pm_init_duals(struct rl_pm *__restrict__ p) {
+/** init_duals (warp): each vertex's half-weight bound side by side; then, vertex by vertex as
+ * the Rust goes, its tightened dual over its edges and its first tight free partner. */
+__device__ __noinline__ void rl_pm_init_duals(struct rl_pm *__restrict__ p, uint32_t lane) {
     const uint32_t n = p->n;
-    for (uint32_t v = 0; v < n; v++) {
+    for (uint32_t v = lane; v < n; v += 32u) {
         long long m = RL_PM_I64_MAX;
         for (uint32_t i = p->adj_start[v]; i < p->adj_start[v + 1u]; i++) {
             const long long h = p->wt[p->adj[i] >> 1] / 2;
@@ -215,24 +284,38 @@ __device__ __noinline__ void rl_pm_init_duals(struct rl_pm *__restrict__ p) {
         }
         p->y[v] = m & ~1ll;
     }
+    __syncwarp();
     for (uint32_t v = 0; v < n; v++) {
-        if (p->mate[v] != RL_PM_NONE) continue;
+        if (p->mate[v] != RL_PM_NONE) continue; /* warp-uniform */
+        const uint32_t i0 = p->adj_start[v], i1 = p->adj_start[v + 1u];
         long long m = RL_PM_I64_MAX;
-        for (uint32_t i = p->adj_start[v]; i < p->adj_start[v + 1u]; i++) {
+        for (uint32_t i = i0 + lane; i < i1; i += 32u) {
             const uint32_t d = p->adj[i];
             const long long r = p->wt[d >> 1] - p->y[rl_pm_head(p, d)];
             m = r < m ? r : m;
         }
-        p->y[v] = m;
-        for (uint32_t i = p->adj_start[v]; i < p->adj_start[v + 1u]; i++) {
-            const uint32_t d = p->adj[i];
-            const uint32_t u = rl_pm_head(p, d);
-            if (p->mate[u] == RL_PM_NONE && rl_pm_slack(p, d) == 0) {
+        m = rl_pm_wmin(m);
+        /* the first edge, in adjacency order, to a free vertex that is tight once y[v] = m */
+        uint32_t found = RL_PM_NONE;
+        for (uint32_t j0 = i0; j0 < i1 && found == RL_PM_NONE; j0 += 32u) {
+            const uint32_t i = j0 + lane;
+            bool ok = false;
+            if (i < i1) {
+                const uint32_t d = p->adj[i], u = rl_pm_head(p, d);
+                ok = p->mate[u] == RL_PM_NONE && p->wt[d >> 1] - m - p->y[u] == 0;
+            }
+            const uint32_t bal = __ballot_sync(RL_PM_WARP, ok);
+            if (bal != 0u) found = j0 + (uint32_t)__ffs(bal) - 1u;
+        }
+        if (lane == 0) {
+            p->y[v] = m;
+            if (found != RL_PM_NONE) {
+                const uint32_t d = p->adj[found];
                 p->mate[v] = d;
-                p->mate[u] = d ^ 1u;
-                break;
+                p->mate[rl_pm_head(p, d)] = d ^ 1u;
             }
         }
+        __syncwarp();
     }
 }
 
@@ -553,48 +636,89 @@ __device__ __noinline__ bool rl_pm_tight_ss(struct rl_pm *__restrict__ p, uint32
     return true;
 }
 
-/** scan: the edges of a new S vertex; true if it augmented. */
-__device__ __noinline__ bool rl_pm_scan(struct rl_pm *__restrict__ p, uint32_t v) {
-    for (uint32_t idx = p->adj_start[v]; idx < p->adj_start[v + 1u]; idx++) {
-        const uint32_t d = p->adj[idx];
-        const uint32_t w = rl_pm_head(p, d);
+/** scan (warp): the edges of a new S vertex, 32 at a time; true if it augmented. The edges
+ * before a chunk's first event (a tight edge to an S or a free blossom: it changes the
+ * labels or the blossoms) only lower bests, side by side: best_to_s by their own head (the
+ * graph has no parallel edges, so the heads differ), best_ss[top v] as their first least;
+ * then lane 0 takes the event as the Rust does, and the next chunk starts after it. */
+__device__ __noinline__ bool rl_pm_scan(struct rl_pm *__restrict__ p, uint32_t v, uint32_t lane) {
+    const uint32_t end = p->adj_start[v + 1u];
+    uint32_t i0 = p->adj_start[v];
+    while (i0 < end) { /* warp-uniform */
+        const uint32_t idx = i0 + lane;
         const uint32_t bv = p->top[v];
-        const uint32_t bw = p->top[w];
-        if (bv == bw) continue;
-        const long long s = rl_pm_slack(p, d);
-        if (p->label[bw] == RL_PM_S) {
-            if (s == 0) {
-                if (rl_pm_tight_ss(p, d)) return true;
-            } else {
-                const uint32_t cur = p->best_ss[bv];
-                if (cur == RL_PM_NONE || s < rl_pm_slack(p, cur)) p->best_ss[bv] = d;
+        bool live = false, ev = false, ss = false;
+        uint32_t d = RL_PM_NONE, w = 0;
+        long long s = RL_PM_I64_MAX;
+        if (idx < end) {
+            d = p->adj[idx];
+            w = rl_pm_head(p, d);
+            const uint32_t bw = p->top[w];
+            if (bw != bv) {
+                live = true;
+                s = rl_pm_slack(p, d);
+                const uint8_t l = p->label[bw];
+                ss = l == RL_PM_S;
+                ev = s == 0 && l != RL_PM_T;
             }
-        } else {
+        }
+        const uint32_t evs = __ballot_sync(RL_PM_WARP, ev);
+        const uint32_t f = evs != 0u ? (uint32_t)__ffs(evs) - 1u : 32u;
+        const bool plain = live && lane < f;
+        if (plain && !ss) {
             const uint32_t cur = p->best_to_s[w];
             if (cur == RL_PM_NONE || s < rl_pm_slack(p, cur)) p->best_to_s[w] = d;
-            if (s == 0 && p->label[bw] == RL_PM_FREE) rl_pm_label_t(p, bw, d);
         }
+        const long long sm = rl_pm_wmin(plain && ss ? s : RL_PM_I64_MAX);
+        const uint32_t cand = __ballot_sync(RL_PM_WARP, plain && ss && s == sm);
+        const uint32_t dm = __shfl_sync(RL_PM_WARP, d, cand != 0u ? (uint32_t)__ffs(cand) - 1u : 0u);
+        const uint32_t de = __shfl_sync(RL_PM_WARP, d, f & 31u);
+        __syncwarp();
+        int aug = 0;
+        if (lane == 0) {
+            if (cand != 0u) {
+                const uint32_t cur = p->best_ss[bv];
+                if (cur == RL_PM_NONE || sm < rl_pm_slack(p, cur)) p->best_ss[bv] = dm;
+            }
+            if (evs != 0u) {
+                const uint32_t we = rl_pm_head(p, de), bw = p->top[we];
+                if (p->label[bw] == RL_PM_S) {
+                    aug = rl_pm_tight_ss(p, de);
+                } else {
+                    const uint32_t cur = p->best_to_s[we];
+                    if (cur == RL_PM_NONE || 0 < rl_pm_slack(p, cur)) p->best_to_s[we] = de;
+                    rl_pm_label_t(p, bw, de);
+                }
+            }
+        }
+        aug = __shfl_sync(RL_PM_WARP, aug, 0);
+        __syncwarp();
+        if (aug) return true;
+        i0 += evs != 0u ? f + 1u : 32u;
     }
     return false;
 }
 
-/** delta_step: 1 augmented, 0 not, -1 no step is bounded. */
-__device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p) {
+/** delta_step (warp): 1 augmented, 0 not, -1 no step is bounded. The Rust's scan order (the
+ * vertices, then the blossoms) is each candidate's rank, so the least (delta, rank) over the
+ * lanes is the one it picks; the duals move side by side; lane 0 takes the step. */
+__device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p, uint32_t lane) {
     const uint32_t n = p->n, nb = 2u * n;
     long long delta = RL_PM_I64_MAX;
-    uint32_t kind = 0, arg = RL_PM_NONE;
-    for (uint32_t v = 0; v < n; v++) {
+    uint32_t rank = RL_PM_NONE, kind = 0, arg = RL_PM_NONE;
+    for (uint32_t v = lane; v < n; v += 32u) {
         const uint32_t d = p->best_to_s[v];
         if (d != RL_PM_NONE && p->label[p->top[v]] == RL_PM_FREE) {
             const long long s = rl_pm_slack(p, d);
             if (s < delta) {
                 delta = s;
+                rank = v;
                 kind = 2;
                 arg = d;
             }
         }
     }
-    for (uint32_t b = 0; b < nb; b++) {
+    for (uint32_t b = lane; b < nb; b += 32u) {
         if (!rl_pm_is_top(p, b)) continue;
         if (p->label[b] == RL_PM_S) {
             const uint32_t d = p->best_ss[b];
@@ -602,6 +726,7 @@ __device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p) {
                 const long long s = rl_pm_slack(p, d);
                 if (s / 2 < delta) {
                     delta = s / 2;
+                    rank = n + b;
                     kind = 3;
                     arg = d;
                 }
@@ -610,81 +735,109 @@ __device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p) {
             const long long h = p->z[b] / 2;
             if (h < delta) {
                 delta = h;
+                rank = n + b;
                 kind = 4;
                 arg = b;
             }
         }
     }
+    const long long dm = rl_pm_wmin(delta);
+    const uint32_t rm = rl_pm_wmin32(delta == dm ? rank : RL_PM_NONE);
+    const uint32_t src = (uint32_t)__ffs(__ballot_sync(RL_PM_WARP, delta == dm && rank == rm)) - 1u;
+    kind = __shfl_sync(RL_PM_WARP, kind, src);
+    arg = __shfl_sync(RL_PM_WARP, arg, src);
     if (kind == 0) return -1;
-    if (delta > 0) {
-        for (uint32_t v = 0; v < n; v++) {
+    if (dm > 0) {
+        for (uint32_t v = lane; v < n; v += 32u) {
             const uint8_t l = p->label[p->top[v]];
             if (l == RL_PM_S)
-                p->y[v] += delta;
+                p->y[v] += dm;
             else if (l == RL_PM_T)
-                p->y[v] -= delta;
+                p->y[v] -= dm;
         }
-        for (uint32_t b = n; b < nb; b++) {
+        for (uint32_t b = n + lane; b < nb; b += 32u) {
             if (p->in_use[b] && p->parent[b] == RL_PM_NONE) {
                 if (p->label[b] == RL_PM_S)
-                    p->z[b] += 2 * delta;
+                    p->z[b] += 2 * dm;
                 else if (p->label[b] == RL_PM_T)
-                    p->z[b] -= 2 * delta;
+                    p->z[b] -= 2 * dm;
             }
         }
     }
-    if (kind == 2) {
-        const uint32_t bw = p->top[rl_pm_head(p, arg)];
-        rl_pm_label_t(p, bw, arg);
-        return 0;
+    __syncwarp();
+    int r = 0;
+    if (lane == 0) {
+        if (kind == 2) {
+            rl_pm_label_t(p, p->top[rl_pm_head(p, arg)], arg);
+        } else if (kind == 3) {
+            r = rl_pm_tight_ss(p, arg) ? 1 : 0;
+        } else {
+            rl_pm_expand_t(p, arg);
+        }
     }
-    if (kind == 3) return rl_pm_tight_ss(p, arg) ? 1 : 0;
-    rl_pm_expand_t(p, arg);
-    return 0;
+    r = __shfl_sync(RL_PM_WARP, r, 0);
+    __syncwarp();
+    return r;
 }
 
-__device__ __noinline__ int rl_pm_stage(struct rl_pm *__restrict__ p) {
+/** stage (warp): the labels cleared side by side; the free tops labelled S in id order (by
+ * lane 0, from each chunk's ballot); then scans and delta steps until it augments. */
+__device__ __noinline__ int rl_pm_stage(struct rl_pm *__restrict__ p, uint32_t lane) {
     const uint32_t n = p->n, nb = 2u * n;
-    for (uint32_t b = 0; b < nb; b++) {
+    for (uint32_t b = lane; b < nb; b += 32u) {
         p->label[b] = RL_PM_FREE;
         p->label_dir[b] = RL_PM_NONE;
         p->best_ss[b] = RL_PM_NONE;
         p->has_list[b] = 0;
     }
+    for (uint32_t v = lane; v < n; v += 32u) p->best_to_s[v] = RL_PM_NONE;
     p->pool_len = 0;
-    for (uint32_t v = 0; v < n; v++) p->best_to_s[v] = RL_PM_NONE;
     p->nqueue = 0;
+    __syncwarp();
     bool any_free = false;
-    for (uint32_t b = 0; b < nb; b++) {
-        if (rl_pm_is_top(p, b) && p->mate[p->base[b]] == RL_PM_NONE) {
-            any_free = true;
-            rl_pm_label_s(p, b, RL_PM_NONE);
+    for (uint32_t b0 = 0; b0 < nb; b0 += 32u) {
+        const uint32_t b = b0 + lane;
+        /* label_s changes none of what this reads (parent, in_use, base, mate) */
+        uint32_t bal = __ballot_sync(RL_PM_WARP, b < nb && rl_pm_is_top(p, b) && p->mate[p->base[b]] == RL_PM_NONE);
+        any_free |= bal != 0u;
+        if (lane == 0) {
+            while (bal != 0u) {
+                rl_pm_label_s(p, b0 + (uint32_t)__ffs(bal) - 1u, RL_PM_NONE);
+                bal &= bal - 1u;
+            }
         }
+        __syncwarp();
     }
     if (!any_free) return RL_PM_PERFECT;
     for (;;) {
-        while (p->nqueue > 0) {
-            const uint32_t v = p->queue[--p->nqueue];
-            if (rl_pm_scan(p, v)) return RL_PM_AUGMENTED;
+        for (;;) {
+            /* the queue is lane 0's */
+            uint32_t v = RL_PM_NONE;
+            if (lane == 0 && p->nqueue > 0) v = p->queue[--p->nqueue];
+            v = __shfl_sync(RL_PM_WARP, v, 0);
+            if (v == RL_PM_NONE) break;
+            if (rl_pm_scan(p, v, lane)) return RL_PM_AUGMENTED;
         }
-        const int r = rl_pm_delta_step(p);
+        const int r = rl_pm_delta_step(p, lane);
         if (r == 1) return RL_PM_AUGMENTED;
         if (r < 0) return RL_PM_INFEASIBLE;
     }
 }
 
-/** solve: false when the graph has no perfect matching; else mate[v] holds the directed edge
- * from v to its partner (rl_pm_head(p, mate[v]) is the partner). The total is the caller's
- * to sum (matching.rs solve sums wt/2 over the matched edges). */
-__device__ __noinline__ bool rl_pm_solve(struct rl_pm *__restrict__ p) {
+/** solve (warp: all 32 lanes call it, each with the same arrays): false when the graph has
+ * no perfect matching; else mate[v] holds the directed edge from v to its partner
+ * (rl_pm_head(p, mate[v]) is the partner). The total is the caller's to sum (matching.rs
+ * solve sums wt/2 over the matched edges). */
+__device__ __noinline__ bool rl_pm_solve(struct rl_pm *__restrict__ p, uint32_t lane) {
     if (p->n == 0) return true;
-    if (p->n % 2u == 1u || !rl_pm_setup(p)) return false;
-    rl_pm_init_duals(p);
+    if (p->n % 2u == 1u || !rl_pm_setup(p, lane)) return false;
+    rl_pm_init_duals(p, lane);
     for (;;) {
-        const int st = rl_pm_stage(p);
+        const int st = rl_pm_stage(p, lane);
         if (st == RL_PM_PERFECT) return true;
         if (st == RL_PM_INFEASIBLE) return false;
-        rl_pm_expand_zero_blossoms(p);
+        if (lane == 0) rl_pm_expand_zero_blossoms(p);
+        __syncwarp();
     }
 }
 

@@ -60,8 +60,8 @@
  *   table loads; the DP over the masks reachable from the full set only, by layer of lowest
  *   defect, each mask's options loaded together and reduced by a tree, __syncwarp between
  *   layers): one block barrier per request. Larger shots hand the DP layers (or the
- *   clusters) to the whole block: the clusters' pairs spread over its threads, each cluster
- *   solved by one thread. Every path picks the same matching (same options, same
+ *   clusters) to the whole block: the clusters' pairs spread over its threads, each small
+ *   cluster solved by one thread and each larger one by one warp's matcher. Every path picks the same matching (same options, same
  *   order, ties to the earlier option) as the CPU's exact.rs.
  * `-DRL_QEC_PROFILE` records clock64 at phase marks in `rl_qec_prof` (thread 0) for the
  * replay test (operator/tests/qec_gpu_match.rs prints them).
@@ -524,7 +524,7 @@ struct rl_qec_scr {
     uint32_t *obs;            /* [n] per root: its matching's observables */
     uint32_t *stat;           /* [n] per root: RL_QEC_ST_* */
     uint32_t *at;             /* [n] per cluster: its matcher's place / 16, or RL_QEC_AT_* */
-    uint32_t *owner;          /* [n] per cluster: the thread that runs its matcher */
+    uint32_t *owner;          /* [n] per cluster: the warp that runs its matcher */
     uint32_t *edges;          /* [n] per cluster: its doubled graph's edges (all ones: over the cap) */
     uint8_t *pm;              /* the matchers' work space (rl_pm_carve) */
     uint32_t *pd;             /* the pairs' distances by defect, rows below pdn (rl_qec_pair); 0: none */
@@ -1821,54 +1821,75 @@ __device__ __noinline__ bool rl_qec_solve_small(const struct rl_qec_cache *kc, c
     return true;
 }
 
-/** One cluster of three defects or more (exact.rs solve_cluster): w.list[start..start+c],
- * root `root`, solved by this thread alone on its doubled graph (`E` edges) with the matcher
- * in `mem`: its weight, observables and outcome by its root, its defects' duals. */
+/** One cluster of three defects or more (exact.rs solve_cluster), by one warp (all 32 lanes
+ * call it): w.list[start..start+c], root `root`, solved on its doubled graph (`E` edges)
+ * with the matcher in `mem`: its weight, observables and outcome by its root, its defects'
+ * duals. The edges go in exact.rs's order (copy one's pairs by (i, j), copy two's likewise,
+ * then the joins by i): 32 pairs at a time, each after the linked ones before it. */
 __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc, const struct rl_qec_scr w, uint32_t start, uint32_t c,
-                                                  uint32_t E, uint8_t *mem) {
+                                                  uint32_t E, uint8_t *mem, uint32_t lane) {
     const uint32_t n = kc->n;
     const uint64_t stride = (uint64_t)n + 1u;
     const bool sh = kc->tab == RL_QEC_TAB_SHARED;
     const uint32_t *const D = kc->dist, *const P = kc->par;
     const uint32_t *const m = w.list + start;
     const uint32_t root = m[0];
+    const uint32_t below = (1u << lane) - 1u;
     struct rl_pm pm;
     rl_pm_carve(&pm, mem, 2u * c, E);
     uint32_t L = 0;
-    for (uint32_t i = 0; i < c; i++)
-        for (uint32_t j = i + 1u; j < c; j++) L += rl_qec_linked(rl_qec_pair(w, sh, D, stride, m[i], m[j]), w.bnd[m[i]], w.bnd[m[j]]);
-    /* copy one's pairs by (i, j), copy two's likewise, then the joins by i (exact.rs) */
-    uint32_t o = 0, q = 2u * L;
-    for (uint32_t i = 0; i < c; i++) {
-        for (uint32_t j = i + 1u; j < c; j++) {
-            const uint32_t e = rl_qec_pair(w, sh, D, stride, m[i], m[j]);
-            if (!rl_qec_linked(e, w.bnd[m[i]], w.bnd[m[j]])) continue;
+    for (uint32_t i = 0; i + 1u < c; i++) {
+        const uint32_t xi = m[i], bi = w.bnd[xi];
+        for (uint32_t j0 = i + 1u; j0 < c; j0 += 32u) {
+            const uint32_t j = j0 + lane;
+            uint32_t e = 0;
+            bool lk = false;
+            if (j < c) {
+                e = rl_qec_pair(w, sh, D, stride, xi, m[j]);
+                lk = rl_qec_linked(e, bi, w.bnd[m[j]]);
+            }
+            const uint32_t bal = __ballot_sync(0xffffffffu, lk);
+            if (lk) {
+                const uint32_t o = L + (uint32_t)__popc(bal & below);
+                pm.ends[2u * o] = i;
+                pm.ends[2u * o + 1u] = j;
+                pm.wt[o] = 2ll * e;
+            }
+            L += (uint32_t)__popc(bal);
+        }
+    }
+    __syncwarp();
+    for (uint32_t o = lane; o < L; o += 32u) {
+        pm.ends[2u * (L + o)] = c + pm.ends[2u * o];
+        pm.ends[2u * (L + o) + 1u] = c + pm.ends[2u * o + 1u];
+        pm.wt[L + o] = pm.wt[o];
+    }
+    uint32_t q = 2u * L;
+    for (uint32_t i0 = 0; i0 < c; i0 += 32u) {
+        const uint32_t i = i0 + lane;
+        const uint32_t b = i < c ? w.bnd[m[i]] : RL_QEC_INF;
+        const uint32_t bal = __ballot_sync(0xffffffffu, b != RL_QEC_INF);
+        if (b != RL_QEC_INF) {
+            const uint32_t o = q + (uint32_t)__popc(bal & below);
             pm.ends[2u * o] = i;
-            pm.ends[2u * o + 1u] = j;
-            pm.wt[o] = 2ll * e;
-            pm.ends[2u * (L + o)] = c + i;
-            pm.ends[2u * (L + o) + 1u] = c + j;
-            pm.wt[L + o] = 2ll * e;
-            o++;
+            pm.ends[2u * o + 1u] = c + i;
+            pm.wt[o] = 4ll * b;
         }
-        if (w.bnd[m[i]] != RL_QEC_INF) {
-            pm.ends[2u * q] = i;
-            pm.ends[2u * q + 1u] = c + i;
-            pm.wt[q] = 4ll * w.bnd[m[i]];
-            q++;
-        }
+        q += (uint32_t)__popc(bal);
     }
     pm.n = 2u * c;
     pm.m = q;
-    w.size[root] = c;
-    if (!rl_pm_solve(&pm)) {
-        for (uint32_t i = 0; i < c; i++) w.y0[m[i]] = w.y1[m[i]] = RL_QEC_BIG;
-        w.stat[root] = RL_QEC_ST_UNMATCHABLE;
+    if (lane == 0) w.size[root] = c;
+    __syncwarp();
+    if (!rl_pm_solve(&pm, lane)) {
+        for (uint32_t i = lane; i < c; i += 32u) w.y0[m[i]] = w.y1[m[i]] = RL_QEC_BIG;
+        if (lane == 0) w.stat[root] = RL_QEC_ST_UNMATCHABLE;
+        __syncwarp();
         return;
     }
     unsigned long long cost = 0;
     uint32_t obs = 0;
-    for (uint32_t i = 0; i < c; i++) {
+    for (uint32_t i = lane; i < c; i += 32u) {
         const uint32_t x = m[i];
         w.y0[x] = pm.y[i];
         w.y1[x] = pm.y[c + i];
@@ -1882,9 +1903,17 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
             obs ^= rl_qec_par(sh, P, ax + w.def[m[u]]);
         }
     }
-    w.cost[root] = cost;
-    w.obs[root] = obs;
-    w.stat[root] = RL_QEC_ST_OK;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        cost += __shfl_xor_sync(0xffffffffu, cost, o);
+        obs ^= __shfl_xor_sync(0xffffffffu, obs, o);
+    }
+    if (lane == 0) {
+        w.cost[root] = cost;
+        w.obs[root] = obs;
+        w.stat[root] = RL_QEC_ST_OK;
+    }
+    __syncwarp();
 }
 
 /** A cluster of one or two defects in closed form (exact.rs solve_cluster), by this thread. */
@@ -1943,12 +1972,12 @@ struct rl_qec_ws {
  * then, until the proof holds: the clusters are listed by their root (the lowest defect of
  * a union-find whose higher roots go under lower ones, so the clusters do not depend on the
  * order the threads join them in); every cluster not solved at its present size is solved,
- * one or two defects in closed form, three or four by enumeration, more by the matcher
- * (blossom.cuh) on its doubled graph, each by one thread; the duals then prove the sum of
+ * one or two defects in closed form, three or four by enumeration (each by one thread), more
+ * by the matcher (blossom.cuh) on its doubled graph, each by one warp; the duals then prove the sum of
  * the clusters' matchings optimal for the mt defects, or the pairs across clusters whose
  * reduced cost is negative join their clusters. Matchers run side by side in the arena
- * (each in its own part, in the order of the clusters) and those that do not fit beside the
- * others after them, one at a time. s->r.edges nonzero after it: a cluster's doubled graph
+ * (each in its own part, in the order of the clusters, the j-th to warp j % W) and those
+ * that do not fit beside the others after them, one at a time on warp 0. s->r.edges nonzero after it: a cluster's doubled graph
  * has more edges than the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. */
 __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct rl_qec_ws &ws, uint32_t m, uint32_t mt) {
     const struct rl_qec_cache *kc = &s->k;
@@ -2112,7 +2141,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
                     const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
                     if (rank < T && off + b <= room) {
                         w.at[ci] = (uint32_t)(off >> 4);
-                        w.owner[ci] = (rank % (T / 32u)) * 32u + rank / (T / 32u);
+                        w.owner[ci] = rank % (T / 32u);
                         off += b;
                         rank++;
                     } else {
@@ -2122,24 +2151,25 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
             }
             __syncthreads();
             if (s->r.edges != 0) break; /* block-uniform */
+            /* each warp its matchers (warp-uniform: the lanes read the same entries) */
             for (uint32_t ci = 0; ci < nc; ci++) {
                 const uint32_t at = w.at[ci];
-                if (at >= RL_QEC_AT_WAIT || w.owner[ci] != tid) continue;
+                if (at >= RL_QEC_AT_WAIT || w.owner[ci] != (tid >> 5)) continue;
                 const uint32_t start = w.cstart[ci];
-                rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], arena + ((unsigned long long)at << 4));
+                rl_qec_solve_cluster(kc, w, start, w.cstart[ci + 1u] - start, w.edges[ci], arena + ((unsigned long long)at << 4), tid & 31u);
             }
             __syncthreads();
-            if (tid == 0) {
+            if (tid < 32u) {
                 for (uint32_t ci = 0; ci < nc; ci++) {
                     if (w.at[ci] != RL_QEC_AT_ALONE) continue;
                     const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start;
                     const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
                     uint8_t *const mem = b <= room ? arena : in_fast && global_pm != 0 ? global_pm : 0;
                     if (mem == 0) {
-                        s->r.edges = 1;
+                        if (tid == 0) s->r.edges = 1;
                         break;
                     }
-                    rl_qec_solve_cluster(kc, w, start, c, w.edges[ci], mem);
+                    rl_qec_solve_cluster(kc, w, start, c, w.edges[ci], mem, tid);
                 }
             }
             __syncthreads();
