@@ -48,7 +48,7 @@
 //!   linked pair, the matcher decides); larger by `rocelink_qec::matching::PerfectMatching`,
 //!   its edges in the order the GPU writes them: copy one's pairs by (i, j), copy two's
 //!   likewise, then the joins by i. The GPU's matcher (kernels/stages/blossom.cuh) is this
-//!   one statement for statement. A cluster without a perfect matching gets duals above
+//!   one run on a warp, making the same choices in the same order. A cluster without a perfect matching gets duals above
 //!   any distance, so it joins every neighbour it may pair with; the shot is unmatchable
 //!   when one is left at the end. Weights equal PyMatching's; observables differ only on
 //!   ties.
