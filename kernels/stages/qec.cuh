@@ -61,8 +61,9 @@
  *   defect, each mask's options loaded together and reduced by a tree, __syncwarp between
  *   layers): one block barrier per request. Larger shots hand the DP layers (or the
  *   clusters) to the whole block: the clusters' pairs spread over its threads, each small
- *   cluster solved by one thread and each larger one by one warp's matcher. Every path picks the same matching (same options, same
- *   order, ties to the earlier option) as the CPU's exact.rs.
+ *   cluster solved by one thread and each larger one by one warp's matcher. Every path
+ *   picks the same matching (same options, same order, ties to the earlier option) as the
+ *   CPU's exact.rs.
  * `-DRL_QEC_PROFILE` records clock64 at phase marks in `rl_qec_prof` (thread 0) for the
  * replay test (operator/tests/qec_gpu_match.rs prints them).
  */
@@ -1834,7 +1835,7 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     const uint32_t *const D = kc->dist, *const P = kc->par;
     const uint32_t *const m = w.list + start;
     const uint32_t root = m[0];
-    const uint32_t below = (1u << lane) - 1u;
+    const uint32_t below = rl_pm_below(lane);
     struct rl_pm pm;
     rl_pm_carve(&pm, mem, 2u * c, E);
     uint32_t L = 0;
@@ -1848,7 +1849,7 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
                 e = rl_qec_pair(w, sh, D, stride, xi, m[j]);
                 lk = rl_qec_linked(e, bi, w.bnd[m[j]]);
             }
-            const uint32_t bal = __ballot_sync(0xffffffffu, lk);
+            const uint32_t bal = __ballot_sync(RL_PM_WARP, lk);
             if (lk) {
                 const uint32_t o = L + (uint32_t)__popc(bal & below);
                 pm.ends[2u * o] = i;
@@ -1868,7 +1869,7 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     for (uint32_t i0 = 0; i0 < c; i0 += 32u) {
         const uint32_t i = i0 + lane;
         const uint32_t b = i < c ? w.bnd[m[i]] : RL_QEC_INF;
-        const uint32_t bal = __ballot_sync(0xffffffffu, b != RL_QEC_INF);
+        const uint32_t bal = __ballot_sync(RL_PM_WARP, b != RL_QEC_INF);
         if (b != RL_QEC_INF) {
             const uint32_t o = q + (uint32_t)__popc(bal & below);
             pm.ends[2u * o] = i;
@@ -1905,8 +1906,8 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        cost += __shfl_xor_sync(0xffffffffu, cost, o);
-        obs ^= __shfl_xor_sync(0xffffffffu, obs, o);
+        cost += __shfl_xor_sync(RL_PM_WARP, cost, o);
+        obs ^= __shfl_xor_sync(RL_PM_WARP, obs, o);
     }
     if (lane == 0) {
         w.cost[root] = cost;
