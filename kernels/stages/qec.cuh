@@ -47,7 +47,8 @@
  *   straight-line fast path on lane 0 (rl_qec_fast: every load issued together, the record
  *   changed and written through in 16-byte pieces, the bits ORed in as one word); every other
  *   request takes the general path (rl_qec_slow, out of line). The fast path also keeps the
- *   shot's defect list as its bits arrive, so a decode starts from the list.
+ *   shot's defect list as its bits arrive, any length, so neither a decode nor a settle step
+ *   lists the shot's bits again.
  * - A final message whose shot has at most RL_QEC_LANE_K (4) defects, most shots at low p, is
  *   decoded by lane 0 inside the fast path (rl_qec_lane_dp: the DP written out in registers,
  *   every table load in flight together) and answered there: no hand-over to the warp.
@@ -216,7 +217,8 @@ struct rl_qec_head {
     uint32_t n, words, need, rounds;       /* need: output bytes of a decoded shot's answer */
     uint32_t decoders, has_mapping, ok, K; /* ok: the header passed the checks */
     long long mapping_id;
-    uint32_t ndef;            /* the hot shot's defects so far, listed in s->defs; > K: unknown */
+    uint32_t ndef;            /* the hot shot's defects so far, listed in s->defs (at most K) or
+                               * s->u.g.def (more); RL_QEC_NDEF_BAD: not listed */
     uint32_t num_obs;
     uint32_t tab;             /* the table: RL_QEC_TAB_GLOBAL, _WANTED or _SHARED */
     uint32_t spec_want;       /* the last message (acknowledged) left no more bits than it carried:
@@ -246,12 +248,14 @@ static_assert(sizeof(struct rl_qec_spec) == 32, "rl_qec_spec: two 16-byte words"
 /** What the clusters' work space holds between messages (exact.rs "Streaming"): the
  * clusters of the first `m` defects of decoder `dec`'s shot that started at its `start`-th
  * message (rl_qec_shot_start), settled at its thresholds before `j`, in work space `ws`
- * (0: shared memory, 1: the block's scratch); `over`: a step overflowed. `dec` -1: nothing
- * (a fill, a decoded shot). Any other request finds it by that key or replays the steps. */
+ * (0: shared memory, 1: the block's scratch); `over`: a step overflowed; `nc`: the clusters
+ * its last step listed (in the work space: they are the clusters of the `m` defects, proved).
+ * `dec` -1: nothing (a fill, a decoded shot). Any other request finds it by that key or
+ * replays the steps. */
 struct rl_qec_strm {
     long long dec;
     unsigned long long start;
-    uint32_t j, m, over, ws;
+    uint32_t j, m, over, ws, nc;
 };
 
 /** The per-block copy of the blob's header and the mirror of one decoder (module docs):
@@ -292,7 +296,10 @@ union rl_qec_fastblk {
 #define RL_QEC_TAB_SHARED 2u /* copied: read rl_qec_tab_s */
 extern __shared__ __align__(16) uint2 rl_qec_tab_s[];
 
-/** rl_qec_cache.ndef when the hot shot's defects are not listed. */
+/** rl_qec_cache.ndef when the hot shot's defects are not listed (above any count: a shot has
+ * at most RL_QEC_MAX_DETECTORS). Only the hot shot's list is kept, and only by the fast path:
+ * the general path, a fill and a change of the hot decoder set this. A list of more than K in
+ * s->u.g.def shares its memory with the DP's costs, which run only on a shot of at most K. */
 #define RL_QEC_NDEF_BAD 0xFFFFu
 /** rl_qec_fast: the request needs the general path. */
 #define RL_QEC_PHASE_SLOW 3u
@@ -322,7 +329,7 @@ struct rl_qec_result {
     uint32_t sj, sm, smt;     /* rl_qec_clusters: the next threshold, defects settled, the next step's */
     uint32_t sover;           /* rl_qec_clusters: a step overflowed */
     uint32_t wait;            /* rl_qec_settle: a cluster of this pass waits for a matcher */
-    uint32_t rsvd;
+    uint32_t listed;          /* rl_qec_clusters: the clusters of the first sm defects are listed (left) and proved */
     unsigned long long cost;  /* matching weight in table units */
 };
 
@@ -360,6 +367,16 @@ struct rl_qec_smem {
 /* RL_QEC_PROFILE_ACK (with RL_QEC_PROFILE; measurement only): marks 2..5, the decode's
  * otherwise, time the fast path's steps instead: 2 the shot and its defects appended, 3 the
  * record updated, 4 the answer's header written, 5 the token checked. */
+/* RL_QEC_PROFILE_STEPS (with RL_QEC_PROFILE; measurement only): marks 8..11, the settle
+ * step's otherwise, time rl_qec_clusters instead: 8 its work space and held state, 9 the
+ * thresholds passed, 10 the final step (or its skip), 11 the sum. */
+#if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_STEPS)
+#define RL_QEC_SMARK(i) do { } while (0)
+#define RL_QEC_CMARK(i) RL_QEC_MARK(i)
+#else
+#define RL_QEC_SMARK(i) RL_QEC_MARK(i)
+#define RL_QEC_CMARK(i) do { } while (0)
+#endif
 #if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_ACK)
 #define RL_QEC_AMARK(i) RL_QEC_MARK(i)
 #else
@@ -988,13 +1005,29 @@ __device__ __forceinline__ uint2 rl_qec_lane_dp(const uint16_t *defs, uint32_t n
     }
 }
 
+/** Lane 0: appends the set bits of `fresh` (word `w`'s new detection events, all above the
+ * listed ones) to the hot shot's defect list of `nd` entries: s->defs while the count stays at
+ * most K, s->u.g.def beyond (the first K copied there once, as the count passes K). Returns the
+ * new count; RL_QEC_NDEF_BAD (not listed) stays so. The count never passes the shot's bits
+ * (at most n <= RL_QEC_MAX_DETECTORS, the list's room). */
+__device__ __forceinline__ uint32_t rl_qec_list_add(struct rl_qec_smem *sm, uint32_t nd, uint32_t K, uint32_t w, uint32_t fresh) {
+    if (nd == RL_QEC_NDEF_BAD || fresh == 0u) return nd;
+    const uint32_t to = nd + (uint32_t)__popc(fresh);
+    if (to > RL_QEC_MAX_DETECTORS) return RL_QEC_NDEF_BAD;
+    if (nd <= K && to > K)
+        for (uint32_t i = 0; i < nd; i++) sm->u.g.def[i] = sm->defs[i];
+    uint16_t *const list = to > K ? sm->u.g.def : sm->defs;
+    for (; fresh != 0; fresh &= fresh - 1u) list[nd++] = (uint16_t)(w * 32u + (uint32_t)__ffs(fresh) - 1u);
+    return nd;
+}
+
 /** Lane 0, the fast path of the common request: an enqueue_syndromes in sequence (counter 0
  * of a new shot, or the next counter of the shot being assembled) for the mirrored decoder,
  * on a cache whose key matches, which passes every check of the general path
  * (rl_qec_enqueue) and so changes the decoder as it would: bits, in_shot, next_counter,
  * messages, the shot (session.rs append_bits, with `slot.shot.fill(0)` at counter 0). It also
- * keeps the shot's defect list (s->defs, k->ndef: the new set bits in order, as exact.rs
- * decode_b8 lists them; unknown once more than K) so that the decode need not extract it.
+ * keeps the shot's defect list (k->ndef: the new set bits in order, as exact.rs decode_b8
+ * lists them; rl_qec_list_add) so that neither a decode nor a settle step extracts it.
  * Straight-line: every load issued together, the cache trusted (its token compared) only
  * before the first global store. Returns the phase (ACK: answered; DECODE), or
  * RL_QEC_PHASE_SLOW for the general path, having changed nothing, or only a cache that then
@@ -1038,7 +1071,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     const uint32_t W = b.f.words < RL_QEC_MAX_WORDS ? b.f.words : RL_QEC_MAX_WORDS;
     const uint32_t K = b.f.K < RL_QEC_MAX_K ? b.f.K : RL_QEC_MAX_K;
     uint32_t nd = zero ? 0u : b.f.ndef;
-    if (nd > K) nd = RL_QEC_NDEF_BAD;
+    if (nd > RL_QEC_MAX_DETECTORS) nd = RL_QEC_NDEF_BAD;
     const uint8_t *src = req + RL_RPC_HEADER_LEN + RL_QEC_ENQUEUE_FIXED;
     uint32_t w0, w1, nv0 = 0, nv1 = 0;
     bool from_regs = false;
@@ -1065,13 +1098,9 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
             if (w0 + 1u < w1) k->shot[w0 + 1u] = nv1 = k->shot[w0 + 1u] | (uint32_t)(v >> 32);
             from_regs = true;
         }
-        if (nd <= K) {
-            if (nd + (uint32_t)__popc(msg) > K) {
-                nd = RL_QEC_NDEF_BAD;
-            } else {
-                for (uint32_t m = msg; m != 0; m &= m - 1u) sm->defs[nd++] = (uint16_t)(at + (uint32_t)__ffs(m) - 1u);
-            }
-        }
+        /* the message's events in the (at most two) words it touches, the lower first */
+        nd = rl_qec_list_add(sm, nd, K, w, (uint32_t)v);
+        nd = rl_qec_list_add(sm, nd, K, w + 1u, (uint32_t)(v >> 32));
     } else {
         /* Longer messages word by word; the new bits of each word are its set bits at or
          * above `at` (those below were there, those above are zero until now). */
@@ -1081,14 +1110,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
             const uint32_t old = zero ? 0u : k->shot[w];
             const uint32_t v = rl_qec_src32(src, nb, (int)(w * 32u) - (int)at) | old;
             k->shot[w] = v;
-            if (nd <= K) {
-                uint32_t fresh = v & ~old;
-                if (nd + (uint32_t)__popc(fresh) > K) {
-                    nd = RL_QEC_NDEF_BAD;
-                } else {
-                    for (; fresh != 0; fresh &= fresh - 1u) sm->defs[nd++] = (uint16_t)(w * 32u + (uint32_t)__ffs(fresh) - 1u);
-                }
-            }
+            nd = rl_qec_list_add(sm, nd, K, w, v & ~old);
         }
     }
     k->ndef = nd;
@@ -1109,7 +1131,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         rl_qec_header_from(resp, q, ts, RL_QEC_OK, 0u);
         c->ret = RL_RPC_HEADER_LEN;
         RL_QEC_AMARK(4);
-    } else if (nd <= RL_QEC_LANE_K && b.f.tab == RL_QEC_TAB_SHARED) {
+    } else if (nd <= RL_QEC_LANE_K && nd <= K && b.f.tab == RL_QEC_TAB_SHARED) { /* the DP's shots only, listed in s->defs */
         /* A few defects: decoded here (rl_qec_lane_dp), answered as rl_qec_finish would,
          * the record changed once (append and decode together) and written through once.
          * When this message added no defect to a shot decoded between messages
@@ -1164,8 +1186,9 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
 
 /** Lane 0, between messages (rl_stage_qec_idle): after a message that may be the shot's last
  * but one (k->spec_want: it left no more bits than it carried; once), decodes the hot shot's
- * defects so far into k->spec, when a shot is being assembled, its defects are listed (at
- * most RL_QEC_LANE_K) and the table is in shared memory, unless that decode was made at this
+ * defects so far into k->spec, when a shot is being assembled, its defects are listed in
+ * s->defs (at most RL_QEC_LANE_K, and at most K: a DP's shot) and the table is in shared
+ * memory, unless that decode was made at this
  * `messages` count already. The shot's last message then takes it as its own when it adds no
  * defect (rl_qec_fast). Trusts the cache only under this launch's key and the blob's token,
  * as a request does; writes k->spec and k->spec_want only. */
@@ -1177,7 +1200,7 @@ __device__ __noinline__ void rl_qec_speculate(struct rl_qec_smem *sm, uint8_t *b
     if (k->state != (unsigned long long)base || k->grid != rl_qec_gridid() || k->token == 0 || k->ok == 0) return;
     if (k->token != token) return;
     const uint32_t nd = k->ndef;
-    if (k->tab != RL_QEC_TAB_SHARED || k->hot < 0 || k->rec.in_shot == 0 || nd > RL_QEC_LANE_K) return;
+    if (k->tab != RL_QEC_TAB_SHARED || k->hot < 0 || k->rec.in_shot == 0 || nd > RL_QEC_LANE_K || nd > k->K) return;
     const unsigned long long msgs = k->rec.counters.messages;
     if (k->spec.ok != 0 && k->spec.msgs == msgs && k->spec.nd == nd) return;
     const unsigned long long t0 = rl_qec_clock();
@@ -1193,7 +1216,7 @@ __device__ __noinline__ void rl_qec_speculate(struct rl_qec_smem *sm, uint8_t *b
 }
 
 /** Lane 0: the request up to the decode; its changes written through to the blob. Returns
- * c->phase; k->ndef tells whether s->defs lists the shot's defects. */
+ * c->phase; k->ndef tells whether (and where) the shot's defects are listed. */
 __device__ __forceinline__ uint32_t rl_qec_lane0(const uint8_t *req, int len, uint8_t *resp, int cap, uint8_t *base, struct rl_qec_smem *sm) {
     struct rl_qec_ctl *c = &sm->c;
     c->mode = RL_QEC_MODE_DONE;
@@ -1530,7 +1553,7 @@ __device__ __forceinline__ void rl_qec_warp_decode(const uint8_t *req, uint8_t *
     if (lane == 0) s->c.t0 = rl_qec_clock(); /* lane 0's is the one reported */
     const uint32_t K = s->k.K, tab = s->k.tab; /* loaded together, not one after the other */
     uint32_t kd = nd;
-    if (nd > RL_QEC_MAX_K) { /* RL_QEC_NDEF_BAD: not listed (a listed count is at most K) */
+    if (nd == RL_QEC_NDEF_BAD) { /* not listed */
         kd = rl_qec_defects(s, lane);
         __syncwarp();
     }
@@ -2033,7 +2056,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
         if (b != ~0ull) rl_qec_uf_union(w.uf, x, (uint32_t)b);
     }
     __syncthreads();
-    RL_QEC_MARK(8);
+    RL_QEC_SMARK(8);
     /* the pairs y < x, spread over the block: the triangle's entries (rl_qec_pd_at) */
     const uint32_t kk = rl_qec_pd_at(mt, 0);
     for (;;) {
@@ -2090,7 +2113,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
             }
         }
         __syncthreads();
-        RL_QEC_MARK(9);
+        RL_QEC_SMARK(9);
         const uint32_t nc = s->r.left;
         /* up to four defects now where their duals allow; more: their doubled graph's size.
          * Neighbouring clusters go to different warps (cluster lane * W + warp), so that the
@@ -2175,7 +2198,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
             }
             __syncthreads();
         }
-        RL_QEC_MARK(10);
+        RL_QEC_SMARK(10);
         if (s->r.edges != 0) break; /* block-uniform */
         /* the proof: a pair across clusters that an optimal matching may use, with a
          * negative reduced cost in either copy, joins its clusters. Only pairs that touch a
@@ -2198,14 +2221,16 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
         __syncthreads(); /* everyone has read it before thread 0 clears it */
         if (!again) break;
     }
-    RL_QEC_MARK(11);
+    RL_QEC_SMARK(11);
 }
 
 /** The message count at which the mirrored decoder's shot started: its messages so far less
  * those of this shot (next_counter / rounds: each message moves the counter by `rounds`
  * from 0). A key of the shot: no two of a decoder's shots have the same. */
 __device__ __forceinline__ unsigned long long rl_qec_shot_start(const struct rl_qec_cache *k) {
-    const unsigned long long in_shot = (unsigned long long)k->rec.next_counter / (unsigned long long)(k->rounds ? k->rounds : 1u);
+    /* one round a message, the common case, without the 64-bit division (a software routine) */
+    const unsigned long long c = (unsigned long long)k->rec.next_counter;
+    const unsigned long long in_shot = k->rounds <= 1u ? c : c / (unsigned long long)k->rounds;
     return k->rec.counters.messages - in_shot;
 }
 
@@ -2213,7 +2238,9 @@ __device__ __forceinline__ unsigned long long rl_qec_shot_start(const struct rl_
  * exact.rs proved_clusters(), the same clusters, the same matchings. The shot is settled at
  * every stream threshold it has passed (its bits so far: k->rec.bits) with more than K
  * defects below (rl_qec_settle), starting from what the work space holds of it (k->strm),
- * or from nothing; then, when `final`, for the whole shot, and the result goes to s->r:
+ * or from nothing; then, when `final`, for the whole shot (a step of its own unless the last
+ * settled every defect: a last message that added none is answered from the clusters
+ * settled before it), and the result goes to s->r:
  * status OK, UNMATCHABLE (infinite weight) when a cluster has no perfect matching and
  * nothing left to join, or OVERFLOW (no decode, infinite weight) when a step overflowed or
  * there is no work space. Otherwise (an acknowledged message) k->strm keeps the key of what
@@ -2258,7 +2285,11 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
         s->r.sj = held ? kc->strm.j : 0u;
         s->r.sm = held ? kc->strm.m : 0u;
         s->r.sover = held ? kc->strm.over : 0u;
+        s->r.listed = held && kc->strm.m != 0u;
+        s->r.left = kc->strm.nc;
+        s->r.edges = 0; /* no step of this call overflowed yet */
     }
+    RL_QEC_CMARK(8);
     const uint32_t bits = final ? n : kc->rec.bits, K = kc->K;
     for (;;) {
         if (tid == 0) {
@@ -2288,9 +2319,11 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
         if (tid == 0) {
             s->r.sover = s->r.edges != 0;
             s->r.sm = mt;
+            s->r.listed = 1;
         }
         __syncthreads();
     }
+    RL_QEC_CMARK(9);
     if (!final) {
         if (tid == 0) {
             kc->strm.dec = kc->hot;
@@ -2299,10 +2332,15 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
             kc->strm.j = s->r.sj;
             kc->strm.m = s->r.sm;
             kc->strm.over = s->r.sover;
+            kc->strm.nc = s->r.left;
         }
         return;
     }
-    if (s->r.sover == 0) rl_qec_settle(s, ws, s->r.sm, k); /* block-uniform */
+    /* The final step, unless the last one settled every defect (the last message added none):
+     * then its clusters, listed and proved, are the shot's (the step would find no new defect,
+     * solve no cluster and check no pair). Block-uniform. */
+    if (s->r.sover == 0 && !(s->r.sm == k && s->r.listed != 0)) rl_qec_settle(s, ws, s->r.sm, k);
+    RL_QEC_CMARK(10);
     if (tid < 32u) {
         /* the clusters' sum, over warp 0's lanes */
         const struct rl_qec_scr w = ws.w;
@@ -2332,6 +2370,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
             kc->strm.dec = -1; /* the shot ends */
         }
     }
+    RL_QEC_CMARK(11);
 }
 
 /** All threads, c->mode EXACT or CLUSTERS: the block's decode, then thread 0's answer;
@@ -2339,14 +2378,16 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
  * kept as the answer. */
 __device__ __noinline__ void rl_qec_block(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t mode) {
     if (mode == RL_QEC_MODE_STREAM) {
-        if (threadIdx.x < 32u) {
-            const uint32_t kd = rl_qec_defects(s, threadIdx.x);
-            if (threadIdx.x == 0) {
-                s->c.k = kd;
-                if (kd <= s->k.K) s->k.ndef = kd; /* listed in s->defs: the fast path goes on from there */
+        if (s->c.k == RL_QEC_NDEF_BAD) { /* block-uniform: the shot not listed (rl_qec_want_stream) */
+            if (threadIdx.x < 32u) {
+                const uint32_t kd = rl_qec_defects(s, threadIdx.x);
+                if (threadIdx.x == 0) {
+                    s->c.k = kd;
+                    s->k.ndef = kd; /* listed: the fast path goes on from there */
+                }
             }
+            __syncthreads();
         }
-        __syncthreads();
         if (s->c.k > s->k.K) rl_qec_clusters(s, s->c.k, false); /* block-uniform */
         __syncthreads();
         return;
@@ -2375,13 +2416,16 @@ __device__ __forceinline__ bool rl_qec_ours(const uint8_t *req, int len, int cap
 __shared__ __align__(16) struct rl_qec_smem rl_qec_s;
 
 /** Lane 0, an acknowledged message (the cache trusted): whether the block settles the shot
- * so far before the answer goes (c->mode STREAM): the DEM has stream thresholds, the shot
- * has passed the first, and its defects may be more than K (not listed). Settling is
- * optional (rl_qec_clusters replays what was not): skipping it changes no answer. */
+ * so far before the answer goes (c->mode STREAM, with c->k its defects, or RL_QEC_NDEF_BAD
+ * when they are not listed): the DEM has stream thresholds, the shot has passed the first,
+ * and its defects are more than K or not listed. Settling is optional (rl_qec_clusters
+ * replays what was not): skipping it changes no answer. */
 __device__ __forceinline__ void rl_qec_want_stream(struct rl_qec_smem *s) {
     const struct rl_qec_cache *k = &s->k;
-    if (k->stream_n != 0 && k->ndef == RL_QEC_NDEF_BAD && k->hot >= 0 && k->rec.in_shot != 0 && k->rec.bits >= k->stream[0])
+    if (k->stream_n != 0 && k->ndef > k->K && k->hot >= 0 && k->rec.in_shot != 0 && k->rec.bits >= k->stream[0]) {
         s->c.mode = RL_QEC_MODE_STREAM;
+        s->c.k = k->ndef;
+    }
 }
 
 /** Warp 0 (stage.cuh): lane 0 runs the protocol and the append, warp 0 the decode of up to

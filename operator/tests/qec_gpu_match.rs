@@ -39,7 +39,8 @@
 //! builds of the stage on the production workload (d=5, p=0.1%, one round per message, one
 //! decoder), each also checked byte for byte: the stage as committed with its phase marks
 //! (`-DRL_QEC_PROFILE`: cycles from entry to each mark; with `-DRL_QEC_PROFILE_ACK` the fast
-//! path's steps instead of the decode's), variants given as NVRTC options in
+//! path's steps instead of the decode's, with `-DRL_QEC_PROFILE_STEPS` the clusters' steps
+//! instead of the last settle step's), variants given as NVRTC options in
 //! `ROCELINK_QEC_GPU_VARIANTS` (`;`-separated, e.g. `-DRL_QEC_WARP_K=0;-DRL_QEC_WARP_K=4`),
 //! and other qec.cuh files given by path in `ROCELINK_QEC_GPU_BASELINE` (`,`-separated; e.g.
 //! the previous commit's, to time before and after in one run; they must read the same blob
@@ -930,15 +931,30 @@ impl Timing {
         out.join(" ")
     }
 
-    /// Decodes by defect count: count, median stage time and decode_ns (ns), p99 of both.
+    /// Decodes by defect count: count, median stage time and decode_ns (ns), p99 of both. With
+    /// the settle step's marks, the decodes whose final step ran (mark 8 reached) and those
+    /// that skipped it (the last message added no defect) apart.
     fn by_defects(&self) -> String {
         let mut out = Vec::new();
-        for (lo, hi) in [(0, 0), (1, 1), (2, 2), (3, 4), (5, 6), (7, 8), (9, 12), (13, 24), (25, 48), (49, u32::MAX)] {
+        let stepped = |i: usize| self.rows[self.decodes[i].3].1[9] != 0;
+        let bins = [(0, 0), (1, 1), (2, 2), (3, 4), (5, 6), (7, 8), (9, 12), (13, 24), (25, 48), (49, u32::MAX)];
+        for (lo, hi, part) in bins.iter().flat_map(|&(lo, hi)| [(lo, hi, Some(true)), (lo, hi, Some(false)), (lo, hi, None)]) {
             // the decodes of lo..=hi defects (indices into `decodes`)
-            let picks: Vec<usize> = (0..self.decodes.len()).filter(|&i| (lo..=hi).contains(&self.decodes[i].0)).collect();
+            let all: Vec<usize> = (0..self.decodes.len()).filter(|&i| (lo..=hi).contains(&self.decodes[i].0)).collect();
+            let split = all.iter().any(|&i| stepped(i)) && all.iter().any(|&i| !stepped(i));
+            let picks: Vec<usize> = match part {
+                Some(want) if split => all.into_iter().filter(|&i| stepped(i) == want).collect(),
+                None if !split => all,
+                _ => continue,
+            };
             if picks.is_empty() {
                 continue;
             }
+            let tag = match part {
+                Some(true) => " (final step ran)",
+                Some(false) => " (final step skipped)",
+                None => "",
+            };
             let mut st: Vec<u32> = picks.iter().map(|&i| self.decodes[i].1).collect();
             let mut dn: Vec<u32> = picks.iter().map(|&i| self.decodes[i].2).collect();
             st.sort_unstable();
@@ -972,7 +988,7 @@ impl Timing {
                 )
             };
             out.push(format!(
-                "k {lo}..{}: {} x stage {:.0}/{:.0} decode_ns {}/{}{marks}",
+                "k {lo}..{}{tag}: {} x stage {:.0}/{:.0} decode_ns {}/{}{marks}",
                 if hi == u32::MAX { "".to_string() } else { hi.to_string() },
                 st.len(),
                 self.ns(percentile(&st, 0.5)),
@@ -1286,7 +1302,8 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
         return;
     }
     let ack_marks = ["-DRL_QEC_PROFILE".to_string(), "-DRL_QEC_PROFILE_ACK".to_string()];
-    for opts in [&[][..], &["-DRL_QEC_PROFILE".to_string()][..], &ack_marks[..]] {
+    let step_marks = ["-DRL_QEC_PROFILE".to_string(), "-DRL_QEC_PROFILE_STEPS".to_string()];
+    for opts in [&[][..], &["-DRL_QEC_PROFILE".to_string()][..], &ack_marks[..], &step_marks[..]] {
         let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", opts, false).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&c.cubin[..4], b"\x7fELF");
         // For reading the stage's SASS without a GPU.
@@ -1295,10 +1312,11 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
             with_lines.push("-lineinfo".into());
             let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", &with_lines, false)
                 .unwrap_or_else(|e| panic!("{e}"));
-            let path = PathBuf::from(dir).join(match opts.len() {
-                0 => "qec_replay.cubin",
-                1 => "qec_replay_profile.cubin",
-                _ => "qec_replay_profile_ack.cubin",
+            let path = PathBuf::from(dir).join(match opts.last().map(String::as_str) {
+                None => "qec_replay.cubin",
+                Some("-DRL_QEC_PROFILE") => "qec_replay_profile.cubin",
+                Some("-DRL_QEC_PROFILE_ACK") => "qec_replay_profile_ack.cubin",
+                _ => "qec_replay_profile_steps.cubin",
             });
             std::fs::write(&path, &c.cubin).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         }
