@@ -21,9 +21,16 @@
  * changes labels or blossoms, which lane 0 then takes.
  *
  * Contract: vertices 0..n, the caller has written the edges into ends[2e], ends[2e+1] and
- * wt[e] = 2 * weight (weights in 0..2^40, u != v, both < n, no two edges on one pair), e < m;
- * then all 32 lanes of a warp call rl_pm_solve, each with a struct carved from the same
- * memory. Integer arithmetic only; no recursion; no allocation.
+ * wt[e] = 2 * weight (weights in 0..2^40, u != v, both < n, no two edges on one pair), e < m,
+ * and the struct, with n and m, at the head of the scratch area (rl_pm_place); then all 32
+ * lanes of a warp call rl_pm_solve with that one struct. Integer arithmetic only; no
+ * recursion; no allocation.
+ *
+ * The struct lives in the scratch area, beside its arrays, not on each lane's stack: the
+ * functions below read its pointers and counters at every step, and with the transceiver's
+ * shared-memory carve-out a local (stack) load costs 120-290 cycles against 34 for shared
+ * memory (scripts/probes/mem_latency.cu). Lanes other than 0 only read it (and write the
+ * same values as lane 0 where they all reset a counter, before a __syncwarp).
  */
 #ifndef ROCELINK_STAGE_BLOSSOM_CUH
 #define ROCELINK_STAGE_BLOSSOM_CUH
@@ -82,12 +89,16 @@ struct rl_pm {
     uint2 *order;              /* [2 nmax] */
 };
 
+/** Bytes of the struct at the head of the scratch area (a multiple of 16). */
+#define RL_PM_HEAD_BYTES ((sizeof(struct rl_pm) + 15ull) & ~15ull)
+
 /** Points the solver's arrays into `mem` (16-byte aligned) for nmax vertices and emax edges,
- * each array on a 16-byte boundary, and returns the bytes they take: with `mem` 0 it only
- * measures (rl_pm_bytes), so the size and the layout have one definition. */
+ * after the struct's own place at its head (RL_PM_HEAD_BYTES), each array on a 16-byte
+ * boundary, and returns the bytes the area takes: with `mem` 0 it only measures
+ * (rl_pm_bytes), so the size and the layout have one definition. */
 __host__ __device__ __forceinline__ unsigned long long rl_pm_carve(struct rl_pm *p, uint8_t *mem, uint32_t nmax, uint32_t emax) {
     const unsigned long long v = nmax, b = 2ull * nmax, e = emax;
-    unsigned long long at = 0;
+    unsigned long long at = RL_PM_HEAD_BYTES;
 #define RL_PM_TAKE(ptr, type, count)                                            \
     do {                                                                        \
         ptr = (type *)((unsigned long long)mem + at);                           \
@@ -133,10 +144,18 @@ __host__ __device__ __forceinline__ unsigned long long rl_pm_carve(struct rl_pm 
     return at;
 }
 
-/** Bytes of scratch the solver takes for nmax vertices and emax edges. */
+/** Bytes of scratch the solver takes for nmax vertices and emax edges (its struct included). */
 __host__ __device__ __forceinline__ unsigned long long rl_pm_bytes(uint32_t nmax, uint32_t emax) {
     struct rl_pm p;
     return rl_pm_carve(&p, (uint8_t *)0, nmax, emax);
+}
+
+/** Lane 0: the struct `p` (carved from `mem`, n and m set) into its place at the head of
+ * `mem`; returns that place, which every lane passes to rl_pm_solve after a __syncwarp. */
+__device__ __forceinline__ struct rl_pm *rl_pm_place(const struct rl_pm &p, uint8_t *mem, uint32_t lane) {
+    struct rl_pm *const at = (struct rl_pm *)mem;
+    if (lane == 0) *at = p;
+    return at;
 }
 
 __device__ __forceinline__ uint32_t rl_pm_tail(const struct rl_pm *__restrict__ p, uint32_t d) { return p->ends[d]; }

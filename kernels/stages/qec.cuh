@@ -580,6 +580,11 @@ __device__ __forceinline__ struct rl_qec_scr rl_qec_scr_of(uint8_t *at, uint32_t
     return r;
 }
 
+/* The host's scratch_stride (qec_state.rs) counts a matcher's arrays at RL_PM_VERTEX_BYTES a
+ * vertex and RL_PM_EDGE_BYTES an edge, and the slack for the rest: the solver's struct at the
+ * area's head and up to 15 bytes of alignment after each of its 35 arrays. */
+static_assert(RL_PM_HEAD_BYTES + 35u * 15u <= RL_PM_SLACK_BYTES, "abi.h RL_PM_SLACK_BYTES: the matcher's struct and its arrays' alignment");
+
 /** Bytes of scratch a block needs: the defect arrays and a matcher of 2n vertices and
  * `edges` edges. */
 __device__ __forceinline__ unsigned long long rl_qec_scr_bytes(uint32_t n, uint32_t edges) {
@@ -1903,9 +1908,10 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     }
     pm.n = 2u * c;
     pm.m = q;
+    struct rl_pm *const placed = rl_pm_place(pm, mem, lane);
     if (lane == 0) w.size[root] = c;
     __syncwarp();
-    if (!rl_pm_solve(&pm, lane)) {
+    if (!rl_pm_solve(placed, lane)) {
         for (uint32_t i = lane; i < c; i += 32u) w.y0[m[i]] = w.y1[m[i]] = RL_QEC_BIG;
         if (lane == 0) w.stat[root] = RL_QEC_ST_UNMATCHABLE;
         __syncwarp();
