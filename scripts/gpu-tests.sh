@@ -7,8 +7,8 @@
 #       PyMatching on fresh stim shots, CPU and GPU (scripts/bench_decoders.py; stim and
 #       PyMatching from the carried wheels)
 #   bash scripts/gpu-tests.sh qec OUT_DIR [NAME]    # on the GPU machine: the QEC benchmark
-#       (rocelink bench-qec, PyMatching from the carried wheel) and the d=5 graph at a fixed
-#       1 us syndrome cycle with 1, 3 and 6 rounds per message on the GPU
+#       (rocelink bench-qec, PyMatching from the carried wheel), with its fixed 1 us syndrome
+#       cycle runs beside their echo floors
 # With the device tool: run(command="bash scripts/gpu-tests.sh run", carry=[".carry"]).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -107,29 +107,13 @@ for l in sys.stdin:
     fi
     cores=$(bash scripts/pick-cores.sh 3)
     # FIXTURES (scripts/qec_fixtures.py's folders), DISTANCES, PS, BACKENDS and WIRES choose the
-    # runs; the defaults are bench-qec's own
+    # runs, CYCLE_FIXTURES (comma-separated folder names, `none`) and CYCLE_ROUNDS the fixed
+    # 1 us cycle runs beside their echo floors; the defaults are bench-qec's own
     fx=${FIXTURES:-operator/tests/fixtures/qec}
     ./.carry/rocelink bench-qec --shots "${SHOTS:-5000}" --warmup "${WARMUP:-100}" --fixtures "$fx" \
       ${DISTANCES:+--distances "$DISTANCES"} ${PS:+--ps "$PS"} ${BACKENDS:+--backends "$BACKENDS"} ${WIRES:+--wires "$WIRES"} \
+      ${CYCLE_FIXTURES:+--cycle-fixtures "$CYCLE_FIXTURES"} ${CYCLE_ROUNDS:+--cycle-rounds "$CYCLE_ROUNDS"} \
       --cores "$cores" --spin dedicated --out "$out" --name "$name"
-    IFS=, read -r c_nic c_backend c_peer <<<"$cores"
-    # Keeping up with a 1 us syndrome cycle: the decoder graph on each backend, rounds batched
-    # per message, at every CYCLE_FIXTURES folder under $fx (default d5_p0.001)
-    for f in ${CYCLE_FIXTURES:-d5_p0.001}; do
-      [ -d "$fx/$f" ] || { echo "no fixture $fx/$f: its cycle runs skipped" >&2; continue; }
-      for b in ${CYCLE_BACKENDS:-Gpu(0)}; do
-        for r in ${CYCLE_ROUNDS:-1 3 6}; do
-          tag=$(echo "$b" | tr -d '()' | tr 'A-Z' 'a-z')
-          ./.carry/rocelink run graphs/qec_d5.ron --quiet --set "backend=$b" --set 'run.load=RoundCycle(1.0)' \
-            --set "peer.qec.dem=\"$fx/$f/model.dem\"" --set "peer.qec.dets=\"$fx/$f/dets.b8\"" \
-            --set "peer.qec.obs=\"$fx/$f/obs.01\"" --set "peer.qec.pred=Some(\"$fx/$f/pred.01\")" \
-            --set "operators.decoder.dem=\"$fx/$f/model.dem\"" \
-            --set "cores.nic=Some($c_nic)" --set "cores.backend=Some($c_backend)" --set "cores.peer=Some($c_peer)" --set cores.spin=Dedicated \
-            --set "peer.qec.rounds_per_message=$r" --set "operators.decoder.rounds_per_message=$r" \
-            --set "outputs.dir=$out/$name-cycle-$f-$tag-r$r" 2>&1 | grep -E "rocelink run|qec:|shots sent|reaction|throughput|decode|error" || true
-        done
-      done
-    done
     ;;
   *) echo "usage: $0 build | run [test filter] | bench OUT_DIR [NAME] | decoders OUT_DIR [NAME] | qec OUT_DIR [NAME]" >&2; exit 2 ;;
 esac

@@ -182,6 +182,16 @@ enum Cmd {
         /// Base name of the report files.
         #[arg(long, default_value = "bench-qec")]
         name: String,
+        /// Fixture folders of the fixed-cycle runs (each beside the echo at its message rate);
+        /// default: d5_p0.001 and d11_p0.001 where --fixtures has them; `none`: no such runs.
+        #[arg(long, value_delimiter = ',')]
+        cycle_fixtures: Option<Vec<String>>,
+        /// Rounds per message of the fixed-cycle runs.
+        #[arg(long, value_delimiter = ',', default_values_t = [1u32])]
+        cycle_rounds: Vec<u32>,
+        /// Microseconds per syndrome round of the fixed-cycle runs.
+        #[arg(long, default_value_t = 1.0)]
+        cycle_us: f64,
         #[command(flatten)]
         threads: ThreadArgs,
     },
@@ -444,9 +454,14 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, threads } => {
+        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cycle_fixtures, cycle_rounds, cycle_us, threads } => {
             let (cores, spin, spin_pause) = threads.settings();
             use rocelink_operator::bench::qec;
+            let cycle_fixtures = match cycle_fixtures {
+                None => ["d5_p0.001", "d11_p0.001"].into_iter().filter(|f| fixtures.join(f).join("dets.b8").is_file()).map(String::from).collect(),
+                Some(v) if v.iter().any(|f| f == "none") => Vec::new(),
+                Some(v) => v,
+            };
             let cfg = qec::QecBenchConfig {
                 distances,
                 ps,
@@ -463,6 +478,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 spin_pause,
                 doorbell,
                 kernel,
+                cycle_fixtures,
+                cycle_rounds,
+                cycle_us,
             };
             let r = qec::run_bench_qec(&cfg)?;
             print!("{}", qec::markdown(&r, &cfg.name));

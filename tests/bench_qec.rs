@@ -14,7 +14,8 @@ fn bench_qec_tiny_run_writes_reports_without_disagreements() {
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new(env!("CARGO_BIN_EXE_rocelink"))
         .current_dir(root)
-        .args(["bench-qec", "--distances", "3", "--ps", "0.001", "--wires", "inproc", "--backends", "cpu", "--shots", "200", "--warmup", "20", "--name", "tiny", "--out"])
+        .args(["bench-qec", "--distances", "3", "--ps", "0.001", "--wires", "inproc", "--backends", "cpu", "--shots", "200", "--warmup", "20", "--name", "tiny"])
+        .args(["--cycle-fixtures", "d3_p0.001", "--cycle-rounds", "1,4", "--cycle-us", "4", "--out"])
         .arg(&dir)
         .output()
         .expect("run rocelink");
@@ -22,7 +23,7 @@ fn bench_qec_tiny_run_writes_reports_without_disagreements() {
     assert_eq!(out.status.code(), Some(0), "{shown}");
 
     let md = std::fs::read_to_string(dir.join("tiny.md")).unwrap_or_else(|e| panic!("tiny.md: {e}\n{shown}"));
-    for s in ["## Environment", "## Latency (us)", "## Decoding", "## PyMatching single-shot decode()", "echo (transport floor)", "qec decoder, cpu backend"] {
+    for s in ["## Environment", "## Latency (us)", "## Decoding", "## PyMatching single-shot decode()", "## Keeping up with a fixed syndrome cycle", "echo (transport floor)", "qec decoder, cpu backend"] {
         assert!(md.contains(s), "{s} missing from tiny.md:\n{md}");
     }
     let r: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tiny.json")).unwrap()).unwrap();
@@ -45,5 +46,21 @@ fn bench_qec_tiny_run_writes_reports_without_disagreements() {
     // PyMatching's row is there, measured or "not available".
     let py = &r["pymatching"][0];
     assert!(py["available"].as_bool().unwrap() || py["note"].as_str().unwrap().starts_with("not available"), "{r}");
+    // The fixed-cycle runs (4 us a round: slow enough for any machine), each with its floor:
+    // the echo of the same size at the same message rate, both measured.
+    let cycles = r["cycles"].as_array().unwrap();
+    assert_eq!(cycles.len(), 2, "{r}");
+    for (c, rounds) in cycles.iter().zip([1, 4]) {
+        assert_eq!((c["fixture"].as_str(), c["distance"].as_u64(), c["rounds_per_message"].as_u64()), (Some("d3_p0.001"), Some(3), Some(rounds)), "{c}");
+        assert_eq!(c["shots_decoded"], c["shots_sent"], "{c}");
+        assert_eq!(c["shots_decoded"], 220, "{c}");
+        let offered = c["offered_rounds_per_us"].as_f64().unwrap();
+        assert!((offered - 0.25).abs() < 0.01, "{c}");
+        for k in ["rounds_per_us", "echo_rounds_per_us"] {
+            let v = c[k].as_f64().unwrap_or_else(|| panic!("{k}: {c}"));
+            assert!(v > 0.0 && v <= offered * 1.05, "{k} {v} against {offered} offered: {c}");
+        }
+        assert_eq!((c["echo_lost"].as_u64(), c["echo_corrupted"].as_u64()), (Some(0), Some(0)), "{c}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -442,10 +442,10 @@ fn a_graph_file_gives_the_wire_peer_and_slots() {
         run(&["serve", "--run", "count=2000 size=128 rate=100000", "--", "--graph", graph], Duration::from_secs(60));
     assert_ok(&r);
     let e = r.line("endpoint:");
-    // graphs/echo.ron: inproc wire, fpga-sim here, 64 slots, 64-byte messages in 128-byte slots
+    // graphs/echo.ron: inproc wire, fpga-sim here, 128 slots, 64-byte messages in 128-byte slots
     assert_eq!(
         (e["wire"].as_str(), e["peer"].as_str(), e["slots"].as_str(), e["slot_size"].as_str()),
-        ("inproc", "sim", "64", "128")
+        ("inproc", "sim", "128", "128")
     );
     assert_eq!(num(&r.runs()[0], "ok"), 2000);
 }

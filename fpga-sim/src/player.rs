@@ -421,12 +421,15 @@ impl Player {
         self.answered[(frame % ANSWERED_WINDOW) as usize / 64] &= !(1u64 << (frame % 64));
         self.sent += 1;
         self.psn = (self.psn + 1) & PSN_MASK;
+        // A fixed schedule: the next frame is due an interval after this one's due time, not
+        // after its send, so a frame that left late (held by the window) does not delay the
+        // ones after it, and the offered rate is the one asked for.
         self.next_due_ns = match &self.cfg.qec {
             // Fixed syndrome cycle: the next message leaves when its last round is measured.
             Some(plan) => self.next_due_ns.saturating_add(
                 u64::from(plan.rounds_of(frame.wrapping_add(1))) * self.cfg.interval_ns,
             ),
-            None => now.saturating_add(self.cfg.interval_ns),
+            None => self.next_due_ns.saturating_add(self.cfg.interval_ns),
         };
         self.window.push(frame, now);
         match emitted {
@@ -1029,5 +1032,20 @@ mod tests {
         let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
         assert_eq!(p.poll_transmit(99, &stats, &mut buf), Transmit::NotDue);
         send(&mut p, 100, &stats);
+    }
+
+    #[test]
+    fn a_late_frame_does_not_move_the_schedule() {
+        let stats = Stats::default();
+        let mut cfg = config(4, 64, 64);
+        cfg.interval_ns = 100;
+        let mut p = Player::new(cfg, 0, 0);
+        send(&mut p, 0, &stats);
+        // frame 1, due at 100, leaves at 250; frame 2 was due at 200: it leaves at once
+        send(&mut p, 250, &stats);
+        send(&mut p, 250, &stats);
+        let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
+        assert_eq!(p.poll_transmit(299, &stats, &mut buf), Transmit::NotDue, "frame 3 is due at 300");
+        send(&mut p, 300, &stats);
     }
 }

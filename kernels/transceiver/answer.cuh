@@ -26,8 +26,9 @@ __device__ __forceinline__ void rl_reap_sends(struct rl_loop &L) {
 /* Warp 0, the message in shared memory or in registers: poisons what the next speculative
  * reads of its CQE and slot may see (posted writes; rl_receive trusts a word of its read only
  * when it no longer holds the poison). They must land before the NIC may write there again, which it
- * does only after the receive is re-posted (entries and slots messages later): the release
- * fence in front of the re-post orders them (the doorbell's fence for an unchecked doorbell,
+ * does only with a posted receive, and the host posts at most one receive per slot
+ * (rings.rs QpSizes::posted_receives), so the slot's next message needs the receive this
+ * message frees, re-posted after them: the release fence in front of the re-post orders them (the doorbell's fence for an unchecked doorbell,
  * the one after a checked doorbell or in front of a re-post without an answer). Issued after a
  * checked doorbell, they are not in front of the answer's stores. */
 __device__ __forceinline__ void rl_poison(const struct rl_loop &L, const struct rl_transceiver_desc &d, uint32_t lane) {

@@ -77,7 +77,7 @@ impl Default for EchoConfig {
             spin_pause: false,
             timeout: None,
             progress: false,
-            slots: 64,
+            slots: crate::rings::DEFAULT_RX_SLOTS,
             backend: BackendKind::Auto,
             chain: vec![StageSpec::Echo],
             doorbell: DoorbellMode::Proxy,

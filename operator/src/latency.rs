@@ -71,9 +71,18 @@ pub struct Analysis {
     pub blank: u64,
     /// Records read, blank ones included.
     pub records: u64,
+    /// The earliest send stamp and the latest arrival stamp of the answers received (ns, the
+    /// peer's clock), warm-up included: the span an open-loop run's rate is measured over.
+    pub span_ns: Option<(u64, u64)>,
 }
 
 impl Analysis {
+    /// Answers per microsecond over [`Analysis::span_ns`], when it is not empty.
+    pub fn answers_per_us(&self) -> Option<f64> {
+        let (first, last) = self.span_ns?;
+        (last > first && self.counts.received > 0).then(|| 1000.0 * self.counts.received as f64 / (last - first) as f64)
+    }
+
     /// The peer's capture held no record at all, though records were read: its capture RAM
     /// is missing (it reads 0 with status OK), not its answers.
     pub fn capture_missing(&self) -> bool {
@@ -104,13 +113,14 @@ pub struct Analyzer {
     highest: Option<u64>,
     blank: u64,
     records: u64,
+    span: Option<(u64, u64)>,
 }
 
 impl Analyzer {
     /// For a run of at most `planned` requests numbered from `first_request_id`; the first
     /// `warmup` are counted but left out of the latency distribution.
     pub fn new(first_request_id: u32, planned: u64, warmup: u64) -> Analyzer {
-        Analyzer { first_request_id, planned, warmup, counts: Counts::default(), rtt: new_histogram(), samples: Vec::new(), seen: vec![0; (SEEN_WINDOW / 64) as usize], highest: None, blank: 0, records: 0 }
+        Analyzer { first_request_id, planned, warmup, counts: Counts::default(), rtt: new_histogram(), samples: Vec::new(), seen: vec![0; (SEEN_WINDOW / 64) as usize], highest: None, blank: 0, records: 0, span: None }
     }
 
     /// Bit of request `idx` in the window.
@@ -159,6 +169,8 @@ impl Analyzer {
         }
         *w |= b;
         self.counts.received += 1;
+        let (sent, arrived) = (r.echoed_timestamp, r.arrival_timestamp);
+        self.span = Some(self.span.map_or((sent, arrived), |(f, l)| (f.min(sent), l.max(arrived))));
         if before.is_some_and(|h| idx < h) {
             self.counts.reordered += 1;
         }
@@ -194,7 +206,7 @@ impl Analyzer {
         counts.sent = sent;
         counts.uncaptured = uncaptured;
         counts.lost = sent.saturating_sub(counts.received + uncaptured);
-        Analysis { counts, rtt: self.rtt, samples: self.samples, blank: self.blank, records: self.records }
+        Analysis { counts, rtt: self.rtt, samples: self.samples, blank: self.blank, records: self.records, span_ns: self.span }
     }
 }
 

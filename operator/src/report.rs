@@ -35,6 +35,8 @@ pub struct RunReport {
     pub peer_missing_extensions: Vec<&'static str>,
     pub mode: String,
     pub rate: Option<f64>,
+    /// An open-loop run at a fixed rate (`Rate`): what came back against what was offered.
+    pub rate_achieved: Option<OpenLoopRate>,
     pub warmup: u32,
     pub env: Environment,
     pub graph: String,
@@ -69,6 +71,33 @@ pub struct RunReport {
     pub qec: Option<QecReport>,
     #[serde(skip)]
     pub analysis: Option<Analysis>,
+}
+
+/// An open-loop run's message rate (the transport's keep-up floor beside a QEC graph at a
+/// fixed syndrome cycle).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct OpenLoopRate {
+    /// Messages per microsecond the peer was asked to send.
+    pub offered_per_us: f64,
+    /// Answers per microsecond: the answers received over the span from the first one's send
+    /// stamp to the last one's arrival (warm-up included).
+    pub achieved_per_us: f64,
+    /// `achieved_per_us` reaches [`crate::graph::qec::KEEP_UP_SHARE`] of the offered rate.
+    pub keeps_up: bool,
+}
+
+impl OpenLoopRate {
+    /// The figures of a run offered `rate` messages per second, `achieved` answers per us.
+    pub fn of(rate: f64, achieved: Option<f64>) -> Option<OpenLoopRate> {
+        let offered = rate / 1e6;
+        let achieved = achieved?;
+        Some(OpenLoopRate { offered_per_us: offered, achieved_per_us: achieved, keeps_up: achieved >= crate::graph::qec::KEEP_UP_SHARE * offered })
+    }
+
+    /// `0.912 messages/us of 1.000 offered: keeps up`.
+    pub fn text(&self) -> String {
+        format!("{:.3} messages/us of {:.3} offered: {}", self.achieved_per_us, self.offered_per_us, if self.keeps_up { "keeps up" } else { "FALLS BEHIND" })
+    }
 }
 
 /// What the tap delivered.
@@ -107,6 +136,7 @@ impl RunReport {
             peer_missing_extensions: Vec::new(),
             mode: "closed-loop".into(),
             rate: None,
+            rate_achieved: None,
             warmup: 0,
             env: Environment::default(),
             graph: String::new(),
@@ -169,6 +199,9 @@ pub fn echo_text(r: &RunReport) -> String {
         let _ = writeln!(s, "  round trip (us, full RTT, {} samples): min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
     }
     let _ = writeln!(s, "  sent {}  received {}  lost {}  duplicated {}  reordered {}  corrupted {}", c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted);
+    if let Some(a) = &r.rate_achieved {
+        let _ = writeln!(s, "  rate: {}", a.text());
+    }
     if c.uncaptured > 0 {
         let _ = writeln!(s, "  uncaptured {} (answered, but overwritten in the peer's capture ring before they were read: not measured)", c.uncaptured);
     }

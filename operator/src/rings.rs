@@ -10,6 +10,12 @@ use std::sync::Arc;
 use crate::abi::{self, rl_queue_desc, rl_transceiver_desc, CQE, LINE, RECV_WQE, WQEBB};
 use crate::mem::{Carver, SharedMem, PAGE};
 
+/// RX slots by default: room for a peer's 64 messages in flight (PROTOCOLS.md 2.3) and the
+/// GPU data path's re-posts, which wait for a release fence every few messages
+/// (`RL_FENCE_EVERY` in kernels/transceiver.cu), so such a peer never finds the receive queue
+/// empty ([`QpSizes::posted_receives`]).
+pub const DEFAULT_RX_SLOTS: u32 = 128;
+
 /// Sizes of a queue pair and its buffers. Entry counts are powers of two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpSizes {
@@ -31,7 +37,7 @@ impl Default for QpSizes {
         QpSizes {
             sq_entries: 128,
             rq_entries: 128,
-            rx_slots: 64,
+            rx_slots: DEFAULT_RX_SLOTS,
             rx_slot_stride: 4096,
             tx_slot_stride: 4096,
             timestamp_entries: 1 << 17,
@@ -41,6 +47,20 @@ impl Default for QpSizes {
 }
 
 impl QpSizes {
+    /// Receives a data path that poisons its slots (the GPU's) has posted at most: one per
+    /// RX slot, `min(rx_slots, rq_entries)`. The NIC places a write with immediate only with
+    /// a posted receive, and that data path re-posts a message's receive only behind the
+    /// release fence that follows the message's poison stores (kernels/transceiver/answer.cuh).
+    /// With no more receives than slots, the next message into a slot needs a receive that
+    /// was re-posted after the poison of the slot's previous message, so it cannot land
+    /// before that poison, whatever the peer's window. With more (128 receives over 64
+    /// slots), a peer with 64 messages in flight writes a slot again right after its answer,
+    /// while the poison issued after that answer's doorbell may still be on its way and can
+    /// overwrite the new message.
+    pub fn posted_receives(&self) -> u32 {
+        self.rx_slots.min(self.rq_entries)
+    }
+
     /// Checks the invariants the rings rely on.
     pub fn validate(&self) -> Result<(), String> {
         let pow2 = |n: u32, what: &str| {

@@ -56,9 +56,11 @@ struct Started {
 impl GpuBackend {
     /// Compiles, loads and launches the persistent kernel for `chain` on GPU `ordinal`.
     pub fn spawn(q: QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfig) -> Result<GpuBackend, BackendError> {
-        // The host posts the receive queue before the launch (the kernel re-posts).
+        // The host posts the receive queue before the launch (the kernel re-posts), one
+        // receive per RX slot at most (QpSizes::posted_receives: what keeps a slot's poison
+        // ahead of its next message).
         let mut verbs = HostVerbs::new(q.clone(), cfg.qpn, cfg.tx_lkey);
-        verbs.post_recv(q.layout.sizes.rq_entries);
+        verbs.post_recv(q.layout.sizes.posted_receives());
         let stop = Arc::new(AtomicBool::new(false));
         let outcome = Arc::new(AtomicU32::new(0));
         let failure = Arc::new(std::sync::Mutex::new(None));

@@ -7,7 +7,11 @@
 //!
 //! each in closed loop (reaction latency, logical errors against PyMatching's on the same
 //! shots, disagreements, overflows, throughput, the in-loop time of the final message), and
-//! 4. PyMatching's own single-shot `decode()` latency on the same shots, when Python has it.
+//! 4. PyMatching's own single-shot `decode()` latency on the same shots, when Python has it;
+//!
+//! and, at the fixtures `cycle_fixtures` names, the graph at a fixed syndrome cycle (open loop,
+//! `cycle_rounds` rounds a message), each beside its floor: the echo of the same size at the
+//! same message rate on the same backend and wire (what the transport alone keeps up with).
 //!
 //! The graphs are built in memory (the text of graphs/qec_d*.ron, compiled through the
 //! library). Targets are data: the report says whether each holds; nothing fails on them.
@@ -56,6 +60,13 @@ pub struct QecBenchConfig {
     pub doorbell: crate::nic::DoorbellMode,
     /// How the GPU runs' kernel is built (`graph::RunOptions::kernel`).
     pub kernel: crate::gpu::kernels::KernelOptions,
+    /// Fixture folders (`d11_p0.001`) of the fixed-cycle runs, each on every backend and wire;
+    /// empty: none.
+    pub cycle_fixtures: Vec<String>,
+    /// Rounds per message of the fixed-cycle runs.
+    pub cycle_rounds: Vec<u32>,
+    /// Microseconds per syndrome round of the fixed-cycle runs.
+    pub cycle_us: f64,
 }
 
 impl Default for QecBenchConfig {
@@ -76,6 +87,9 @@ impl Default for QecBenchConfig {
             spin_pause: false,
             doorbell: crate::nic::DoorbellMode::Proxy,
             kernel: crate::gpu::kernels::KernelOptions::default(),
+            cycle_fixtures: Vec::new(),
+            cycle_rounds: vec![1],
+            cycle_us: 1.0,
         }
     }
 }
@@ -135,6 +149,43 @@ pub struct QecFigures {
     pub messages_per_shot: u32,
 }
 
+/// One fixed-cycle run and its floor, for one (fixture, wire, backend, rounds per message).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CycleRow {
+    pub fixture: String,
+    pub distance: Option<u32>,
+    pub p: Option<String>,
+    pub wire: String,
+    pub backend: String,
+    pub rounds_per_message: u32,
+    pub message_bytes: usize,
+    pub cycle_us: f64,
+    pub offered_rounds_per_us: Option<f64>,
+    /// Decoded rounds per microsecond (first send to last correction, warm-up included).
+    pub rounds_per_us: Option<f64>,
+    pub keeps_up: Option<bool>,
+    /// The floor: the echo of `message_bytes` at the cycle's message rate on the same backend
+    /// and wire, as rounds per microsecond (its answers per microsecond times
+    /// `rounds_per_message`).
+    pub echo_rounds_per_us: Option<f64>,
+    pub echo_keeps_up: Option<bool>,
+    pub echo_lost: u64,
+    pub echo_corrupted: u64,
+    /// `rounds_per_us` over `echo_rounds_per_us`.
+    pub of_floor: Option<f64>,
+    pub reaction_ns: Summary,
+    pub final_round_loop_ns: Summary,
+    pub other_rounds_loop_ns: Summary,
+    pub decoder_time: Option<crate::hsb::DecoderTime>,
+    pub shots_sent: u64,
+    pub shots_decoded: u64,
+    pub logical_errors: u64,
+    pub disagreements: Option<u64>,
+    pub unanswered: u64,
+    /// Answers with a non-OK status, by name.
+    pub status: std::collections::BTreeMap<String, u64>,
+}
+
 /// PyMatching's single-shot `decode()` on the same shots.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct PyMatchingRow {
@@ -169,7 +220,9 @@ pub struct QecBenchReport {
     pub env: QecBenchEnv,
     pub rows: Vec<QecRow>,
     pub pymatching: Vec<PyMatchingRow>,
-    /// d=5, p=0.1% targets (value in `ratio`, limit in `max_ratio`).
+    /// The fixed-cycle runs, each with its echo floor.
+    pub cycles: Vec<CycleRow>,
+    /// Targets at d=5 and d=11, p=0.1% (value in `ratio`, limit in `max_ratio`).
     pub targets: Vec<Target>,
     pub interrupted: bool,
     #[serde(skip)]
@@ -187,7 +240,9 @@ pub enum QecBenchError {
 }
 
 /// The QEC graph of one fixture, as text (graphs/qec_d*.ron without the comments).
-fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind, cfg: &QecBenchConfig, outputs: &Path) -> String {
+/// `load`: the graph's `run.load` (`ClosedLoop`, `RoundCycle(1.0)`); `rounds`: rounds per message.
+#[allow(clippy::too_many_arguments)]
+fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind, cfg: &QecBenchConfig, outputs: &Path, load: &str, rounds: u32) -> String {
     let (shots, warmup) = (cfg.shots, cfg.warmup);
     let core = |c: Option<usize>| c.map_or("None".to_string(), |c| format!("Some({c})"));
     let (spin, spin_pause) = (format!("{:?}", cfg.spin), cfg.spin_pause);
@@ -204,14 +259,14 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
     nic: Soft(wire: {wire}),
     peer: FpgaSim(
         mode: InProcess,
-        qec: (dem: "{dem}", dets: "{dets}", obs: "{obs}", pred: "{pred}", rounds_per_message: 1),
+        qec: (dem: "{dem}", dets: "{dets}", obs: "{obs}", pred: "{pred}", rounds_per_message: {rounds}),
     ),
     cores: (nic: {nic_core}, backend: {backend_core}, peer: {peer_core}, host: None, spin: {spin}, spin_pause: {spin_pause}),
-    run: (stop: Count({count}), warmup: {warmup}, load: ClosedLoop, size: 64, timeout: None),
+    run: (stop: Count({count}), warmup: {warmup}, load: {load}, size: 64, timeout: None),
     outputs: (dir: "{out}"),
     operators: [
-        (name: "roce", kind: "RoceTransceiver", params: (slots: 64, tap_ring: 131072)),
-        (name: "decoder", kind: "QecDecoder", params: (dem: "{dem}", rounds_per_message: 1, max_defects: 12, decoders: 1)),
+        (name: "roce", kind: "RoceTransceiver", params: (slots: 128, tap_ring: 131072)),
+        (name: "decoder", kind: "QecDecoder", params: (dem: "{dem}", rounds_per_message: {rounds}, max_defects: 12, decoders: 1)),
         (name: "report", kind: "LatencyReport"),
     ],
     flows: [
@@ -265,6 +320,19 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
             }
         }
     }
+    for f in &cfg.cycle_fixtures {
+        if !cfg.fixtures.join(f).join("dets.b8").is_file() {
+            return Err(QecBenchError::Config(format!("no fixture {} for the fixed-cycle runs", cfg.fixtures.join(f).display())));
+        }
+    }
+    if !cfg.cycle_fixtures.is_empty() {
+        if cfg.cycle_rounds.is_empty() || cfg.cycle_rounds.contains(&0) {
+            return Err(QecBenchError::Config("--cycle-rounds: at least one, each at least 1 round a message".into()));
+        }
+        if !(cfg.cycle_us > 0.0 && cfg.cycle_us.is_finite()) {
+            return Err(QecBenchError::Config(format!("--cycle-us {} must be a positive number of microseconds", cfg.cycle_us)));
+        }
+    }
     let date_utc = utc_timestamp(std::time::SystemTime::now());
     let mut skipped = Vec::new();
     let mut backends = Vec::new();
@@ -309,7 +377,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     }
                     let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.to_string().replace(':', ""));
                     tracing::info!("bench-qec: {label}: qec graph");
-                    let text = graph_text(&fixture, &label, wire, backend, cfg, &scratch.join(&label));
+                    let text = graph_text(&fixture, &label, wire, backend, cfg, &scratch.join(&label), "ClosedLoop", 1);
                     let (q, run_files) = run_qec_graph(&text, &label, &graph::RunOptions { progress: false, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() })?;
                     // The graph's LatencyReport drew the reaction latency (histogram + CDF).
                     let mut svg = None;
@@ -392,9 +460,23 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
             pymatching.push(pymatching_row(cfg, d, p, &fixture));
         }
     }
+    let mut cycles = Vec::new();
+    'cycles: for f in &cfg.cycle_fixtures {
+        for &wire in &cfg.wires {
+            for &backend in &backends {
+                for &r in &cfg.cycle_rounds {
+                    if interrupted || crate::interrupted() {
+                        interrupted = true;
+                        break 'cycles;
+                    }
+                    cycles.push(cycle_row(cfg, f, wire, backend, r, &scratch)?);
+                }
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&scratch);
     interrupted |= crate::interrupted();
-    let targets = targets(&rows);
+    let targets = targets(&rows, &cycles);
     let mut report = QecBenchReport {
         env: QecBenchEnv {
             machine,
@@ -410,6 +492,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
         },
         rows,
         pymatching,
+        cycles,
         targets,
         interrupted,
         files: Vec::new(),
@@ -419,17 +502,108 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     Ok(report)
 }
 
-/// The targets for d=5, p=0.1% (decode time, reaction over the echo floor, throughput,
-/// agreement with the exact matcher), on every backend measured there.
-fn targets(rows: &[QecRow]) -> Vec<Target> {
+/// `d11_p0.001` as (11, "0.001").
+fn fixture_point(name: &str) -> Option<(u32, String)> {
+    let (d, p) = name.strip_prefix('d')?.split_once("_p")?;
+    Some((d.parse().ok()?, p.to_string()))
+}
+
+/// The fixed-cycle run of fixture `f` at `rounds` rounds a message, then its floor: the echo of
+/// the same size at the same message rate, as many messages.
+fn cycle_row(cfg: &QecBenchConfig, f: &str, wire: WireKind, backend: BackendKind, rounds: u32, scratch: &Path) -> Result<CycleRow, QecBenchError> {
+    let label = format!("cycle-{f}-{}-{}-r{rounds}", wire.as_str(), backend.to_string().replace(':', ""));
+    tracing::info!("bench-qec: {label}: qec graph at {} us a round", cfg.cycle_us);
+    let text = graph_text(&cfg.fixtures.join(f), &label, wire, backend, cfg, &scratch.join(&label), &format!("RoundCycle({:?})", cfg.cycle_us), rounds);
+    let (q, _) = run_qec_graph(&text, &label, &graph::RunOptions { progress: false, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() })?;
+    let size = (q.max_message_bytes as usize).clamp(24, 4096);
+    let per_shot = q.messages_per_shot.max(1);
+    let rate = 1e6 / (cfg.cycle_us * f64::from(rounds));
+    tracing::info!("bench-qec: {label}: echo floor, {size} B at {rate:.0} messages/s");
+    let echo_cfg = EchoConfig {
+        wire,
+        count: (cfg.shots + cfg.warmup).saturating_mul(per_shot),
+        size,
+        rate: Some(rate),
+        warmup: cfg.warmup.saturating_mul(per_shot),
+        backend,
+        cores: cfg.cores,
+        spin: cfg.spin,
+        spin_pause: cfg.spin_pause,
+        doorbell: cfg.doorbell,
+        kernel: cfg.kernel.clone(),
+        ..EchoConfig::default()
+    };
+    let e = run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })?;
+    let echo = e.rate_achieved;
+    let echo_rounds = echo.map(|a| a.achieved_per_us * f64::from(rounds));
+    let point = fixture_point(f);
+    Ok(CycleRow {
+        fixture: f.to_string(),
+        distance: point.as_ref().map(|p| p.0),
+        p: point.map(|p| p.1),
+        wire: wire.as_str().into(),
+        backend: backend.to_string(),
+        rounds_per_message: rounds,
+        message_bytes: size,
+        cycle_us: cfg.cycle_us,
+        offered_rounds_per_us: q.offered_rounds_per_us,
+        rounds_per_us: q.throughput_rounds_per_us,
+        keeps_up: q.keeps_up,
+        echo_rounds_per_us: echo_rounds,
+        echo_keeps_up: echo.map(|a| a.keeps_up),
+        echo_lost: e.counts.lost,
+        echo_corrupted: e.counts.corrupted,
+        of_floor: match (q.throughput_rounds_per_us, echo_rounds) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        },
+        reaction_ns: q.reaction_ns,
+        final_round_loop_ns: q.final_round_loop_ns,
+        other_rounds_loop_ns: q.other_rounds_loop_ns,
+        decoder_time: q.decoder_time,
+        shots_sent: q.shots_sent,
+        shots_decoded: q.shots_decoded,
+        logical_errors: q.logical_errors,
+        disagreements: q.disagreements,
+        unanswered: q.unanswered,
+        status: q.status.clone(),
+    })
+}
+
+/// The targets, on every backend measured there: at d=5, p=0.1% (decode time, reaction over
+/// the echo floor, throughput, agreement with the exact matcher) and at d=11, p=0.1% (the
+/// final round's decode p99 within 1 us, reaction within 1 us of the echo, one round per
+/// microsecond at a 1 us cycle with a round a message).
+fn targets(rows: &[QecRow], cycles: &[CycleRow]) -> Vec<Target> {
     let mut out = Vec::new();
+    for r in rows.iter().filter(|r| r.distance == 11 && r.p == "0.001") {
+        let Some(q) = &r.qec else { continue };
+        let t = |what: &str, max: f64, value: Option<f64>| Target {
+            path: r.path.clone(),
+            wire: r.wire.clone(),
+            size: r.message_bytes,
+            what: format!("d=11, p=0.1%: {what}"),
+            max_ratio: max,
+            ratio: value,
+            met: value.is_some_and(|v| v.is_finite() && v <= max),
+        };
+        out.push(t("final-round decode p99 <= 1 us, the decoder's own time (its reports' decode_ns; value in us)", 1.0, q.decoder_time.map(|d| d.p99_ns as f64 / 1000.0)));
+        if r.wire == "inproc" {
+            out.push(t("reaction p50 <= echo p50 + 1 us (value: difference in us)", 1.0, r.p50_over_echo_ns.map(|d| d as f64 / 1000.0)));
+        }
+        let backend = r.backend.clone();
+        for c in cycles.iter().filter(|c| c.distance == Some(11) && c.p.as_deref() == Some("0.001") && c.wire == r.wire && c.backend == backend && c.rounds_per_message == 1 && c.cycle_us == 1.0) {
+            let floor = c.echo_rounds_per_us.map_or("-".into(), |f| format!("{:.3} us", 1.0 / f));
+            out.push(t(&format!("keeps up with a 1 us cycle at a round a message: >= 1 round/us (value: us per round; the echo floor at the same rate {floor})"), 1.0, c.rounds_per_us.filter(|&x| x > 0.0).map(|x| 1.0 / x)));
+        }
+    }
     for r in rows.iter().filter(|r| r.distance == 5 && r.p == "0.001") {
         let Some(q) = &r.qec else { continue };
         let t = |what: &str, max: f64, value: Option<f64>| Target {
             path: r.path.clone(),
             wire: r.wire.clone(),
             size: r.message_bytes,
-            what: what.into(),
+            what: format!("d=5, p=0.1%: {what}"),
             max_ratio: max,
             ratio: value,
             met: value.is_some_and(|v| v.is_finite() && v <= max),
@@ -603,9 +777,51 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
         }
     }
 
-    let _ = writeln!(s, "\n## Targets (d=5, p=0.1%; data, not assertions)\n");
+    if !r.cycles.is_empty() {
+        let _ = writeln!(s, "\n## Keeping up with a fixed syndrome cycle\n");
+        let _ = writeln!(
+            s,
+            "Open loop: the peer sends a message every rounds-per-message x cycle, up to 64 in flight; rounds per us are the \
+             decoded rounds over the first send to the last correction (warm-up included; keeping up means 95% of the offered). \
+             The floor is the echo of the same size at the same message rate on the same backend and wire, right after: \
+             its answers per us times the rounds a message. Loop times: the transceiver loop's (CQE seen to doorbell), in us.\n"
+        );
+        let _ = writeln!(s, "| fixture | wire | backend | rounds/msg | size (B) | offered rounds/us | rounds/us | keeps up | echo floor rounds/us | floor keeps up | of floor | loop, other msgs p50 / p99 | loop, final msg p50 / p99 | decode p50 / p99 | reaction p50 | shots decoded / sent | non-OK answers |");
+        let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        let f3 = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+        let yn = |v: Option<bool>| v.map_or("-", |k| if k { "yes" } else { "**no**" });
+        // a message a shot has no other messages: no zeros that read like figures
+        let pair = |l: &Summary| if l.count == 0 { "-".to_string() } else { format!("{} / {}", us(l.p50), us(l.p99)) };
+        for c in &r.cycles {
+            let status: Vec<String> = c.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
+                c.fixture,
+                c.wire,
+                c.backend,
+                c.rounds_per_message,
+                c.message_bytes,
+                f3(c.offered_rounds_per_us),
+                f3(c.rounds_per_us),
+                yn(c.keeps_up),
+                f3(c.echo_rounds_per_us),
+                yn(c.echo_keeps_up),
+                c.of_floor.map_or("-".into(), |v| format!("{v:.2}")),
+                pair(&c.other_rounds_loop_ns),
+                pair(&c.final_round_loop_ns),
+                c.decoder_time.map_or("-".into(), |d| format!("{} / {}", us(d.p50_ns.into()), us(d.p99_ns.into()))),
+                us(c.reaction_ns.p50),
+                c.shots_decoded,
+                c.shots_sent,
+                if status.is_empty() { "none".into() } else { status.join(", ") }
+            );
+        }
+    }
+
+    let _ = writeln!(s, "\n## Targets (data, not assertions)\n");
     if r.targets.is_empty() {
-        let _ = writeln!(s, "None measured (d=5, p=0.001 not in this run).");
+        let _ = writeln!(s, "None measured (neither d=5 nor d=11 at p=0.001 in this run).");
     } else {
         let _ = writeln!(s, "| path | wire | target | value | met |\n|---|---|---|---|---|");
         for t in &r.targets {

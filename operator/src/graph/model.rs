@@ -266,7 +266,8 @@ pub enum Load {
     /// One message in flight: the next leaves when the answer to the previous is back.
     #[default]
     ClosedLoop,
-    /// Open loop at this many messages per second (at most 64 in flight).
+    /// Open loop at this many messages per second, on a fixed schedule (a message the window
+    /// holds back leaves late, those after it stay due on time; at most 64 in flight).
     Rate(f64),
     /// QEC graphs: a fixed syndrome cycle of this many microseconds per round (a message of
     /// `r` rounds leaves `r` cycles after the one before it, whatever the decoder does; at

@@ -383,6 +383,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         peer_missing_extensions: driven.missing_extensions.clone(),
         mode: if plan.run.rate.is_some() || plan.run.round_cycle_us.is_some() { "open-loop".into() } else { "closed-loop".into() },
         rate: plan.run.rate,
+        rate_achieved: plan.run.rate.and_then(|r| crate::report::OpenLoopRate::of(r, analysis.answers_per_us())),
         warmup: plan.run.warmup,
         env,
         graph: plan.graph.name.clone(),

@@ -125,6 +125,9 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
     let c = &r.counts;
     let _ = writeln!(s, "\n## Messages\n\n| sent | received | lost | duplicated | reordered | corrupted | in flight at stop |\n|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} |", c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted, r.in_flight_at_stop);
+    if let Some(a) = &r.rate_achieved {
+        let _ = writeln!(s, "\nOpen-loop rate: {} (answers over the first send to the last arrival, warm-up included).", a.text());
+    }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(s, "\nNIC: {} frames in, {} out; drops: {}. Transceiver loop: {} answered, {} refused.", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") }, r.backend_processed, r.backend_dropped);
     if let Some(tap) = &r.tap {

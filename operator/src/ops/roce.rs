@@ -23,7 +23,7 @@ pub static DECL: OperatorDecl = OperatorDecl {
         PortDecl { name: "tap", dir: PortDir::Out, ty: MsgType::MsgRecord, required: false, doc: "a record of every answered message, for host operators" },
     ],
     params: &[
-        ParamDecl { name: "slots", kind: ParamKind::Int { min: 1, max: 4096 }, default: ParamDefault::Int(64), doc: "RX slots the peer cycles through" },
+        ParamDecl { name: "slots", kind: ParamKind::Int { min: 1, max: 4096 }, default: ParamDefault::Int(crate::rings::DEFAULT_RX_SLOTS as i64), doc: "RX slots the peer cycles through (the GPU data path posts one receive per slot: at least 72 for a peer with 64 messages in flight)" },
         ParamDecl { name: "tap_ring", kind: ParamKind::Pow2 { min: 0, max: 1 << 24 }, default: ParamDefault::Int(1 << 17), doc: "records in the tap ring the data path writes (32 B each)" },
     ],
     build: Build::Transceiver(build),
