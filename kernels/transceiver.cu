@@ -46,10 +46,6 @@
  */
 #include "abi.h"
 #include "verbs.cuh"
-/* RL_STAGE_LOADED (stage.cuh): whether messages queue, for the stages' optional work; warp 0's
- * lane 0 sets it from L.busy before each chain (rl_dispatch_warp) */
-__shared__ uint32_t rl_loaded;
-#define RL_STAGE_LOADED() rl_loaded
 #include "rl_chain.cuh" /* generated: includes the stages, defines rl_run_chain* */
 
 /* ---- compile-time options ------------------------------------------------------------ */
@@ -298,7 +294,6 @@ extern "C" __global__ void __launch_bounds__(RL_THREADS, 1) rl_transceiver(struc
     RL_PROFILED(L.t_loaded = L.t_written = 0; L.p_seen = L.p_db = L.p_gap = 0);
     uint32_t have_pre = 0; /* warp 1 was asked to read the next message (the pre-poll) */
     L.busy = 0;
-    if (tid == 0) rl_loaded = 0;
 
     if (tid == 0) {
         /* the host posted the receive queue before the launch */

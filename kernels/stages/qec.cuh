@@ -2424,17 +2424,10 @@ __shared__ __align__(16) struct rl_qec_smem rl_qec_s;
 /** Lane 0, an acknowledged message (the cache trusted): whether the block settles the shot
  * so far before the answer goes (c->mode STREAM, with c->k its defects, or RL_QEC_NDEF_BAD
  * when they are not listed): the DEM has stream thresholds, the shot has passed the first,
- * its defects are more than K or not listed, and messages do not queue (RL_QEC_DEFER).
- * Settling is optional (rl_qec_clusters replays what was not): skipping it changes no answer.
- * RL_QEC_DEFER=1: not while messages queue (RL_STAGE_LOADED): a loop behind its syndrome
- * cycle acknowledges at the loop's own pace and leaves the shot's settling to the final
- * round (or to a later message that finds the loop caught up); 0: at every such message. */
-#ifndef RL_QEC_DEFER
-#define RL_QEC_DEFER 1
-#endif
+ * and its defects are more than K or not listed. Settling is optional (rl_qec_clusters
+ * replays what was not): skipping it changes no answer. */
 __device__ __forceinline__ void rl_qec_want_stream(struct rl_qec_smem *s) {
     const struct rl_qec_cache *k = &s->k;
-    if (RL_QEC_DEFER && RL_STAGE_LOADED() != 0u) return;
     if (k->stream_n != 0 && k->ndef > k->K && k->hot >= 0 && k->rec.in_shot != 0 && k->rec.bits >= k->stream[0]) {
         s->c.mode = RL_QEC_MODE_STREAM;
         s->c.k = k->ndef;

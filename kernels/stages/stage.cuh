@@ -40,16 +40,6 @@
 #ifndef ROCELINK_STAGE_CUH
 #define ROCELINK_STAGE_CUH
 
-/** RL_STAGE_LOADED(): nonzero while messages queue (the request being handled was already
- * waiting at its poll's first read: the transceiver's judgment, the one that skips the idle
- * forms). A stage may leave work that changes no answer for later while it is set, so that a
- * loop that fell behind catches up. Read by warp 0's lane 0. A kernel with a loop defines it
- * before including the stages (kernels/transceiver.cu); elsewhere (replay, batch, probe)
- * there is no load: 0. */
-#ifndef RL_STAGE_LOADED
-#define RL_STAGE_LOADED() 0u
-#endif
-
 /** rl_stage_X_warp: the request needs the block (rl_stage_X_block). */
 #define RL_STAGE_TO_BLOCK (-2)
 

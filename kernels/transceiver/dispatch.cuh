@@ -48,7 +48,6 @@ __device__ __forceinline__ void rl_idle(const struct rl_loop &L, const struct rl
 __device__ __forceinline__ uint32_t rl_dispatch_warp(struct rl_loop &L, const struct rl_transceiver_desc &d, struct rl_control *ctl,
                                                      uint8_t *req, uint8_t *resp, struct rl_handover &h, struct rl_prepoll *pp,
                                                      uint32_t &have_pre, uint32_t lane) {
-    if (lane == 0) rl_loaded = L.busy; /* RL_STAGE_LOADED for this message's chain */
 #if RL_CHAIN_REGS
     if (L.in_regs) {
         /* 3+4 in registers: lane m takes the request's bytes 16m.. from the lane of the poll's
