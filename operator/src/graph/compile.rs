@@ -204,8 +204,21 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     let (nic, peer, cores, spin, run, out_dir, json) = settings;
     let qec = qec::check(&g, &specs, &mut warnings)?;
     let chain_specs: Vec<StageSpec> = specs.iter().map(|(_, s)| s.clone()).collect();
+    let backend = crate::backend::resolve(g.backend, &chain_specs);
+    // The persistent kernel posts one receive per slot (QpSizes::posted_receives) and re-posts
+    // them behind a fence every few messages: an open-loop peer's window wants that many more.
+    let open_loop = run.rate.is_some() || run.round_cycle_us.is_some();
+    let want = super::drive::OPEN_LOOP_WINDOW as u32 + 8;
+    if open_loop && tcfg.slots < want && matches!(backend.backend, Ok(crate::settings::Backend::Gpu(_))) {
+        warnings.push(format!(
+            "operator `{}`: slots {} with an open-loop peer ({} messages in flight) on the persistent kernel: the receive queue can run empty (drops counted as rq_empty); {want} or more slots avoid it",
+            transceiver.name,
+            tcfg.slots,
+            super::drive::OPEN_LOOP_WINDOW
+        ));
+    }
     Ok(Plan {
-        backend: crate::backend::resolve(g.backend, &chain_specs),
+        backend,
         nic,
         peer,
         cores,

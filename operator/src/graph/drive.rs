@@ -136,7 +136,7 @@ const READ_CHUNK: u32 = 4_096;
 /// again; a look that leaves records behind is followed by another without the sleep.
 const LOOK_READ: u32 = 16_384;
 /// Open loop keeps at most this many requests in flight (the player's window).
-const OPEN_LOOP_WINDOW: u64 = 64;
+pub(crate) const OPEN_LOOP_WINDOW: u64 = 64;
 
 /// Runs the peer through `run` against `target` (a QEC run when `qec` is given).
 /// `failure` says whether the data path has died (a failed kernel): the run then stops with a
