@@ -575,18 +575,20 @@ fn cycle_row(cfg: &QecBenchConfig, f: &str, wire: WireKind, backend: BackendKind
 /// final round's decode p99 within 1 us, reaction within 1 us of the echo, one round per
 /// microsecond at a 1 us cycle with a round a message).
 fn targets(rows: &[QecRow], cycles: &[CycleRow]) -> Vec<Target> {
+    // one target of row `r` (a row at p = 0.1%): met when the value is at most `max`
+    let target = |r: &QecRow, what: String, max: f64, value: Option<f64>| Target {
+        path: r.path.clone(),
+        wire: r.wire.clone(),
+        size: r.message_bytes,
+        what: format!("d={}, p=0.1%: {what}", r.distance),
+        max_ratio: max,
+        ratio: value,
+        met: value.is_some_and(|v| v.is_finite() && v <= max),
+    };
     let mut out = Vec::new();
     for r in rows.iter().filter(|r| r.distance == 11 && r.p == "0.001") {
         let Some(q) = &r.qec else { continue };
-        let t = |what: &str, max: f64, value: Option<f64>| Target {
-            path: r.path.clone(),
-            wire: r.wire.clone(),
-            size: r.message_bytes,
-            what: format!("d=11, p=0.1%: {what}"),
-            max_ratio: max,
-            ratio: value,
-            met: value.is_some_and(|v| v.is_finite() && v <= max),
-        };
+        let t = |what: &str, max: f64, value: Option<f64>| target(r, what.to_string(), max, value);
         out.push(t("final-round decode p99 <= 1 us, the decoder's own time (its reports' decode_ns; value in us)", 1.0, q.decoder_time.map(|d| d.p99_ns as f64 / 1000.0)));
         if r.wire == "inproc" {
             out.push(t("reaction p50 <= echo p50 + 1 us (value: difference in us)", 1.0, r.p50_over_echo_ns.map(|d| d as f64 / 1000.0)));
@@ -599,15 +601,7 @@ fn targets(rows: &[QecRow], cycles: &[CycleRow]) -> Vec<Target> {
     }
     for r in rows.iter().filter(|r| r.distance == 5 && r.p == "0.001") {
         let Some(q) = &r.qec else { continue };
-        let t = |what: &str, max: f64, value: Option<f64>| Target {
-            path: r.path.clone(),
-            wire: r.wire.clone(),
-            size: r.message_bytes,
-            what: format!("d=5, p=0.1%: {what}"),
-            max_ratio: max,
-            ratio: value,
-            met: value.is_some_and(|v| v.is_finite() && v <= max),
-        };
+        let t = |what: &str, max: f64, value: Option<f64>| target(r, what.to_string(), max, value);
         out.push(t("decode p99 <= 2 us, the decoder's own time (its reports' decode_ns; value in us)", 2.0, q.decoder_time.map(|d| d.p99_ns as f64 / 1000.0)));
         out.push(t("the same with the transceiver loop's own work: final message's loop time p99 <= 2 us (value in us)", 2.0, Some(q.final_round_loop_ns.p99 as f64 / 1000.0)));
         if r.wire == "inproc" {
