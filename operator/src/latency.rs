@@ -393,6 +393,22 @@ mod tests {
     }
 
     #[test]
+    fn the_rate_spans_the_first_send_to_the_last_arrival() {
+        // 10 answers, sent every 1000 ns from 5000, each back 500 ns later, out of order;
+        // a duplicate does not count
+        let mut records: Vec<_> = (0..10u32).rev().map(|i| rec(i, 5000 + 1000 * u64::from(i), 500, OK)).collect();
+        records.push(rec(3, 8000, 900, OK));
+        let a = analyze(&records, 10, 0, 2);
+        assert_eq!(a.span_ns, Some((5000, 14_500)));
+        let r = a.answers_per_us().unwrap();
+        assert!((r - 10.0 / 9.5).abs() < 1e-12, "{r}");
+        assert_eq!(analyze(&[], 10, 0, 0).answers_per_us(), None);
+        let o = crate::report::OpenLoopRate::of(1_000_000.0, Some(r)).unwrap();
+        assert!(o.keeps_up && (o.offered_per_us - 1.0).abs() < 1e-12, "{o:?}");
+        assert!(!crate::report::OpenLoopRate::of(2_000_000.0, Some(r)).unwrap().keeps_up);
+    }
+
+    #[test]
     fn blank_records_are_no_records() {
         let records = vec![CaptureRecord::default(); 5];
         let a = analyze(&records, 5, 1, 0);
