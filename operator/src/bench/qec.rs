@@ -265,7 +265,7 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
     run: (stop: Count({count}), warmup: {warmup}, load: {load}, size: 64, timeout: None),
     outputs: (dir: "{out}"),
     operators: [
-        (name: "roce", kind: "RoceTransceiver", params: (slots: 128, tap_ring: 131072)),
+        (name: "roce", kind: "RoceTransceiver", params: (slots: {slots}, tap_ring: 131072)),
         (name: "decoder", kind: "QecDecoder", params: (dem: "{dem}", rounds_per_message: {rounds}, max_defects: 12, decoders: 1)),
         (name: "report", kind: "LatencyReport"),
     ],
@@ -282,6 +282,7 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
         obs = f("obs.01"),
         pred = f("pred.01"),
         count = shots + warmup,
+        slots = crate::rings::DEFAULT_RX_SLOTS,
         nic_core = core(cfg.cores.nic),
         backend_core = core(cfg.cores.backend),
         peer_core = core(cfg.cores.peer),
@@ -389,20 +390,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     }
                     let size = (q.max_message_bytes as usize).clamp(24, 4096);
                     tracing::info!("bench-qec: {label}: echo floor, {size} B");
-                    let echo_cfg = EchoConfig {
-                        wire,
-                        count: cfg.shots + cfg.warmup,
-                        size,
-                        warmup: cfg.warmup,
-                        backend,
-                        cores: cfg.cores,
-                        spin: cfg.spin,
-                        spin_pause: cfg.spin_pause,
-                        doorbell: cfg.doorbell,
-                        kernel: cfg.kernel.clone(),
-                        ..EchoConfig::default()
-                    };
-                    let e = run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })?;
+                    let e = echo_floor(cfg, &label, wire, backend, size, 1, None)?;
                     let echo_p50 = e.rtt_ns.p50;
                     rows.push(QecRow {
                         distance: d,
@@ -502,6 +490,28 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     Ok(report)
 }
 
+/// The echo floor of a QEC run: `size`-byte round trips on the same backend, wire, cores and
+/// kernel, as many messages as the run's shots and warm-up make at `per_shot` messages each,
+/// closed loop or at `rate` messages per second.
+#[allow(clippy::too_many_arguments)]
+fn echo_floor(cfg: &QecBenchConfig, label: &str, wire: WireKind, backend: BackendKind, size: usize, per_shot: u32, rate: Option<f64>) -> Result<crate::echo::EchoReport, QecBenchError> {
+    let echo_cfg = EchoConfig {
+        wire,
+        count: (cfg.shots + cfg.warmup).saturating_mul(per_shot),
+        size,
+        rate,
+        warmup: cfg.warmup.saturating_mul(per_shot),
+        backend,
+        cores: cfg.cores,
+        spin: cfg.spin,
+        spin_pause: cfg.spin_pause,
+        doorbell: cfg.doorbell,
+        kernel: cfg.kernel.clone(),
+        ..EchoConfig::default()
+    };
+    run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })
+}
+
 /// `d11_p0.001` as (11, "0.001").
 fn fixture_point(name: &str) -> Option<(u32, String)> {
     let (d, p) = name.strip_prefix('d')?.split_once("_p")?;
@@ -519,21 +529,7 @@ fn cycle_row(cfg: &QecBenchConfig, f: &str, wire: WireKind, backend: BackendKind
     let per_shot = q.messages_per_shot.max(1);
     let rate = 1e6 / (cfg.cycle_us * f64::from(rounds));
     tracing::info!("bench-qec: {label}: echo floor, {size} B at {rate:.0} messages/s");
-    let echo_cfg = EchoConfig {
-        wire,
-        count: (cfg.shots + cfg.warmup).saturating_mul(per_shot),
-        size,
-        rate: Some(rate),
-        warmup: cfg.warmup.saturating_mul(per_shot),
-        backend,
-        cores: cfg.cores,
-        spin: cfg.spin,
-        spin_pause: cfg.spin_pause,
-        doorbell: cfg.doorbell,
-        kernel: cfg.kernel.clone(),
-        ..EchoConfig::default()
-    };
-    let e = run_echo(&echo_cfg).map_err(|x| QecBenchError::Run { what: format!("{label}: echo floor"), why: x.to_string() })?;
+    let e = echo_floor(cfg, &label, wire, backend, size, per_shot, Some(rate))?;
     let echo = e.rate_achieved;
     let echo_rounds = echo.map(|a| a.achieved_per_us * f64::from(rounds));
     let point = fixture_point(f);
