@@ -105,14 +105,20 @@ for l in sys.stdin:
     if ! python3 -c 'import pymatching' 2>/dev/null && ls .carry/wheels/pymatching-*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/rl-site .carry/wheels/*.whl && export PYTHONPATH=/tmp/rl-site
     fi
-    cores=$(bash scripts/pick-cores.sh 3)
+    cores4=$(bash scripts/pick-cores.sh 4)
+    cores=${cores4%,*}
     # FIXTURES (scripts/qec_fixtures.py's folders), DISTANCES, PS, BACKENDS and WIRES choose the
     # runs, CYCLE_FIXTURES (comma-separated folder names, `none`) and CYCLE_ROUNDS the fixed
-    # 1 us cycle runs beside their echo floors; the defaults are bench-qec's own
+    # 1 us cycle runs beside their echo floors, CPU_SETTLE (in-loop, beside) where the CPU
+    # stage does its streaming work (beside: its worker on a fourth core); the defaults are
+    # bench-qec's own
     fx=${FIXTURES:-operator/tests/fixtures/qec}
+    settle=()
+    [ "${CPU_SETTLE:-}" = beside ] && settle=(--cpu-settle beside --settle-core "${cores4##*,}")
+    [ "${CPU_SETTLE:-}" = in-loop ] && settle=(--cpu-settle in-loop)
     ./.carry/rocelink bench-qec --shots "${SHOTS:-5000}" --warmup "${WARMUP:-100}" --fixtures "$fx" \
       ${DISTANCES:+--distances "$DISTANCES"} ${PS:+--ps "$PS"} ${BACKENDS:+--backends "$BACKENDS"} ${WIRES:+--wires "$WIRES"} \
-      ${CYCLE_FIXTURES:+--cycle-fixtures "$CYCLE_FIXTURES"} ${CYCLE_ROUNDS:+--cycle-rounds "$CYCLE_ROUNDS"} \
+      ${CYCLE_FIXTURES:+--cycle-fixtures "$CYCLE_FIXTURES"} ${CYCLE_ROUNDS:+--cycle-rounds "$CYCLE_ROUNDS"} "${settle[@]}" \
       --cores "$cores" --spin dedicated --out "$out" --name "$name"
     ;;
   *) echo "usage: $0 build | run [test filter] | bench OUT_DIR [NAME] | decoders OUT_DIR [NAME] | qec OUT_DIR [NAME]" >&2; exit 2 ;;

@@ -24,6 +24,13 @@ struct Cli {
     command: Cmd,
 }
 
+/// `bench-qec --cpu-settle`: where the CPU stage does each round's streaming work.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum CpuSettle {
+    InLoop,
+    Beside,
+}
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run a graph file: operators, flows, backend, NIC and peer as the file says (see
@@ -192,6 +199,13 @@ enum Cmd {
         /// Microseconds per syndrome round of the fixed-cycle runs.
         #[arg(long, default_value_t = 1.0)]
         cycle_us: f64,
+        /// Where the CPU stage does each round's streaming work: `in-loop` (before the
+        /// acknowledgement) or `beside` (a worker thread; the QecDecoder's `settle`).
+        #[arg(long, value_enum, default_value = "in-loop")]
+        cpu_settle: CpuSettle,
+        /// The core of the CPU stage's worker thread with `--cpu-settle beside`.
+        #[arg(long)]
+        settle_core: Option<usize>,
         #[command(flatten)]
         threads: ThreadArgs,
     },
@@ -454,7 +468,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cycle_fixtures, cycle_rounds, cycle_us, threads } => {
+        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cycle_fixtures, cycle_rounds, cycle_us, cpu_settle, settle_core, threads } => {
             let (cores, spin, spin_pause) = threads.settings();
             use rocelink_operator::bench::qec;
             let cycle_fixtures = match cycle_fixtures {
@@ -481,6 +495,10 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 cycle_fixtures,
                 cycle_rounds,
                 cycle_us,
+                cpu_settle: match cpu_settle {
+                    CpuSettle::InLoop => rocelink_operator::stage::Settle::InLoop,
+                    CpuSettle::Beside => rocelink_operator::stage::Settle::Beside { core: settle_core },
+                },
             };
             let r = qec::run_bench_qec(&cfg)?;
             print!("{}", qec::markdown(&r, &cfg.name));

@@ -20,7 +20,7 @@ pub use crate::peer::fresh_loopback_pair;
 pub use crate::settings::{Cores, PeerMode, WireKind};
 use crate::settings::Spin;
 pub use crate::stage::{echo_template, request_template};
-use crate::stage::StageSpec;
+use crate::stage::{Settle, StageSpec};
 
 #[derive(Debug, Clone)]
 pub struct EchoConfig {
@@ -151,10 +151,16 @@ pub fn overrides(cfg: &EchoConfig) -> Vec<Override> {
             let name = format!("stage{i}");
             ops.push(match spec {
                 StageSpec::Echo => format!(r#"(name: "{name}", kind: "Echo")"#),
-                StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders } => format!(
-                    r#"(name: "{name}", kind: "QecDecoder", params: (dem: {}, rounds_per_message: {rounds_per_message}, max_defects: {max_defects}, decoders: {decoders}))"#,
-                    quote(&dem.display().to_string())
-                ),
+                StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders, settle } => {
+                    let (settle, core) = match settle {
+                        Settle::InLoop => ("in_loop", String::new()),
+                        Settle::Beside { core } => ("beside", core.map_or(String::new(), |c| format!(", core: Some({c})"))),
+                    };
+                    format!(
+                        r#"(name: "{name}", kind: "QecDecoder"{core}, params: (dem: {}, rounds_per_message: {rounds_per_message}, max_defects: {max_defects}, decoders: {decoders}, settle: {settle}))"#,
+                        quote(&dem.display().to_string())
+                    )
+                }
             });
             flows.push(format!(r#"(from: "{from}", to: "{name}.in")"#));
             from = format!("{name}.out");

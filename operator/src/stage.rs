@@ -50,7 +50,23 @@ pub enum StageSpec {
         max_defects: u32,
         /// Decoder ids 0..decoders.
         decoders: u32,
+        /// Where the CPU stage does each round's streaming work (the GPU stage settles in
+        /// its kernel and ignores it).
+        #[serde(default)]
+        settle: Settle,
     },
+}
+
+/// Where the CPU decoder stage does a round's streaming work (its defects' balls, the
+/// clusters and the proof of the shot so far).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Settle {
+    /// In the transceiver loop, before the round's acknowledgement goes out.
+    #[default]
+    InLoop,
+    /// On a worker thread beside the loop (`crate::qec::beside`), pinned to `core` when
+    /// given: the acknowledgement goes out at once, the final round waits for the worker.
+    Beside { core: Option<usize> },
 }
 
 impl StageSpec {
@@ -59,7 +75,7 @@ impl StageSpec {
     pub fn cpu_stage(&self) -> Result<Box<dyn Stage>, String> {
         match self {
             StageSpec::Echo => Ok(Box::new(Echo)),
-            StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders } => {
+            StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders, settle } => {
                 let graph = crate::qec::sparse_graph_from_file(dem).map_err(|e| e.to_string())?;
                 let config = crate::qec::SessionConfig {
                     decoders: *decoders as usize,
@@ -68,19 +84,25 @@ impl StageSpec {
                     syndrome_mapping_id: None,
                     measure_time: true,
                 };
-                let session = crate::qec::QecSession::new(graph, config).map_err(|e| e.to_string())?;
-                Ok(Box::new(QecDecoderStage { session }))
+                Ok(match *settle {
+                    Settle::InLoop => Box::new(QecDecoderStage {
+                        session: crate::qec::QecSession::new(graph, config).map_err(|e| e.to_string())?,
+                    }),
+                    Settle::Beside { core } => Box::new(QecDecoderStage {
+                        session: crate::qec::QecSession::beside(graph, config, core).map_err(|e| e.to_string())?,
+                    }),
+                })
             }
         }
     }
 }
 
 /// The QEC decoder as a CPU stage: the RPC session of `crate::qec` behind [`Stage`].
-pub struct QecDecoderStage {
-    session: crate::qec::QecSession,
+pub struct QecDecoderStage<D: crate::qec::SessionDecoder = rocelink_qec::MatchingDecoder> {
+    session: crate::qec::QecSession<D>,
 }
 
-impl Stage for QecDecoderStage {
+impl<D: crate::qec::SessionDecoder> Stage for QecDecoderStage<D> {
     fn name(&self) -> &'static str {
         "qec-decoder"
     }

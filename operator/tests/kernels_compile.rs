@@ -26,7 +26,7 @@ fn transceiver_kernel_compiles_to_sm90_cubin() {
     // The QEC chain too: its stage's static shared memory (the DP, the schedule, the cache)
     // must fit beside the transceiver's in the 48 KB a static allocation may take, which
     // ptxas enforces at compile time.
-    let qec = StageSpec::QecDecoder { dem: "unused.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1 };
+    let qec = StageSpec::QecDecoder { dem: "unused.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1, settle: Default::default() };
     for chain in [vec![StageSpec::Echo], vec![StageSpec::Echo, StageSpec::Echo], vec![qec.clone()], vec![StageSpec::Echo, qec]] {
         let c = compile(kernels::transceiver_program(&chain), "sm_90");
         // An ELF image (cubin), not PTX text.
@@ -43,7 +43,7 @@ fn every_kernel_switch_compiles() {
     // inline limit, the doorbells, the profile, the stall test, the buffers) away from its
     // default, and a few together; what ROCELINK_KERNEL_DEFINES may pass.
     let echo = [StageSpec::Echo];
-    let qec = [StageSpec::QecDecoder { dem: "unused.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1 }];
+    let qec = [StageSpec::QecDecoder { dem: "unused.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1, settle: Default::default() }];
     let variants: &[(&[StageSpec], &[&str])] = &[
         (&echo, &["-DRL_THREADS=32"]),
         (&echo, &["-DRL_THREADS=64"]),

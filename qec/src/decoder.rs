@@ -169,12 +169,20 @@ pub struct MatchingDecoder {
     visited: Vec<u32>,
     visits: Vec<Visit>,
     pairs: Vec<Pair>,
+    /// `pairs[..sorted_pairs]` is sorted and deduplicated (`solve_round`): candidates found
+    /// since are appended after it, and only they are sorted before the two runs merge.
+    sorted_pairs: usize,
+    merged: Vec<Pair>,
     /// While one ball grows: the candidate it has with each other defect (`pairs` index),
     /// valid where `offer_stamp == ball`, so a pair is recorded once per growth.
     offer_slot: Vec<u32>,
     offer_stamp: Vec<u32>,
     // Clustering, matching and the proof.
+    /// Union-find over the shot's defects by their linked candidates, kept as links come
+    /// (`link`): a root is its cluster's lowest defect, and `parent[x] <= x`.
     parent: Vec<u32>,
+    /// Counting-sort scratch of `solve_round` (per root: its cluster's start in `order`).
+    starts: Vec<u32>,
     order: Vec<u32>,
     local: Vec<u32>,
     /// Per defect, the doubled duals of its two copies in `H` (`2 y`).
@@ -227,9 +235,12 @@ impl MatchingDecoder {
             visited: Vec::new(),
             visits: Vec::new(),
             pairs: Vec::new(),
+            sorted_pairs: 0,
+            merged: Vec::new(),
             offer_slot: Vec::new(),
             offer_stamp: Vec::new(),
             parent: Vec::new(),
+            starts: Vec::new(),
             order: Vec::new(),
             local: Vec::new(),
             duals: Vec::new(),
@@ -294,6 +305,8 @@ impl MatchingDecoder {
         self.visited.clear();
         self.visits.clear();
         self.pairs.clear();
+        self.sorted_pairs = 0;
+        self.parent.clear();
         self.invalid = false;
     }
 
@@ -311,6 +324,7 @@ impl MatchingDecoder {
         self.radius.push(0);
         self.dirty.push(true);
         self.born.push(self.epoch);
+        self.parent.push(index);
         let c = self.graph.boundary_distance(detector).0;
         self.grow_ball(index, self.first_radius.min(c), true);
     }
@@ -460,6 +474,7 @@ impl MatchingDecoder {
         if linked {
             self.dirty[o] = true;
             self.dirty[y as usize] = true;
+            self.link(x, y);
         }
     }
 
@@ -473,7 +488,7 @@ impl MatchingDecoder {
             self.begin_shot();
             return d;
         }
-        let mut out = self.solve_proved(usize::MAX, u32::MAX);
+        let mut out = self.solve_proved(usize::MAX, u32::MAX, &mut || false);
         if out.status == DecodeStatus::Unmatchable {
             self.counters.unmatchable += 1;
         }
@@ -492,24 +507,37 @@ impl MatchingDecoder {
     /// high noise one cluster can take most of the shot, and re-solving it every round
     /// would cost more per round than the final round saves.
     pub fn settle(&mut self) {
+        self.settle_unless(&mut || false);
+    }
+
+    /// [`settle`](Self::settle), given up as soon as `stop()` says so (asked before each
+    /// cluster it would solve and each solving round): what it solved by then stays solved,
+    /// the rest is left to the next `settle` or to `finish`, whose answer is the same either
+    /// way. For a caller that settles beside a stream and must not keep the next round, or
+    /// the final one, waiting.
+    pub fn settle_unless(&mut self, stop: &mut dyn FnMut() -> bool) {
         if !self.invalid {
             // Defects of this round have `born == epoch`: the last `lag` rounds are those
             // born at `epoch + 1 - lag` or later.
             let fresh = (self.epoch + 1).saturating_sub(self.settle_lag);
-            let _ = self.solve_proved(self.settle_max_cluster, fresh);
+            let _ = self.solve_proved(self.settle_max_cluster, fresh, stop);
             self.epoch += 1;
         }
     }
 
     /// Solving rounds until the proof holds (module docs, steps 2 to 4).
     /// Dirty clusters above `limit` defects are deferred: not solved, not proved.
-    /// And so are clusters holding a defect born in round `fresh` or later.
-    fn solve_proved(&mut self, limit: usize, fresh: u32) -> Decoded {
+    /// And so are clusters holding a defect born in round `fresh` or later. Once `stop()`
+    /// is true, the clusters left are deferred too and no proof runs: the result is not
+    /// proved then (only a settle stops).
+    fn solve_proved(&mut self, limit: usize, fresh: u32, stop: &mut dyn FnMut() -> bool) -> Decoded {
         let mut rounds = 0;
         loop {
             rounds += 1;
-            let mut out = self.solve_round(limit, fresh);
-            if self.widen() == 0 {
+            let (mut out, stopped) = self.solve_round(limit, fresh, stop);
+            // Stopped: the proof (which checks every pair and ball afresh each time) is
+            // left to the next call.
+            if stopped || self.widen() == 0 {
                 out.rounds = rounds;
                 out.weight = out.weight_units as f64 / self.graph.scale();
                 return out;
@@ -519,52 +547,43 @@ impl MatchingDecoder {
     }
 
     /// One round: clusters over the linked candidates, each matched exactly (or its last
-    /// solution reused when none of its defects is dirty), duals kept.
-    fn solve_round(&mut self, limit: usize, fresh: u32) -> Decoded {
+    /// solution reused when none of its defects is dirty), duals kept. True with it when
+    /// `stop()` deferred the clusters it had not solved yet.
+    fn solve_round(&mut self, limit: usize, fresh: u32, stop: &mut dyn FnMut() -> bool) -> (Decoded, bool) {
         let k = self.defects.len();
         self.deferred.clear();
         self.deferred.resize(k, false);
-        // Shortest candidate per pair, then the smallest observable mask, so the choice does
-        // not depend on the order the balls were grown in; a pair linked once stays linked.
-        // (Unstable sorts: the keys are total, and they do not allocate.)
-        self.pairs.sort_unstable_by_key(|p| (p.a, p.b, p.dist, p.obs, !p.linked));
-        let mut w = 0;
-        for r in 0..self.pairs.len() {
-            let p = self.pairs[r];
-            if w > 0 && (self.pairs[w - 1].a, self.pairs[w - 1].b) == (p.a, p.b) {
-                self.pairs[w - 1].linked |= p.linked;
-                continue;
-            }
-            self.pairs[w] = p;
-            w += 1;
-        }
-        self.pairs.truncate(w);
+        self.sort_pairs();
 
-        self.parent.clear();
-        self.parent.extend(0..k as u32);
-        for i in 0..self.pairs.len() {
-            let p = self.pairs[i];
-            if !p.linked {
-                continue;
-            }
-            let (ra, rb) = (find(&mut self.parent, p.a), find(&mut self.parent, p.b));
-            if ra != rb {
-                let (lo, hi) = (ra.min(rb), ra.max(rb));
-                self.parent[hi as usize] = lo;
-            }
-        }
+        // Every defect's root (in increasing order, each find leaves parent[i] the root:
+        // parent[i] < i was done before), then the defects by (root, index), by counting.
         for i in 0..k as u32 {
             find(&mut self.parent, i);
         }
+        self.starts.clear();
+        self.starts.resize(k, 0);
+        for &r in &self.parent {
+            self.starts[r as usize] += 1;
+        }
+        let mut at = 0;
+        for c in self.starts.iter_mut() {
+            let n = *c;
+            *c = at;
+            at += n;
+        }
         self.order.clear();
-        self.order.extend(0..k as u32);
-        let parent = &self.parent;
-        self.order.sort_unstable_by_key(|&i| (parent[i as usize], i));
+        self.order.resize(k, 0);
+        for i in 0..k {
+            let r = self.parent[i] as usize;
+            self.order[self.starts[r] as usize] = i as u32;
+            self.starts[r] += 1;
+        }
         // Duals of clean clusters stay as their last solve left them.
         self.duals.resize(k, (0, 0));
         self.solved.resize(k, (0, 0, 0, false));
 
         let mut out = Decoded { defects: k as u32, ..Decoded::default() };
+        let mut stopped = false;
         let mut start = 0;
         while start < k {
             let root = self.parent[self.order[start] as usize];
@@ -579,7 +598,10 @@ impl MatchingDecoder {
             let cached = self.solved[first];
             let clean = cached.0 == size && self.order[start..end].iter().all(|&i| !self.dirty[i as usize]);
             let young = || self.order[start..end].iter().any(|&i| self.born[i as usize] >= fresh);
-            if !clean && (size as usize > limit || young()) {
+            if !clean && !stopped && size as usize <= limit && !young() {
+                stopped = stop();
+            }
+            if !clean && (stopped || size as usize > limit || young()) {
                 for x in start..end {
                     let i = self.order[x] as usize;
                     self.deferred[i] = true;
@@ -607,7 +629,7 @@ impl MatchingDecoder {
             }
             start = end;
         }
-        out
+        (out, stopped)
     }
 
     /// The proof (module docs, step 4): grows the balls of the defects whose duals exceed
@@ -626,6 +648,7 @@ impl MatchingDecoder {
                 self.pairs[i].linked = true;
                 self.dirty[p.a as usize] = true;
                 self.dirty[p.b as usize] = true;
+                self.link(p.a, p.b);
                 widened += 1;
             }
         }
@@ -738,6 +761,49 @@ impl MatchingDecoder {
             let i = self.order[x] as usize;
             let big = if self.radius[i] == UNREACHABLE { 0 } else { i64::MAX };
             self.duals[i] = (big, big);
+        }
+    }
+
+    /// Sorts and deduplicates the candidates: the shortest per pair, then the smallest
+    /// observable mask, so the choice does not depend on the order the balls were grown in; a
+    /// pair linked once stays linked. Only the candidates found since the last call are
+    /// sorted, then merged with the others (a stream settles after every round: sorting all
+    /// of them each time cost more than the solving). Unstable sorts: the keys are total, and
+    /// they do not allocate.
+    fn sort_pairs(&mut self) {
+        let key = |p: &Pair| (p.a, p.b, p.dist, p.obs, !p.linked);
+        let s = self.sorted_pairs;
+        if s == self.pairs.len() {
+            return;
+        }
+        self.pairs[s..].sort_unstable_by_key(key);
+        self.merged.clear();
+        let (old, new) = self.pairs.split_at(s);
+        let (mut i, mut j) = (0, 0);
+        while i < old.len() || j < new.len() {
+            let p = if j == new.len() || (i < old.len() && key(&old[i]) <= key(&new[j])) {
+                i += 1;
+                old[i - 1]
+            } else {
+                j += 1;
+                new[j - 1]
+            };
+            match self.merged.last_mut() {
+                Some(q) if (q.a, q.b) == (p.a, p.b) => q.linked |= p.linked,
+                _ => self.merged.push(p),
+            }
+        }
+        std::mem::swap(&mut self.pairs, &mut self.merged);
+        self.sorted_pairs = self.pairs.len();
+    }
+
+    /// Joins the clusters of defects `a` and `b` (the higher root under the lower, so a
+    /// cluster's root is its lowest defect whatever order the links come in).
+    fn link(&mut self, a: u32, b: u32) {
+        let (ra, rb) = (find(&mut self.parent, a), find(&mut self.parent, b));
+        if ra != rb {
+            let (lo, hi) = (ra.min(rb), ra.max(rb));
+            self.parent[hi as usize] = lo;
         }
     }
 
@@ -868,6 +934,55 @@ mod tests {
             }
         }
         assert!(checked > 2000);
+    }
+
+    /// Settles given up at any point (after 0, 1, 2, ... of the clusters they would solve) and
+    /// streamed in rounds of any size leave the same minimum weight for `finish`.
+    #[test]
+    fn settles_stopped_anywhere_leave_the_same_weight() {
+        let mut checked = 0;
+        for seed in 1..30u64 {
+            let (w, h) = (4 + seed as usize % 5, 3 + seed as usize % 4);
+            let text = random_dem(seed, w, h, 1 + seed as usize % 3);
+            let graph = MatchingGraph::from_dem_text(&text).unwrap();
+            let sparse = Arc::new(SparseGraph::new(&graph).unwrap());
+            let (mut whole, mut streamed) = (MatchingDecoder::new(Arc::clone(&sparse)), MatchingDecoder::new(sparse));
+            streamed.set_settle_lag(0);
+            let n = graph.num_detectors as u64;
+            let mut x = seed;
+            for shot in 0..30u64 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let k = 2 + (x >> 33) as usize % 14.min(n as usize - 2);
+                let mut defects: Vec<u32> = Vec::new();
+                let mut y = x;
+                while defects.len() < k {
+                    y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    let d = ((y >> 33) % n) as u32;
+                    if !defects.contains(&d) {
+                        defects.push(d);
+                    }
+                }
+                let want = whole.decode_defects(&defects);
+                streamed.begin_shot();
+                let per_round = 1 + shot as usize % 4;
+                for (r, round) in defects.chunks(per_round).enumerate() {
+                    for &d in round {
+                        streamed.add_defect(d);
+                    }
+                    // Stop after `allow` questions: 0 (nothing solved), a few, or never.
+                    let allow = (seed as usize + shot as usize + r) % 4;
+                    let mut asked = 0;
+                    streamed.settle_unless(&mut || {
+                        asked += 1;
+                        allow != 3 && asked > allow
+                    });
+                }
+                let got = streamed.finish();
+                assert_eq!((got.status, got.weight_units), (want.status, want.weight_units), "seed {seed} shot {shot} {defects:?}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 29 * 30);
     }
 
     #[test]

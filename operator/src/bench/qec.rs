@@ -67,6 +67,9 @@ pub struct QecBenchConfig {
     pub cycle_rounds: Vec<u32>,
     /// Microseconds per syndrome round of the fixed-cycle runs.
     pub cycle_us: f64,
+    /// Where the CPU stage does its streaming work (the QecDecoder's `settle`, with the
+    /// worker's core).
+    pub cpu_settle: crate::stage::Settle,
 }
 
 impl Default for QecBenchConfig {
@@ -90,6 +93,7 @@ impl Default for QecBenchConfig {
             cycle_fixtures: Vec::new(),
             cycle_rounds: vec![1],
             cycle_us: 1.0,
+            cpu_settle: crate::stage::Settle::InLoop,
         }
     }
 }
@@ -213,6 +217,8 @@ pub struct QecBenchEnv {
     pub backends: Vec<String>,
     /// Backends asked for and skipped, with why.
     pub skipped: Vec<String>,
+    /// Where the CPU stage does its streaming work: `in the loop`, or `beside the loop`.
+    pub cpu_settle: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -246,6 +252,10 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
     let (shots, warmup) = (cfg.shots, cfg.warmup);
     let core = |c: Option<usize>| c.map_or("None".to_string(), |c| format!("Some({c})"));
     let (spin, spin_pause) = (format!("{:?}", cfg.spin), cfg.spin_pause);
+    let (settle, settle_core) = match (backend, cfg.cpu_settle) {
+        (BackendKind::Cpu, crate::stage::Settle::Beside { core: c }) => ("beside", c.map_or(String::new(), |c| format!(", core: Some({c})"))),
+        _ => ("in_loop", String::new()),
+    };
     let backend = format!("{backend:?}");
     let f = |name: &str| fixture.join(name).display().to_string().replace('\\', "/");
     let wire = match wire {
@@ -266,7 +276,7 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
     outputs: (dir: "{out}"),
     operators: [
         (name: "roce", kind: "RoceTransceiver", params: (slots: {slots}, tap_ring: 131072)),
-        (name: "decoder", kind: "QecDecoder", params: (dem: "{dem}", rounds_per_message: {rounds}, max_defects: 12, decoders: 1)),
+        (name: "decoder", kind: "QecDecoder"{settle_core}, params: (dem: "{dem}", rounds_per_message: {rounds}, max_defects: 12, decoders: 1, settle: {settle})),
         (name: "report", kind: "LatencyReport"),
     ],
     flows: [
@@ -351,7 +361,11 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     // the policy as asked (each run resolves `auto` itself), with the PAUSE choice as run modes name it
     let spin = format!("{}{}", cfg.spin, if cfg.spin_pause { "+pause" } else { "" });
     let mut machine = Environment::here(&backend_names.join(", "), &wires.join(", "), 0, &spin);
-    for (role, core) in [("nic", cfg.cores.nic), ("backend", cfg.cores.backend), ("peer", cfg.cores.peer)] {
+    let settle_core = match cfg.cpu_settle {
+        crate::stage::Settle::Beside { core } => core,
+        crate::stage::Settle::InLoop => None,
+    };
+    for (role, core) in [("nic", cfg.cores.nic), ("backend", cfg.cores.backend), ("peer", cfg.cores.peer), ("cpu settle worker", settle_core)] {
         if let Some(core) = core {
             machine.pinned.insert(role.to_string(), core.to_string());
         }
@@ -477,6 +491,10 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
             wires,
             backends: backend_names,
             skipped,
+            cpu_settle: match cfg.cpu_settle {
+                crate::stage::Settle::InLoop => "in the loop".into(),
+                crate::stage::Settle::Beside { .. } => "beside the loop (a worker thread)".into(),
+            },
         },
         rows,
         pymatching,
@@ -694,6 +712,7 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
         ("wires", e.wires.join(", ")),
         ("distances", e.distances.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
         ("p", e.ps.join(", ")),
+        ("cpu stage's streaming work", e.cpu_settle.clone()),
         ("spin mode", m.spin_mode.clone()),
         ("pinned cores", m.pinned_text()),
     ];

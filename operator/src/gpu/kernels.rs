@@ -252,7 +252,7 @@ mod tests {
 
     #[test]
     fn the_qec_stage_gets_the_chain_state() {
-        let qec = StageSpec::QecDecoder { dem: "model.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1 };
+        let qec = StageSpec::QecDecoder { dem: "model.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1, settle: Default::default() };
         let h = chain_header(&[StageSpec::Echo, qec]);
         assert!(h.contains("#include \"stages/qec.cuh\""));
         assert!(h.contains("n = rl_stage_echo(a, n, b, cap);"));

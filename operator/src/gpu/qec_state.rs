@@ -313,7 +313,7 @@ impl QecState {
     /// The blob of a [`StageSpec::QecDecoder`], with the DEM and settings the CPU stage uses
     /// (`StageSpec::cpu_stage`); `None` for a stage without device state.
     pub fn from_spec(spec: &StageSpec) -> Result<Option<QecState>, QecStateError> {
-        let StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders } = spec else {
+        let StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders, .. } = spec else {
             return Ok(None);
         };
         // Refuse K before the (slower) DEM load.

@@ -32,7 +32,7 @@ use super::qec::{self, QecRun};
 use crate::backend::Resolved;
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
 use crate::settings::{Backend, Cores, PeerMode, Spin, WireKind};
-use crate::stage::StageSpec;
+use crate::stage::{Settle, StageSpec};
 
 /// Capacity of a host flow whose entry gives none.
 pub const DEFAULT_CAPACITY: usize = 65_536;
@@ -165,7 +165,12 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     for &i in &chain {
         let o = &ops[i];
         let Build::Stage(build_s) = o.decl.build else { unreachable!("chain holds device stages") };
-        specs.push((o.name.to_string(), build_s(&o.params).map_err(|e| GraphError::new(o.at.clone(), format!("operator `{}`: {e}", o.name)))?));
+        let mut spec = build_s(&o.params).map_err(|e| GraphError::new(o.at.clone(), format!("operator `{}`: {e}", o.name)))?;
+        // A device stage's helper thread (the CPU decoder's settle worker) takes the entry's core.
+        if let StageSpec::QecDecoder { settle: Settle::Beside { core }, .. } = &mut spec {
+            *core = g.operators[i].core;
+        }
+        specs.push((o.name.to_string(), spec));
     }
 
     // Host flows: every flow ending at a host operator.
@@ -216,6 +221,16 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
             tcfg.slots,
             super::drive::OPEN_LOOP_WINDOW
         ));
+    }
+    for (name, spec) in &specs {
+        let StageSpec::QecDecoder { settle: Settle::Beside { core }, .. } = spec else { continue };
+        if matches!(backend.backend, Ok(crate::settings::Backend::Gpu(_))) {
+            warnings.push(format!("operator `{name}`: settle: beside is the CPU stage's; the GPU stage settles in its kernel"));
+        } else if core.is_none() {
+            warnings.push(format!(
+                "operator `{name}`: settle: beside without a `core`: the worker thread runs unpinned and yields between polls; give it a core of its own (`core: Some(n)` on the operator) for the fixed-cycle throughput it is for"
+            ));
+        }
     }
     Ok(Plan {
         backend,
@@ -673,6 +688,9 @@ impl Plan {
         t.push(("rocelink-nic".into(), "software NIC engine (spins)".into(), self.cores.nic));
         let chain: Vec<&str> = self.chain.iter().map(|(n, _)| n.as_str()).collect();
         t.push(("rocelink-cpu".into(), format!("transceiver loop running {} (spins; the GPU backend runs it as a kernel)", chain.join(" -> ")), self.cores.backend));
+        for (name, core) in self.settle_workers() {
+            t.push(("qec-settle".into(), format!("{name}'s streaming work beside the loop (spins while rounds come; settle: beside)"), core));
+        }
         if self.host_flows.iter().any(|f| f.from_tap) {
             t.push(("rocelink-tap".into(), "tap reader (follows the record ring every 1 ms)".into(), self.host_core));
         }
@@ -683,12 +701,29 @@ impl Plan {
         t
     }
 
+    /// The CPU decoder stages that settle beside the loop, with their workers' cores (none on
+    /// the GPU backend).
+    pub fn settle_workers(&self) -> Vec<(&str, Option<usize>)> {
+        if matches!(self.backend.backend, Ok(crate::settings::Backend::Gpu(_))) {
+            return Vec::new();
+        }
+        self.chain
+            .iter()
+            .filter_map(|(n, s)| match s {
+                StageSpec::QecDecoder { settle: Settle::Beside { core }, .. } => Some((n.as_str(), *core)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Spinning threads sharing the machine during a run.
     pub fn spinners(&self) -> usize {
-        match self.peer {
-            PeerMode::Remote { .. } => 2,
-            _ => 3,
-        }
+        let workers = self.settle_workers().len();
+        workers
+            + match self.peer {
+                PeerMode::Remote { .. } => 2,
+                _ => 3,
+            }
     }
 
     /// The spin mode the run will use.

@@ -360,6 +360,9 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     for h in &plan.host_ops {
         env.pinned.insert(format!("op:{}", h.name), pin(h.core));
     }
+    for (name, core) in plan.settle_workers() {
+        env.pinned.insert(format!("settle:{name}"), pin(core));
+    }
     let tap = tapped.then(|| TapReport {
         records: tap_stats.records.load(std::sync::atomic::Ordering::Relaxed),
         overflow: tap_stats.overflow.load(std::sync::atomic::Ordering::Relaxed),

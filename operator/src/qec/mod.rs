@@ -10,11 +10,13 @@
 //!   against;
 //! - [`session`]: the decoder stage as a state machine over CUQR requests
 //!   (`enqueue_syndromes`, `get_corrections`, `reset_decoder`), no I/O, no clock unless asked;
+//! - [`beside`]: the CPU stage's streaming work on a worker thread beside the transceiver loop;
 //! - [`predict`](mod@predict): the offline `pymatching predict` mirror (b8 / 01 files).
 //!
 //! Guarantees common to the module: nothing on the per-shot path allocates or panics; rich
 //! errors (`thiserror`, with DEM line numbers) only where files are loaded.
 
+pub mod beside;
 pub mod dem;
 pub mod exact;
 pub mod predict;
@@ -32,6 +34,7 @@ pub use dem::{DemError, DetectorErrorModel};
 pub use exact::{DecodeStatus, Decoded, ExactDecoder, DEFAULT_MAX_DEFECTS};
 pub use graph::{DistanceTable, GraphError, MatchingGraph, TableWeight};
 pub use predict::{predict, PredictStats, ShotFormat};
+pub use beside::BesideDecoder;
 pub use session::{QecSession, SessionConfig, SessionDecoder};
 
 /// Any failure of loading a DEM and building its decoder.

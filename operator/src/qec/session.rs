@@ -120,11 +120,7 @@ impl SessionDecoder for MatchingDecoder {
     }
 
     fn round(&mut self, shot: &[u8], first: usize, n: usize) {
-        for i in first..first + n {
-            if shot.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1) {
-                self.add_defect(i as u32);
-            }
-        }
+        for_each_set_bit(shot, first, first + n, |i| self.add_defect(i as u32));
         // Not after the final round: finish() does that work on the answer's path anyway.
         if first + n < self.graph().num_detectors() {
             self.settle();
@@ -133,6 +129,27 @@ impl SessionDecoder for MatchingDecoder {
 
     fn finish(&mut self, _shot: &[u8]) -> ShotOutcome {
         ShotOutcome::from(MatchingDecoder::finish(self))
+    }
+}
+
+/// Calls `f` with each set bit of `bits` (LSB first) in `first..end`, in order; bits past
+/// the buffer read as zeros. A byte at a time where it is zero (most are: a round's bits are
+/// mostly quiet).
+pub(super) fn for_each_set_bit(bits: &[u8], first: usize, end: usize, mut f: impl FnMut(usize)) {
+    let end = end.min(bits.len() * 8);
+    let mut i = first;
+    while i < end {
+        let b = bits[i / 8] >> (i % 8);
+        if b == 0 {
+            i = (i / 8 + 1) * 8;
+            continue;
+        }
+        let at = i + b.trailing_zeros() as usize;
+        if at >= end {
+            return;
+        }
+        f(at);
+        i = at + 1;
     }
 }
 
@@ -236,11 +253,11 @@ impl<W: TableWeight> QecSession<ExactDecoder<W>> {
 }
 
 impl<D: SessionDecoder> QecSession<D> {
-    fn with_decoders(
+    pub(super) fn with_decoders(
         config: SessionConfig,
         num_detectors: usize,
         num_observables: usize,
-        make: impl Fn() -> Result<D, ConfigError>,
+        mut make: impl FnMut() -> Result<D, ConfigError>,
     ) -> Result<Self, ConfigError> {
         if config.decoders == 0 {
             return Err(ConfigError::Session("a QEC session needs at least one decoder"));
@@ -688,6 +705,19 @@ mod tests {
             }
             let olen = (next() as usize) % 129;
             let _ = s.handle(&req, &mut out[..olen]);
+        }
+    }
+
+    #[test]
+    fn set_bits_in_any_range() {
+        let bits = [0b1000_0001u8, 0, 0b0001_0000, 0xFF];
+        for first in 0..34 {
+            for end in first..34 {
+                let mut got = Vec::new();
+                for_each_set_bit(&bits, first, end, |i| got.push(i));
+                let want: Vec<usize> = (first..end.min(32)).filter(|&i| bits[i / 8] >> (i % 8) & 1 == 1).collect();
+                assert_eq!(got, want, "{first}..{end}");
+            }
         }
     }
 
