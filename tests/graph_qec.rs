@@ -288,7 +288,7 @@ fn invalid_qec_graphs_are_refused_with_line_and_column() {
     check_text(&text, &[]).expect("qec_d5.ron is valid");
 
     // A replay without a decoder: the chain is an Echo.
-    let decoder = "kind: \"QecDecoder\", params: (\n            dem: \"operator/tests/fixtures/qec/d5_p0.001/model.dem\",\n            rounds_per_message: 1,\n            max_defects: 12,\n            decoders: 1,\n        )";
+    let decoder = "kind: \"QecDecoder\", params: (\n            dem: \"operator/tests/fixtures/qec/d5_p0.001/model.dem\",\n            rounds_per_message: 1,\n            max_defects: 12,\n            decoders: 1,\n            settle: in_loop,\n        )";
     assert!(text.contains(decoder));
     let echo = text.replace(decoder, "kind: \"Echo\"");
     refused(&echo, "(\n            // The detector error model", &["peer.qec", "no", "QecDecoder"]);
@@ -303,6 +303,11 @@ fn invalid_qec_graphs_are_refused_with_line_and_column() {
     let mismatched = text.replacen("rounds_per_message: 1,\n            // detectors", "rounds_per_message: 3,\n            // detectors", 1);
     assert_ne!(mismatched, text);
     refused(&mismatched, "3,\n            // detectors", &["peer.qec.rounds_per_message is 3", "decoder `decoder` takes 1", "line"]);
+
+    // A place to settle that is not one.
+    let sideways = text.replace("settle: in_loop,", "settle: sideways,");
+    assert_ne!(sideways, text);
+    refused(&sideways, "settle: sideways", &["parameter `settle`", "in_loop, beside"]);
 
     // A file that is not there.
     let missing = text.replace("d5_p0.001/obs.01", "d5_p0.001/nothere.01");
