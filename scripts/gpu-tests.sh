@@ -109,13 +109,14 @@ for l in sys.stdin:
     cores=${cores4%,*}
     # FIXTURES (scripts/qec_fixtures.py's folders), DISTANCES, PS, BACKENDS and WIRES choose the
     # runs, CYCLE_FIXTURES (comma-separated folder names, `none`) and CYCLE_ROUNDS the fixed
-    # 1 us cycle runs beside their echo floors, CPU_SETTLE (in-loop, beside) where the CPU
+    # 1 us cycle runs beside their echo floors, CPU_SETTLE (in-loop, idle, beside) where the CPU
     # stage does its streaming work (beside: its worker on a fourth core); the defaults are
     # bench-qec's own
     fx=${FIXTURES:-operator/tests/fixtures/qec}
     settle=()
     [ "${CPU_SETTLE:-}" = beside ] && settle=(--cpu-settle beside --settle-core "${cores4##*,}")
     [ "${CPU_SETTLE:-}" = in-loop ] && settle=(--cpu-settle in-loop)
+    [ "${CPU_SETTLE:-}" = idle ] && settle=(--cpu-settle idle)
     ./.carry/rocelink bench-qec --shots "${SHOTS:-5000}" --warmup "${WARMUP:-100}" --fixtures "$fx" \
       ${DISTANCES:+--distances "$DISTANCES"} ${PS:+--ps "$PS"} ${BACKENDS:+--backends "$BACKENDS"} ${WIRES:+--wires "$WIRES"} \
       ${CYCLE_FIXTURES:+--cycle-fixtures "$CYCLE_FIXTURES"} ${CYCLE_ROUNDS:+--cycle-rounds "$CYCLE_ROUNDS"} "${settle[@]}" \

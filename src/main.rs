@@ -28,6 +28,7 @@ struct Cli {
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum CpuSettle {
     InLoop,
+    Idle,
     Beside,
 }
 
@@ -200,7 +201,8 @@ enum Cmd {
         #[arg(long, default_value_t = 1.0)]
         cycle_us: f64,
         /// Where the CPU stage does each round's streaming work: `in-loop` (before the
-        /// acknowledgement) or `beside` (a worker thread; the QecDecoder's `settle`).
+        /// acknowledgement), `idle` (after it, while no message waits) or `beside` (a worker
+        /// thread; the QecDecoder's `settle`).
         #[arg(long, value_enum, default_value = "in-loop")]
         cpu_settle: CpuSettle,
         /// The core of the CPU stage's worker thread with `--cpu-settle beside`.
@@ -497,6 +499,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 cycle_us,
                 cpu_settle: match cpu_settle {
                     CpuSettle::InLoop => rocelink_operator::stage::Settle::InLoop,
+                    CpuSettle::Idle => rocelink_operator::stage::Settle::Idle,
                     CpuSettle::Beside => rocelink_operator::stage::Settle::Beside { core: settle_core },
                 },
             };

@@ -154,6 +154,7 @@ pub fn overrides(cfg: &EchoConfig) -> Vec<Override> {
                 StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders, settle } => {
                     let (settle, core) = match settle {
                         Settle::InLoop => ("in_loop", String::new()),
+                        Settle::Idle => ("idle", String::new()),
                         Settle::Beside { core } => ("beside", core.map_or(String::new(), |c| format!(", core: Some({c})"))),
                     };
                     format!(

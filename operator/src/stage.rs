@@ -32,6 +32,10 @@ pub enum Outcome {
 pub trait Stage: Send {
     fn name(&self) -> &'static str;
     fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome;
+    /// Called by the loop after a message's answer went out, when no message is waiting:
+    /// work the answers did not need, given up as soon as `waiting()` says a message came
+    /// (the CPU twin of the device stages' idle forms).
+    fn idle(&mut self, _waiting: &mut dyn FnMut() -> bool) {}
 }
 
 /// A device stage as a graph names it: what each backend builds its own way (a Rust
@@ -64,6 +68,9 @@ pub enum Settle {
     /// In the transceiver loop, before the round's acknowledgement goes out.
     #[default]
     InLoop,
+    /// In the loop, after the acknowledgement went out, while no message waits
+    /// ([`Stage::idle`]; given up when one comes): the final round does what is left.
+    Idle,
     /// On a worker thread beside the loop (`crate::qec::beside`), pinned to `core` when
     /// given: the acknowledgement goes out at once, the final round waits for the worker.
     Beside { core: Option<usize> },
@@ -87,6 +94,9 @@ impl StageSpec {
                 Ok(match *settle {
                     Settle::InLoop => Box::new(QecDecoderStage {
                         session: crate::qec::QecSession::new(graph, config).map_err(|e| e.to_string())?,
+                    }),
+                    Settle::Idle => Box::new(QecDecoderStage {
+                        session: crate::qec::QecSession::idle_settled(graph, config).map_err(|e| e.to_string())?,
                     }),
                     Settle::Beside { core } => Box::new(QecDecoderStage {
                         session: crate::qec::QecSession::beside(graph, config, core).map_err(|e| e.to_string())?,
@@ -112,6 +122,10 @@ impl<D: crate::qec::SessionDecoder> Stage for QecDecoderStage<D> {
             Some(n) => Outcome::Answer(n),
             None => Outcome::Drop,
         }
+    }
+
+    fn idle(&mut self, waiting: &mut dyn FnMut() -> bool) {
+        self.session.idle(waiting);
     }
 }
 
@@ -168,6 +182,15 @@ impl Stage for Chain {
             to_out = !to_out;
         }
         Outcome::Answer(len)
+    }
+
+    fn idle(&mut self, waiting: &mut dyn FnMut() -> bool) {
+        for stage in self.stages.iter_mut() {
+            if waiting() {
+                return;
+            }
+            stage.idle(waiting);
+        }
     }
 }
 

@@ -70,6 +70,14 @@ impl HostVerbs {
 
     /// Polls the receive CQ once: one load of the owner byte.
     #[inline]
+    /// Whether a receive completion is waiting (what `poll_recv` would return), without
+    /// consuming it.
+    pub fn recv_pending(&self) -> bool {
+        let entries = self.q.layout.sizes.rq_entries;
+        let at = self.q.layout.rcq + (self.rcq_ci & (entries - 1)) as usize * CQE;
+        abi::cqe_valid(self.q.mem.atomic_u8(at + abi::CQE_OP_OWN).load(Acquire), self.rcq_ci, entries)
+    }
+
     pub fn poll_recv(&mut self) -> Option<RecvCompletion> {
         let entries = self.q.layout.sizes.rq_entries;
         let at = self.q.layout.rcq + (self.rcq_ci & (entries - 1)) as usize * CQE;

@@ -105,8 +105,16 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
     let mut processed: u64 = 0;
     let mut heartbeat: u64 = 0;
     let ts_mask = l.sizes.timestamp_entries.wrapping_sub(1);
+    // A message was answered since the stage's idle work last ran.
+    let mut idle_due = false;
     loop {
         let Some(rc) = verbs.poll_recv() else {
+            if idle_due {
+                // The stage's idle work, given up when a message comes (Stage::idle).
+                idle_due = false;
+                stage.idle(&mut || verbs.recv_pending());
+                continue;
+            }
             idle = idle.wrapping_add(1);
             if idle.is_multiple_of(abi::RL_EXIT_POLL_EVERY) && m.atomic_u32(l.exit_flag()).load(Relaxed) != 0 {
                 break;
@@ -168,6 +176,7 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
                 verbs.prepare_send_from_slot(n);
                 verbs.ring_send_doorbell();
                 answered = Some((request_id, i));
+                idle_due = true;
             }
         } else if u32::from(cqe.opcode) == abi::RL_CQE_RESP_WR_IMM {
             m.atomic_u32(l.error()).store(abi::RL_ERR_BAD_SLOT, Relaxed);

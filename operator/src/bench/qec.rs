@@ -254,6 +254,7 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
     let (spin, spin_pause) = (format!("{:?}", cfg.spin), cfg.spin_pause);
     let (settle, settle_core) = match (backend, cfg.cpu_settle) {
         (BackendKind::Cpu, crate::stage::Settle::Beside { core: c }) => ("beside", c.map_or(String::new(), |c| format!(", core: Some({c})"))),
+        (BackendKind::Cpu, crate::stage::Settle::Idle) => ("idle", String::new()),
         _ => ("in_loop", String::new()),
     };
     let backend = format!("{backend:?}");
@@ -363,7 +364,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     let mut machine = Environment::here(&backend_names.join(", "), &wires.join(", "), 0, &spin);
     let settle_core = match cfg.cpu_settle {
         crate::stage::Settle::Beside { core } => core,
-        crate::stage::Settle::InLoop => None,
+        crate::stage::Settle::InLoop | crate::stage::Settle::Idle => None,
     };
     for (role, core) in [("nic", cfg.cores.nic), ("backend", cfg.cores.backend), ("peer", cfg.cores.peer), ("cpu settle worker", settle_core)] {
         if let Some(core) = core {
@@ -493,6 +494,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
             skipped,
             cpu_settle: match cfg.cpu_settle {
                 crate::stage::Settle::InLoop => "in the loop".into(),
+                crate::stage::Settle::Idle => "in the loop's idle time (after the acknowledgement)".into(),
                 crate::stage::Settle::Beside { .. } => "beside the loop (a worker thread)".into(),
             },
         },

@@ -223,10 +223,11 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
         ));
     }
     for (name, spec) in &specs {
-        let StageSpec::QecDecoder { settle: Settle::Beside { core }, .. } = spec else { continue };
-        if matches!(backend.backend, Ok(crate::settings::Backend::Gpu(_))) {
-            warnings.push(format!("operator `{name}`: settle: beside is the CPU stage's; the GPU stage settles in its kernel"));
-        } else if core.is_none() {
+        let StageSpec::QecDecoder { settle, .. } = spec else { continue };
+        let gpu = matches!(backend.backend, Ok(crate::settings::Backend::Gpu(_)));
+        if gpu && *settle != Settle::InLoop {
+            warnings.push(format!("operator `{name}`: settle: {settle:?} is the CPU stage's; the GPU stage settles in its kernel"));
+        } else if matches!(settle, Settle::Beside { core: None }) {
             warnings.push(format!(
                 "operator `{name}`: settle: beside without a `core`: the worker thread runs unpinned and yields between polls; give it a core of its own (`core: Some(n)` on the operator) for the fixed-cycle throughput it is for"
             ));

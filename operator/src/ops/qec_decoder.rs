@@ -17,7 +17,7 @@ pub static DECL: OperatorDecl = OperatorDecl {
         ParamDecl { name: "rounds_per_message", kind: ParamKind::Int { min: 1, max: 1 << 16 }, default: ParamDefault::Int(1), doc: "syndrome rounds each enqueue_syndromes carries" },
         ParamDecl { name: "max_defects", kind: ParamKind::Int { min: 1, max: 20 }, default: ParamDefault::Int(12), doc: "K: the subset DP's defect cap (GPU model); above it the shot is split into independent clusters, each matched exactly" },
         ParamDecl { name: "decoders", kind: ParamKind::Int { min: 1, max: 1024 }, default: ParamDefault::Int(1), doc: "decoder ids 0..decoders, each with its own shot" },
-        ParamDecl { name: "settle", kind: ParamKind::Choice(&["in_loop", "beside"]), default: ParamDefault::Str("in_loop"), doc: "CPU backend: where each round's streaming work runs: in_loop (before its acknowledgement) or beside (a worker thread, on the operator's `core` when given; the acknowledgement goes out at once)" },
+        ParamDecl { name: "settle", kind: ParamKind::Choice(&["in_loop", "idle", "beside"]), default: ParamDefault::Str("in_loop"), doc: "CPU backend: where each round's streaming work runs: in_loop (before its acknowledgement), idle (in the loop after the acknowledgement, while no message waits) or beside (a worker thread, on the operator's `core` when given; the acknowledgement goes out at once)" },
     ],
     build: Build::Stage(build),
 };
@@ -35,6 +35,7 @@ fn build(p: &Params) -> Result<StageSpec, String> {
         // The worker's core comes from the operator entry's `core` (graph/compile.rs).
         settle: match p.str("settle") {
             Some("beside") => Settle::Beside { core: None },
+            Some("idle") => Settle::Idle,
             _ => Settle::InLoop,
         },
     })

@@ -112,6 +112,9 @@ pub trait SessionDecoder: Send {
     fn round(&mut self, shot: &[u8], first: usize, n: usize);
     /// The shot is complete (`shot` holds all its bits): decode it.
     fn finish(&mut self, shot: &[u8]) -> ShotOutcome;
+    /// No message is waiting: optional work on the shot so far, given up once `waiting()`
+    /// says one came.
+    fn idle(&mut self, _waiting: &mut dyn FnMut() -> bool) {}
 }
 
 impl SessionDecoder for MatchingDecoder {
@@ -150,6 +153,48 @@ pub(super) fn for_each_set_bit(bits: &[u8], first: usize, end: usize, mut f: imp
         }
         f(at);
         i = at + 1;
+    }
+}
+
+/// The CPU decoder with each round's settle left for the loop's idle time (`settle: idle`):
+/// a round adds its defects (and grows their first balls) on the answer's path, and the
+/// settle runs after the acknowledgement went out, while no message waits
+/// ([`SessionDecoder::idle`], given up when one comes); the final round finishes what is left.
+#[derive(Debug)]
+pub struct IdleSettled {
+    decoder: MatchingDecoder,
+    /// A round ended since the last settle.
+    due: bool,
+}
+
+impl SessionDecoder for IdleSettled {
+    fn begin(&mut self) {
+        self.decoder.begin_shot();
+        self.due = false;
+    }
+
+    fn round(&mut self, shot: &[u8], first: usize, n: usize) {
+        for_each_set_bit(shot, first, first + n, |i| self.decoder.add_defect(i as u32));
+        self.due = first + n < self.decoder.graph().num_detectors();
+    }
+
+    fn finish(&mut self, _shot: &[u8]) -> ShotOutcome {
+        self.due = false;
+        ShotOutcome::from(self.decoder.finish())
+    }
+
+    fn idle(&mut self, waiting: &mut dyn FnMut() -> bool) {
+        if std::mem::take(&mut self.due) {
+            self.decoder.settle_unless(waiting);
+        }
+    }
+}
+
+impl QecSession<IdleSettled> {
+    /// The CPU stage with each round's settle in the loop's idle time ([`IdleSettled`]).
+    pub fn idle_settled(graph: Arc<SparseGraph>, config: SessionConfig) -> Result<Self, ConfigError> {
+        let (n, obs) = (graph.num_detectors(), graph.num_observables());
+        Self::with_decoders(config, n, obs, || Ok(IdleSettled { decoder: MatchingDecoder::new(Arc::clone(&graph)), due: false }))
     }
 }
 
@@ -282,6 +327,16 @@ impl<D: SessionDecoder> QecSession<D> {
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
         Ok(QecSession { config, num_detectors, num_observables, slots, invalid_decoder: 0 })
+    }
+
+    /// The decoders' idle work ([`SessionDecoder::idle`]), while no message is waiting.
+    pub fn idle(&mut self, waiting: &mut dyn FnMut() -> bool) {
+        for slot in self.slots.iter_mut().filter(|s| s.in_shot) {
+            if waiting() {
+                return;
+            }
+            slot.decoder.idle(waiting);
+        }
     }
 
     /// Detection bits in one shot.
@@ -706,6 +761,55 @@ mod tests {
             let olen = (next() as usize) % 129;
             let _ = s.handle(&req, &mut out[..olen]);
         }
+    }
+
+    /// The idle-settled stage answers as the in-loop one, whatever its idle time: settles run
+    /// whole, given up after a few clusters, or never (the final round does what is left).
+    #[test]
+    fn idle_settles_answer_as_in_the_loop() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qec/d5_p0.003");
+        let graph = crate::qec::sparse_graph_from_file(&dir.join("model.dem")).unwrap();
+        let dets = std::fs::read(dir.join("dets.b8")).unwrap();
+        let n = graph.num_detectors();
+        let bytes = n.div_ceil(8);
+        let mut inloop = QecSession::new(Arc::clone(&graph), SessionConfig::default()).unwrap();
+        let mut idle = QecSession::idle_settled(graph, SessionConfig::default()).unwrap();
+        let (mut a, mut b) = ([0u8; 256], [0u8; 256]);
+        let (mut weights, mut ties) = (0usize, 0usize);
+        for s in 0..2000 {
+            let shot = &dets[s * bytes..(s + 1) * bytes];
+            for (c, first) in (0..n).step_by(24).enumerate() {
+                let len = 24.min(n - first);
+                let mut bits = vec![0u8; 3];
+                for i in 0..len {
+                    if shot[(first + i) / 8] >> ((first + i) % 8) & 1 == 1 {
+                        bits[i / 8] |= 1 << (i % 8);
+                    }
+                }
+                let req = enqueue(0, c as i64, len as i64, &bits);
+                let la = inloop.handle(&req, &mut a).unwrap();
+                let lb = idle.handle(&req, &mut b).unwrap();
+                // Idle time for `allow` questions (3: all it wants).
+                let allow = (s + c) % 4;
+                let mut asked = 0;
+                idle.idle(&mut || {
+                    asked += 1;
+                    allow != 3 && asked > allow
+                });
+                assert_eq!(la, lb);
+                if first + len < n {
+                    assert_eq!(a[..la], b[..lb], "shot {s} message {c}");
+                    continue;
+                }
+                let (ra, rb) = (DecodeReportRepr::parse(&a[la - 16..la]).unwrap(), DecodeReportRepr::parse(&b[lb - 16..lb]).unwrap());
+                assert_eq!((ra.status, ra.defects, ra.weight), (rb.status, rb.defects, rb.weight), "shot {s}");
+                weights += 1;
+                ties += usize::from(a[..la] != b[..lb]);
+            }
+        }
+        assert_eq!(weights, 2000);
+        assert!(ties <= 20, "{ties} corrections differ (only ties may)");
+        assert_eq!(inloop.counters(0), idle.counters(0));
     }
 
     #[test]
