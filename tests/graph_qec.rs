@@ -314,7 +314,7 @@ fn invalid_qec_graphs_are_refused_with_line_and_column() {
     // A place to settle that is not one.
     let sideways = text.replace("settle: in_loop,", "settle: sideways,");
     assert_ne!(sideways, text);
-    refused(&sideways, "settle: sideways", &["parameter `settle`", "in_loop, beside"]);
+    refused(&sideways, "settle: sideways", &["parameter `settle`", "in_loop, idle, beside"]);
 
     // A file that is not there.
     let missing = text.replace("d5_p0.001/obs.01", "d5_p0.001/nothere.01");
