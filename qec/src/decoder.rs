@@ -892,6 +892,20 @@ mod tests {
         (dp[(1 << k) - 1] != inf).then(|| dp[(1 << k) - 1])
     }
 
+    /// `k` distinct detectors below `n`, drawn from the generator seeded with `x`.
+    fn distinct_defects(x: u64, k: usize, n: u64) -> Vec<u32> {
+        let mut defects: Vec<u32> = Vec::new();
+        let mut y = x;
+        while defects.len() < k {
+            y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let d = ((y >> 33) % n) as u32;
+            if !defects.contains(&d) {
+                defects.push(d);
+            }
+        }
+        defects
+    }
+
     #[test]
     fn equals_the_table_dp_on_random_graphs_and_shots() {
         let mut checked = 0;
@@ -907,15 +921,7 @@ mod tests {
             for shot in 0..40 {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let k = 1 + (x >> 33) as usize % 10.min(n as usize);
-                let mut defects: Vec<u32> = Vec::new();
-                let mut y = x;
-                while defects.len() < k {
-                    y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    let d = ((y >> 33) % n) as u32;
-                    if !defects.contains(&d) {
-                        defects.push(d);
-                    }
-                }
+                let mut defects = distinct_defects(x, k, n);
                 // Arrival order does not matter: shuffle half the shots.
                 if shot % 2 == 1 {
                     defects.reverse();
@@ -953,15 +959,7 @@ mod tests {
             for shot in 0..30u64 {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 let k = 2 + (x >> 33) as usize % 14.min(n as usize - 2);
-                let mut defects: Vec<u32> = Vec::new();
-                let mut y = x;
-                while defects.len() < k {
-                    y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
-                    let d = ((y >> 33) % n) as u32;
-                    if !defects.contains(&d) {
-                        defects.push(d);
-                    }
-                }
+                let defects = distinct_defects(x, k, n);
                 let want = whole.decode_defects(&defects);
                 streamed.begin_shot();
                 let per_round = 1 + shot as usize % 4;

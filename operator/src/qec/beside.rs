@@ -78,6 +78,7 @@ struct Cmd {
 /// The loop thread's end of the worker, shared by the session's decoders.
 #[derive(Debug)]
 struct Link {
+    /// `None` only while dropping, so that the worker sees its queue disconnect.
     tx: Option<Sender<Cmd>>,
     results: Receiver<ShotOutcome>,
     thread: Option<JoinHandle<()>>,
@@ -118,10 +119,7 @@ impl BesideDecoder {
         if self.dead {
             return;
         }
-        let Some(tx) = self.link.tx.as_ref() else {
-            self.dead = true;
-            return;
-        };
+        let tx = self.link.tx.as_ref().expect("the link's sender lives until the link drops");
         let mut cmd = cmd;
         loop {
             match tx.try_send(cmd) {
