@@ -52,11 +52,13 @@
  * - A final message whose shot has at most RL_QEC_LANE_K (4) defects, most shots at low p, is
  *   decoded by lane 0 inside the fast path (rl_qec_lane_dp: the DP written out in registers,
  *   every table load in flight together) and answered there: no hand-over to the warp.
- * - Between messages (the idle form, rl_stage_qec_idle: after a doorbell, while messages do not
- *   queue), after a message that may be its shot's last but one, lane 0 decodes the shot as it
- *   stands (rl_qec_speculate, up to RL_QEC_LANE_K defects): a last message that adds no
- *   defect, most at low p, takes that decode as its own, keyed by the record's message count,
- *   and is answered with no decode on its path; its report's decode_ns is that decode's time.
+ * - The decode of a shot as it stands before its last message: up to RL_QEC_LANE_K defects,
+ *   lane 0's DP between messages (the idle form, rl_stage_qec_idle: after a doorbell, while
+ *   messages do not queue; rl_qec_speculate); above K, the sum of the clusters the settle step
+ *   of the shot's last threshold left for all its defects (rl_qec_clusters). A last message
+ *   that adds no defect, most at low p, takes that decode as its own, keyed by the record's
+ *   message count, and is answered on the fast path with no decode and no hand-over to the
+ *   block; its report's decode_ns is that decode's time (the DP's, or the settle step's).
  * - Otherwise warp 0 runs the decode, for up to RL_QEC_WARP_K defects all of it (one round of
  *   table loads; the DP over the masks reachable from the full set only, by layer of lowest
  *   defect, each mask's options loaded together and reduced by a tree, __syncwarp between
@@ -234,12 +236,15 @@ static_assert(sizeof(struct rl_qec_header) % 16 == 0, "rl_qec_header: whole 16-b
 /** The decode of the hot shot's defects so far, made between messages (rl_stage_qec_idle):
  * the shot's last message then needs no decode of its own when it adds no defect. Valid for
  * the record's `messages` count it was made at (any later message moves it) and only while
- * `ok`, which every general-path request, fill and make_hot clears. */
+ * `ok`, which every general-path request, fill and make_hot clears. Of at most K defects
+ * (listed in s->defs) it is the DP's (rl_qec_speculate); of more, the sum of the clusters the
+ * shot's last settle step left for all of them, which is what the final call of
+ * rl_qec_clusters would answer. */
 struct rl_qec_spec {
     unsigned long long msgs; /* the mirrored record's `messages` when it was made */
     uint32_t ok;             /* 1: made for the mirrored decoder since its last general-path request */
-    uint32_t nd;             /* the defects it decoded (s->defs[0..nd]) */
-    uint32_t cost, obs;      /* dp[full]: weight in table units (RL_QEC_INF: unmatchable), observables */
+    uint32_t nd;             /* the defects it decoded */
+    uint32_t status, obs;    /* the report's status (RL_QEC_REPORT_*) and observables */
     uint32_t weight;         /* the report's f32 weight (rl_qec_weight), bits */
     uint32_t ns;             /* its decode time (%globaltimer ns): the report's decode_ns */
 };
@@ -1050,7 +1055,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     const uint4 r2 = ((const uint4 *)&k->rec)[2]; /* shots, overflows (a decode in the fast path) */
     const uint4 r3 = ((const uint4 *)&k->rec)[3]; /* unmatchable, dropped_messages */
     const uint4 sp0 = ((const uint4 *)&k->spec)[0]; /* msgs, ok, nd (rl_qec_speculate) */
-    const uint4 sp1 = ((const uint4 *)&k->spec)[1]; /* cost, obs, weight, ns */
+    const uint4 sp1 = ((const uint4 *)&k->spec)[1]; /* status, obs, weight, ns */
     const uint4 q = ((const uint4 *)req)[0];       /* magic, function, arg_len, request_id */
     const unsigned long long ts = ((const unsigned long long *)req)[2];
     const long long id = rl_qec_i64(req + 24), counter = rl_qec_i64(req + 32), mapping = rl_qec_i64(req + 40),
@@ -1131,44 +1136,50 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
     uint32_t phase = end < b.f.n ? RL_QEC_PHASE_ACK : RL_QEC_PHASE_DECODE;
     k->spec_want = (phase == RL_QEC_PHASE_ACK) & (b.f.n - end <= nb);
     uint4 f0 = n0, f1 = n1, f2 = r2, f3 = r3;
-    bool decoded = false;
+    bool decoded = false, streamed = false;
+    const unsigned long long msgs0 = ((unsigned long long)r1.w << 32) | r1.z;
+    const bool spec = (sp0.z != 0) & (sp0.w == nd) & ((((unsigned long long)sp0.y << 32) | sp0.x) == msgs0);
     if (phase == RL_QEC_PHASE_ACK) {
         rl_qec_header_from(resp, q, ts, RL_QEC_OK, 0u);
         c->ret = RL_RPC_HEADER_LEN;
         RL_QEC_AMARK(4);
-    } else if (nd <= RL_QEC_LANE_K && nd <= K && b.f.tab == RL_QEC_TAB_SHARED) { /* the DP's shots only, listed in s->defs */
-        /* A few defects: decoded here (rl_qec_lane_dp), answered as rl_qec_finish would,
-         * the record changed once (append and decode together) and written through once.
-         * When this message added no defect to a shot decoded between messages
-         * (rl_qec_speculate: made at the `messages` count this message found, with as many
-         * defects), that decode is the answer's: the same defects, the same matching. */
-        uint2 dp;
-        unsigned long long ns;
-        const unsigned long long msgs0 = ((unsigned long long)r1.w << 32) | r1.z;
-        const bool spec = (sp0.z != 0) & (sp0.w == nd) & ((((unsigned long long)sp0.y << 32) | sp0.x) == msgs0);
+    } else if (spec | ((nd <= RL_QEC_LANE_K) & (nd <= K) & (b.f.tab == RL_QEC_TAB_SHARED))) {
+        /* A decode made ahead (rl_qec_speculate between messages, or the last settle step's
+         * sum, rl_qec_clusters: made at the `messages` count this message found, with as
+         * many defects, so this message added none) is the answer's: the same defects, the
+         * same matching. Otherwise a few
+         * defects (the DP's shots, listed in s->defs): decoded here (rl_qec_lane_dp). Either
+         * is answered as rl_qec_finish would, the record changed once (append and decode
+         * together) and written through once. */
+        uint32_t status, obs;
+        unsigned long long ns, cost = 0;
         if (spec) {
-            dp = make_uint2(sp1.x, sp1.y);
+            status = sp1.x;
+            obs = sp1.y;
             ns = sp1.w;
         } else {
             const unsigned long long t0 = rl_qec_clock();
-            dp = rl_qec_lane_dp(sm->defs, nd, b.f.n);
+            const uint2 dp = rl_qec_lane_dp(sm->defs, nd, b.f.n);
             const unsigned long long t1 = rl_qec_clock();
             ns = t1 - t0;
+            status = dp.x == RL_QEC_INF ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
+            obs = dp.y;
+            cost = dp.x;
         }
-        const bool infinite = dp.x == RL_QEC_INF;
-        const uint32_t status = infinite ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
-        rl_qec_record_decoded(f0, f1, f2, f3, dp.y, status);
+        const bool infinite = status != RL_QEC_REPORT_OK;
+        rl_qec_record_decoded(f0, f1, f2, f3, obs, status);
         ((uint4 *)&k->rec)[0] = f0;
         ((uint4 *)&k->rec)[1] = f1;
         ((uint4 *)&k->rec)[2] = f2;
         ((uint4 *)&k->rec)[3] = f3;
         /* (the division after the record's stores, as it was before there was a speculation) */
-        const float weight = spec ? __int_as_float((int)sp1.z) : rl_qec_weight(infinite, dp.x, b.f.scale);
-        const uint32_t rlen = rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, b.f.num_obs, weight, status, dp.y, nd, ns, r2.x);
+        const float weight = spec ? __int_as_float((int)sp1.z) : rl_qec_weight(infinite, cost, b.f.scale);
+        const uint32_t rlen = rl_qec_decoded_body(resp + RL_RPC_HEADER_LEN, b.f.num_obs, weight, status, obs, nd, ns, r2.x);
         rl_qec_header_from(resp, q, ts, RL_QEC_OK, rlen);
         c->ret = RL_RPC_HEADER_LEN + (int)rlen;
         phase = RL_QEC_PHASE_DONE;
         decoded = true;
+        streamed = nd > K; /* the settled clusters' shot ends (rl_qec_clusters' final call) */
     }
     c->phase = phase;
     if (token != b.f.token) return RL_QEC_PHASE_SLOW; /* a stale copy: the general path refills it */
@@ -1180,6 +1191,7 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         grec[2] = f2;
         grec[3] = f3;
     }
+    if (streamed) k->strm.dec = -1;
     if (from_regs) {
         if (w0 < w1) gshot[w0] = nv0;
         if (w0 + 1u < w1) gshot[w0 + 1u] = nv1;
@@ -1193,10 +1205,11 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
  * but one (k->spec_want: it left no more bits than it carried; once), decodes the hot shot's
  * defects so far into k->spec, when a shot is being assembled, its defects are listed in
  * s->defs (at most RL_QEC_LANE_K, and at most K: a DP's shot) and the table is in shared
- * memory, unless that decode was made at this
- * `messages` count already. The shot's last message then takes it as its own when it adds no
- * defect (rl_qec_fast). Trusts the cache only under this launch's key and the blob's token,
- * as a request does; writes k->spec and k->spec_want only. */
+ * memory, unless that decode was made at this `messages` count already. The shot's last
+ * message then takes it as its own when it adds no defect (rl_qec_fast). Trusts the cache
+ * only under this launch's key and the blob's token, as a request does; writes k->spec and
+ * k->spec_want only. (A shot of more than K defects gets its k->spec from its last settle
+ * step: rl_qec_clusters.) */
 __device__ __noinline__ void rl_qec_speculate(struct rl_qec_smem *sm, uint8_t *base) {
     struct rl_qec_cache *k = &sm->k;
     if (k->spec_want == 0 || base == 0) return; /* (an untrusted copy: the key is checked next) */
@@ -1213,7 +1226,7 @@ __device__ __noinline__ void rl_qec_speculate(struct rl_qec_smem *sm, uint8_t *b
     const unsigned long long t1 = rl_qec_clock();
     k->spec.msgs = msgs;
     k->spec.nd = nd;
-    k->spec.cost = dp.x;
+    k->spec.status = dp.x == RL_QEC_INF ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
     k->spec.obs = dp.y;
     k->spec.weight = (uint32_t)__float_as_int(rl_qec_weight(dp.x == RL_QEC_INF, dp.x, k->scale));
     k->spec.ns = t1 - t0 < 0xFFFFFFFFull ? (uint32_t)(t1 - t0) : 0xFFFFFFFFu;
@@ -2240,6 +2253,39 @@ __device__ __forceinline__ unsigned long long rl_qec_shot_start(const struct rl_
     return k->rec.counters.messages - in_shot;
 }
 
+/** The clusters' outcome: status, observables and weight in table units. */
+struct rl_qec_sum {
+    uint32_t status, obs;
+    unsigned long long cost;
+};
+
+/** Warp 0 (every lane gets it): the sum of the `nc` clusters listed in `w` (status OK,
+ * UNMATCHABLE when one has no perfect matching, OVERFLOW when `over`; observables and cost 0
+ * unless OK). */
+__device__ __forceinline__ struct rl_qec_sum rl_qec_sum_clusters(const struct rl_qec_scr &w, uint32_t nc, bool over, uint32_t lane) {
+    unsigned long long cost = 0;
+    uint32_t obs = 0, bad = 0;
+    if (!over) {
+        for (uint32_t ci = lane; ci < nc; ci += 32u) {
+            const uint32_t root = w.list[w.cstart[ci]];
+            bad |= w.stat[root] != RL_QEC_ST_OK;
+            cost += w.cost[root];
+            obs ^= w.obs[root];
+        }
+    }
+#pragma unroll
+    for (uint32_t o = 16; o != 0; o >>= 1) {
+        cost += __shfl_xor_sync(0xffffffffu, cost, o);
+        obs ^= __shfl_xor_sync(0xffffffffu, obs, o);
+        bad |= __shfl_xor_sync(0xffffffffu, bad, o);
+    }
+    struct rl_qec_sum r;
+    r.status = over ? RL_QEC_REPORT_OVERFLOW : bad != 0 ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
+    r.obs = r.status != RL_QEC_REPORT_OK ? 0u : obs;
+    r.cost = r.status != RL_QEC_REPORT_OK ? 0ull : cost;
+    return r;
+}
+
 /** All threads, k defects of the mirrored shot in s->u.g.def (more than K when `final`):
  * exact.rs proved_clusters(), the same clusters, the same matchings. The shot is settled at
  * every stream threshold it has passed (its bits so far: k->rec.bits) with more than K
@@ -2284,7 +2330,9 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
     }
     ws.global_pm = kc->scr != 0 ? rl_qec_scr_of(kc->scr, n).pm : 0;
     const unsigned long long start = rl_qec_shot_start(kc);
+    unsigned long long t0 = 0; /* thread 0's: the call's start (a k->spec's decode_ns) */
     if (tid == 0) {
+        t0 = final ? 0ull : rl_qec_clock();
         /* what the work space holds of this shot, if anything */
         const bool held = kc->strm.dec == kc->hot && kc->hot >= 0 && kc->strm.start == start && kc->strm.ws == (ws.in_fast ? 0u : 1u) &&
                           kc->strm.m <= k && kc->strm.j <= kc->stream_n;
@@ -2340,6 +2388,25 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
             kc->strm.over = s->r.sover;
             kc->strm.nc = s->r.left;
         }
+        /* Every threshold passed (only the last message is left) and every defect settled
+         * (block-uniform: written before the loop's last barrier): the final call, for a last
+         * message that adds no defect, would settle nothing more and answer these clusters'
+         * sum, so it goes to k->spec now, and that message is answered on the fast path with
+         * no hand-over (rl_qec_fast). Its decode_ns is this call's time. */
+        if (tid < 32u && s->r.sj == kc->stream_n && s->r.sm == k && s->r.listed != 0) {
+            const struct rl_qec_sum r = rl_qec_sum_clusters(ws.w, s->r.left, s->r.sover != 0, tid);
+            if (tid == 0) {
+                const bool infinite = r.status != RL_QEC_REPORT_OK;
+                kc->spec.msgs = kc->rec.counters.messages;
+                kc->spec.nd = k;
+                kc->spec.status = r.status;
+                kc->spec.obs = r.obs;
+                kc->spec.weight = (uint32_t)__float_as_int(rl_qec_weight(infinite, r.cost, kc->scale));
+                const unsigned long long ns = rl_qec_clock() - t0;
+                kc->spec.ns = ns < 0xFFFFFFFFull ? (uint32_t)ns : 0xFFFFFFFFu;
+                kc->spec.ok = 1;
+            }
+        }
         return;
     }
     /* The final step, unless the last one settled every defect (the last message added none):
@@ -2348,31 +2415,12 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
     if (s->r.sover == 0 && !(s->r.sm == k && s->r.listed != 0)) rl_qec_settle(s, ws, s->r.sm, k);
     RL_QEC_CMARK(10);
     if (tid < 32u) {
-        /* the clusters' sum, over warp 0's lanes */
-        const struct rl_qec_scr w = ws.w;
-        const bool over = s->r.sover != 0 || s->r.edges != 0;
-        unsigned long long cost = 0;
-        uint32_t obs = 0, bad = 0;
-        if (!over) {
-            for (uint32_t ci = tid; ci < s->r.left; ci += 32u) {
-                const uint32_t root = w.list[w.cstart[ci]];
-                bad |= w.stat[root] != RL_QEC_ST_OK;
-                cost += w.cost[root];
-                obs ^= w.obs[root];
-            }
-        }
-#pragma unroll
-        for (uint32_t o = 16; o != 0; o >>= 1) {
-            cost += __shfl_xor_sync(0xffffffffu, cost, o);
-            obs ^= __shfl_xor_sync(0xffffffffu, obs, o);
-            bad |= __shfl_xor_sync(0xffffffffu, bad, o);
-        }
+        const struct rl_qec_sum r = rl_qec_sum_clusters(ws.w, s->r.left, s->r.sover != 0 || s->r.edges != 0, tid);
         if (tid == 0) {
-            const uint32_t status = over ? RL_QEC_REPORT_OVERFLOW : bad != 0 ? RL_QEC_REPORT_UNMATCHABLE : RL_QEC_REPORT_OK;
-            s->r.status = status;
-            s->r.infinite = status != RL_QEC_REPORT_OK;
-            s->r.obs = status != RL_QEC_REPORT_OK ? 0u : obs;
-            s->r.cost = status != RL_QEC_REPORT_OK ? 0ull : cost;
+            s->r.status = r.status;
+            s->r.infinite = r.status != RL_QEC_REPORT_OK;
+            s->r.obs = r.obs;
+            s->r.cost = r.cost;
             kc->strm.dec = -1; /* the shot ends */
         }
     }
