@@ -38,10 +38,12 @@
 //! [`MatchingDecoder::settle`], called after a round, does steps 2 to 4 for the defects so
 //! far (the balls they need grow then, their clusters are solved then); a cluster none of
 //! whose defects changed since keeps its solution, so [`MatchingDecoder::finish`] re-solves
-//! only what the last round touched. The weight does not depend on how the defects were
-//! split into rounds or settled, nor on their order (candidates of one pair keep the
-//! shortest, then the smallest observable mask); where two matchings tie, streaming may pick
-//! the other one.
+//! only what the last round touched. [`MatchingDecoder::settle_last`], after the last round
+//! but one, solves every cluster (whatever its size or age) and proves the matching; a final
+//! round that adds no defect is then answered with no work. The weight does not depend on
+//! how the defects were split into rounds or settled, nor on their order (candidates of one
+//! pair keep the shortest, then the smallest observable mask); where two matchings tie,
+//! streaming may pick the other one.
 //!
 //! Guarantees:
 //! - Exact: the weight equals the minimum-weight matching's over PyMatching's integer
@@ -111,6 +113,9 @@ pub struct DecoderCounters {
     pub extra_rounds: u64,
     /// Clusters whose last solution was reused (streaming: solved in an earlier round).
     pub reused_clusters: u64,
+    /// Shots `finish` answered from the last complete settle, no defect having come since
+    /// (`settle_last`).
+    pub answered_ahead: u64,
 }
 
 /// A defect's ball reached a node: the defect (its index in the shot), the distance and the
@@ -207,6 +212,10 @@ pub struct MatchingDecoder {
     mate: Vec<u32>,
     matcher: PerfectMatching,
     counters: DecoderCounters,
+    /// The result of the last complete settle ([`settle_last`](MatchingDecoder::settle_last)):
+    /// every cluster solved and the matching proved for the defects so far. `finish` answers
+    /// it while no defect came since (`add_defect` and `begin_shot` drop it).
+    ahead: Option<Decoded>,
 }
 
 impl MatchingDecoder {
@@ -255,6 +264,7 @@ impl MatchingDecoder {
             mate: Vec::new(),
             matcher: PerfectMatching::new(),
             counters: DecoderCounters::default(),
+            ahead: None,
         }
     }
 
@@ -308,6 +318,7 @@ impl MatchingDecoder {
         self.sorted_pairs = 0;
         self.parent.clear();
         self.invalid = false;
+        self.ahead = None;
     }
 
     /// Adds one defect (detection event) to the shot and grows its first ball now (module
@@ -319,6 +330,7 @@ impl MatchingDecoder {
             return;
         }
         self.is_defect[detector as usize] = true;
+        self.ahead = None;
         let index = self.defects.len() as u32;
         self.defects.push(detector);
         self.radius.push(0);
@@ -488,7 +500,15 @@ impl MatchingDecoder {
             self.begin_shot();
             return d;
         }
-        let mut out = self.solve_proved(usize::MAX, u32::MAX, &mut || false);
+        // A complete settle since the last defect: solving again would reuse every cluster and
+        // find the proof holding, the same answer.
+        let mut out = match self.ahead.take() {
+            Some(out) => {
+                self.counters.answered_ahead += 1;
+                out
+            }
+            None => self.solve_proved(usize::MAX, u32::MAX, &mut || false).0,
+        };
         if out.status == DecodeStatus::Unmatchable {
             self.counters.unmatchable += 1;
         }
@@ -525,12 +545,32 @@ impl MatchingDecoder {
         }
     }
 
+    /// The settle of a shot's last round but one: every cluster solved, whatever its size or
+    /// age, and the matching proved for the defects so far, so that a final round that adds
+    /// no defect is answered by `finish` with no work (the same answer it would compute).
+    /// The work the final round would do on the other clusters is done here instead.
+    pub fn settle_last(&mut self) {
+        self.settle_last_unless(&mut || false);
+    }
+
+    /// [`settle_last`](Self::settle_last), given up as [`settle_unless`](Self::settle_unless)
+    /// is; given up, it keeps no answer for `finish`.
+    pub fn settle_last_unless(&mut self, stop: &mut dyn FnMut() -> bool) {
+        if !self.invalid {
+            let (out, stopped) = self.solve_proved(usize::MAX, u32::MAX, stop);
+            if !stopped {
+                self.ahead = Some(out);
+            }
+            self.epoch += 1;
+        }
+    }
+
     /// Solving rounds until the proof holds (module docs, steps 2 to 4).
     /// Dirty clusters above `limit` defects are deferred: not solved, not proved.
     /// And so are clusters holding a defect born in round `fresh` or later. Once `stop()`
     /// is true, the clusters left are deferred too and no proof runs: the result is not
-    /// proved then (only a settle stops).
-    fn solve_proved(&mut self, limit: usize, fresh: u32, stop: &mut dyn FnMut() -> bool) -> Decoded {
+    /// proved then (only a settle stops), and the flag beside it says so.
+    fn solve_proved(&mut self, limit: usize, fresh: u32, stop: &mut dyn FnMut() -> bool) -> (Decoded, bool) {
         let mut rounds = 0;
         loop {
             rounds += 1;
@@ -540,7 +580,7 @@ impl MatchingDecoder {
             if stopped || self.widen() == 0 {
                 out.rounds = rounds;
                 out.weight = out.weight_units as f64 / self.graph.scale();
-                return out;
+                return (out, stopped);
             }
             self.counters.extra_rounds += 1;
         }
@@ -977,6 +1017,73 @@ mod tests {
                 }
                 let got = streamed.finish();
                 assert_eq!((got.status, got.weight_units), (want.status, want.weight_units), "seed {seed} shot {shot} {defects:?}");
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 29 * 30);
+    }
+
+    /// A complete last settle answers a final round that adds no defect with the minimum
+    /// weight a whole-shot decode finds (and the status); one given up, or followed by a
+    /// defect, keeps no answer and `finish` solves again, to the same weight.
+    #[test]
+    fn a_last_settle_answers_a_quiet_final_round() {
+        let mut checked = 0;
+        for seed in 1..30u64 {
+            let (w, h) = (4 + seed as usize % 5, 3 + seed as usize % 4);
+            let text = random_dem(seed, w, h, 1 + seed as usize % 3);
+            let graph = MatchingGraph::from_dem_text(&text).unwrap();
+            let sparse = Arc::new(SparseGraph::new(&graph).unwrap());
+            let (mut whole, mut last, mut plain) =
+                (MatchingDecoder::new(Arc::clone(&sparse)), MatchingDecoder::new(Arc::clone(&sparse)), MatchingDecoder::new(sparse));
+            let n = graph.num_detectors as u64;
+            let mut x = seed;
+            for shot in 0..30u64 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let k = 2 + (x >> 33) as usize % 14.min(n as usize - 2);
+                let defects = distinct_defects(x, k, n);
+                let want = whole.decode_defects(&defects);
+                // The same rounds, a settle after each; before the final round `last` settles
+                // completely (given up after `allow` questions in one shot of four).
+                let per_round = 1 + shot as usize % 4;
+                let rounds: Vec<&[u32]> = defects.chunks(per_round).collect();
+                // A final round with no defect, or with the shot's last ones (one shot in three).
+                let quiet = shot % 3 != 0;
+                let (body, tail): (&[&[u32]], &[&[u32]]) = if quiet { (&rounds[..], &[]) } else { rounds.split_at(rounds.len() - 1) };
+                let stop_after = (shot % 4 == 3).then_some((seed + shot) as usize % 3);
+                let before = last.counters().answered_ahead;
+                last.begin_shot();
+                plain.begin_shot();
+                for (r, round) in body.iter().enumerate() {
+                    for &d in *round {
+                        last.add_defect(d);
+                        plain.add_defect(d);
+                    }
+                    if r + 1 == body.len() {
+                        let mut asked = 0;
+                        last.settle_last_unless(&mut || {
+                            asked += 1;
+                            stop_after.is_some_and(|a| asked > a)
+                        });
+                    } else {
+                        last.settle();
+                    }
+                    plain.settle();
+                }
+                for &d in tail.iter().flat_map(|r| r.iter()) {
+                    last.add_defect(d);
+                    plain.add_defect(d);
+                }
+                let (got, base) = (last.finish(), plain.finish());
+                assert_eq!((got.status, got.weight_units), (want.status, want.weight_units), "seed {seed} shot {shot} {defects:?}");
+                assert_eq!((got.status, got.weight_units), (base.status, base.weight_units), "seed {seed} shot {shot}");
+                let ahead = last.counters().answered_ahead - before;
+                let asked_never = stop_after.is_none();
+                if quiet && asked_never {
+                    assert_eq!(ahead, 1, "a quiet final round after a complete settle: seed {seed} shot {shot}");
+                } else if !quiet {
+                    assert_eq!(ahead, 0, "a defect after the last settle drops its answer: seed {seed} shot {shot}");
+                }
                 checked += 1;
             }
         }

@@ -37,7 +37,7 @@ use rocelink_qec::{MatchingDecoder, SparseGraph};
 use rocelink_wire::qec as wq;
 
 use super::exact::ConfigError;
-use super::session::{for_each_set_bit, QecSession, SessionConfig, SessionDecoder, ShotOutcome};
+use super::session::{for_each_set_bit, round_left, QecSession, RoundLeft, SessionConfig, SessionDecoder, ShotOutcome};
 
 /// Defects one command carries (a round with more takes several).
 const DEFECTS_PER_CMD: usize = 14;
@@ -56,6 +56,9 @@ enum Then {
     More,
     /// A round but the last ended: settle the shot so far, unless more work is queued.
     Settle,
+    /// The same, the next message most likely the last (`session::RoundLeft::LastButOne`):
+    /// the complete settle (`MatchingDecoder::settle_last_unless`).
+    SettleLast,
     /// The shot is complete: decode it and send the result.
     Finish,
 }
@@ -169,8 +172,9 @@ impl SessionDecoder for BesideDecoder {
                 k = 0;
             }
         });
-        if first + n < self.num_detectors {
-            self.push(Then::Settle, k, d);
+        let left = round_left(first, n, self.num_detectors);
+        if left != RoundLeft::Final {
+            self.push(if left == RoundLeft::LastButOne { Then::SettleLast } else { Then::Settle }, k, d);
         } else {
             // The final round's last defects go with the finish (one push).
             self.held = (k as u8, d);
@@ -230,6 +234,11 @@ fn work(mut decoders: Vec<MatchingDecoder>, rx: Receiver<Cmd>, results: Sender<S
             Then::Settle => {
                 if rx.is_empty() {
                     dec.settle_unless(&mut || !rx.is_empty());
+                }
+            }
+            Then::SettleLast => {
+                if rx.is_empty() {
+                    dec.settle_last_unless(&mut || !rx.is_empty());
                 }
             }
             Then::Finish => {

@@ -125,13 +125,40 @@ impl SessionDecoder for MatchingDecoder {
     fn round(&mut self, shot: &[u8], first: usize, n: usize) {
         for_each_set_bit(shot, first, first + n, |i| self.add_defect(i as u32));
         // Not after the final round: finish() does that work on the answer's path anyway.
-        if first + n < self.graph().num_detectors() {
-            self.settle();
+        match round_left(first, n, self.graph().num_detectors()) {
+            RoundLeft::Final => {}
+            RoundLeft::LastButOne => self.settle_last(),
+            RoundLeft::More => self.settle(),
         }
     }
 
     fn finish(&mut self, _shot: &[u8]) -> ShotOutcome {
         ShotOutcome::from(MatchingDecoder::finish(self))
+    }
+}
+
+/// Where a round leaves its shot (bits `first..first + n` of `total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RoundLeft {
+    /// The shot is complete.
+    Final,
+    /// What is left fits in a message no longer than this one: most likely the next message
+    /// ends the shot, so the settle after this one is complete (`MatchingDecoder::settle_last`)
+    /// and a final round that adds no defect costs nothing. A guess: were more messages to
+    /// come, that settle only did early what later ones would.
+    LastButOne,
+    /// More rounds follow.
+    More,
+}
+
+pub(super) fn round_left(first: usize, n: usize, total: usize) -> RoundLeft {
+    let end = first + n;
+    if end >= total {
+        RoundLeft::Final
+    } else if total - end <= n {
+        RoundLeft::LastButOne
+    } else {
+        RoundLeft::More
     }
 }
 
@@ -163,29 +190,31 @@ pub(super) fn for_each_set_bit(bits: &[u8], first: usize, end: usize, mut f: imp
 #[derive(Debug)]
 pub struct IdleSettled {
     decoder: MatchingDecoder,
-    /// A round ended since the last settle.
-    due: bool,
+    /// A round ended since the last settle, and where it left the shot.
+    due: Option<RoundLeft>,
 }
 
 impl SessionDecoder for IdleSettled {
     fn begin(&mut self) {
         self.decoder.begin_shot();
-        self.due = false;
+        self.due = None;
     }
 
     fn round(&mut self, shot: &[u8], first: usize, n: usize) {
         for_each_set_bit(shot, first, first + n, |i| self.decoder.add_defect(i as u32));
-        self.due = first + n < self.decoder.graph().num_detectors();
+        self.due = Some(round_left(first, n, self.decoder.graph().num_detectors())).filter(|&l| l != RoundLeft::Final);
     }
 
     fn finish(&mut self, _shot: &[u8]) -> ShotOutcome {
-        self.due = false;
+        self.due = None;
         ShotOutcome::from(self.decoder.finish())
     }
 
     fn idle(&mut self, waiting: &mut dyn FnMut() -> bool) {
-        if std::mem::take(&mut self.due) {
-            self.decoder.settle_unless(waiting);
+        match self.due.take() {
+            Some(RoundLeft::LastButOne) => self.decoder.settle_last_unless(waiting),
+            Some(_) => self.decoder.settle_unless(waiting),
+            None => {}
         }
     }
 }
@@ -194,7 +223,7 @@ impl QecSession<IdleSettled> {
     /// The CPU stage with each round's settle in the loop's idle time ([`IdleSettled`]).
     pub fn idle_settled(graph: Arc<SparseGraph>, config: SessionConfig) -> Result<Self, ConfigError> {
         let (n, obs) = (graph.num_detectors(), graph.num_observables());
-        Self::with_decoders(config, n, obs, || Ok(IdleSettled { decoder: MatchingDecoder::new(Arc::clone(&graph)), due: false }))
+        Self::with_decoders(config, n, obs, || Ok(IdleSettled { decoder: MatchingDecoder::new(Arc::clone(&graph)), due: None }))
     }
 }
 
