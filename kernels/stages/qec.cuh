@@ -1147,10 +1147,9 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         /* A decode made ahead (rl_qec_speculate between messages, or the last settle step's
          * sum, rl_qec_clusters: made at the `messages` count this message found, with as
          * many defects, so this message added none) is the answer's: the same defects, the
-         * same matching. Otherwise a few
-         * defects (the DP's shots, listed in s->defs): decoded here (rl_qec_lane_dp). Either
-         * is answered as rl_qec_finish would, the record changed once (append and decode
-         * together) and written through once. */
+         * same matching. Otherwise a few defects (the DP's shots, listed in s->defs): decoded
+         * here (rl_qec_lane_dp). Either is answered as rl_qec_finish would, the record
+         * changed once (append and decode together) and written through once. */
         uint32_t status, obs;
         unsigned long long ns, cost = 0;
         if (spec) {

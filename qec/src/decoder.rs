@@ -982,24 +982,34 @@ mod tests {
         assert!(checked > 2000);
     }
 
+    /// The streaming tests' graph for `seed` (a random DEM of 12 to 56 detectors) and its
+    /// detector count.
+    fn stream_case_graph(seed: u64) -> (Arc<SparseGraph>, u64) {
+        let (w, h) = (4 + seed as usize % 5, 3 + seed as usize % 4);
+        let graph = MatchingGraph::from_dem_text(&random_dem(seed, w, h, 1 + seed as usize % 3)).unwrap();
+        (Arc::new(SparseGraph::new(&graph).unwrap()), graph.num_detectors as u64)
+    }
+
+    /// The streaming tests' next shot: 2 to 15 distinct defects below `n`, from the generator
+    /// state `x` (advanced).
+    fn stream_case_shot(x: &mut u64, n: u64) -> Vec<u32> {
+        *x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let k = 2 + (*x >> 33) as usize % 14.min(n as usize - 2);
+        distinct_defects(*x, k, n)
+    }
+
     /// Settles given up at any point (after 0, 1, 2, ... of the clusters they would solve) and
     /// streamed in rounds of any size leave the same minimum weight for `finish`.
     #[test]
     fn settles_stopped_anywhere_leave_the_same_weight() {
         let mut checked = 0;
         for seed in 1..30u64 {
-            let (w, h) = (4 + seed as usize % 5, 3 + seed as usize % 4);
-            let text = random_dem(seed, w, h, 1 + seed as usize % 3);
-            let graph = MatchingGraph::from_dem_text(&text).unwrap();
-            let sparse = Arc::new(SparseGraph::new(&graph).unwrap());
+            let (sparse, n) = stream_case_graph(seed);
             let (mut whole, mut streamed) = (MatchingDecoder::new(Arc::clone(&sparse)), MatchingDecoder::new(sparse));
             streamed.set_settle_lag(0);
-            let n = graph.num_detectors as u64;
             let mut x = seed;
             for shot in 0..30u64 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let k = 2 + (x >> 33) as usize % 14.min(n as usize - 2);
-                let defects = distinct_defects(x, k, n);
+                let defects = stream_case_shot(&mut x, n);
                 let want = whole.decode_defects(&defects);
                 streamed.begin_shot();
                 let per_round = 1 + shot as usize % 4;
@@ -1030,18 +1040,12 @@ mod tests {
     fn a_last_settle_answers_a_quiet_final_round() {
         let mut checked = 0;
         for seed in 1..30u64 {
-            let (w, h) = (4 + seed as usize % 5, 3 + seed as usize % 4);
-            let text = random_dem(seed, w, h, 1 + seed as usize % 3);
-            let graph = MatchingGraph::from_dem_text(&text).unwrap();
-            let sparse = Arc::new(SparseGraph::new(&graph).unwrap());
+            let (sparse, n) = stream_case_graph(seed);
             let (mut whole, mut last, mut plain) =
                 (MatchingDecoder::new(Arc::clone(&sparse)), MatchingDecoder::new(Arc::clone(&sparse)), MatchingDecoder::new(sparse));
-            let n = graph.num_detectors as u64;
             let mut x = seed;
             for shot in 0..30u64 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let k = 2 + (x >> 33) as usize % 14.min(n as usize - 2);
-                let defects = distinct_defects(x, k, n);
+                let defects = stream_case_shot(&mut x, n);
                 let want = whole.decode_defects(&defects);
                 // The same rounds, a settle after each; before the final round `last` settles
                 // completely (given up after `allow` questions in one shot of four).

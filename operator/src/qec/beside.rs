@@ -56,8 +56,9 @@ enum Then {
     More,
     /// A round but the last ended: settle the shot so far, unless more work is queued.
     Settle,
-    /// The same, the next message most likely the last (`session::RoundLeft::LastButOne`):
-    /// the complete settle (`MatchingDecoder::settle_last_unless`).
+    /// A round ended whose shot most likely ends with the next message
+    /// (`session::RoundLeft::LastButOne`): the complete settle, unless more work is queued
+    /// (`MatchingDecoder::settle_last_unless`).
     SettleLast,
     /// The shot is complete: decode it and send the result.
     Finish,
