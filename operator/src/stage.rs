@@ -32,6 +32,12 @@ pub enum Outcome {
 pub trait Stage: Send {
     fn name(&self) -> &'static str;
     fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome;
+    /// [`process`](Self::process) where the loop can say whether the next message is already
+    /// waiting (`waiting()`): a stage whose work on the answer's path is partly optional (a
+    /// decoder's streaming work) cuts it short then, so that a loop behind its peer catches up.
+    fn process_polled(&mut self, request: &[u8], out: &mut [u8], _waiting: &mut dyn FnMut() -> bool) -> Outcome {
+        self.process(request, out)
+    }
     /// Called by the loop after a message's answer went out, when no message is waiting:
     /// work the answers did not need, given up as soon as `waiting()` says a message came
     /// (the CPU twin of the device stages' idle forms).
@@ -65,7 +71,9 @@ pub enum StageSpec {
 /// clusters and the proof of the shot so far).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Settle {
-    /// In the transceiver loop, before the round's acknowledgement goes out.
+    /// In the transceiver loop, before the round's acknowledgement goes out, given up between
+    /// clusters once the next message waits ([`Stage::process_polled`]; in a closed loop none
+    /// does): the final round does what is left.
     #[default]
     InLoop,
     /// In the loop, after the acknowledgement went out, while no message waits
@@ -118,7 +126,11 @@ impl<D: crate::qec::SessionDecoder> Stage for QecDecoderStage<D> {
     }
 
     fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome {
-        match self.session.handle(request, out) {
+        self.process_polled(request, out, &mut || false)
+    }
+
+    fn process_polled(&mut self, request: &[u8], out: &mut [u8], waiting: &mut dyn FnMut() -> bool) -> Outcome {
+        match self.session.handle_polled(request, out, waiting) {
             Some(n) => Outcome::Answer(n),
             None => Outcome::Drop,
         }
@@ -151,29 +163,33 @@ impl Stage for Chain {
     }
 
     fn process(&mut self, request: &[u8], out: &mut [u8]) -> Outcome {
+        self.process_polled(request, out, &mut || false)
+    }
+
+    fn process_polled(&mut self, request: &[u8], out: &mut [u8], waiting: &mut dyn FnMut() -> bool) -> Outcome {
         let n = self.stages.len();
         if n == 0 {
             return Outcome::Drop;
         }
         if n == 1 {
-            return self.stages[0].process(request, out);
+            return self.stages[0].process_polled(request, out, waiting);
         }
         // Stage k writes into `out` when n - 1 - k is even, so the last stage writes into
         // `out`; the others alternate through `scratch`.
         let mut to_out = (n - 1).is_multiple_of(2);
         let first = if to_out {
-            self.stages[0].process(request, out)
+            self.stages[0].process_polled(request, out, waiting)
         } else {
-            self.stages[0].process(request, &mut self.scratch)
+            self.stages[0].process_polled(request, &mut self.scratch, waiting)
         };
         let Outcome::Answer(mut len) = first else {
             return Outcome::Drop;
         };
         for stage in self.stages[1..].iter_mut() {
             let r = if to_out {
-                stage.process(&out[..len], &mut self.scratch)
+                stage.process_polled(&out[..len], &mut self.scratch, waiting)
             } else {
-                stage.process(&self.scratch[..len], out)
+                stage.process_polled(&self.scratch[..len], out, waiting)
             };
             let Outcome::Answer(m) = r else {
                 return Outcome::Drop;

@@ -171,7 +171,8 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
                 };
                 (request, m.slice_mut(tx, l.sizes.tx_slot_stride as usize))
             };
-            if let Outcome::Answer(n) = stage.process(request, out) {
+            // A round's optional work is cut short once the next message waits (Stage::process_polled).
+            if let Outcome::Answer(n) = stage.process_polled(request, out, &mut || verbs.recv_pending()) {
                 let request_id = request.get(12..16).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
                 verbs.prepare_send_from_slot(n);
                 verbs.ring_send_doorbell();

@@ -162,7 +162,7 @@ impl SessionDecoder for BesideDecoder {
         self.held.0 = 0;
     }
 
-    fn round(&mut self, shot: &[u8], first: usize, n: usize) {
+    fn round(&mut self, shot: &[u8], first: usize, n: usize, _waiting: &mut dyn FnMut() -> bool) {
         let mut d = [0u32; DEFECTS_PER_CMD];
         let mut k = 0usize;
         for_each_set_bit(shot, first, (first + n).min(self.num_detectors), |at| {
