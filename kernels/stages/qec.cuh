@@ -373,14 +373,24 @@ struct rl_qec_smem {
  * otherwise, time the fast path's steps instead: 2 the shot and its defects appended, 3 the
  * record updated, 4 the answer's header written, 5 the token checked. */
 /* RL_QEC_PROFILE_STEPS (with RL_QEC_PROFILE; measurement only): marks 8..11, the settle
- * step's otherwise, time rl_qec_clusters instead: 8 its work space and held state, 9 the
- * thresholds passed, 10 the final step (or its skip), 11 the sum. */
-#if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_STEPS)
+ * step's otherwise, time rl_qec_clusters instead: 8 its work space and held state, 9 its
+ * steps done (the thresholds passed and, in a final call, the final step), 10 the same in a
+ * final call, 11 the sum. RL_QEC_PROFILE_HAND (likewise): marks 8..11 the hand-over instead: 8
+ * the block's entry (rl_qec_block), 9 the clusters' work space and held state, 10 the last
+ * settle step's new defects and pairs loaded, 11 its first joins' nearest partners. */
+#if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_HAND)
+#define RL_QEC_SMARK(i) do { } while (0)
+#define RL_QEC_CMARK(i) do { } while (0)
+#define RL_QEC_HMARK(i) RL_QEC_MARK(i)
+#elif defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_STEPS)
 #define RL_QEC_SMARK(i) do { } while (0)
 #define RL_QEC_CMARK(i) RL_QEC_MARK(i)
 #else
 #define RL_QEC_SMARK(i) RL_QEC_MARK(i)
 #define RL_QEC_CMARK(i) do { } while (0)
+#endif
+#ifndef RL_QEC_HMARK
+#define RL_QEC_HMARK(i) do { } while (0)
 #endif
 #if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_ACK)
 #define RL_QEC_AMARK(i) RL_QEC_MARK(i)
@@ -1111,6 +1121,27 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         /* the message's events in the (at most two) words it touches, the lower first */
         nd = rl_qec_list_add(sm, nd, K, w, (uint32_t)v);
         nd = rl_qec_list_add(sm, nd, K, w + 1u, (uint32_t)(v >> 32));
+    } else if (!zero && ((unsigned long long)src & 3ull) == 0) {
+        /* A longer message in the shot being assembled, a 32-bit word of it at a time (one
+         * aligned load each: a word that holds one of the message's bytes lies in its buffer;
+         * the last one masked to the message's bits), shifted to the shot's bit `at`: shot word
+         * w0 + i takes its word i's low bits and word i - 1's high ones. The shot's bits at or
+         * above `at` are zero until now, so each word's new bits are the message's. */
+        const uint32_t s = at & 31u, nw = (nb + 31u) >> 5;
+        w0 = at >> 5 < W ? at >> 5 : W;
+        w1 = ((end - 1u) >> 5) + 1u < W ? ((end - 1u) >> 5) + 1u : W;
+        const uint32_t *const m = (const uint32_t *)src;
+        uint32_t prev = 0;
+        for (uint32_t i = 0; w0 + i < w1; i++) {
+            uint32_t cur = i < nw ? m[i] : 0u;
+            if (i + 1u == nw && (nb & 31u) != 0) cur &= (1u << (nb & 31u)) - 1u;
+            const uint32_t v = s == 0 ? cur : (cur << s) | (prev >> (32u - s));
+            prev = cur;
+            if (v == 0) continue;
+            const uint32_t w = w0 + i, old = k->shot[w];
+            k->shot[w] = old | v;
+            nd = rl_qec_list_add(sm, nd, K, w, v & ~old);
+        }
     } else {
         /* Longer messages word by word; the new bits of each word are its set bits at or
          * above `at` (those below were there, those above are zero until now). */
@@ -2021,7 +2052,7 @@ struct rl_qec_ws {
  * (each in its own part, in the order of the clusters, the j-th to warp j % W) and those
  * that do not fit beside the others after them, one at a time on warp 0. s->r.edges nonzero after it: a cluster's doubled graph
  * has more edges than the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. */
-__device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct rl_qec_ws &ws, uint32_t m, uint32_t mt) {
+__device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct rl_qec_ws &ws, uint32_t m, uint32_t mt) {
     const struct rl_qec_cache *kc = &s->k;
     /* the work space's pointers by value, and to the solvers by value: a copy whose address
      * never escapes stays in registers, where a reference is reloaded from the stack after
@@ -2057,6 +2088,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
     }
     if (tid == 0) s->r.edges = 0; /* the first OVERFLOW seen */
     __syncthreads();
+    RL_QEC_HMARK(10);
     /* the first joins: each new defect x with its nearest linked partner y (the lowest index
      * among equals: the least of distance << 32 | index); the pairs (x, y), x new, spread
      * over the block */
@@ -2069,6 +2101,7 @@ __device__ __noinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct r
         atomicMin(w.cost + x, (unsigned long long)e << 32 | y);
     }
     __syncthreads();
+    RL_QEC_HMARK(11);
     for (uint32_t x = m + tid; x < mt; x += T) {
         const unsigned long long b = w.cost[x];
         if (b != ~0ull) rl_qec_uf_union(w.uf, x, (uint32_t)b);
@@ -2298,7 +2331,7 @@ __device__ __forceinline__ struct rl_qec_sum rl_qec_sum_clusters(const struct rl
  * was settled. Work space: the launch's dynamic shared memory when the table is not there
  * (k->fast_bytes) and it takes the arrays for RL_QEC_FAST_CAP defects (n if fewer) and the
  * shot has no more, else this block's global scratch; the defects are copied there. */
-__device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, bool final) {
+__device__ __forceinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, bool final) {
     struct rl_qec_cache *kc = &s->k;
     const uint32_t tid = threadIdx.x;
     const uint32_t n = kc->n;
@@ -2343,6 +2376,7 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
         s->r.edges = 0; /* no step of this call overflowed yet */
     }
     RL_QEC_CMARK(8);
+    RL_QEC_HMARK(9);
     const uint32_t bits = final ? n : kc->rec.bits, K = kc->K;
     for (;;) {
         if (tid == 0) {
@@ -2362,6 +2396,11 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
                     break;
                 }
             }
+            /* then, when `final`, the final step: the whole shot, unless the last step
+             * settled every defect (the last message added none: its clusters, listed and
+             * proved, are the shot's) or a step overflowed. One call site: the step's code
+             * is inlined once. */
+            if (mt == 0xFFFFFFFFu && final && s->r.sover == 0 && !(s->r.sm == k && s->r.listed != 0)) mt = k;
             s->r.sj = j;
             s->r.smt = mt;
         }
@@ -2408,10 +2447,6 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
         }
         return;
     }
-    /* The final step, unless the last one settled every defect (the last message added none):
-     * then its clusters, listed and proved, are the shot's (the step would find no new defect,
-     * solve no cluster and check no pair). Block-uniform. */
-    if (s->r.sover == 0 && !(s->r.sm == k && s->r.listed != 0)) rl_qec_settle(s, ws, s->r.sm, k);
     RL_QEC_CMARK(10);
     if (tid < 32u) {
         const struct rl_qec_sum r = rl_qec_sum_clusters(ws.w, s->r.left, s->r.sover != 0 || s->r.edges != 0, tid);
@@ -2430,6 +2465,10 @@ __device__ __noinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t k, 
  * STREAM: the shot so far listed (warp 0) and settled, the acknowledgement lane 0 wrote
  * kept as the answer. */
 __device__ __noinline__ void rl_qec_block(const uint8_t *req, uint8_t *resp, struct rl_qec_smem *s, uint32_t mode) {
+    RL_QEC_HMARK(8);
+    /* rl_qec_clusters and rl_qec_settle are inlined, once for a stream step and once for a
+     * final decode (each copy folded for its `final`): as calls, their register saves and the
+     * work space's pointers went through the stack (decisions.md: the clusters' steps inlined) */
     if (mode == RL_QEC_MODE_STREAM) {
         if (s->c.k == RL_QEC_NDEF_BAD) { /* block-uniform: the shot not listed (rl_qec_want_stream) */
             if (threadIdx.x < 32u) {

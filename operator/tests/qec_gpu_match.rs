@@ -40,7 +40,7 @@
 //! decoder), each also checked byte for byte: the stage as committed with its phase marks
 //! (`-DRL_QEC_PROFILE`: cycles from entry to each mark; with `-DRL_QEC_PROFILE_ACK` the fast
 //! path's steps instead of the decode's, with `-DRL_QEC_PROFILE_STEPS` the clusters' steps
-//! instead of the last settle step's), variants given as NVRTC options in
+//! instead of the last settle step's, with `-DRL_QEC_PROFILE_HAND` the hand-over to the block), variants given as NVRTC options in
 //! `ROCELINK_QEC_GPU_VARIANTS` (`;`-separated, e.g. `-DRL_QEC_WARP_K=0;-DRL_QEC_WARP_K=4`),
 //! and other qec.cuh files given by path in `ROCELINK_QEC_GPU_BASELINE` (`,`-separated; e.g.
 //! the previous commit's, to time before and after in one run; they must read the same blob
