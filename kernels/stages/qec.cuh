@@ -1123,8 +1123,9 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         nd = rl_qec_list_add(sm, nd, K, w + 1u, (uint32_t)(v >> 32));
     } else if (!zero && ((unsigned long long)src & 3ull) == 0) {
         /* A longer message in the shot being assembled, a 32-bit word of it at a time (one
-         * aligned load each: a word that holds one of the message's bytes lies in its buffer;
-         * the last one masked to the message's bits), shifted to the shot's bit `at`: shot word
+         * aligned load each: requests are staged in 16-byte aligned buffers of whole 16-byte
+         * words, so a word that holds one of the message's bytes lies in the buffer; the last
+         * one masked to the message's bits), shifted to the shot's bit `at`: shot word
          * w0 + i takes its word i's low bits and word i - 1's high ones. The shot's bits at or
          * above `at` are zero until now, so each word's new bits are the message's. */
         const uint32_t s = at & 31u, nw = (nb + 31u) >> 5;
