@@ -8,7 +8,9 @@ of docs/qec.md, rounds = d, the same p on all four noise channels), fresh shots,
   stage in a batch kernel): predictions, and the decoder's own time per shot (p50, p99,
   mean; the decoder alone, no file I/O);
 - logical errors of each against stim's true observables, with 95% Wilson intervals, and
-  the shots where each differs from PyMatching.
+  the shots where each differs from PyMatching: ties (the same matching weight as
+  PyMatching's, `rocelink decode --weights-out` against `decode(..., return_weight=True)`)
+  and worse matchings (a higher weight) apart.
 
 Writes <out-dir>/<name>.md and <name>.json. Needs stim and pymatching (PyPI) and numpy.
 
@@ -45,7 +47,8 @@ def fmt_rate(k, n):
 
 def run_rocelink(exe, backend, dem, dets, out, shots):
     cmd = [exe, "decode", "--dem", dem, "--in", dets, "--in-format", "b8", "--out", out,
-           "--out-format", "b8", "--num-shots", str(shots), "--backend", backend]
+           "--out-format", "b8", "--num-shots", str(shots), "--backend", backend,
+           "--weights-out", out + ".weights"]
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t
@@ -127,7 +130,19 @@ def main():
                 ours = np.unpackbits(np.fromfile(out, dtype=np.uint8).reshape(shots, -1), axis=1,
                                      bitorder="little")[:, 0]
                 stats["logical_errors"] = int((ours != truth).sum())
-                stats["differ_from_pymatching"] = int((ours != pm).sum())
+                differ = np.nonzero(ours != pm)[0]
+                stats["differ_from_pymatching"] = int(len(differ))
+                # A differing shot is a tie when its matching weighs what PyMatching's does
+                # (the GPU reports an f32 weight: a relative 1e-5 covers its rounding; two
+                # distinct matchings differ by a sum of edge weights, far more).
+                with open(out + ".weights") as f:
+                    weights = [float(x) for x in f.read().split()]
+                ties = 0
+                for i in differ:
+                    _, w_pm = m.decode(dets[i], return_weight=True)
+                    ties += abs(weights[i] - w_pm) <= 1e-5 * max(1.0, abs(w_pm))
+                stats["ties_with_pymatching"] = int(ties)
+                stats["worse_than_pymatching"] = int(len(differ) - ties)
                 row[b] = stats
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -148,7 +163,8 @@ def main():
     lines = [f"# QEC decoders against PyMatching ({a.name})", "",
              "stim %s rotated memory-Z, rounds = d, the same p on all four noise channels; seed %d; "
              "PyMatching %s `decode_batch` (best of two passes) and `rocelink decode` on the same shots. "
-             "Logical errors: count (rate; 95%% Wilson interval). Decode times are the decoder's own "
+             "Logical errors: count (rate; 95%% Wilson interval). Differs: shots whose prediction is not "
+             "PyMatching's, and of them the ties (a matching of the same weight). Decode times are the decoder's own "
              "(rocelink: per shot, no I/O; PyMatching: the batch call divided by the shots)."
              % (meta["stim"], a.seed, meta["pymatching"]), "",
              "Machine: %s, %s, %d cores; %s UTC; both decoders single-threaded, one after the other."
@@ -170,7 +186,9 @@ def main():
                 continue
             mean = (s["mean_ns"] or 0) / 1000
             extra = f"; {s['overflows']} decoded on the CPU (over the GPU scratch)" if s.get("overflows") else ""
-            line += (f" {fmt_rate(s['logical_errors'], r['shots'])} | {s['differ_from_pymatching']}{extra} | "
+            ties = s.get("ties_with_pymatching", 0)
+            differs = f"{s['differ_from_pymatching']}" + (f" ({ties} tie{'s' if ties != 1 else ''})" if ties else "")
+            line += (f" {fmt_rate(s['logical_errors'], r['shots'])} | {differs}{extra} | "
                      f"{mean:.2f} ({(s['p50_ns'] or 0) / 1000:.2f}, {(s['p99_ns'] or 0) / 1000:.2f}) | "
                      f"{mean / pmr['us_per_shot']:.2f}x |")
         lines.append(line)

@@ -242,6 +242,11 @@ enum Cmd {
         /// kernel; same predictions, byte for byte; the times are the in-kernel decode times.
         #[arg(long, default_value = "cpu", value_parser = BackendKind::parse_cpu_or_gpu)]
         backend: BackendKind,
+        /// Also write each shot's matching weight, one a line (`inf`: no perfect matching),
+        /// in PyMatching's units (`decode(..., return_weight=True)`): a prediction that differs
+        /// from another decoder's is a tie when its weight is the same.
+        #[arg(long)]
+        weights_out: Option<PathBuf>,
     },
     /// Run the software FPGA peer (the same program as the `fpga-sim` binary; see
     /// `rocelink fpga-sim --help`).
@@ -513,7 +518,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Decode { dem, input, in_format, out, out_format, num_shots, max_defects, backend } => {
+        Cmd::Decode { dem, input, in_format, out, out_format, num_shots, max_defects, backend, weights_out } => {
             // `parse_cpu_or_gpu` leaves `cpu` and `gpu:N` only.
             let (st, timed, cap) = match backend {
                 BackendKind::Gpu(n) => {
@@ -527,6 +532,9 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                     String::new(),
                 ),
             };
+            if let Some(path) = &weights_out {
+                rocelink_operator::qec::write_weights(path, &st.weights)?;
+            }
             eprintln!(
                 "decoded {} shots:{cap} {} unmatchable; {timed} mean {:.0} ns, p50 {} ns, p99 {} ns, max {} ns",
                 st.shots, st.unmatchable, st.mean_decode_ns(), st.decode_ns_p50, st.decode_ns_p99, st.decode_ns_max

@@ -212,12 +212,15 @@ pub fn decode_file(
     // A shot the device could not decode (status OVERFLOW: a cluster over its scratch) is
     // decoded here, exactly, by the CPU decoder, made at the first such shot.
     let mut cpu: Option<rocelink_qec::MatchingDecoder> = None;
-    let mut redecode = |shot: &[u8]| -> Result<u64, GpuDecodeError> {
+    let mut redecode = |shot: &[u8]| -> Result<(u64, f64), GpuDecodeError> {
         if cpu.is_none() {
             let graph = crate::qec::sparse_graph_from_file(dem_path)?;
             cpu = Some(rocelink_qec::MatchingDecoder::new(graph));
         }
-        Ok(cpu.as_mut().map_or(0, |d| d.decode_b8(shot).observables))
+        Ok(cpu.as_mut().map_or((0, f64::INFINITY), |d| {
+            let r = d.decode_b8(shot);
+            (r.observables, r.weight)
+        }))
     };
     // The predictions file appears only complete (crate::qec::predict module docs).
     let result = write_atomically(out_path, |writer| -> Result<PredictStats, GpuDecodeError> {
@@ -259,7 +262,7 @@ pub fn decode_file(
 #[allow(clippy::too_many_arguments)]
 fn decode_stream(
     exec: &mut dyn Executor,
-    redecode: &mut dyn FnMut(&[u8]) -> Result<u64, GpuDecodeError>,
+    redecode: &mut dyn FnMut(&[u8]) -> Result<(u64, f64), GpuDecodeError>,
     decoders: usize,
     n: usize,
     num_obs: usize,
@@ -327,11 +330,13 @@ fn decode_stream(
             times.push(ns);
             stats.decode_ns_total = stats.decode_ns_total.saturating_add(ns);
             stats.shots += 1;
+            // the report's f32 weight (the stage's), or the CPU's for a shot it decoded
+            let mut weight = f64::from(report.weight);
             match report.status {
                 REPORT_OVERFLOW => {
                     stats.overflows += 1;
                     let at = i * stride + rpc::HEADER_LEN + wq::ENQUEUE_SYNDROMES_FIXED_LEN;
-                    obs = redecode(&reqs[at..at + wq::packed_len(n)])?;
+                    (obs, weight) = redecode(&reqs[at..at + wq::packed_len(n)])?;
                 }
                 REPORT_UNMATCHABLE => stats.unmatchable += 1,
                 _ => {}
@@ -339,6 +344,7 @@ fn decode_stream(
             if let Some(h) = stats.defect_histogram.get_mut(usize::from(report.defects)) {
                 *h += 1;
             }
+            stats.weights.push(weight);
             write_prediction(&mut output, out_format, obs, num_obs, &mut out_bytes, &mut out_line)
                 .map_err(|e| QecError::Io { path: out_name.to_path_buf(), source: e })?;
         }
@@ -603,6 +609,11 @@ mod tests {
             assert_eq!(gpu.defect_histogram, cpu.defect_histogram);
             assert_eq!(gpu.shots, 2000);
             assert_eq!(gpu.overflows, 0);
+            // the reports' weights (f32) are the decoder's, shot by shot
+            assert_eq!(gpu.weights.len(), 2000);
+            for (i, (g, c)) in gpu.weights.iter().zip(&cpu.weights).enumerate() {
+                assert!(g == c || (g - c).abs() <= 1e-6 * c.abs(), "K={k} shot {i}: {g} against {c}");
+            }
         }
         let text: String = (0..500).map(|i| format!("{:09b}\n", (i * 37) % 512)).collect();
         let ((_, cpu_out), (gpu, gpu_out)) = both(text.as_bytes(), ShotFormat::Zero1, ShotFormat::Zero1, 12, 2);

@@ -86,6 +86,11 @@ pub struct PredictStats {
     pub decode_ns_p99: u64,
     /// Slowest shot, ns.
     pub decode_ns_max: u64,
+    /// Each shot's matching weight, in order (ln((1-p)/p) units as PyMatching's
+    /// `decode(..., return_weight=True)`; +inf when unmatchable): `rocelink decode
+    /// --weights-out`, so that a prediction that differs from another decoder's can be told a
+    /// tie (an equal weight) from a worse matching.
+    pub weights: Vec<f64>,
 }
 
 impl PredictStats {
@@ -160,6 +165,17 @@ pub fn write_atomically<T, E: From<QecError>>(
             Err(e)
         }
     }
+}
+
+/// Writes `weights` one a line (Rust's shortest round-trip form, `inf` for +inf), only
+/// complete ([`write_atomically`]).
+pub fn write_weights(path: &Path, weights: &[f64]) -> Result<(), QecError> {
+    write_atomically(path, |w| -> Result<(), QecError> {
+        for x in weights {
+            writeln!(w, "{x}").map_err(|e| QecError::io(path, e))?;
+        }
+        Ok(())
+    })
 }
 
 /// Refuses a b8 input whose size is not `shots` shots of `n` detectors (module docs).
@@ -251,6 +267,7 @@ pub fn predict_stream<D: BatchDecoder>(
         if let Some(h) = stats.defect_histogram.get_mut(d.defects as usize) {
             *h += 1;
         }
+        stats.weights.push(d.weight);
         write_prediction(&mut output, out_format, d.observables, num_obs, &mut out_bytes, &mut out_line)
             .map_err(|e| QecError::io(out_name, e))?;
     }
@@ -401,6 +418,27 @@ mod tests {
         assert_eq!("b8".parse::<ShotFormat>(), Ok(ShotFormat::B8));
         assert_eq!("01".parse::<ShotFormat>(), Ok(ShotFormat::Zero1));
         assert!("bits".parse::<ShotFormat>().is_err());
+    }
+
+    /// Each shot's weight, in order, as PyMatching counts it: every edge here weighs
+    /// ln(0.9 / 0.1); D0 alone is matched to the boundary (one edge), D0 and D2 take two edges
+    /// (through D1, or each to its boundary), no defect costs nothing. They are written one a line and read back exactly.
+    #[test]
+    fn weights_are_the_matchings_in_order() {
+        let (s, _) = run(b"100
+101
+000
+", ShotFormat::Zero1, ShotFormat::Zero1).unwrap();
+        let w = (0.9f64 / 0.1).ln();
+        assert_eq!(s.weights.len(), 3);
+        for (got, want) in s.weights.iter().zip([w, 2.0 * w, 0.0]) {
+            assert!((got - want).abs() < 1e-9 * w, "{got} against {want}");
+        }
+        let d = scratch("weights");
+        let path = d.join("w.txt");
+        write_weights(&path, &[s.weights[0], f64::INFINITY, 0.0]).unwrap();
+        let back: Vec<f64> = std::fs::read_to_string(&path).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+        assert_eq!(back, [s.weights[0], f64::INFINITY, 0.0]);
     }
 
     #[test]
