@@ -258,11 +258,14 @@ pub fn decode_file(
     Ok(GpuDecodeReport { stats, gpu: gpu.info.clone(), decoders, launches, gpu_ms })
 }
 
+/// Decodes one shot (b8) the device could not, on the CPU: its observables and weight.
+type Redecode<'a> = dyn FnMut(&[u8]) -> Result<(u64, f64), GpuDecodeError> + 'a;
+
 /// The decode loop over open streams (module docs), with the stage behind `exec`.
 #[allow(clippy::too_many_arguments)]
 fn decode_stream(
     exec: &mut dyn Executor,
-    redecode: &mut dyn FnMut(&[u8]) -> Result<(u64, f64), GpuDecodeError>,
+    redecode: &mut Redecode<'_>,
     decoders: usize,
     n: usize,
     num_obs: usize,
