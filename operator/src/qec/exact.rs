@@ -788,8 +788,8 @@ impl<W: TableWeight> ExactDecoder<W> {
         for m in SMALL_MATCHINGS[c - 3] {
             let mut cost = 0i64;
             let mut ok = true;
-            for i in 0..c {
-                let j = m[i] as usize;
+            for (i, &j) in m.iter().enumerate().take(c) {
+                let j = j as usize;
                 if j == i {
                     ok &= cb(i) != NO_PATH;
                     cost = cost.saturating_add(cb(i));
