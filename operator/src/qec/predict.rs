@@ -422,13 +422,11 @@ mod tests {
 
     /// Each shot's weight, in order, as PyMatching counts it: every edge here weighs
     /// ln(0.9 / 0.1); D0 alone is matched to the boundary (one edge), D0 and D2 take two edges
-    /// (through D1, or each to its boundary), no defect costs nothing. They are written one a line and read back exactly.
+    /// (through D1, or each to its boundary), no defect costs nothing. They are written one a
+    /// line and read back exactly.
     #[test]
     fn weights_are_the_matchings_in_order() {
-        let (s, _) = run(b"100
-101
-000
-", ShotFormat::Zero1, ShotFormat::Zero1).unwrap();
+        let (s, _) = run(b"100\n101\n000\n", ShotFormat::Zero1, ShotFormat::Zero1).unwrap();
         let w = (0.9f64 / 0.1).ln();
         assert_eq!(s.weights.len(), 3);
         for (got, want) in s.weights.iter().zip([w, 2.0 * w, 0.0]) {
