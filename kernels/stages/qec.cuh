@@ -253,14 +253,16 @@ static_assert(sizeof(struct rl_qec_spec) == 32, "rl_qec_spec: two 16-byte words"
 /** What the clusters' work space holds between messages (exact.rs "Streaming"): the
  * clusters of the first `m` defects of decoder `dec`'s shot that started at its `start`-th
  * message (rl_qec_shot_start), settled at its thresholds before `j`, in work space `ws`
- * (0: shared memory, 1: the block's scratch); `over`: a step overflowed; `nc`: the clusters
- * its last step listed (in the work space: they are the clusters of the `m` defects, proved).
+ * (0: shared memory, 1: the block's scratch), the first `ml` defects loaded there (`m` and
+ * the young ones after them, some joined by older ones); `over`: a step overflowed; `nc`:
+ * the clusters its last step listed (in the work space: the clusters of the `ml` defects,
+ * those of the `m` proved).
  * `dec` -1: nothing (a fill, a decoded shot). Any other request finds it by that key or
  * replays the steps. */
 struct rl_qec_strm {
     long long dec;
     unsigned long long start;
-    uint32_t j, m, over, ws, nc;
+    uint32_t j, m, ml, over, ws, nc;
 };
 
 /** The per-block copy of the blob's header and the mirror of one decoder (module docs):
@@ -331,7 +333,8 @@ struct rl_qec_result {
     uint32_t done;            /* rl_qec_clusters: the proof joined clusters this round */
     uint32_t left;            /* rl_qec_clusters: the clusters' count */
     uint32_t edges;           /* rl_qec_clusters: a cluster is not decoded (OVERFLOW) */
-    uint32_t sj, sm, smt;     /* rl_qec_clusters: the next threshold, defects settled, the next step's */
+    uint32_t sj, sm, sml;     /* rl_qec_clusters: the next threshold, defects settled, defects loaded */
+    uint32_t smj, smt;        /* rl_qec_clusters: the next step's defects to settle, present */
     uint32_t sover;           /* rl_qec_clusters: a step overflowed */
     uint32_t wait;            /* rl_qec_settle: a cluster of this pass waits for a matcher */
     uint32_t listed;          /* rl_qec_clusters: the clusters of the first sm defects are listed (left) and proved */
@@ -2029,6 +2032,17 @@ __device__ __forceinline__ void rl_qec_solve_two(const struct rl_qec_cache *kc, 
  * message to the next); a shot with more works in the block's scratch. */
 #define RL_QEC_FAST_CAP 1024u
 
+/** The defects of the k listed (increasing) below bit t: the first at or above it. */
+__device__ __forceinline__ uint32_t rl_qec_below(const uint16_t *def, uint32_t k, uint32_t t) {
+    uint32_t lo = 0, hi = k;
+    while (lo < hi) {
+        const uint32_t mid = (lo + hi) >> 1;
+        if (def[mid] < t) lo = mid + 1u;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /** The work space of rl_qec_clusters: the arrays, the matchers' arena after them and its
  * room, the scratch's matcher (for one that fits nowhere else), and which it is. */
 struct rl_qec_ws {
@@ -2039,13 +2053,16 @@ struct rl_qec_ws {
     bool in_fast;
 };
 
-/** All threads: exact.rs settle(): the clusters of the first m defects (settled in `ws`)
- * extended to the first mt of s->u.g.def, and proved for them. Defects x < y are linked when
- * an optimal matching may pair them (rl_qec_linked, on D[lower][higher]). Each new defect
- * first joins its nearest linked partner among all mt (the lowest index among equals);
- * then, until the proof holds: the clusters are listed by their root (the lowest defect of
+/** All threads: exact.rs settle(): the clusters of the first m defects (settled in `ws`,
+ * the first ml loaded there) extended to the first mj of s->u.g.def, among the first mt
+ * present (m <= mj <= mt, ml <= mt; those from mj on are young), and proved for them.
+ * Defects x < y are linked when an optimal matching may pair them (rl_qec_linked, on
+ * D[lower][higher]). Each new defect below mj first joins its nearest linked partner among
+ * all mt (the lowest index among equals); then, until the proof holds: the clusters are
+ * listed by their root (the lowest defect of
  * a union-find whose higher roots go under lower ones, so the clusters do not depend on the
- * order the threads join them in); every cluster not solved at its present size is solved,
+ * order the threads join them in); a cluster with a young defect is deferred (neither solved
+ * nor checked: w.cnt 2 at its root); every other cluster not solved at its present size is solved,
  * one or two defects in closed form, three or four by enumeration (each by one thread), more
  * by the matcher (blossom.cuh) on its doubled graph, each by one warp; the duals then prove the sum of
  * the clusters' matchings optimal for the mt defects, or the pairs across clusters whose
@@ -2053,7 +2070,8 @@ struct rl_qec_ws {
  * (each in its own part, in the order of the clusters, the j-th to warp j % W) and those
  * that do not fit beside the others after them, one at a time on warp 0. s->r.edges nonzero after it: a cluster's doubled graph
  * has more edges than the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. */
-__device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct rl_qec_ws &ws, uint32_t m, uint32_t mt) {
+__device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct rl_qec_ws &ws, uint32_t m, uint32_t ml, uint32_t mj,
+                                              uint32_t mt) {
     const struct rl_qec_cache *kc = &s->k;
     /* the work space's pointers by value, and to the solvers by value: a copy whose address
      * never escapes stays in registers, where a reference is reloaded from the stack after
@@ -2067,15 +2085,17 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
     const uint64_t stride = (uint64_t)n + 1u;
     const bool sh = kc->tab == RL_QEC_TAB_SHARED;
     const uint32_t *const D = kc->dist;
-    /* the new defects, then the new rows of the pairs' cache (from the shot's list: w.def's
-     * new entries are not all written yet), as one run of items, so that their table loads
-     * are in flight together */
+    /* the defects not loaded yet, then the new rows of the pairs' cache (from the shot's list:
+     * w.def's new entries are not all written yet), as one run of items, so that their table
+     * loads are in flight together. A young defect loaded at an earlier step keeps its entries
+     * (an older one may have joined it); its w.cost is still the first joins' ~0: no cluster
+     * with it has been solved. */
     {
-        const uint32_t nb = mt - m, pc = mt < w.pdn ? mt : w.pdn, p0 = m < pc ? m : pc;
+        const uint32_t nb = mt - ml, pc = mt < w.pdn ? mt : w.pdn, p0 = ml < pc ? ml : pc;
         const uint32_t q0 = rl_qec_pd_at(p0, 0), items = nb + (rl_qec_pd_at(pc, 0) - q0);
         for (uint32_t i = tid; i < items; i += T) {
             if (i < nb) {
-                const uint32_t x = m + i, d = s->u.g.def[x];
+                const uint32_t x = ml + i, d = s->u.g.def[x];
                 w.def[x] = d;
                 w.uf[x] = x;
                 w.size[x] = 0;
@@ -2090,10 +2110,10 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
     if (tid == 0) s->r.edges = 0; /* the first OVERFLOW seen */
     __syncthreads();
     RL_QEC_HMARK(10);
-    /* the first joins: each new defect x with its nearest linked partner y (the lowest index
-     * among equals: the least of distance << 32 | index); the pairs (x, y), x new, spread
-     * over the block */
-    const uint32_t fresh = (mt - m) * mt;
+    /* the first joins: each new defect x below mj with its nearest linked partner y among
+     * the mt (the lowest index among equals: the least of distance << 32 | index); the pairs
+     * (x, y), x new, spread over the block */
+    const uint32_t fresh = (mj - m) * mt;
     for (uint32_t q = tid; q < fresh; q += T) {
         const uint32_t x = m + q / mt, y = q % mt;
         if (y == x) continue;
@@ -2103,7 +2123,7 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
     }
     __syncthreads();
     RL_QEC_HMARK(11);
-    for (uint32_t x = m + tid; x < mt; x += T) {
+    for (uint32_t x = m + tid; x < mj; x += T) {
         const unsigned long long b = w.cost[x];
         if (b != ~0ull) rl_qec_uf_union(w.uf, x, (uint32_t)b);
     }
@@ -2173,8 +2193,14 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
         for (uint32_t ci = (tid & 31u) * (T / 32u) + (tid >> 5); ci < nc; ci += T) {
             const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start, root = w.list[start];
             w.at[ci] = RL_QEC_AT_DONE;
+            /* deferred: its last member (the youngest) is young */
+            if (w.list[start + c - 1u] >= mj) {
+                w.cnt[root] = 2u;
+                continue;
+            }
             /* whether the cluster is solved in this pass: the proof's pairs are those that
-             * touch one (w.cnt, by root, is free once the clusters are listed) */
+             * touch one and no deferred one (w.cnt, by root, is free once the clusters are
+             * listed) */
             const bool fresh_solve = w.size[root] != c;
             w.cnt[root] = fresh_solve;
             if (!fresh_solve) continue;
@@ -2260,7 +2286,7 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
         for (uint32_t q = tid; q < kk; q += T) {
             const uint32_t x = rl_qec_tri_row(q), y = q - rl_qec_pd_at(x, 0);
             const uint32_t rx = w.rt[x], ry = w.rt[y];
-            if (rx == ry || (w.cnt[rx] | w.cnt[ry]) == 0u) continue;
+            if (rx == ry || (w.cnt[rx] | w.cnt[ry]) != 1u) continue; /* 0: none solved now; 2, 3: one deferred */
             const uint32_t e = rl_qec_pair(w, sh, D, stride, x, y);
             if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
             if (w.y0[x] + w.y0[y] > 2ll * e || w.y1[x] + w.y1[y] > 2ll * e) {
@@ -2322,7 +2348,8 @@ __device__ __forceinline__ struct rl_qec_sum rl_qec_sum_clusters(const struct rl
 /** All threads, k defects of the mirrored shot in s->u.g.def (more than K when `final`):
  * exact.rs proved_clusters(), the same clusters, the same matchings. The shot is settled at
  * every stream threshold it has passed (its bits so far: k->rec.bits) with more than K
- * defects below (rl_qec_settle), starting from what the work space holds of it (k->strm),
+ * defects below (rl_qec_settle; the defects below the threshold before it, the latest
+ * message's waiting a step but at the last), starting from what the work space holds of it (k->strm),
  * or from nothing; then, when `final`, for the whole shot (a step of its own unless the last
  * settled every defect: a last message that added none is answered from the clusters
  * settled before it), and the result goes to s->r:
@@ -2368,9 +2395,10 @@ __device__ __forceinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t 
         t0 = final ? 0ull : rl_qec_clock();
         /* what the work space holds of this shot, if anything */
         const bool held = kc->strm.dec == kc->hot && kc->hot >= 0 && kc->strm.start == start && kc->strm.ws == (ws.in_fast ? 0u : 1u) &&
-                          kc->strm.m <= k && kc->strm.j <= kc->stream_n;
+                          kc->strm.m <= kc->strm.ml && kc->strm.ml <= k && kc->strm.j <= kc->stream_n;
         s->r.sj = held ? kc->strm.j : 0u;
         s->r.sm = held ? kc->strm.m : 0u;
+        s->r.sml = held ? kc->strm.ml : 0u;
         s->r.sover = held ? kc->strm.over : 0u;
         s->r.listed = held && kc->strm.m != 0u;
         s->r.left = kc->strm.nc;
@@ -2381,18 +2409,16 @@ __device__ __forceinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t 
     const uint32_t bits = final ? n : kc->rec.bits, K = kc->K;
     for (;;) {
         if (tid == 0) {
-            /* the next threshold passed with more than K defects below it and more than
-             * settled: exact.rs proved_clusters()'s loop */
-            uint32_t j = s->r.sj, mt = 0xFFFFFFFFu;
+            /* the next threshold passed with more than K defects below it and more defects
+             * below the threshold before it (all, at the last) than settled: exact.rs
+             * proved_clusters()'s loop */
+            uint32_t j = s->r.sj, mj = 0, mt = 0xFFFFFFFFu;
             while (s->r.sover == 0 && j < kc->stream_n && kc->stream[j] <= bits) {
-                const uint32_t t = kc->stream[j++];
-                uint32_t lo = 0, hi = k; /* defects below t: the first defect at or above t */
-                while (lo < hi) {
-                    const uint32_t mid = (lo + hi) >> 1;
-                    if (s->u.g.def[mid] < t) lo = mid + 1u;
-                    else hi = mid;
-                }
-                if (lo > K && lo > s->r.sm) {
+                const uint32_t lo = rl_qec_below(s->u.g.def, k, kc->stream[j]);
+                j++;
+                if (lo <= K) continue;
+                mj = j == kc->stream_n ? lo : j == 1u ? 0u : rl_qec_below(s->u.g.def, k, kc->stream[j - 2u]);
+                if (mj > s->r.sm) {
                     mt = lo;
                     break;
                 }
@@ -2401,17 +2427,19 @@ __device__ __forceinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t 
              * settled every defect (the last message added none: its clusters, listed and
              * proved, are the shot's) or a step overflowed. One call site: the step's code
              * is inlined once. */
-            if (mt == 0xFFFFFFFFu && final && s->r.sover == 0 && !(s->r.sm == k && s->r.listed != 0)) mt = k;
+            if (mt == 0xFFFFFFFFu && final && s->r.sover == 0 && !(s->r.sm == k && s->r.listed != 0)) mj = mt = k;
             s->r.sj = j;
+            s->r.smj = mj;
             s->r.smt = mt;
         }
         __syncthreads();
-        const uint32_t m = s->r.sm, mt = s->r.smt;
+        const uint32_t m = s->r.sm, ml = s->r.sml, mj = s->r.smj, mt = s->r.smt;
         if (mt == 0xFFFFFFFFu) break; /* block-uniform */
-        rl_qec_settle(s, ws, m, mt);
+        rl_qec_settle(s, ws, m, ml, mj, mt);
         if (tid == 0) {
             s->r.sover = s->r.edges != 0;
-            s->r.sm = mt;
+            s->r.sm = mj;
+            s->r.sml = mt;
             s->r.listed = 1;
         }
         __syncthreads();
@@ -2424,6 +2452,7 @@ __device__ __forceinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t 
             kc->strm.ws = ws.in_fast ? 0u : 1u;
             kc->strm.j = s->r.sj;
             kc->strm.m = s->r.sm;
+            kc->strm.ml = s->r.sml;
             kc->strm.over = s->r.sover;
             kc->strm.nc = s->r.left;
         }
