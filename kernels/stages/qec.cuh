@@ -1124,16 +1124,17 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
         /* the message's events in the (at most two) words it touches, the lower first */
         nd = rl_qec_list_add(sm, nd, K, w, (uint32_t)v);
         nd = rl_qec_list_add(sm, nd, K, w + 1u, (uint32_t)(v >> 32));
-    } else if (!zero && ((unsigned long long)src & 3ull) == 0) {
-        /* A longer message in the shot being assembled, a 32-bit word of it at a time (one
-         * aligned load each: requests are staged in 16-byte aligned buffers of whole 16-byte
-         * words, so a word that holds one of the message's bytes lies in the buffer; the last
-         * one masked to the message's bits), shifted to the shot's bit `at`: shot word
-         * w0 + i takes its word i's low bits and word i - 1's high ones. The shot's bits at or
-         * above `at` are zero until now, so each word's new bits are the message's. */
+    } else if (((unsigned long long)src & 3ull) == 0) {
+        /* A longer message, a 32-bit word of it at a time (one aligned load each: requests are
+         * staged in 16-byte aligned buffers of whole 16-byte words, so a word that holds one
+         * of the message's bytes lies in the buffer; the last one masked to the message's
+         * bits), shifted to the shot's bit `at`: shot word w0 + i takes its word i's low bits
+         * and word i - 1's high ones. In the shot being assembled, its bits at or above `at`
+         * are zero until now, so each word's new bits are the message's; a new shot (counter
+         * 0, at 0) writes every word of the shot, zero past the message. */
         const uint32_t s = at & 31u, nw = (nb + 31u) >> 5;
-        w0 = at >> 5 < W ? at >> 5 : W;
-        w1 = ((end - 1u) >> 5) + 1u < W ? ((end - 1u) >> 5) + 1u : W;
+        w0 = zero ? 0u : (at >> 5 < W ? at >> 5 : W);
+        w1 = zero ? W : (((end - 1u) >> 5) + 1u < W ? ((end - 1u) >> 5) + 1u : W);
         const uint32_t *const m = (const uint32_t *)src;
         uint32_t prev = 0;
         for (uint32_t i = 0; w0 + i < w1; i++) {
@@ -1141,13 +1142,19 @@ __device__ __forceinline__ uint32_t rl_qec_fast(const uint8_t *req, int len, uin
             if (i + 1u == nw && (nb & 31u) != 0) cur &= (1u << (nb & 31u)) - 1u;
             const uint32_t v = s == 0 ? cur : (cur << s) | (prev >> (32u - s));
             prev = cur;
+            if (zero) {
+                k->shot[w0 + i] = v;
+                nd = rl_qec_list_add(sm, nd, K, w0 + i, v);
+                continue;
+            }
             if (v == 0) continue;
             const uint32_t w = w0 + i, old = k->shot[w];
             k->shot[w] = old | v;
             nd = rl_qec_list_add(sm, nd, K, w, v & ~old);
         }
     } else {
-        /* Longer messages word by word; the new bits of each word are its set bits at or
+        /* (A source not 4-aligned: never from the transceiver's or the batch's buffers.)
+         * Longer messages word by word; the new bits of each word are its set bits at or
          * above `at` (those below were there, those above are zero until now). */
         w0 = zero ? 0u : (at >> 5 < W ? at >> 5 : W);
         w1 = zero ? W : (((end - 1u) >> 5) + 1u < W ? ((end - 1u) >> 5) + 1u : W);
