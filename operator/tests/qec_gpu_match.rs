@@ -45,6 +45,9 @@
 //! and other qec.cuh files given by path in `ROCELINK_QEC_GPU_BASELINE` (`,`-separated; e.g.
 //! the previous commit's, to time before and after in one run; they must read the same blob
 //! layout). It also prints latencies of loads, fences and barriers on the GPU (`PROBE_NAMES`).
+//! With `ROCELINK_QEC_GPU_NVRTC_OPTIONS=-DRL_QEC_PROFILE` (and a mode beside it) the
+//! comparison prints each workload's decodes by defect count with their phases, and the phases
+//! of the acknowledged messages that ran a settle step (`Timing::stepped_acks`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -898,11 +901,17 @@ impl Timing {
     /// time. Reads the phases where the p50s of cumulative marks, each over other decodes,
     /// do not.
     fn phases(&self, picks: &[usize]) -> String {
+        let rows: Vec<usize> = picks.iter().map(|&i| self.decodes[i].3).collect();
+        self.phases_of_rows(&rows)
+    }
+
+    /// [`phases`](Self::phases) of the requests `rows` (indices into `rows`).
+    fn phases_of_rows(&self, rows: &[usize]) -> String {
         let mut delta: Vec<Vec<u32>> = vec![Vec::new(); TIMING];
         let mut at: Vec<Vec<u32>> = vec![Vec::new(); TIMING];
         let mut end = Vec::new();
-        for &i in picks {
-            let row = &self.rows[self.decodes[i].3].1;
+        for &i in rows {
+            let row = &self.rows[i].1;
             let mut reached: Vec<(u32, usize)> = (1..TIMING).filter(|&c| row[c] != 0).map(|c| (row[c], c)).collect();
             reached.sort_unstable();
             let mut prev = 0;
@@ -998,6 +1007,36 @@ impl Timing {
             ));
         }
         format!("decodes by defects (p50/p99 ns): {}", out.join("; "))
+    }
+
+    /// With the settle step's marks: the acknowledged messages that ran a settle step (mark 9
+    /// reached: their clusters listed), then the others; of each and of its slowest 1%, the
+    /// count, stage time p50 / p99 (ns) and phases (cycles).
+    fn stepped_acks(&self) -> String {
+        let mut out = Vec::new();
+        for (stepped, name) in [(true, "acks with a settle step"), (false, "acks without")] {
+            let rows: Vec<usize> = (0..self.rows.len())
+                .filter(|&i| self.rows[i].0 == Class::Ack && (self.rows[i].1[9] != 0) == stepped)
+                .collect();
+            if rows.is_empty() {
+                out.push(format!("{name}: none"));
+                continue;
+            }
+            let mut st: Vec<u32> = rows.iter().map(|&i| self.rows[i].1[0]).collect();
+            st.sort_unstable();
+            let p99 = percentile(&st, 0.99);
+            let slow: Vec<usize> = rows.iter().copied().filter(|&i| self.rows[i].1[0] >= p99).collect();
+            out.push(format!(
+                "{name}: {} x stage {:.0}/{:.0} | phases {} | slowest {}: {}",
+                rows.len(),
+                self.ns(percentile(&st, 0.5)),
+                self.ns(p99),
+                self.phases_of_rows(&rows),
+                slow.len(),
+                self.phases_of_rows(&slow)
+            ));
+        }
+        out.join("\n  ")
     }
 
     /// Median cycles from the stage's entry to each phase mark, for one class.
@@ -1144,7 +1183,7 @@ fn qec_gpu_matches_cpu() {
         if profiled {
             // the phase marks by defect count, as the transceiver launches the stage
             let (line, timing) = compare_timed(&gpu, &module, &wl, usize::MAX);
-            println!("[profiled, {full}] {line}\n  {}", timing.by_defects());
+            println!("[profiled, {full}] {line}\n  {}\n  {}", timing.by_defects(), timing.stepped_acks());
             continue;
         }
         println!("[{full}] {}", compare(&gpu, &module, &wl, usize::MAX));
