@@ -426,7 +426,9 @@ impl MatchingDecoder {
             }
         }
 
-        // Candidates with the other balls: at a node both hold, and across an edge.
+        // Candidates with the other balls: at a node both hold, and across an edge leaving
+        // this ball (one into it is never shorter than the node candidate at its head, which
+        // whichever ball came second offers: `d(v) <= d(u) + w(u, v)` within the ball).
         for k in 0..self.ball_nodes.len() {
             let u = self.ball_nodes[k];
             let (du, ou) = (self.dist[u as usize], self.obs[u as usize]);
@@ -437,6 +439,9 @@ impl MatchingDecoder {
                 at = v.next;
             }
             for a in g.arcs(u) {
+                if self.settled[a.to as usize] == ball {
+                    continue;
+                }
                 let mut at = self.head[a.to as usize];
                 while at != NONE {
                     let v = self.visits[at as usize];
