@@ -247,6 +247,11 @@ enum Cmd {
         /// from another decoder's is a tie when its weight is the same.
         #[arg(long)]
         weights_out: Option<PathBuf>,
+        /// CPU backend: decoder threads (0: one a core the process may use). The predictions,
+        /// weights and statistics are one thread's, byte for byte; the times stay each shot's
+        /// own on its thread.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
     /// Run the software FPGA peer (the same program as the `fpga-sim` binary; see
     /// `rocelink fpga-sim --help`).
@@ -518,17 +523,25 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Decode { dem, input, in_format, out, out_format, num_shots, max_defects, backend, weights_out } => {
+        Cmd::Decode { dem, input, in_format, out, out_format, num_shots, max_defects, backend, weights_out, threads } => {
+            let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
             // `parse_cpu_or_gpu` leaves `cpu` and `gpu:N` only.
             let (st, timed, cap) = match backend {
+                BackendKind::Gpu(_) if threads != 1 => {
+                    anyhow::bail!("--threads is the CPU backend's: the GPU decodes its batch in parallel blocks");
+                }
                 BackendKind::Gpu(n) => {
                     let r = rocelink_operator::gpu::qec_batch::decode_file(n, &dem, &input, in_format, &out, out_format, max_defects, num_shots)?;
                     let cap = format!(" {} over the GPU decoder's scratch (decoded on the CPU),", r.stats.overflows);
                     (r.stats, format!("GPU {} {} ({} blocks, {} launches, {:.1} ms), in-kernel decode time per shot", r.gpu.ordinal, r.gpu.name, r.decoders, r.launches, r.gpu_ms), cap)
                 }
                 _ => (
-                    rocelink_operator::qec::predict(&dem, &input, in_format, &out, out_format, num_shots)?,
-                    "CPU exact decoder, decode time per shot".to_string(),
+                    rocelink_operator::qec::predict_threads(&dem, &input, in_format, &out, out_format, num_shots, threads)?,
+                    if threads == 1 {
+                        "CPU exact decoder, decode time per shot".to_string()
+                    } else {
+                        format!("CPU exact decoder on {threads} threads, decode time per shot")
+                    },
                     String::new(),
                 ),
             };

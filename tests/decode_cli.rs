@@ -151,3 +151,48 @@ fn gpu_backend_without_a_gpu_is_a_one_line_error() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cpu, gpu, gpu:N"));
 }
+
+/// `--threads` decodes on several threads and writes one thread's predictions and weights,
+/// byte for byte; 0 takes the machine's cores; the GPU backend refuses it.
+#[test]
+fn threads_write_one_threads_predictions() {
+    let dir = fixture("d5_p0.003");
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-threads-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let run = |threads: &str| -> (Vec<u8>, String, String) {
+        let (out, weights) = (tmp.join(format!("p{threads}.01")), tmp.join(format!("w{threads}.txt")));
+        let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+            .args(["decode", "--threads", threads, "--dem"])
+            .arg(dir.join("model.dem"))
+            .arg("--in")
+            .arg(dir.join("dets.b8"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--weights-out")
+            .arg(&weights)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{err}");
+        (std::fs::read(&out).unwrap(), std::fs::read_to_string(&weights).unwrap(), err)
+    };
+    let (one, w1, _) = run("1");
+    let (three, w3, report) = run("3");
+    assert!(report.contains("on 3 threads"), "{report}");
+    assert_eq!(one, three, "predictions");
+    assert_eq!(w1, w3, "weights");
+    assert_eq!(one, std::fs::read(dir.join("pred.01")).unwrap(), "PyMatching's");
+    let (all, _, _) = run("0");
+    assert_eq!(one, all);
+    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["decode", "--backend", "gpu", "--threads", "2", "--dem"])
+        .arg(dir.join("model.dem"))
+        .arg("--in")
+        .arg(dir.join("dets.b8"))
+        .arg("--out")
+        .arg(tmp.join("g.01"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--threads is the CPU backend's"), "{err}");
+}

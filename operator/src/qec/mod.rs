@@ -33,7 +33,7 @@ pub use rocelink_qec::{MatchingDecoder, SparseGraph};
 pub use dem::{DemError, DetectorErrorModel};
 pub use exact::{DecodeStatus, Decoded, ExactDecoder, DEFAULT_MAX_DEFECTS};
 pub use graph::{DistanceTable, GraphError, MatchingGraph, TableWeight};
-pub use predict::{predict, write_weights, PredictStats, ShotFormat};
+pub use predict::{predict, predict_threads, write_weights, PredictStats, ShotFormat};
 pub use beside::BesideDecoder;
 pub use session::{QecSession, SessionConfig, SessionDecoder};
 

@@ -18,7 +18,10 @@
 //!   as valid shots otherwise), and any input with another shot count is an error;
 //! - the predictions file appears only complete: it is written beside the target
 //!   (`<out>.partial`) and renamed over it on success; on any error the partial file is
-//!   removed and an existing target is left as it was.
+//!   removed and an existing target is left as it was;
+//! - with more than one thread ([`predict_threads`]) the shots are decoded in batches, each
+//!   split over the threads' decoders, and the output and statistics are those of one thread
+//!   byte for byte: a shot's answer depends on that shot alone.
 
 use std::fmt;
 use std::fs::File;
@@ -204,7 +207,7 @@ pub fn check_shot_count(in_path: &Path, in_format: ShotFormat, n: usize, shots: 
 }
 
 /// Decodes every shot of `in_path` with the DEM of `dem_path` and writes the predicted
-/// observable flips to `out_path` (module docs), with the exact decoder.
+/// observable flips to `out_path` (module docs), with the exact decoder, on this thread.
 pub fn predict(
     dem_path: &Path,
     in_path: &Path,
@@ -213,15 +216,27 @@ pub fn predict(
     out_format: ShotFormat,
     expected_shots: Option<u64>,
 ) -> Result<PredictStats, QecError> {
+    predict_threads(dem_path, in_path, in_format, out_path, out_format, expected_shots, 1)
+}
+
+/// [`predict`] on `threads` threads (at least one), a decoder each (module docs).
+pub fn predict_threads(
+    dem_path: &Path,
+    in_path: &Path,
+    in_format: ShotFormat,
+    out_path: &Path,
+    out_format: ShotFormat,
+    expected_shots: Option<u64>,
+    threads: usize,
+) -> Result<PredictStats, QecError> {
     let graph = super::sparse_graph_from_file(dem_path)?;
     if let Some(shots) = expected_shots {
         check_shot_count(in_path, in_format, graph.num_detectors(), shots)?;
     }
-    let mut decoder = MatchingDecoder::new(graph);
+    let mut decoders: Vec<MatchingDecoder> = (0..threads.max(1)).map(|_| MatchingDecoder::new(graph.clone())).collect();
     let input = File::open(in_path).map_err(|e| QecError::io(in_path, e))?;
     write_atomically(out_path, |writer| -> Result<PredictStats, QecError> {
-        let stats =
-            predict_stream(&mut decoder, BufReader::new(input), in_format, writer, out_format, in_path, out_path)?;
+        let stats = predict_stream_on(&mut decoders, BufReader::new(input), in_format, writer, out_format, in_path, out_path)?;
         if let Some(shots) = expected_shots.filter(|&s| s != stats.shots) {
             return Err(QecError::Input {
                 path: in_path.to_path_buf(),
@@ -270,6 +285,97 @@ pub fn predict_stream<D: BatchDecoder>(
         stats.weights.push(d.weight);
         write_prediction(&mut output, out_format, d.observables, num_obs, &mut out_bytes, &mut out_line)
             .map_err(|e| QecError::io(out_name, e))?;
+    }
+    finish_stats(&mut stats, &mut times);
+    Ok(stats)
+}
+
+/// Shots a thread decodes per batch of [`predict_stream_on`] (a batch holds this many a
+/// thread, at most [`BATCH_BYTES`] of shots): enough that starting the threads is a small
+/// part of a batch.
+const BATCH_SHOTS_PER_THREAD: usize = 1024;
+
+/// The most bytes of shots a batch holds.
+const BATCH_BYTES: usize = 64 << 20;
+
+/// [`predict_stream`] over the decoders of `decoders`, one thread each (module docs); one
+/// decoder is `predict_stream` itself.
+pub fn predict_stream_on<D: BatchDecoder + Send>(
+    decoders: &mut [D],
+    mut input: impl BufRead,
+    in_format: ShotFormat,
+    mut output: impl Write,
+    out_format: ShotFormat,
+    in_name: &Path,
+    out_name: &Path,
+) -> Result<PredictStats, QecError> {
+    let Some(first) = decoders.first() else {
+        return Err(QecError::Input { path: in_name.to_path_buf(), reason: "no decoder to decode with".into() });
+    };
+    if decoders.len() == 1 {
+        return predict_stream(&mut decoders[0], input, in_format, output, out_format, in_name, out_name);
+    }
+    let n = first.num_detectors();
+    let num_obs = first.num_observables();
+    check_format(in_format, n, in_name)?;
+    let per = packed_len(n).max(1);
+    let batch = (BATCH_SHOTS_PER_THREAD * decoders.len()).min((BATCH_BYTES / per).max(decoders.len()));
+    let mut shots = vec![0u8; batch * per];
+    let mut line = String::new();
+    let mut out_bytes = vec![0u8; packed_len(num_obs)];
+    let mut out_line = String::with_capacity(num_obs + 1);
+    let mut stats = PredictStats { defect_histogram: vec![0; n + 1], ..PredictStats::default() };
+    let mut times: Vec<u64> = Vec::new();
+    loop {
+        // a batch read whole first: a malformed shot stops the run before any of it is decoded
+        let mut got = 0;
+        while got < batch
+            && read_shot(&mut input, in_format, n, stats.shots + got as u64, &mut shots[got * per..(got + 1) * per], &mut line, in_name)?
+        {
+            got += 1;
+        }
+        if got == 0 {
+            break;
+        }
+        // contiguous runs of the batch, one a thread, answers in shot order
+        let run = got.div_ceil(decoders.len());
+        let answers: Vec<Vec<(ShotOutcome, u64)>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = decoders
+                .iter_mut()
+                .zip(shots[..got * per].chunks(run * per))
+                .map(|(decoder, part)| {
+                    scope.spawn(move || {
+                        part.chunks(per)
+                            .map(|shot| {
+                                let started = Instant::now();
+                                let d = decoder.decode_shot(shot);
+                                (d, u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().expect("a decoder thread panicked")).collect()
+        });
+        for (d, ns) in answers.into_iter().flatten() {
+            times.push(ns);
+            stats.decode_ns_total = stats.decode_ns_total.saturating_add(ns);
+            stats.shots += 1;
+            match d.report {
+                rocelink_wire::qec::REPORT_OVERFLOW => stats.overflows += 1,
+                rocelink_wire::qec::REPORT_UNMATCHABLE => stats.unmatchable += 1,
+                _ => {}
+            }
+            if let Some(h) = stats.defect_histogram.get_mut(d.defects as usize) {
+                *h += 1;
+            }
+            stats.weights.push(d.weight);
+            write_prediction(&mut output, out_format, d.observables, num_obs, &mut out_bytes, &mut out_line)
+                .map_err(|e| QecError::io(out_name, e))?;
+        }
+        if got < batch {
+            break;
+        }
     }
     finish_stats(&mut stats, &mut times);
     Ok(stats)
@@ -437,6 +543,84 @@ mod tests {
         write_weights(&path, &[s.weights[0], f64::INFINITY, 0.0]).unwrap();
         let back: Vec<f64> = std::fs::read_to_string(&path).unwrap().lines().map(|l| l.parse().unwrap()).collect();
         assert_eq!(back, [s.weights[0], f64::INFINITY, 0.0]);
+    }
+
+    /// Threads answer as one thread does, byte for byte and in order: a grid DEM whose shots
+    /// have clusters to match, more shots than a batch (the batches' seams), and both output
+    /// formats; a malformed shot in a later batch is named as one thread names it.
+    #[test]
+    fn threads_answer_as_one_thread() {
+        let (w, h) = (7u32, 6u32);
+        let mut dem = String::new();
+        for y in 0..h {
+            for x in 0..w {
+                let d = y * w + x;
+                if x + 1 < w {
+                    dem.push_str(&format!("error(0.02) D{d} D{}\n", d + 1));
+                }
+                if y + 1 < h {
+                    dem.push_str(&format!("error(0.03) D{d} D{}\n", d + w));
+                }
+                if x == 0 {
+                    dem.push_str(&format!("error(0.02) D{d} L0\n"));
+                }
+                if x + 1 == w {
+                    dem.push_str(&format!("error(0.02) D{d}\n"));
+                }
+            }
+        }
+        let graph = rocelink_qec::sparse_graph_from_dem_text(&dem).unwrap();
+        let n = graph.num_detectors();
+        let per = packed_len(n);
+        let shots = BATCH_SHOTS_PER_THREAD * 3 + 17;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut input = vec![0u8; shots * per];
+        for s in 0..shots {
+            for d in 0..n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if x.is_multiple_of(9) {
+                    set_bit(&mut input[s * per..(s + 1) * per], d, true);
+                }
+            }
+        }
+        let mut zero1 = String::new();
+        for s in 0..shots {
+            for d in 0..n {
+                zero1.push(if input[s * per + d / 8] >> (d % 8) & 1 == 1 { '1' } else { '0' });
+            }
+            zero1.push('\n');
+        }
+        for (inf, bytes) in [(ShotFormat::B8, input.clone()), (ShotFormat::Zero1, zero1.clone().into_bytes())] {
+            for outf in [ShotFormat::B8, ShotFormat::Zero1] {
+                let mut one = Vec::new();
+                let mut d1 = [MatchingDecoder::new(graph.clone())];
+                let s1 = predict_stream_on(&mut d1, &bytes[..], inf, &mut one, outf, Path::new("in"), Path::new("out")).unwrap();
+                let mut many = Vec::new();
+                let mut d3: Vec<MatchingDecoder> = (0..3).map(|_| MatchingDecoder::new(graph.clone())).collect();
+                let s3 = predict_stream_on(&mut d3, &bytes[..], inf, &mut many, outf, Path::new("in"), Path::new("out")).unwrap();
+                assert_eq!(one, many, "{inf:?} -> {outf:?}");
+                assert_eq!(s1.shots, shots as u64);
+                assert_eq!((s1.shots, s1.unmatchable, &s1.defect_histogram, &s1.weights), (s3.shots, s3.unmatchable, &s3.defect_histogram, &s3.weights));
+                assert!(s1.weights.iter().filter(|&&w| w > 0.0).count() > shots / 2, "most shots have defects to match");
+            }
+        }
+        // a short line in the second batch
+        let bad_at = BATCH_SHOTS_PER_THREAD * 3 + 5;
+        let mut lines: Vec<&str> = zero1.lines().collect();
+        lines[bad_at] = "01";
+        let bad = lines.join("\n") + "\n";
+        let mut d3: Vec<MatchingDecoder> = (0..3).map(|_| MatchingDecoder::new(graph.clone())).collect();
+        let mut out = Vec::new();
+        let want = predict_stream(&mut MatchingDecoder::new(graph.clone()), bad.as_bytes(), ShotFormat::Zero1, &mut Vec::new(), ShotFormat::Zero1, Path::new("in"), Path::new("o"))
+            .unwrap_err()
+            .to_string();
+        let got = predict_stream_on(&mut d3, bad.as_bytes(), ShotFormat::Zero1, &mut out, ShotFormat::Zero1, Path::new("in"), Path::new("o"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(got, want);
+        assert!(got.contains(&format!("line {}", bad_at + 1)), "{got}");
     }
 
     #[test]
