@@ -268,26 +268,36 @@ pub fn predict_stream<D: BatchDecoder>(
     let mut stats = PredictStats { defect_histogram: vec![0; n + 1], ..PredictStats::default() };
     let mut times: Vec<u64> = Vec::new();
     while read_shot(&mut input, in_format, n, stats.shots, &mut shot, &mut line, in_name)? {
-        let started = Instant::now();
-        let d = decoder.decode_shot(&shot);
-        let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        times.push(ns);
-        stats.decode_ns_total = stats.decode_ns_total.saturating_add(ns);
-        stats.shots += 1;
-        match d.report {
-            rocelink_wire::qec::REPORT_OVERFLOW => stats.overflows += 1,
-            rocelink_wire::qec::REPORT_UNMATCHABLE => stats.unmatchable += 1,
-            _ => {}
-        }
-        if let Some(h) = stats.defect_histogram.get_mut(d.defects as usize) {
-            *h += 1;
-        }
-        stats.weights.push(d.weight);
+        let (d, ns) = timed_decode(decoder, &shot);
+        tally(&mut stats, &mut times, &d, ns);
         write_prediction(&mut output, out_format, d.observables, num_obs, &mut out_bytes, &mut out_line)
             .map_err(|e| QecError::io(out_name, e))?;
     }
     finish_stats(&mut stats, &mut times);
     Ok(stats)
+}
+
+/// One shot decoded, with the decoder's own time (ns).
+fn timed_decode<D: BatchDecoder>(decoder: &mut D, shot: &[u8]) -> (ShotOutcome, u64) {
+    let started = Instant::now();
+    let d = decoder.decode_shot(shot);
+    (d, u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A decoded shot counted into `stats` (its time into `times`), in shot order.
+fn tally(stats: &mut PredictStats, times: &mut Vec<u64>, d: &ShotOutcome, ns: u64) {
+    times.push(ns);
+    stats.decode_ns_total = stats.decode_ns_total.saturating_add(ns);
+    stats.shots += 1;
+    match d.report {
+        rocelink_wire::qec::REPORT_OVERFLOW => stats.overflows += 1,
+        rocelink_wire::qec::REPORT_UNMATCHABLE => stats.unmatchable += 1,
+        _ => {}
+    }
+    if let Some(h) = stats.defect_histogram.get_mut(d.defects as usize) {
+        *h += 1;
+    }
+    stats.weights.push(d.weight);
 }
 
 /// Shots a thread decodes per batch of [`predict_stream_on`] (a batch holds this many a
@@ -344,32 +354,13 @@ pub fn predict_stream_on<D: BatchDecoder + Send>(
                 .iter_mut()
                 .zip(shots[..got * per].chunks(run * per))
                 .map(|(decoder, part)| {
-                    scope.spawn(move || {
-                        part.chunks(per)
-                            .map(|shot| {
-                                let started = Instant::now();
-                                let d = decoder.decode_shot(shot);
-                                (d, u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX))
-                            })
-                            .collect()
-                    })
+                    scope.spawn(move || part.chunks(per).map(|shot| timed_decode(decoder, shot)).collect())
                 })
                 .collect();
             workers.into_iter().map(|w| w.join().expect("a decoder thread panicked")).collect()
         });
         for (d, ns) in answers.into_iter().flatten() {
-            times.push(ns);
-            stats.decode_ns_total = stats.decode_ns_total.saturating_add(ns);
-            stats.shots += 1;
-            match d.report {
-                rocelink_wire::qec::REPORT_OVERFLOW => stats.overflows += 1,
-                rocelink_wire::qec::REPORT_UNMATCHABLE => stats.unmatchable += 1,
-                _ => {}
-            }
-            if let Some(h) = stats.defect_histogram.get_mut(d.defects as usize) {
-                *h += 1;
-            }
-            stats.weights.push(d.weight);
+            tally(&mut stats, &mut times, &d, ns);
             write_prediction(&mut output, out_format, d.observables, num_obs, &mut out_bytes, &mut out_line)
                 .map_err(|e| QecError::io(out_name, e))?;
         }
