@@ -13,7 +13,11 @@ use rocelink_operator::settings::{BackendKind, Cores, GpuChoice, PeerMode, Spin,
 use rocelink_operator::{graph, report};
 
 #[derive(Debug, Parser)]
-#[command(name = "rocelink", version, about = "Real-time RoCEv2 transceiver: software NIC, CPU/GPU transceiver loop, HSB FPGA peer")]
+#[command(
+    name = "rocelink",
+    version,
+    about = "Real-time RoCEv2 transceiver: software NIC, CPU/GPU transceiver loop, HSB FPGA peer"
+)]
 struct Cli {
     /// Log filter for stderr (error, warn, info, debug, trace, or tracing directives such as
     /// `rocelink_operator=debug`). Default: warn, and for `run` also the Metrics operator's
@@ -297,8 +301,15 @@ fn main() -> ExitCode {
             }
         };
     }
-    let level = cli.log_level.clone().unwrap_or_else(|| if matches!(cli.command, Cmd::Run { .. }) { "warn,rocelink::metrics=info".into() } else { "warn".into() });
-    let filter = tracing_subscriber::EnvFilter::try_new(&level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let level = cli.log_level.clone().unwrap_or_else(|| {
+        if matches!(cli.command, Cmd::Run { .. }) {
+            "warn,rocelink::metrics=info".into()
+        } else {
+            "warn".into()
+        }
+    });
+    let filter =
+        tracing_subscriber::EnvFilter::try_new(&level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // Colours only on a terminal: logs captured to a file stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
@@ -361,7 +372,10 @@ fn kernel_options() -> anyhow::Result<KernelOptions> {
     match std::env::var("ROCELINK_KERNEL_THREADS") {
         Err(std::env::VarError::NotPresent) => {}
         Ok(v) => {
-            k.threads = v.trim().parse().map_err(|_| anyhow::anyhow!("ROCELINK_KERNEL_THREADS `{v}`: want a number of threads"))?;
+            k.threads = v
+                .trim()
+                .parse()
+                .map_err(|_| anyhow::anyhow!("ROCELINK_KERNEL_THREADS `{v}`: want a number of threads"))?;
             k.check().map_err(|e| anyhow::anyhow!("ROCELINK_KERNEL_THREADS: {e}"))?;
         }
         Err(e) => anyhow::bail!("ROCELINK_KERNEL_THREADS: {e}"),
@@ -406,7 +420,22 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             print!("{}", graph::dot::dot(&plan));
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Echo { wire, count, size, rate, warmup, peer_process, peer, peer_roce, host_ip, threads, backend, timeout, json, quiet } => {
+        Cmd::Echo {
+            wire,
+            count,
+            size,
+            rate,
+            warmup,
+            peer_process,
+            peer,
+            peer_roce,
+            host_ip,
+            threads,
+            backend,
+            timeout,
+            json,
+            quiet,
+        } => {
             let (cores, spin, spin_pause) = threads.settings();
             let peer_mode = if let Some(ecb) = peer {
                 PeerMode::Remote { ecb, roce: peer_roce.unwrap_or(SocketAddrV4::new(*ecb.ip(), 4791)) }
@@ -437,7 +466,8 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             };
             if let Some(dir) = json.as_deref().and_then(|p| p.parent()).filter(|d| !d.as_os_str().is_empty()) {
                 // before the run, not after it: a report that cannot be written is known now
-                std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--json: cannot make the folder {}: {e}", dir.display()))?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| anyhow::anyhow!("--json: cannot make the folder {}: {e}", dir.display()))?;
             }
             let r = echo::run_echo(&cfg)?;
             print!("{}", report::echo_text(&r));
@@ -480,11 +510,32 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::BenchQec { distances, ps, wires, backends, shots, warmup, fixtures, python, out, name, cycle_fixtures, cycle_rounds, cycle_us, cpu_settle, settle_core, threads } => {
+        Cmd::BenchQec {
+            distances,
+            ps,
+            wires,
+            backends,
+            shots,
+            warmup,
+            fixtures,
+            python,
+            out,
+            name,
+            cycle_fixtures,
+            cycle_rounds,
+            cycle_us,
+            cpu_settle,
+            settle_core,
+            threads,
+        } => {
             let (cores, spin, spin_pause) = threads.settings();
             use rocelink_operator::bench::qec;
             let cycle_fixtures = match cycle_fixtures {
-                None => ["d5_p0.001", "d11_p0.001"].into_iter().filter(|f| fixtures.join(f).join("dets.b8").is_file()).map(String::from).collect(),
+                None => ["d5_p0.001", "d11_p0.001"]
+                    .into_iter()
+                    .filter(|f| fixtures.join(f).join("dets.b8").is_file())
+                    .map(String::from)
+                    .collect(),
                 Some(v) if v.iter().any(|f| f == "none") => Vec::new(),
                 Some(v) => v,
             };
@@ -523,20 +574,50 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Decode { dem, input, in_format, out, out_format, num_shots, max_defects, backend, weights_out, threads } => {
-            let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+        Cmd::Decode {
+            dem,
+            input,
+            in_format,
+            out,
+            out_format,
+            num_shots,
+            max_defects,
+            backend,
+            weights_out,
+            threads,
+        } => {
+            let threads =
+                if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
             // `parse_cpu_or_gpu` leaves `cpu` and `gpu:N` only.
             let (st, timed, cap) = match backend {
                 BackendKind::Gpu(_) if threads != 1 => {
                     anyhow::bail!("--threads is the CPU backend's: the GPU decodes its batch in parallel blocks");
                 }
                 BackendKind::Gpu(n) => {
-                    let r = rocelink_operator::gpu::qec_batch::decode_file(n, &dem, &input, in_format, &out, out_format, max_defects, num_shots)?;
+                    let r = rocelink_operator::gpu::qec_batch::decode_file(
+                        n,
+                        &dem,
+                        &input,
+                        in_format,
+                        &out,
+                        out_format,
+                        max_defects,
+                        num_shots,
+                    )?;
                     let cap = format!(" {} over the GPU decoder's scratch (decoded on the CPU),", r.stats.overflows);
-                    (r.stats, format!("GPU {} {} ({} blocks, {} launches, {:.1} ms), in-kernel decode time per shot", r.gpu.ordinal, r.gpu.name, r.decoders, r.launches, r.gpu_ms), cap)
+                    (
+                        r.stats,
+                        format!(
+                            "GPU {} {} ({} blocks, {} launches, {:.1} ms), in-kernel decode time per shot",
+                            r.gpu.ordinal, r.gpu.name, r.decoders, r.launches, r.gpu_ms
+                        ),
+                        cap,
+                    )
                 }
                 _ => (
-                    rocelink_operator::qec::predict_threads(&dem, &input, in_format, &out, out_format, num_shots, threads)?,
+                    rocelink_operator::qec::predict_threads(
+                        &dem, &input, in_format, &out, out_format, num_shots, threads,
+                    )?,
                     if threads == 1 {
                         "CPU exact decoder, decode time per shot".to_string()
                     } else {
@@ -550,7 +631,12 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             eprintln!(
                 "decoded {} shots:{cap} {} unmatchable; {timed} mean {:.0} ns, p50 {} ns, p99 {} ns, max {} ns",
-                st.shots, st.unmatchable, st.mean_decode_ns(), st.decode_ns_p50, st.decode_ns_p99, st.decode_ns_max
+                st.shots,
+                st.unmatchable,
+                st.mean_decode_ns(),
+                st.decode_ns_p50,
+                st.decode_ns_p99,
+                st.decode_ns_max
             );
             Ok(ExitCode::SUCCESS)
         }

@@ -14,16 +14,45 @@ fn bench_qec_tiny_run_writes_reports_without_disagreements() {
     let _ = std::fs::remove_dir_all(&dir);
     let out = Command::new(env!("CARGO_BIN_EXE_rocelink"))
         .current_dir(root)
-        .args(["bench-qec", "--distances", "3", "--ps", "0.001", "--wires", "inproc", "--backends", "cpu", "--shots", "200", "--warmup", "20", "--name", "tiny"])
+        .args([
+            "bench-qec",
+            "--distances",
+            "3",
+            "--ps",
+            "0.001",
+            "--wires",
+            "inproc",
+            "--backends",
+            "cpu",
+            "--shots",
+            "200",
+            "--warmup",
+            "20",
+            "--name",
+            "tiny",
+        ])
         .args(["--cycle-fixtures", "d3_p0.001", "--cycle-rounds", "1,4", "--cycle-us", "4", "--out"])
         .arg(&dir)
         .output()
         .expect("run rocelink");
-    let shown = format!("{}\n--- stdout\n{}--- stderr\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let shown = format!(
+        "{}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(out.status.code(), Some(0), "{shown}");
 
     let md = std::fs::read_to_string(dir.join("tiny.md")).unwrap_or_else(|e| panic!("tiny.md: {e}\n{shown}"));
-    for s in ["## Environment", "## Latency (us)", "## Decoding", "## PyMatching single-shot decode()", "## Keeping up with a fixed syndrome cycle", "echo (transport floor)", "qec decoder, cpu backend"] {
+    for s in [
+        "## Environment",
+        "## Latency (us)",
+        "## Decoding",
+        "## PyMatching single-shot decode()",
+        "## Keeping up with a fixed syndrome cycle",
+        "echo (transport floor)",
+        "qec decoder, cpu backend",
+    ] {
         assert!(md.contains(s), "{s} missing from tiny.md:\n{md}");
     }
     let r: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("tiny.json")).unwrap()).unwrap();
@@ -51,7 +80,11 @@ fn bench_qec_tiny_run_writes_reports_without_disagreements() {
     let cycles = r["cycles"].as_array().unwrap();
     assert_eq!(cycles.len(), 2, "{r}");
     for (c, rounds) in cycles.iter().zip([1, 4]) {
-        assert_eq!((c["fixture"].as_str(), c["distance"].as_u64(), c["rounds_per_message"].as_u64()), (Some("d3_p0.001"), Some(3), Some(rounds)), "{c}");
+        assert_eq!(
+            (c["fixture"].as_str(), c["distance"].as_u64(), c["rounds_per_message"].as_u64()),
+            (Some("d3_p0.001"), Some(3), Some(rounds)),
+            "{c}"
+        );
         assert_eq!(c["shots_decoded"], c["shots_sent"], "{c}");
         assert_eq!(c["shots_decoded"], 220, "{c}");
         let offered = c["offered_rounds_per_us"].as_f64().unwrap();

@@ -62,7 +62,10 @@ fn num_shots_refuses_a_file_of_another_size_and_writes_nothing() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("but 4999 shots of the DEM's 120 detectors are 74985 bytes (5000 shots of 120 detectors)"), "{err}");
+    assert!(
+        err.contains("but 4999 shots of the DEM's 120 detectors are 74985 bytes (5000 shots of 120 detectors)"),
+        "{err}"
+    );
     assert!(!out.exists() && !tmp.join("p.01.partial").exists());
 }
 
@@ -110,8 +113,11 @@ fn a_malformed_dem_is_refused_with_its_line() {
 
 /// Whether a CUDA driver is loadable here (then the GPU may really be present).
 fn cuda_driver_here() -> bool {
-    ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"].iter().any(|p| Path::new(p).exists())
-        || std::env::var_os("LD_LIBRARY_PATH").is_some_and(|v| std::env::split_paths(&v).any(|d| d.join("libcuda.so.1").exists()))
+    ["/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"]
+        .iter()
+        .any(|p| Path::new(p).exists())
+        || std::env::var_os("LD_LIBRARY_PATH")
+            .is_some_and(|v| std::env::split_paths(&v).any(|d| d.join("libcuda.so.1").exists()))
 }
 
 #[test]
@@ -147,7 +153,10 @@ fn gpu_backend_without_a_gpu_is_a_one_line_error() {
         assert!(err.contains("CUDA") && !err.contains("panicked"), "{err}");
         assert!(!out.exists(), "no output file without a GPU");
     }
-    let bad = Command::new(env!("CARGO_BIN_EXE_rocelink")).args(["decode", "--backend", "tpu", "--dem", "m", "--in", "i", "--out", "o"]).output().unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["decode", "--backend", "tpu", "--dem", "m", "--in", "i", "--out", "o"])
+        .output()
+        .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cpu, gpu, gpu:N"));
 }

@@ -89,13 +89,17 @@ fn udp_open_loop() {
 
 #[test]
 fn udp_peer_process_closed_loop() {
-    let r = echo("udp_process_closed", &["--wire", "udp", "--peer-process", "--count", &COUNT.to_string(), "--size", "64"]);
+    let r =
+        echo("udp_process_closed", &["--wire", "udp", "--peer-process", "--count", &COUNT.to_string(), "--size", "64"]);
     assert_clean(&r, COUNT);
 }
 
 #[test]
 fn udp_peer_process_open_loop() {
-    let r = echo("udp_process_open", &["--wire", "udp", "--peer-process", "--count", &COUNT.to_string(), "--size", "1024", "--rate", RATE]);
+    let r = echo(
+        "udp_process_open",
+        &["--wire", "udp", "--peer-process", "--count", &COUNT.to_string(), "--size", "1024", "--rate", RATE],
+    );
     assert_clean(&r, COUNT);
 }
 
@@ -113,7 +117,10 @@ fn inproc_wire_with_a_separate_peer_is_refused_clearly() {
 #[test]
 fn bad_sizes_are_refused_clearly() {
     for size in ["8", "5000"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_rocelink")).args(["echo", "--count", "10", "--size", size]).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+            .args(["echo", "--count", "10", "--size", size])
+            .output()
+            .unwrap();
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("--size"), "{err}");

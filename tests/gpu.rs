@@ -44,12 +44,17 @@ fn echo(name: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, serde_json::V
     let out = cmd.output().expect("run rocelink");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{name}:\n{text}");
-    let report = std::fs::read_to_string(&json).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(serde_json::Value::Null);
+    let report = std::fs::read_to_string(&json)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
     (out.status.success(), report, text)
 }
 
 fn assert_clean(r: &serde_json::Value, count: u64) {
-    for (k, v) in [("sent", count), ("received", count), ("lost", 0), ("duplicated", 0), ("corrupted", 0), ("reordered", 0)] {
+    for (k, v) in
+        [("sent", count), ("received", count), ("lost", 0), ("duplicated", 0), ("corrupted", 0), ("reordered", 0)]
+    {
         assert_eq!(r[k].as_u64(), Some(v), "{k} in {r}");
     }
     let drops: u64 = r["nic_drops"].as_object().expect("nic_drops").values().map(|v| v.as_u64().unwrap()).sum();
@@ -66,7 +71,8 @@ fn assert_clean(r: &serde_json::Value, count: u64) {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn gpu_echo_inproc_100k_messages() {
-    let (ok, r, _) = echo("inproc", &["--backend", "gpu", "--wire", "inproc", "--count", "100000", "--size", "64"], &[]);
+    let (ok, r, _) =
+        echo("inproc", &["--backend", "gpu", "--wire", "inproc", "--count", "100000", "--size", "64"], &[]);
     assert!(ok);
     assert_clean(&r, 100_000);
 }
@@ -97,7 +103,11 @@ fn gpu_echo_open_loop_with_64_in_flight() {
     // Messages queue at 200,000/s: the pre-poll (warp 1) runs; 200 B: the poll reads the slot
     // too; 1000 B: the block loads each message after warp 0 hands it over.
     for (size, count) in [("64", 100_000u64), ("200", 50_000), ("1000", 50_000)] {
-        let (ok, r, _) = echo(&format!("open{size}"), &["--backend", "gpu", "--count", &count.to_string(), "--size", size, "--rate", "200000"], &[]);
+        let (ok, r, _) = echo(
+            &format!("open{size}"),
+            &["--backend", "gpu", "--count", &count.to_string(), "--size", size, "--rate", "200000"],
+            &[],
+        );
         assert!(ok, "size {size}");
         assert_clean(&r, count);
     }
@@ -109,7 +119,11 @@ fn gpu_and_cpu_backends_answer_the_same_stream_identically() {
     for wire in ["inproc", "udp"] {
         let mut reports = Vec::new();
         for backend in ["cpu", "gpu"] {
-            let (ok, r, _) = echo(&format!("same-{wire}-{backend}"), &["--backend", backend, "--wire", wire, "--count", "100000", "--size", "200"], &[]);
+            let (ok, r, _) = echo(
+                &format!("same-{wire}-{backend}"),
+                &["--backend", backend, "--wire", wire, "--count", "100000", "--size", "200"],
+                &[],
+            );
             assert!(ok, "{backend} on {wire}");
             for (k, v) in [("sent", 100_000), ("received", 100_000), ("lost", 0), ("corrupted", 0), ("duplicated", 0)] {
                 assert_eq!(r[k].as_u64(), Some(v), "{backend} {wire} {k}: {r}");
@@ -136,7 +150,8 @@ fn gpu_launch_per_message_baseline_runs() {
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn a_stuck_kernel_ends_the_run_with_a_clear_error_not_a_hang() {
     let t0 = Instant::now();
-    let (ok, _, text) = echo("stall", &["--backend", "gpu", "--count", "1000", "--size", "64"], &[("ROCELINK_TEST_STALL_KERNEL", "1")]);
+    let (ok, _, text) =
+        echo("stall", &["--backend", "gpu", "--count", "1000", "--size", "64"], &[("ROCELINK_TEST_STALL_KERNEL", "1")]);
     assert!(!ok, "a stalled kernel must fail the run");
     assert!(t0.elapsed() < Duration::from_secs(30), "took {:?}", t0.elapsed());
     assert!(text.contains("watchdog") || text.contains("stuck") || text.contains("did not stop"), "{text}");
@@ -146,7 +161,10 @@ fn a_stuck_kernel_ends_the_run_with_a_clear_error_not_a_hang() {
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn gpu_backend_stops_cleanly_on_sigint() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut child = Command::new(rocelink()).args(["echo", "--backend", "gpu", "--count", "100000000", "--size", "64", "--quiet"]).spawn().unwrap();
+    let mut child = Command::new(rocelink())
+        .args(["echo", "--backend", "gpu", "--count", "100000000", "--size", "64", "--quiet"])
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_secs(3));
     // SAFETY: kill(2) on our child.
     unsafe { libc_kill(child.id() as i32, 2) };
@@ -174,9 +192,7 @@ extern "C" {
 #[test]
 #[ignore = "needs an NVIDIA GPU: run on the GPU machine with `bash scripts/gpu-tests.sh run`"]
 fn gpu_decode_equals_cpu_decode_on_every_fixture() {
-    let root = std::env::var_os("ROCELINK_QEC_FIXTURE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(tree::qec_fixtures);
+    let root = std::env::var_os("ROCELINK_QEC_FIXTURE_DIR").map(PathBuf::from).unwrap_or_else(tree::qec_fixtures);
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .map(|e| e.unwrap().path())
@@ -227,7 +243,8 @@ fn gpu_qec_graph_answers_as_the_cpu_does_including_block_decodes() {
     let shots = 2000u64;
     // shots of this run with more than 9 defects (120 detectors: 15 bytes per shot)
     let dets = std::fs::read(root.join(d).join("dets.b8")).unwrap_or_else(|e| panic!("{}/{d}: {e}", root.display()));
-    let many = dets.chunks(15).take(shots as usize).filter(|s| s.iter().map(|b| b.count_ones()).sum::<u32>() > 9).count();
+    let many =
+        dets.chunks(15).take(shots as usize).filter(|s| s.iter().map(|b| b.count_ones()).sum::<u32>() > 9).count();
     assert!(many > 10, "the fixture has shots for the block: {many}");
     let run = |backend: &str| -> serde_json::Value {
         let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -252,7 +269,17 @@ fn gpu_qec_graph_answers_as_the_cpu_does_including_block_decodes() {
     assert!(gpu["env"]["backend"].as_str().unwrap_or("").starts_with("gpu"), "{gpu}");
     let (g, c) = (&gpu["qec"], &cpu["qec"]);
     assert_eq!(g["shots_decoded"].as_u64(), Some(shots), "{g}");
-    for k in ["shots_decoded", "logical_errors", "reference_logical_errors", "disagreements", "disagreements_on_overflow", "overflows", "bad_answers", "unanswered", "unmatchable"] {
+    for k in [
+        "shots_decoded",
+        "logical_errors",
+        "reference_logical_errors",
+        "disagreements",
+        "disagreements_on_overflow",
+        "overflows",
+        "bad_answers",
+        "unanswered",
+        "unmatchable",
+    ] {
         assert_eq!(g[k], c[k], "{k}: gpu {g} cpu {c}");
     }
     assert_eq!(g["bad_answers"].as_u64(), Some(0), "{g}");

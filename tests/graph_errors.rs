@@ -25,7 +25,8 @@ Graph(
 "#;
 
 const ECHO_OP: &str = r#"        (name: "echo", kind: "Echo"),"#;
-const ECHO_FLOWS: &str = "        (from: \"roce.rx\", to: \"echo.in\"),\n        (from: \"echo.out\", to: \"roce.tx\"),";
+const ECHO_FLOWS: &str =
+    "        (from: \"roce.rx\", to: \"echo.in\"),\n        (from: \"echo.out\", to: \"roce.tx\"),";
 
 fn graph(ops: &str, flows: &str) -> String {
     BASE.replace("{ops}", ops).replace("{flows}", flows)
@@ -111,7 +112,11 @@ fn unknown_operator_in_a_flow_is_dangling() {
 fn unknown_port_is_dangling() {
     let flows = ECHO_FLOWS.replace("from: \"echo.out\"", "from: \"echo.output\"");
     let text = graph(ECHO_OP, &flows);
-    refused(&text, "\"echo.output\"", &["dangling", "operator `echo` (Echo) has no port `output`", "its ports: in, out"]);
+    refused(
+        &text,
+        "\"echo.output\"",
+        &["dangling", "operator `echo` (Echo) has no port `output`", "its ports: in, out"],
+    );
 }
 
 #[test]
@@ -125,17 +130,34 @@ fn flow_in_the_wrong_direction() {
 fn unknown_parameter() {
     let text = graph(r#"        (name: "echo", kind: "Echo", params: (gain: 2)),"#, ECHO_FLOWS);
     refused(&text, "gain", &["operator `echo` (Echo)", "unknown parameter `gain`", "it takes none"]);
-    let ops = format!("{ECHO_OP}\n        (name: \"rec\", kind: \"Recorder\", params: (path: \"r.csv\", colour: \"red\")),");
+    let ops =
+        format!("{ECHO_OP}\n        (name: \"rec\", kind: \"Recorder\", params: (path: \"r.csv\", colour: \"red\")),");
     let flows = format!("{ECHO_FLOWS}\n        (from: \"roce.tap\", to: \"rec.in\"),");
     let text = graph(&ops, &flows);
-    refused(&text, "colour", &["operator `rec` (Recorder)", "unknown parameter `colour`", "it takes path, format, max_records"]);
+    refused(
+        &text,
+        "colour",
+        &["operator `rec` (Recorder)", "unknown parameter `colour`", "it takes path, format, max_records"],
+    );
 }
 
 #[test]
 fn parameter_of_the_wrong_type_or_range() {
-    let text = BASE.replace("(name: \"roce\", kind: \"RoceTransceiver\")", "(name: \"roce\", kind: \"RoceTransceiver\", params: (slots: 5000))").replace("{ops}", ECHO_OP).replace("{flows}", ECHO_FLOWS);
+    let text = BASE
+        .replace(
+            "(name: \"roce\", kind: \"RoceTransceiver\")",
+            "(name: \"roce\", kind: \"RoceTransceiver\", params: (slots: 5000))",
+        )
+        .replace("{ops}", ECHO_OP)
+        .replace("{flows}", ECHO_FLOWS);
     refused(&text, "slots", &["operator `roce`", "parameter `slots`", "out of range 1..=4096"]);
-    let text = BASE.replace("(name: \"roce\", kind: \"RoceTransceiver\")", "(name: \"roce\", kind: \"RoceTransceiver\", params: (tap_ring: \"big\"))").replace("{ops}", ECHO_OP).replace("{flows}", ECHO_FLOWS);
+    let text = BASE
+        .replace(
+            "(name: \"roce\", kind: \"RoceTransceiver\")",
+            "(name: \"roce\", kind: \"RoceTransceiver\", params: (tap_ring: \"big\"))",
+        )
+        .replace("{ops}", ECHO_OP)
+        .replace("{flows}", ECHO_FLOWS);
     refused(&text, "tap_ring", &["parameter `tap_ring`", "expected 0 or a power of two"]);
 }
 
@@ -152,7 +174,11 @@ fn port_type_mismatch() {
     let ops = format!("{ECHO_OP}\n        (name: \"echo2\", kind: \"Echo\"),");
     let flows = "        (from: \"roce.rx\", to: \"echo.in\"),\n        (from: \"echo.out\", to: \"echo2.in\"),\n        (from: \"echo2.out\", to: \"roce.tx\"),";
     let text = graph(&ops, flows);
-    refused(&text, "(from: \"echo.out\", to: \"echo2.in\")", &["port type mismatch", "`echo.out` sends Response", "`echo2.in` takes Request"]);
+    refused(
+        &text,
+        "(from: \"echo.out\", to: \"echo2.in\")",
+        &["port type mismatch", "`echo.out` sends Response", "`echo2.in` takes Request"],
+    );
 }
 
 #[test]
@@ -160,12 +186,17 @@ fn cycle_among_device_stages() {
     let ops = format!("{ECHO_OP}\n        (name: \"echo2\", kind: \"Echo\"),");
     let flows = "        (from: \"roce.rx\", to: \"echo.in\"),\n        (from: \"echo.out\", to: \"echo2.in\"),\n        (from: \"echo2.out\", to: \"echo.in\"),";
     let text = graph(&ops, flows);
-    refused(&text, "(from: \"echo2.out\", to: \"echo.in\")", &["closes a cycle among device stages", "echo -> echo2 -> echo"]);
+    refused(
+        &text,
+        "(from: \"echo2.out\", to: \"echo.in\")",
+        &["closes a cycle among device stages", "echo -> echo2 -> echo"],
+    );
 }
 
 #[test]
 fn cycle_among_host_operators() {
-    let ops = format!("{ECHO_OP}\n        (name: \"m\", kind: \"Metrics\"),\n        (name: \"rec\", kind: \"Recorder\"),");
+    let ops =
+        format!("{ECHO_OP}\n        (name: \"m\", kind: \"Metrics\"),\n        (name: \"rec\", kind: \"Recorder\"),");
     let flows = format!("{ECHO_FLOWS}\n        (from: \"roce.tap\", to: \"m.in\"),\n        (from: \"m.out\", to: \"rec.in\"),\n        (from: \"rec.out\", to: \"m.in\"),");
     let text = graph(&ops, &flows);
     refused(&text, "(from: \"rec.out\", to: \"m.in\")", &["cycle among host operators", "m -> rec -> m"]);
@@ -184,12 +215,17 @@ fn host_operator_fed_from_inside_the_chain() {
     let ops = format!("{ECHO_OP}\n        (name: \"sink\", kind: \"Sink\"),");
     let flows = format!("{ECHO_FLOWS}\n        (from: \"echo.out\", to: \"sink.in\"),");
     let text = graph(&ops, &flows);
-    refused(&text, "(from: \"echo.out\", to: \"sink.in\")", &["host operator `sink` is fed from inside the fused chain", "tap port"]);
+    refused(
+        &text,
+        "(from: \"echo.out\", to: \"sink.in\")",
+        &["host operator `sink` is fed from inside the fused chain", "tap port"],
+    );
 }
 
 #[test]
 fn queue_settings_on_a_fused_flow() {
-    let flows = ECHO_FLOWS.replace("(from: \"roce.rx\", to: \"echo.in\")", "(from: \"roce.rx\", to: \"echo.in\", capacity: 16)");
+    let flows = ECHO_FLOWS
+        .replace("(from: \"roce.rx\", to: \"echo.in\")", "(from: \"roce.rx\", to: \"echo.in\", capacity: 16)");
     let text = graph(ECHO_OP, &flows);
     refused(&text, "(from: \"roce.rx\"", &["fused into the device stage chain", "capacity and policy do not apply"]);
 }
@@ -197,14 +233,19 @@ fn queue_settings_on_a_fused_flow() {
 #[test]
 fn chain_that_forks() {
     let ops = format!("{ECHO_OP}\n        (name: \"echo2\", kind: \"Echo\"),");
-    let flows = format!("{ECHO_FLOWS}\n        (from: \"roce.rx\", to: \"echo2.in\"),\n        (from: \"echo2.out\", to: \"roce.tx\"),");
+    let flows = format!(
+        "{ECHO_FLOWS}\n        (from: \"roce.rx\", to: \"echo2.in\"),\n        (from: \"echo2.out\", to: \"roce.tx\"),"
+    );
     let text = graph(&ops, &flows);
     refused(&text, "(from: \"roce.rx\", to: \"echo2.in\")", &["`roce.rx` feeds 2 device flows", "single path"]);
 }
 
 #[test]
 fn no_transceiver_or_two() {
-    let text = BASE.replace("        (name: \"roce\", kind: \"RoceTransceiver\"),\n", "").replace("{ops}", r#"        (name: "s", kind: "Sink"),"#).replace("{flows}", "");
+    let text = BASE
+        .replace("        (name: \"roce\", kind: \"RoceTransceiver\"),\n", "")
+        .replace("{ops}", r#"        (name: "s", kind: "Sink"),"#)
+        .replace("{flows}", "");
     refused(&text, "[\n        (name: \"s\"", &["the graph has no RoceTransceiver"]);
     let ops = format!("{ECHO_OP}\n        (name: \"roce2\", kind: \"RoceTransceiver\"),");
     let text = graph(&ops, ECHO_FLOWS);
@@ -218,7 +259,9 @@ fn settings_are_checked_where_they_are_written() {
     refused(&text, "5000", &["run.size 5000 must be 24..=4096"]);
     let text = ok.replace("FpgaSim(mode: InProcess)", "Fpga(address: \"127.0.0.1:8192\")");
     refused(&text, "Fpga(", &["inproc wire", "Udp"]);
-    let text = ok.replace("Soft(wire: Inproc)", "Soft(wire: Udp())").replace("FpgaSim(mode: InProcess)", "Fpga(address: \"10.0.0.300:8192\")");
+    let text = ok
+        .replace("Soft(wire: Inproc)", "Soft(wire: Udp())")
+        .replace("FpgaSim(mode: InProcess)", "Fpga(address: \"10.0.0.300:8192\")");
     refused(&text, "\"10.0.0.300:8192\"", &["peer.address", "not an IPv4 address"]);
     let text = ok.replace("Count(100)", "Count(0)");
     refused(&text, "Count(0)", &["at least 1"]);
@@ -247,7 +290,11 @@ fn set_overrides_are_checked_and_named() {
 fn cores_the_machine_lacks_are_a_warning_not_an_error() {
     let text = graph(ECHO_OP, ECHO_FLOWS).replace("run: (", "cores: (nic: 0, backend: 4095),\n    run: (");
     let plan = compile(load::load_str("t.ron", &text, &[]).unwrap()).unwrap();
-    assert!(plan.warnings.iter().any(|w| w.contains("cores.backend asks for core 4095") && w.contains("runs unpinned")), "{:?}", plan.warnings);
+    assert!(
+        plan.warnings.iter().any(|w| w.contains("cores.backend asks for core 4095") && w.contains("runs unpinned")),
+        "{:?}",
+        plan.warnings
+    );
     assert!(plan.to_string().contains("warning: cores.backend asks for core 4095"), "{plan}");
 }
 
@@ -281,7 +328,10 @@ fn rocelink_check_prints_the_position_and_fails() {
     let out = Command::new(env!("CARGO_BIN_EXE_rocelink")).args(["check", "no/such/graph.ron"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read graph file no/such/graph.ron"));
-    let out = Command::new(env!("CARGO_BIN_EXE_rocelink")).args(["check", "graphs/echo.ron", "--set", "run.size"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["check", "graphs/echo.ron", "--set", "run.size"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected path=value"));
 }
@@ -290,7 +340,9 @@ fn rocelink_check_prints_the_position_and_fails() {
 /// run time.
 #[test]
 fn verbs_nic_is_validated_then_refused_at_run_time() {
-    let text = graph(ECHO_OP, ECHO_FLOWS).replace("Soft(wire: Inproc)", "Verbs(device: \"mlx5_0\", port: 1, gid_index: 3)").replace("FpgaSim(mode: InProcess)", "Fpga(address: \"127.0.0.1:8192\")");
+    let text = graph(ECHO_OP, ECHO_FLOWS)
+        .replace("Soft(wire: Inproc)", "Verbs(device: \"mlx5_0\", port: 1, gid_index: 3)")
+        .replace("FpgaSim(mode: InProcess)", "Fpga(address: \"127.0.0.1:8192\")");
     let plan = compile(load::load_str("t.ron", &text, &[]).unwrap()).unwrap();
     assert!(plan.to_string().contains("verbs: mlx5_0 port 1 GID index 3"), "{plan}");
     // `check` says so too, before anything runs

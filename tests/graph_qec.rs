@@ -31,7 +31,12 @@ fn rocelink() -> Command {
 }
 
 fn show(name: &str, out: &Output) -> String {
-    let s = format!("{name}: {}\n--- stdout\n{}--- stderr\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let s = format!(
+        "{name}: {}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     eprintln!("{s}");
     s
 }
@@ -47,9 +52,15 @@ struct Fixture {
 impl Fixture {
     fn load(name: &str) -> Fixture {
         let dir = root().join(FIXTURES).join(name);
-        let lines = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap().lines().map(str::to_string).collect::<Vec<_>>();
+        let lines =
+            |f: &str| std::fs::read_to_string(dir.join(f)).unwrap().lines().map(str::to_string).collect::<Vec<_>>();
         let detectors = if name.starts_with("d3_") { 24 } else { 120 };
-        Fixture { detectors, dets: std::fs::read(dir.join("dets.b8")).unwrap(), obs: lines("obs.01"), pred: lines("pred.01") }
+        Fixture {
+            detectors,
+            dets: std::fs::read(dir.join("dets.b8")).unwrap(),
+            obs: lines("obs.01"),
+            pred: lines("pred.01"),
+        }
     }
 
     /// PyMatching's logical errors on the first `n` shots.
@@ -60,7 +71,11 @@ impl Fixture {
     /// Shots among the first `n` with more than `k` detection events.
     fn above(&self, n: usize, k: u32) -> u64 {
         let bytes = self.detectors.div_ceil(8);
-        (0..n).filter(|&s| self.dets[(s % self.obs.len()) * bytes..][..bytes].iter().map(|b| b.count_ones()).sum::<u32>() > k).count() as u64
+        (0..n)
+            .filter(|&s| {
+                self.dets[(s % self.obs.len()) * bytes..][..bytes].iter().map(|b| b.count_ones()).sum::<u32>() > k
+            })
+            .count() as u64
     }
 }
 
@@ -74,7 +89,10 @@ fn run(name: &str, file: &str, sets: &[&str]) -> (PathBuf, Value) {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("report.json");
     let mut cmd = rocelink();
-    cmd.args(["run", &format!("graphs/{file}"), "--quiet", "--set", "backend=Cpu", "--json"]).arg(&json).arg("--set").arg(format!("outputs.dir={}", dir.display()));
+    cmd.args(["run", &format!("graphs/{file}"), "--quiet", "--set", "backend=Cpu", "--json"])
+        .arg(&json)
+        .arg("--set")
+        .arg(format!("outputs.dir={}", dir.display()));
     for s in sets {
         cmd.arg("--set").arg(s);
     }
@@ -83,7 +101,10 @@ fn run(name: &str, file: &str, sets: &[&str]) -> (PathBuf, Value) {
     assert_eq!(out.status.code(), Some(0), "{shown}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("qec: decoder `decoder`") && stdout.contains("reaction latency"), "{shown}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{}: {e}\n{shown}", json.display()))).unwrap();
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("{}: {e}\n{shown}", json.display())),
+    )
+    .unwrap();
     (dir, report)
 }
 
@@ -186,7 +207,8 @@ fn a_fixed_two_microsecond_round_cycle_paces_the_peer_and_reports_keeping_up() {
     assert_eq!(r["mode"], "open-loop");
     // 313 player clocks of 6.4 ns.
     assert!((q["round_cycle_ns"].as_f64().unwrap() - 2003.2).abs() < 0.01, "{q}");
-    let (thr, offered) = (q["throughput_rounds_per_us"].as_f64().unwrap(), q["offered_rounds_per_us"].as_f64().unwrap());
+    let (thr, offered) =
+        (q["throughput_rounds_per_us"].as_f64().unwrap(), q["offered_rounds_per_us"].as_f64().unwrap());
     // The peer never sends faster than the cycle. Whether this machine keeps up is a
     // measurement (on 2 busy cores it may not: three spinning threads share them), so the
     // test checks the verdict follows the rule, not that it is "yes".
@@ -198,7 +220,11 @@ fn a_fixed_two_microsecond_round_cycle_paces_the_peer_and_reports_keeping_up() {
 #[test]
 fn two_rounds_per_message_on_both_sides() {
     let fx = Fixture::load("d5_p0.001");
-    let (_, r) = run("rpm2", "qec_d5.ron", &["peer.qec.rounds_per_message=2", "operators.decoder.rounds_per_message=2", "run.stop=Count(1000)"]);
+    let (_, r) = run(
+        "rpm2",
+        "qec_d5.ron",
+        &["peer.qec.rounds_per_message=2", "operators.decoder.rounds_per_message=2", "run.stop=Count(1000)"],
+    );
     // 6 rounds: 3 messages of 2.
     assert_clean_qec(&r, 1000, 3, 100);
     let q = &r["qec"];
@@ -209,7 +235,8 @@ fn two_rounds_per_message_on_both_sides() {
 
 #[test]
 fn a_peer_process_gets_the_replay_as_flags() {
-    let (_, r) = run("process", "qec_d3.ron", &["nic.wire=Udp()", "peer.mode=Process", "run.stop=Count(500)", "run.warmup=0"]);
+    let (_, r) =
+        run("process", "qec_d3.ron", &["nic.wire=Udp()", "peer.mode=Process", "run.stop=Count(500)", "run.warmup=0"]);
     assert_clean_qec(&r, 500, 4, 0);
     assert!(r["env"]["wire"].as_str().unwrap().starts_with("udp "), "{r}");
     assert_eq!(n(&r["qec"], "disagreements"), 0);
@@ -251,7 +278,11 @@ fn settling_beside_the_loop_answers_as_in_it() {
         ("idle_cycle", "idle", "run.load=RoundCycle(4.0)"),
     ] {
         let mut sets = qec_sets::fixture_sets(d);
-        sets.extend(["run.stop=Count(600)".to_string(), format!("operators.decoder.settle={settle}"), load.to_string()]);
+        sets.extend([
+            "run.stop=Count(600)".to_string(),
+            format!("operators.decoder.settle={settle}"),
+            load.to_string(),
+        ]);
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
         let (_, r) = run(name, "qec_d5.ron", &sets);
         assert_clean_qec(&r, 600, 6, 100);
@@ -262,7 +293,10 @@ fn settling_beside_the_loop_answers_as_in_it() {
             assert_eq!(r["env"]["pinned"]["settle:decoder"], "unpinned", "{r}");
         }
     }
-    let out = rocelink().args(["check", "graphs/qec_d5.ron", "--set", "backend=Cpu", "--set", "operators.decoder.settle=beside"]).output().unwrap();
+    let out = rocelink()
+        .args(["check", "graphs/qec_d5.ron", "--set", "backend=Cpu", "--set", "operators.decoder.settle=beside"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("qec-settle") && text.contains("settle: beside without a `core`"), "{text}");
@@ -307,9 +341,17 @@ fn invalid_qec_graphs_are_refused_with_line_and_column() {
     refused(&bare, "(name: \"decoder\"", &["operator `decoder` (QecDecoder)", "the peer has none to send"]);
 
     // Rounds per message that differ.
-    let mismatched = text.replacen("rounds_per_message: 1,\n            // detectors", "rounds_per_message: 3,\n            // detectors", 1);
+    let mismatched = text.replacen(
+        "rounds_per_message: 1,\n            // detectors",
+        "rounds_per_message: 3,\n            // detectors",
+        1,
+    );
     assert_ne!(mismatched, text);
-    refused(&mismatched, "3,\n            // detectors", &["peer.qec.rounds_per_message is 3", "decoder `decoder` takes 1", "line"]);
+    refused(
+        &mismatched,
+        "3,\n            // detectors",
+        &["peer.qec.rounds_per_message is 3", "decoder `decoder` takes 1", "line"],
+    );
 
     // A place to settle that is not one.
     let sideways = text.replace("settle: in_loop,", "settle: sideways,");
@@ -323,13 +365,26 @@ fn invalid_qec_graphs_are_refused_with_line_and_column() {
     // Loads that do not fit: Rate in a QEC graph, RoundCycle in an echo graph.
     let rate = text.replace("load: ClosedLoop,", "load: Rate(1000),");
     refused(&rate, "Rate(1000)", &["ClosedLoop", "RoundCycle"]);
-    let echo_graph = std::fs::read_to_string(root().join("graphs/echo.ron")).unwrap().replace("load: ClosedLoop,", "load: RoundCycle(1.0),");
+    let echo_graph = std::fs::read_to_string(root().join("graphs/echo.ron"))
+        .unwrap()
+        .replace("load: ClosedLoop,", "load: RoundCycle(1.0),");
     refused(&echo_graph, "RoundCycle(1.0)", &["QEC graph"]);
 
     // Through --set, the error names the --set; a different DEM file is only a warning.
     let e = check_text(&text, &["operators.decoder.rounds_per_message=2"]).unwrap_err();
     assert!(e.first().location().is_some_and(|l| l == loc(&text, "1,\n            // detectors")), "{e}");
-    let plan = compile(load::load_str("q.ron", &text.replace("qec/d5_p0.001/model.dem\",\n            // Detection", "qec/d5_p0.003/model.dem\",\n            // Detection"), &[]).unwrap()).unwrap();
+    let plan = compile(
+        load::load_str(
+            "q.ron",
+            &text.replace(
+                "qec/d5_p0.001/model.dem\",\n            // Detection",
+                "qec/d5_p0.003/model.dem\",\n            // Detection",
+            ),
+            &[],
+        )
+        .unwrap(),
+    )
+    .unwrap();
     assert!(plan.warnings.iter().any(|w| w.contains("is not the decoder's DEM")), "{:?}", plan.warnings);
 
     // What a user sees from `rocelink check`.

@@ -28,7 +28,12 @@ fn out_dir(name: &str) -> PathBuf {
 }
 
 fn show(name: &str, out: &Output) -> String {
-    let s = format!("{name}: {}\n--- stdout\n{}--- stderr\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let s = format!(
+        "{name}: {}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     eprintln!("{s}");
     s
 }
@@ -41,13 +46,20 @@ fn run_named(name: &str, file: &str, sets: &[String]) -> (PathBuf, Output, Strin
     let dir = out_dir(name);
     let json = dir.join("run.json");
     let mut cmd = rocelink();
-    cmd.args(["run", &format!("graphs/{file}"), "--quiet", "--json"]).arg(&json).arg("--set").arg(format!("outputs.dir={}", dir.display())).arg("--set").arg(format!("run.stop=Count({COUNT})"));
+    cmd.args(["run", &format!("graphs/{file}"), "--quiet", "--json"])
+        .arg(&json)
+        .arg("--set")
+        .arg(format!("outputs.dir={}", dir.display()))
+        .arg("--set")
+        .arg(format!("run.stop=Count({COUNT})"));
     for s in sets {
         cmd.arg("--set").arg(s);
     }
     let out = cmd.output().expect("run rocelink");
     let shown = show(name, &out);
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("run.json: {e}\n{shown}"))).expect("JSON");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("run.json: {e}\n{shown}")))
+            .expect("JSON");
     (dir, out, shown, report)
 }
 
@@ -134,7 +146,11 @@ fn assert_csv_records(path: &Path, count: u32) {
 
 #[test]
 fn every_graph_file_passes_check_and_draws() {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("graphs")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "ron")).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("graphs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ron"))
+        .collect();
     files.sort();
     assert!(files.len() >= 3, "{files:?}");
     for f in &files {
@@ -165,7 +181,10 @@ fn echo_ron_end_to_end() {
     assert_reports(&dir, "echo");
     assert_csv_records(&dir.join("records.csv"), COUNT);
     let files: Vec<&str> = r["files"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-    assert!(files.iter().any(|f| f.ends_with("records.csv")) && files.iter().any(|f| f.ends_with("echo.svg")), "{files:?}");
+    assert!(
+        files.iter().any(|f| f.ends_with("records.csv")) && files.iter().any(|f| f.ends_with("echo.svg")),
+        "{files:?}"
+    );
 }
 
 #[test]
@@ -181,7 +200,11 @@ fn echo_udp_ron_end_to_end() {
     assert_tap_complete(&r, COUNT);
     assert_reports(&dir, "echo_udp");
     // JSON lines: one object per request.
-    let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("records.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("records.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), COUNT as usize);
     assert!(lines.iter().all(|l| l["status"] == "ok" && l["rtt_ns"].as_u64().unwrap() > 0));
 }
@@ -194,7 +217,11 @@ fn a_duration_run_stops_on_time_without_counting_the_last_request_lost() {
     // It ran (how many it answered in that second is the machine's speed, not the test's: a
     // CI host busy with other work answered 211 once).
     assert!(r["received"].as_u64().unwrap() > 10, "{r}");
-    assert_eq!(r["sent"].as_u64(), Some(r["received"].as_u64().unwrap() + r["in_flight_at_stop"].as_u64().unwrap()), "{r}");
+    assert_eq!(
+        r["sent"].as_u64(),
+        Some(r["received"].as_u64().unwrap() + r["in_flight_at_stop"].as_u64().unwrap()),
+        "{r}"
+    );
     let elapsed = r["elapsed_s"].as_f64().unwrap();
     assert!((1.0..1.5).contains(&elapsed), "{elapsed}");
 }
@@ -203,7 +230,8 @@ fn a_duration_run_stops_on_time_without_counting_the_last_request_lost() {
 /// `Fault` fails the run, which still writes its report, and exits 1.
 #[test]
 fn full_flows_follow_their_policy_at_run_time() {
-    let (dir, r) = run_graph("echo-full-flows", "echo.ron", &["flows.2.capacity=1".into(), "flows.2.policy=Pop".into()]);
+    let (dir, r) =
+        run_graph("echo-full-flows", "echo.ron", &["flows.2.capacity=1".into(), "flows.2.policy=Pop".into()]);
     assert_clean(&r, COUNT);
     let flow = &r["tap"]["flows"][0];
     assert_eq!(flow["flow"], "roce.tap -> records.in");
@@ -214,7 +242,8 @@ fn full_flows_follow_their_policy_at_run_time() {
     let rows = std::fs::read_to_string(dir.join("records.csv")).unwrap().lines().count() - 1;
     assert_eq!(rows, COUNT as usize);
 
-    let (dir, out, shown, r) = run_named("fault", "echo.ron", &["flows.2.capacity=1".into(), "flows.2.policy=Fault".into()]);
+    let (dir, out, shown, r) =
+        run_named("fault", "echo.ron", &["flows.2.capacity=1".into(), "flows.2.policy=Fault".into()]);
     assert_eq!(out.status.code(), Some(1), "{shown}");
     assert!(shown.contains("flow roce.tap -> records.in overflowed (capacity 1, policy Fault)"), "{shown}");
     assert_eq!(r["stopped_by"], "fault", "{r}");
@@ -237,7 +266,16 @@ struct StandaloneSim(Child);
 impl StandaloneSim {
     fn start(ip: &str) -> StandaloneSim {
         let mut child = rocelink()
-            .args(["fpga-sim", "--ecb", &format!("{ip}:8192"), "--roce", &format!("{ip}:4791"), "--log-level", "warn", "--exit-on-stdin-close"])
+            .args([
+                "fpga-sim",
+                "--ecb",
+                &format!("{ip}:8192"),
+                "--roce",
+                &format!("{ip}:4791"),
+                "--log-level",
+                "warn",
+                "--exit-on-stdin-close",
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -260,7 +298,11 @@ impl Drop for StandaloneSim {
 fn fpga_echo_ron_against_a_standalone_fpga_sim() {
     let (peer, host) = test_addresses(1);
     let _sim = StandaloneSim::start(&peer);
-    let (dir, r) = run_graph("fpga_echo", "fpga_echo.ron", &[format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")]);
+    let (dir, r) = run_graph(
+        "fpga_echo",
+        "fpga_echo.ron",
+        &[format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")],
+    );
     assert_unconfigured(&peer);
     assert_clean(&r, COUNT);
     assert_eq!(r["env"]["wire"], format!("udp {host}:4791 <-> {peer}:4791"), "{r}");
@@ -324,7 +366,12 @@ fn a_peer_that_dies_mid_run_ends_it_with_a_fault_and_the_report_of_what_ran() {
     let mut sim = StandaloneSim::start(&peer);
     let dir = out_dir("peer_dies");
     let json = dir.join("run.json");
-    let child = spawn_run("graphs/fpga_echo.ron", &["run.stop=Duration(60)".into(), format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")], &dir, &json);
+    let child = spawn_run(
+        "graphs/fpga_echo.ron",
+        &["run.stop=Duration(60)".into(), format!("peer.address={peer}:8192"), format!("nic.wire.bind={host}:4791")],
+        &dir,
+        &json,
+    );
     std::thread::sleep(Duration::from_millis(1500));
     // the peer goes away without a word (SIGKILL)
     let _ = sim.0.kill();
@@ -340,11 +387,18 @@ fn a_peer_that_dies_mid_run_ends_it_with_a_fault_and_the_report_of_what_ran() {
     assert!(r["fault"].as_str().unwrap().contains("no ECB reply"), "{r}");
     let answered = r["backend_processed"].as_u64().unwrap();
     assert!(answered > 0, "{r}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("transceiver loop: answered {answered}")), "{shown}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("transceiver loop: answered {answered}")),
+        "{shown}"
+    );
     assert_reports(&dir, "fpga_echo");
     // the answers the data path made are in the records, though the peer's capture is gone
     let csv = std::fs::read_to_string(dir.join("records.csv")).unwrap();
-    assert!(csv.lines().filter(|l| l.split(',').nth(1) == Some("uncaptured")).count() as u64 > 0, "{}", &csv[..csv.len().min(500)]);
+    assert!(
+        csv.lines().filter(|l| l.split(',').nth(1) == Some("uncaptured")).count() as u64 > 0,
+        "{}",
+        &csv[..csv.len().min(500)]
+    );
 }
 
 /// `rocelink` with SIGINT and SIGTERM blocked across `exec`: a signal sent while it starts
@@ -387,7 +441,11 @@ fn runs_interrupted_at_random_moments_each_exit_130_with_their_summary_and_repor
         let json = dir.join(format!("run{k}.json"));
         let mut c = rocelink_signals_held();
         c.args(["run", "graphs/echo.ron", "--quiet", "--json"]).arg(&json);
-        for s in ["backend=Cpu".to_string(), "run.stop=Count(4000000)".into(), format!("outputs.dir={}", dir.join(format!("run{k}")).display())] {
+        for s in [
+            "backend=Cpu".to_string(),
+            "run.stop=Count(4000000)".into(),
+            format!("outputs.dir={}", dir.join(format!("run{k}")).display()),
+        ] {
             c.arg("--set").arg(s);
         }
         let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
@@ -406,10 +464,16 @@ fn runs_interrupted_at_random_moments_each_exit_130_with_their_summary_and_repor
             std::thread::sleep(Duration::from_millis(5));
         };
         let out = child.wait_with_output().unwrap();
-        let shown = format!("run {k}, SIGINT after {delay:?} (seed {seed}): {exit}\n--- stdout\n{}--- stderr\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let shown = format!(
+            "run {k}, SIGINT after {delay:?} (seed {seed}): {exit}\n--- stdout\n{}--- stderr\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(exit.code(), Some(130), "{shown}");
         assert!(String::from_utf8_lossy(&out.stdout).contains("rocelink run echo:"), "the summary: {shown}");
-        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("report: {e}\n{shown}"))).unwrap();
+        let r: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_else(|e| panic!("report: {e}\n{shown}")))
+                .unwrap();
         assert_eq!(r["interrupted"], true, "{shown}");
         assert!(r["fault"].is_null() && r["problems"].as_array().unwrap().is_empty(), "{r}\n{shown}");
     }
@@ -438,7 +502,10 @@ impl PlainFpgaProxy {
         let s2 = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut buf = [0u8; 9000];
-            let zeroed = |a: u32| (reg::CAPTURE_RAM..reg::CAPTURE_RAM + 0x10_0000).contains(&a) || (ext::STATS_BASE..ext::STATS_BASE + 0x40).contains(&a);
+            let zeroed = |a: u32| {
+                (reg::CAPTURE_RAM..reg::CAPTURE_RAM + 0x10_0000).contains(&a)
+                    || (ext::STATS_BASE..ext::STATS_BASE + 0x40).contains(&a)
+            };
             while !s2.load(std::sync::atomic::Ordering::Relaxed) {
                 let Ok((n, from)) = sock.recv_from(&mut buf) else { continue };
                 up.send(&buf[..n]).unwrap();
@@ -480,7 +547,23 @@ fn a_peer_without_capture_and_counters_is_detected_by_content_and_the_run_does_n
     let dir = out_dir("plain_fpga");
     let json = dir.join("echo.json");
     let out = rocelink()
-        .args(["echo", "--wire", "udp", "--count", "2000", "--quiet", "--backend", "cpu", "--peer", &proxy.addr.to_string(), "--peer-roce", &format!("{peer}:4791"), "--host-ip", &host, "--json"])
+        .args([
+            "echo",
+            "--wire",
+            "udp",
+            "--count",
+            "2000",
+            "--quiet",
+            "--backend",
+            "cpu",
+            "--peer",
+            &proxy.addr.to_string(),
+            "--peer-roce",
+            &format!("{peer}:4791"),
+            "--host-ip",
+            &host,
+            "--json",
+        ])
         .arg(&json)
         .output()
         .unwrap();
@@ -505,7 +588,25 @@ fn a_run_whose_answers_all_died_does_not_pass() {
     let dir = out_dir("answers_die");
     let json = dir.join("echo.json");
     let out = rocelink()
-        .args(["echo", "--wire", "udp", "--count", "2000", "--quiet", "--backend", "cpu", "--timeout", "1.5", "--peer", &format!("{peer}:8192"), "--peer-roce", &format!("{peer}:9"), "--host-ip", &host, "--json"])
+        .args([
+            "echo",
+            "--wire",
+            "udp",
+            "--count",
+            "2000",
+            "--quiet",
+            "--backend",
+            "cpu",
+            "--timeout",
+            "1.5",
+            "--peer",
+            &format!("{peer}:8192"),
+            "--peer-roce",
+            &format!("{peer}:9"),
+            "--host-ip",
+            &host,
+            "--json",
+        ])
         .arg(&json)
         .output()
         .unwrap();
@@ -515,7 +616,8 @@ fn a_run_whose_answers_all_died_does_not_pass() {
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["received"].as_u64(), Some(0), "{r}");
     assert!(r["sent"].as_u64().unwrap() >= 1, "{r}");
-    let (sent, lost, in_flight) = (r["sent"].as_u64().unwrap(), r["lost"].as_u64().unwrap(), r["in_flight_at_stop"].as_u64().unwrap());
+    let (sent, lost, in_flight) =
+        (r["sent"].as_u64().unwrap(), r["lost"].as_u64().unwrap(), r["in_flight_at_stop"].as_u64().unwrap());
     assert_eq!(lost + in_flight, sent, "every request sent and unanswered is lost or was in flight at the stop: {r}");
     assert_unconfigured(&peer);
 }

@@ -36,20 +36,20 @@ fn capture_filter(ip: Ipv4Addr) -> Vec<libc::sock_filter> {
     let i = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
     let ip = u32::from(ip);
     vec![
-        i(0x28, 0, 0, 12),     // 0 ldh [12]: ethertype
-        i(0x15, 0, 11, 0x0800), // 1 IPv4, else drop (13)
-        i(0x30, 0, 0, 23),     // 2 ldb [23]: protocol
-        i(0x15, 0, 9, 17),     // 3 UDP, else drop
-        i(0x28, 0, 0, 20),     // 4 ldh [20]: flags | fragment offset
-        i(0x45, 7, 0, 0x1fff), // 5 a fragment after the first: drop
-        i(0xb1, 0, 0, 14),     // 6 X = IPv4 header length
-        i(0x48, 0, 0, 16),     // 7 ldh [x + 16]: UDP destination port
-        i(0x15, 0, 4, 4791),   // 8 RoCEv2, else drop
-        i(0x20, 0, 0, 26),     // 9 ld [26]: source address
-        i(0x15, 3, 0, ip),     // 10 ours: accept (14)
-        i(0x20, 0, 0, 30),     // 11 ld [30]: destination address
-        i(0x15, 1, 0, ip),     // 12 ours: accept
-        i(0x06, 0, 0, 0),      // 13 drop
+        i(0x28, 0, 0, 12),       // 0 ldh [12]: ethertype
+        i(0x15, 0, 11, 0x0800),  // 1 IPv4, else drop (13)
+        i(0x30, 0, 0, 23),       // 2 ldb [23]: protocol
+        i(0x15, 0, 9, 17),       // 3 UDP, else drop
+        i(0x28, 0, 0, 20),       // 4 ldh [20]: flags | fragment offset
+        i(0x45, 7, 0, 0x1fff),   // 5 a fragment after the first: drop
+        i(0xb1, 0, 0, 14),       // 6 X = IPv4 header length
+        i(0x48, 0, 0, 16),       // 7 ldh [x + 16]: UDP destination port
+        i(0x15, 0, 4, 4791),     // 8 RoCEv2, else drop
+        i(0x20, 0, 0, 26),       // 9 ld [26]: source address
+        i(0x15, 3, 0, ip),       // 10 ours: accept (14)
+        i(0x20, 0, 0, 30),       // 11 ld [30]: destination address
+        i(0x15, 1, 0, ip),       // 12 ours: accept
+        i(0x06, 0, 0, 0),        // 13 drop
         i(0x06, 0, 0, u32::MAX), // 14 accept
     ]
 }
@@ -72,14 +72,23 @@ fn packet_socket(ip: Ipv4Addr) -> std::io::Result<libc::c_int> {
     sa.sll_ifindex = ifindex as i32;
     // SAFETY: bind reads a sockaddr_ll of the size given; setsockopt reads the values given.
     unsafe {
-        if libc::bind(fd, (&sa as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32) != 0 {
+        if libc::bind(fd, (&sa as *const libc::sockaddr_ll).cast(), std::mem::size_of::<libc::sockaddr_ll>() as u32)
+            != 0
+        {
             let e = std::io::Error::last_os_error();
             libc::close(fd);
             return Err(e);
         }
         let prog = capture_filter(ip);
         let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
-        if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, (&fprog as *const libc::sock_fprog).cast(), std::mem::size_of::<libc::sock_fprog>() as u32) != 0 {
+        if libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as u32,
+        ) != 0
+        {
             let e = std::io::Error::last_os_error();
             libc::close(fd);
             return Err(e);
@@ -90,11 +99,23 @@ fn packet_socket(ip: Ipv4Addr) -> std::io::Result<libc::c_int> {
         let mut st: libc::tpacket_stats = std::mem::zeroed();
         let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
         // reading the statistics resets them
-        libc::getsockopt(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, (&mut st as *mut libc::tpacket_stats).cast(), &mut len);
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        );
         let size: libc::c_int = 64 << 20;
         libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&size as *const libc::c_int).cast(), 4);
         let tv = libc::timeval { tv_sec: 0, tv_usec: 100_000 };
-        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, (&tv as *const libc::timeval).cast(), std::mem::size_of::<libc::timeval>() as u32);
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        );
     }
     Ok(fd)
 }
@@ -123,7 +144,16 @@ fn capture(fd: libc::c_int, ip: Ipv4Addr, stop: Arc<AtomicBool>) -> (Vec<(Durati
         let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
         // SAFETY: recvfrom writes at most buf.len() bytes and a sockaddr_ll of `len`.
-        let n = unsafe { libc::recvfrom(fd, buf.as_mut_ptr().cast(), buf.len(), 0, (&mut sa as *mut libc::sockaddr_ll).cast(), &mut len) };
+        let n = unsafe {
+            libc::recvfrom(
+                fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                (&mut sa as *mut libc::sockaddr_ll).cast(),
+                &mut len,
+            )
+        };
         if n < 0 {
             if stop.load(Ordering::Acquire) {
                 break;
@@ -138,14 +168,29 @@ fn capture(fd: libc::c_int, ip: Ipv4Addr, stop: Arc<AtomicBool>) -> (Vec<(Durati
     // SAFETY: tpacket_stats is plain data; getsockopt writes at most `len` bytes.
     let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-    unsafe { libc::getsockopt(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, (&mut st as *mut libc::tpacket_stats).cast(), &mut len) };
+    unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_STATISTICS,
+            (&mut st as *mut libc::tpacket_stats).cast(),
+            &mut len,
+        )
+    };
     (frames, st.tp_drops)
 }
 
 fn write_pcap(path: &std::path::Path, frames: &[(Duration, Vec<u8>)]) {
     let mut out = Vec::new();
     // classic pcap, microsecond stamps, LINKTYPE_ETHERNET
-    for w in [0xa1b2_c3d4u32.to_le_bytes(), [2, 0, 4, 0], 0u32.to_le_bytes(), 0u32.to_le_bytes(), 65535u32.to_le_bytes(), 1u32.to_le_bytes()] {
+    for w in [
+        0xa1b2_c3d4u32.to_le_bytes(),
+        [2, 0, 4, 0],
+        0u32.to_le_bytes(),
+        0u32.to_le_bytes(),
+        65535u32.to_le_bytes(),
+        1u32.to_le_bytes(),
+    ] {
         out.extend_from_slice(&w);
     }
     for (t, f) in frames {
@@ -188,7 +233,18 @@ fn every_frame_of_a_udp_wire_echo_run_has_a_valid_icrc_by_scapy() {
     };
     let bin = std::env::var("ROCELINK_CAPTURE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_rocelink").into());
     let out = Command::new(&bin)
-        .args(["echo", "--wire", "udp", "--peer-process", "--count", &MESSAGES.to_string(), "--size", "64", "--quiet", "--host-ip"])
+        .args([
+            "echo",
+            "--wire",
+            "udp",
+            "--peer-process",
+            "--count",
+            &MESSAGES.to_string(),
+            "--size",
+            "64",
+            "--quiet",
+            "--host-ip",
+        ])
         .arg(host.to_string())
         .args(["--log-level", "info"])
         .output()
@@ -206,7 +262,12 @@ fn every_frame_of_a_udp_wire_echo_run_has_a_valid_icrc_by_scapy() {
     write_pcap(&pcap, &frames);
     let check = Command::new("python3").arg(&script).arg(&pcap).output().expect("run check_icrc.py");
     let report = String::from_utf8_lossy(&check.stdout);
-    eprintln!("{}: {} frames captured (kernel drops {drops}); check_icrc.py: {report}{}", pcap.display(), frames.len(), String::from_utf8_lossy(&check.stderr));
+    eprintln!(
+        "{}: {} frames captured (kernel drops {drops}); check_icrc.py: {report}{}",
+        pcap.display(),
+        frames.len(),
+        String::from_utf8_lossy(&check.stderr)
+    );
     let v: serde_json::Value = serde_json::from_str(report.trim()).expect("check_icrc.py prints JSON");
     assert_eq!(drops, 0, "the capture lost frames");
     assert!(v["frames"].as_u64().unwrap() >= 2 * u64::from(MESSAGES), "{v}");
@@ -242,7 +303,8 @@ fn a_request_replayed_from_a_third_address_is_dropped_and_counted_as_wrong_sourc
     };
     let third = Ipv4Addr::new(host.octets()[0], host.octets()[1], host.octets()[2], host.octets()[3] + 1);
     let replayer = std::thread::spawn(move || {
-        let mut link = rocelink_link::UdpLink::bind(std::net::SocketAddrV4::new(third, roce::UDP_PORT)).expect("bind the third address");
+        let mut link = rocelink_link::UdpLink::bind(std::net::SocketAddrV4::new(third, roce::UDP_PORT))
+            .expect("bind the third address");
         let mut buf = vec![0u8; 65536];
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while std::time::Instant::now() < deadline {
@@ -274,18 +336,40 @@ fn a_request_replayed_from_a_third_address_is_dropped_and_counted_as_wrong_sourc
     let json = dir.join("replay.json");
     let _ = std::fs::remove_file(&json);
     let out = Command::new(env!("CARGO_BIN_EXE_rocelink"))
-        .args(["echo", "--wire", "udp", "--peer-process", "--count", &COUNT.to_string(), "--size", "64", "--quiet", "--host-ip"])
+        .args([
+            "echo",
+            "--wire",
+            "udp",
+            "--peer-process",
+            "--count",
+            &COUNT.to_string(),
+            "--size",
+            "64",
+            "--quiet",
+            "--host-ip",
+        ])
         .arg(host.to_string())
         .arg("--json")
         .arg(&json)
         .output()
         .expect("run rocelink");
-    eprintln!("rocelink echo: {}\n{}{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!(
+        "rocelink echo: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(replayer.join().unwrap(), "no request was seen to replay");
     assert!(out.status.success(), "{}", out.status);
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["nic_drops"]["wrong_source"], REPLAYS, "{r}");
-    let other: u64 = r["nic_drops"].as_object().unwrap().iter().filter(|(k, _)| *k != "wrong_source").map(|(_, v)| v.as_u64().unwrap()).sum();
+    let other: u64 = r["nic_drops"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "wrong_source")
+        .map(|(_, v)| v.as_u64().unwrap())
+        .sum();
     assert_eq!(other, 0, "{r}");
     assert_eq!((r["received"].as_u64(), r["lost"].as_u64()), (Some(u64::from(COUNT)), Some(0)), "{r}");
 }

@@ -37,10 +37,7 @@ impl CaptureRam {
     /// one a register file starts with, before the host arms a capture).
     pub fn with_capacity(records: usize) -> Self {
         let words = if records == 0 { 0 } else { MAX_RECORDS * CaptureRecord::WORDS };
-        CaptureRam {
-            words: (0..words).map(|_| AtomicU32::new(0)).collect(),
-            count: AtomicU32::new(0),
-        }
+        CaptureRam { words: (0..words).map(|_| AtomicU32::new(0)).collect(), count: AtomicU32::new(0) }
     }
 
     /// Records the ring holds.

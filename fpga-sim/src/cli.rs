@@ -21,10 +21,7 @@ pub fn ready_line(ecb: SocketAddrV4, roce: SocketAddrV4) -> String {
 
 /// The ECB and RoCE addresses of a [`ready_line`] (surrounding white space allowed).
 pub fn parse_ready_line(line: &str) -> Option<(SocketAddrV4, SocketAddrV4)> {
-    let (ecb, roce) = line
-        .trim()
-        .strip_prefix(READY_ECB)?
-        .split_once(READY_ROCE)?;
+    let (ecb, roce) = line.trim().strip_prefix(READY_ECB)?.split_once(READY_ROCE)?;
     Some((ecb.parse().ok()?, roce.parse().ok()?))
 }
 
@@ -114,32 +111,17 @@ struct Args {
 
     /// The detector error model of the shots (stim .dem): detector and observable counts, and
     /// the split into rounds (detectors grouped by their time coordinate).
-    #[arg(
-        long,
-        value_name = "FILE.dem",
-        requires = "qec_dets",
-        help_heading = "QEC syndrome replay"
-    )]
+    #[arg(long, value_name = "FILE.dem", requires = "qec_dets", help_heading = "QEC syndrome replay")]
     qec_dem: Option<PathBuf>,
 
     /// True observable flips of the shots, stim 01 format: corrections that differ are
     /// logical errors.
-    #[arg(
-        long,
-        value_name = "FILE.01",
-        requires = "qec_dets",
-        help_heading = "QEC syndrome replay"
-    )]
+    #[arg(long, value_name = "FILE.01", requires = "qec_dets", help_heading = "QEC syndrome replay")]
     qec_obs: Option<PathBuf>,
 
     /// Reference predictions, stim 01 format (`pymatching predict --out_format 01`):
     /// corrections that differ are disagreements.
-    #[arg(
-        long,
-        value_name = "FILE.01",
-        requires = "qec_dets",
-        help_heading = "QEC syndrome replay"
-    )]
+    #[arg(long, value_name = "FILE.01", requires = "qec_dets", help_heading = "QEC syndrome replay")]
     qec_pred: Option<PathBuf>,
 
     /// Rounds per enqueue_syndromes message, or `all` for a whole shot per message (the
@@ -211,13 +193,10 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     let mut mac = [0u8; 6];
     let parts: Vec<&str> = s.split([':', '-']).collect();
     if parts.len() != 6 {
-        return Err(format!(
-            "`{s}` is not a MAC address (want aa:bb:cc:dd:ee:ff)"
-        ));
+        return Err(format!("`{s}` is not a MAC address (want aa:bb:cc:dd:ee:ff)"));
     }
     for (b, p) in mac.iter_mut().zip(parts) {
-        *b = u8::from_str_radix(p, 16)
-            .map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
+        *b = u8::from_str_radix(p, 16).map_err(|_| format!("`{s}` is not a MAC address (bad byte `{p}`)"))?;
     }
     Ok(mac)
 }
@@ -240,20 +219,18 @@ fn install_signal_handlers() {
 }
 
 fn watch_stdin() -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("fpga-sim-stdin".into())
-        .spawn(|| {
-            let mut buf = [0u8; 256];
-            let mut stdin = std::io::stdin();
-            loop {
-                match stdin.read(&mut buf) {
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
+    std::thread::Builder::new().name("fpga-sim-stdin".into()).spawn(|| {
+        let mut buf = [0u8; 256];
+        let mut stdin = std::io::stdin();
+        loop {
+            match stdin.read(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
             }
-            STOP.store(true, Ordering::SeqCst);
-        })?;
+        }
+        STOP.store(true, Ordering::SeqCst);
+    })?;
     Ok(())
 }
 
@@ -277,11 +254,7 @@ where
         .context("bad --spin")?
         .with_pause(args.spin_pause || rocelink_link::pause_asked_by_env());
     // Loaded before anything binds, so a bad file fails fast and names itself.
-    let qec = args
-        .qec_config()
-        .map(|c| QecReplay::load(&c))
-        .transpose()
-        .context("cannot load the QEC replay")?;
+    let qec = args.qec_config().map(|c| QecReplay::load(&c)).transpose().context("cannot load the QEC replay")?;
     if let Some(q) = &qec {
         tracing::info!(
             shots = q.shots(),
@@ -292,8 +265,7 @@ where
             "QEC replay loaded"
         );
     }
-    let link = UdpLink::bind(args.roce)
-        .with_context(|| format!("cannot bind the RoCE data plane to {}", args.roce))?;
+    let link = UdpLink::bind(args.roce).with_context(|| format!("cannot bind the RoCE data plane to {}", args.roce))?;
     let roce_addr = link.local_addr();
     let config = SimConfig {
         ecb_bind: args.ecb,
@@ -329,15 +301,9 @@ mod tests {
 
     #[test]
     fn the_ready_line_reads_back() {
-        let (ecb, roce) = (
-            "127.0.0.2:8192".parse().unwrap(),
-            "127.0.0.2:4791".parse().unwrap(),
-        );
+        let (ecb, roce) = ("127.0.0.2:8192".parse().unwrap(), "127.0.0.2:4791".parse().unwrap());
         let line = ready_line(ecb, roce);
-        assert_eq!(
-            line,
-            "fpga-sim: ECB on 127.0.0.2:8192, RoCE on 127.0.0.2:4791"
-        );
+        assert_eq!(line, "fpga-sim: ECB on 127.0.0.2:8192, RoCE on 127.0.0.2:4791");
         assert_eq!(parse_ready_line(&format!("{line}\n")), Some((ecb, roce)));
         assert_eq!(parse_ready_line("fpga-sim: ECB on 127.0.0.2:8192"), None);
     }

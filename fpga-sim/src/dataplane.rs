@@ -58,9 +58,7 @@ pub struct DataPlane {
 
 impl DataPlane {
     pub fn spawn(self) -> std::io::Result<JoinHandle<()>> {
-        std::thread::Builder::new()
-            .name("fpga-sim-dataplane".into())
-            .spawn(move || self.run())
+        std::thread::Builder::new().name("fpga-sim-dataplane".into()).spawn(move || self.run())
     }
 
     fn run(mut self) {
@@ -114,8 +112,7 @@ impl DataPlane {
         tracing::debug!(frames, link = %self.link.describe(), "run started");
 
         while !player.is_done() {
-            if shared.shutdown.load(Ordering::Relaxed)
-                || shared.abort_generation.load(Ordering::Acquire) == generation
+            if shared.shutdown.load(Ordering::Relaxed) || shared.abort_generation.load(Ordering::Acquire) == generation
             {
                 aborted = true;
                 break;
@@ -166,12 +163,7 @@ impl DataPlane {
             }
         }
 
-        tracing::debug!(
-            sent = player.frames_sent(),
-            aborted,
-            send_errors,
-            "run ended"
-        );
+        tracing::debug!(sent = player.frames_sent(), aborted, send_errors, "run ended");
         // Capture records are already published (Release on the count); now say so.
         shared.done.store(true, Ordering::Release);
         shared.running.store(false, Ordering::Release);
@@ -190,7 +182,14 @@ mod tests {
 
     /// A host's UC SEND to the peer's QP, from `src`, with TVer `tver` (ICRC valid).
     fn send_from(src: [u8; 4], tver: u8) -> Vec<u8> {
-        let ep = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: src, dst_ip: [10, 0, 0, 2], src_port: 4791, dst_port: roce::UDP_PORT };
+        let ep = Endpoints {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src_ip: src,
+            dst_ip: [10, 0, 0, 2],
+            src_port: 4791,
+            dst_port: roce::UDP_PORT,
+        };
         let mut r = RoceRepr::uc_send_only(&ep, PEER_QP, 9, 8);
         r.bth.tver = tver;
         let mut f = vec![0u8; 256];

@@ -72,12 +72,7 @@ pub struct EcbServer {
 
 impl EcbServer {
     pub fn new(regs: Registers, data_plane: Option<Sender<DataPlaneCommand>>) -> Self {
-        EcbServer {
-            regs,
-            latched: 0,
-            short_requests: 0,
-            data_plane,
-        }
+        EcbServer { regs, latched: 0, short_requests: 0, data_plane }
     }
 
     pub fn registers(&self) -> &Registers {
@@ -107,11 +102,7 @@ impl EcbServer {
         // Addresses present (a read may omit its value word) vs whole pairs (a write needs both).
         let addresses = req.pair_count();
         let whole_pairs = (req.len() - ecb::HEADER_LEN) / ecb::PAIR_LEN;
-        let available = if command.is_read() {
-            addresses
-        } else {
-            whole_pairs
-        };
+        let available = if command.is_read() { addresses } else { whole_pairs };
         let pairs = match command {
             Command::Unknown(_) => 1,
             c if c.is_block() => available.min(ecb::MAX_PAIRS),
@@ -127,8 +118,7 @@ impl EcbServer {
             Status::InvalidCommand
         } else if flag_bits & !(flags::ACK_REQUEST | flags::SEQUENCE_CHECK) != 0 {
             Status::InvalidFlags
-        } else if flag_bits & flags::SEQUENCE_CHECK != 0 && sequence != self.latched.wrapping_add(1)
-        {
+        } else if flag_bits & flags::SEQUENCE_CHECK != 0 && sequence != self.latched.wrapping_add(1) {
             Status::SequenceCheckFailed
         } else {
             Status::Ok
@@ -190,8 +180,7 @@ impl EcbServer {
         }
 
         // "a write without the ACK flag gets no reply, a read always gets one"
-        let reply_due =
-            command.is_read() || flag_bits & flags::ACK_REQUEST != 0 || status != Status::Ok;
+        let reply_due = command.is_read() || flag_bits & flags::ACK_REQUEST != 0 || status != Status::Ok;
         if !reply_due {
             return None;
         }
@@ -242,41 +231,28 @@ impl EcbServer {
 
 /// Serves `server` on `socket` on a new thread until `shared.shutdown` is set. The socket
 /// gets a read timeout so the thread notices shutdown.
-pub fn spawn(
-    socket: UdpSocket,
-    mut server: EcbServer,
-    shared: Arc<PeerShared>,
-) -> std::io::Result<JoinHandle<()>> {
+pub fn spawn(socket: UdpSocket, mut server: EcbServer, shared: Arc<PeerShared>) -> std::io::Result<JoinHandle<()>> {
     socket.set_read_timeout(Some(POLL_INTERVAL))?;
-    std::thread::Builder::new()
-        .name("fpga-sim-ecb".into())
-        .spawn(move || {
-            let mut request = vec![0u8; MAX_REQUEST_LEN];
-            let mut reply = vec![0u8; MAX_REPLY_LEN];
-            while !shared.shutdown.load(Ordering::Acquire) {
-                let (n, from): (usize, SocketAddr) = match socket.recv_from(&mut request) {
-                    Ok(x) => x,
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        continue
-                    }
-                    Err(e) => {
-                        // ICMP errors from earlier replies surface here on Linux; keep serving.
-                        tracing::debug!(error = %e, "ECB receive error");
-                        continue;
-                    }
-                };
-                if let Some(len) = server.handle(&request[..n], &mut reply) {
-                    if let Err(e) = socket.send_to(&reply[..len], from) {
-                        tracing::debug!(error = %e, %from, "ECB reply not sent");
-                    }
+    std::thread::Builder::new().name("fpga-sim-ecb".into()).spawn(move || {
+        let mut request = vec![0u8; MAX_REQUEST_LEN];
+        let mut reply = vec![0u8; MAX_REPLY_LEN];
+        while !shared.shutdown.load(Ordering::Acquire) {
+            let (n, from): (usize, SocketAddr) = match socket.recv_from(&mut request) {
+                Ok(x) => x,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+                Err(e) => {
+                    // ICMP errors from earlier replies surface here on Linux; keep serving.
+                    tracing::debug!(error = %e, "ECB receive error");
+                    continue;
+                }
+            };
+            if let Some(len) = server.handle(&request[..n], &mut reply) {
+                if let Err(e) = socket.send_to(&reply[..len], from) {
+                    tracing::debug!(error = %e, %from, "ECB reply not sent");
                 }
             }
-        })
+        }
+    })
 }
 
 #[cfg(test)]
@@ -292,22 +268,12 @@ mod tests {
     const BAD: u32 = 0x0000_0F00; // no register there
 
     fn server() -> EcbServer {
-        let id = PeerIdentity {
-            mac: [2, 0, 0, 0, 0, 2],
-            ip: [127, 0, 0, 2],
-            qp: 2,
-        };
+        let id = PeerIdentity { mac: [2, 0, 0, 0, 0, 2], ip: [127, 0, 0, 2], qp: 2 };
         EcbServer::new(Registers::new(id, Arc::new(PeerShared::default())), None)
     }
 
     /// Sends a request built from `pairs`; returns the reply bytes, if any.
-    fn send(
-        s: &mut EcbServer,
-        cmd: Command,
-        fl: u8,
-        seq: u16,
-        pairs: &[(u32, u32)],
-    ) -> Option<Vec<u8>> {
+    fn send(s: &mut EcbServer, cmd: Command, fl: u8, seq: u16, pairs: &[(u32, u32)]) -> Option<Vec<u8>> {
         let mut req = [0u8; MAX_REQUEST_LEN];
         let n = ecb::emit_request(cmd, fl, seq, pairs, &mut req).expect("request fits");
         send_raw(s, &req[..n])
@@ -335,10 +301,7 @@ mod tests {
         assert_eq!(r.len(), 18);
         assert_eq!(
             r,
-            [
-                0x94, 0x00, 0x12, 0x34, 0x00, 0x00, 0, 0, 0, 0x80, 0, 0, 0x26, 0x07, 0x12, 0x34, 0,
-                0
-            ],
+            [0x94, 0x00, 0x12, 0x34, 0x00, 0x00, 0, 0, 0, 0x80, 0, 0, 0x26, 0x07, 0x12, 0x34, 0, 0],
             "cmd|0x80, flags, seq, status, rsvd, (addr, value), latched seq, 2 pad bytes"
         );
         assert!(read(&mut s, reg::HSB_IP_VERSION) >= reg::MIN_ROCE_IP_VERSION);
@@ -351,10 +314,7 @@ mod tests {
         let req = [0x14, 0, 0, 1, 0, 0, 0, 0, 0, 0x80];
         let r = send_raw(&mut s, &req).expect("reply");
         assert_eq!(r.len(), 18);
-        assert_eq!(
-            Reply::new_checked(&r[..]).expect("reply").pair(0),
-            (0x80, 0x2607)
-        );
+        assert_eq!(Reply::new_checked(&r[..]).expect("reply").pair(0), (0x80, 0x2607));
     }
 
     #[test]
@@ -406,12 +366,7 @@ mod tests {
         assert_eq!(s.latched_sequence(), 10);
         let r = send(&mut s, WR, ACK | SEQ, 12, &[(0x104, 2)]).expect("answered");
         assert_eq!(status(&r), Status::SequenceCheckFailed);
-        assert_eq!(
-            Reply::new_checked(&r[..])
-                .expect("reply")
-                .latched_sequence(),
-            10
-        );
+        assert_eq!(Reply::new_checked(&r[..]).expect("reply").latched_sequence(), 10);
         assert_eq!(read(&mut s, 0x104), 1, "rejected write not applied");
         // read() above latched sequence 0: next checked must be 1.
         let r = send(&mut s, RD, SEQ, 1, &[(0x104, 0)]).expect("answered");
@@ -447,12 +402,7 @@ mod tests {
         let r = send(&mut s, RD, 0, 41, &[(BAD, 0)]).expect("reply");
         assert_eq!(status(&r), Status::InvalidAddress);
         assert_eq!(s.latched_sequence(), 40);
-        assert_eq!(
-            Reply::new_checked(&r[..])
-                .expect("reply")
-                .latched_sequence(),
-            40
-        );
+        assert_eq!(Reply::new_checked(&r[..]).expect("reply").latched_sequence(), 40);
         send(&mut s, WR, 0, 42, &[(0x104, 0)]);
         assert_eq!(s.latched_sequence(), 42, "a silent write is accepted too");
     }
@@ -518,34 +468,18 @@ mod tests {
             let value = 0xA500_0000 | i as u32;
             seq += 1;
             let r = send(&mut s, WR, ACK, seq, &[(addr, value)]).expect("ack");
-            assert_eq!(
-                r,
-                dword_reply(0x04, 1, seq, 0x00, (addr, 0), seq),
-                "write {what}"
-            );
+            assert_eq!(r, dword_reply(0x04, 1, seq, 0x00, (addr, 0), seq), "write {what}");
             seq += 1;
             let r = send(&mut s, RD, 0, seq, &[(addr, 0)]).expect("reply");
-            assert_eq!(
-                r,
-                dword_reply(0x14, 0, seq, 0x00, (addr, value), seq),
-                "read {what}"
-            );
+            assert_eq!(r, dword_reply(0x14, 0, seq, 0x00, (addr, value), seq), "read {what}");
         }
         let latched = seq;
         for addr in outside {
             seq += 1;
             let r = send(&mut s, WR, ACK, seq, &[(addr, 1)]).expect("reply");
-            assert_eq!(
-                r,
-                dword_reply(0x04, 1, seq, 0x03, (addr, 0), latched),
-                "write {addr:#x}"
-            );
+            assert_eq!(r, dword_reply(0x04, 1, seq, 0x03, (addr, 0), latched), "write {addr:#x}");
             let r = send(&mut s, RD, 0, seq, &[(addr, 0)]).expect("reply");
-            assert_eq!(
-                r,
-                dword_reply(0x14, 0, seq, 0x03, (addr, 0), latched),
-                "read {addr:#x}"
-            );
+            assert_eq!(r, dword_reply(0x14, 0, seq, 0x03, (addr, 0), latched), "read {addr:#x}");
         }
         // Registers with a meaning keep it: capture RAM is read-only (status OK, no effect).
         send(&mut s, WR, 0, 0, &[(reg::CAPTURE_RAM, 5)]);
@@ -556,13 +490,7 @@ mod tests {
         assert_eq!(status(&r), Status::Ok);
         let reads: Vec<(u32, u32)> = pairs.iter().map(|&(a, _)| (a, 0)).collect();
         let r = send(&mut s, Command::RdBlock, 0, 2, &reads).expect("reply");
-        assert_eq!(
-            Reply::new_checked(&r[..])
-                .expect("reply")
-                .pairs()
-                .collect::<Vec<_>>(),
-            pairs
-        );
+        assert_eq!(Reply::new_checked(&r[..]).expect("reply").pairs().collect::<Vec<_>>(), pairs);
     }
 
     #[test]
@@ -571,24 +499,9 @@ mod tests {
         // sequence; only a reply of at most one pair is padded, a block reply of n pairs is
         // 6 + 8n + 2 bytes)".
         let mut s = server();
-        let r = send(
-            &mut s,
-            Command::RdBlock,
-            0,
-            0x0102,
-            &[(reg::HSB_IP_VERSION, 0)],
-        )
-        .expect("reply");
-        assert_eq!(
-            r,
-            dword_reply(0x19, 0, 0x0102, 0, (0x80, 0x2607), 0x0102),
-            "1 pair: 18 bytes"
-        );
-        let three = [
-            (reg::HSB_IP_VERSION, 0),
-            (reg::FPGA_DATE, 0),
-            (reg::FPGA_PTP_SYNC_STAT, 0),
-        ];
+        let r = send(&mut s, Command::RdBlock, 0, 0x0102, &[(reg::HSB_IP_VERSION, 0)]).expect("reply");
+        assert_eq!(r, dword_reply(0x19, 0, 0x0102, 0, (0x80, 0x2607), 0x0102), "1 pair: 18 bytes");
+        let three = [(reg::HSB_IP_VERSION, 0), (reg::FPGA_DATE, 0), (reg::FPGA_PTP_SYNC_STAT, 0)];
         let r = send(&mut s, Command::RdBlock, 0, 0x0304, &three).expect("reply");
         #[rustfmt::skip]
         let want = [
@@ -599,14 +512,7 @@ mod tests {
             0x03, 0x04,
         ];
         assert_eq!(r, want, "3 pairs: 32 bytes, the latched sequence last");
-        let r = send(
-            &mut s,
-            Command::WrBlock,
-            ACK,
-            0x0305,
-            &[(0x104, 1), (0x108, 2), (0x10C, 3)],
-        )
-        .expect("ack");
+        let r = send(&mut s, Command::WrBlock, ACK, 0x0305, &[(0x104, 1), (0x108, 2), (0x10C, 3)]).expect("ack");
         #[rustfmt::skip]
         let want = [
             0x89, 0x01, 0x03, 0x05, 0x00, 0x00,
@@ -629,30 +535,16 @@ mod tests {
         }
         assert_eq!(r[4094..], [0x03, 0x07], "511 pairs: 4096 bytes, no pad");
         // A block that stops at a bad address after 2 pairs: 2 pairs + latched, no pad.
-        let r = send(
-            &mut s,
-            Command::RdBlock,
-            0,
-            9,
-            &[(0x80, 0), (BAD, 0), (0x84, 0)],
-        )
-        .expect("reply");
+        let r = send(&mut s, Command::RdBlock, 0, 9, &[(0x80, 0), (BAD, 0), (0x84, 0)]).expect("reply");
         assert_eq!(r.len(), 6 + 16 + 2);
-        assert_eq!(
-            (r[4], &r[22..]),
-            (0x03, &[0x03, 0x07][..]),
-            "latched unmoved"
-        );
+        assert_eq!((r[4], &r[22..]), (0x03, &[0x03, 0x07][..]), "latched unmoved");
     }
 
     /// Writes a playable template run for VP 0 (PROTOCOLS.md 2.2, 3).
     fn program_player(s: &mut EcbServer) {
         let template = [0x4355_5152u32, 0xAB, 0, 0, 0, 0];
-        let mut pairs: Vec<(u32, u32)> = template
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| (reg::PLAYER_RAM + 4 * i as u32, w))
-            .collect();
+        let mut pairs: Vec<(u32, u32)> =
+            template.iter().enumerate().map(|(i, &w)| (reg::PLAYER_RAM + 4 * i as u32, w)).collect();
         pairs.extend([
             (reg::vp(0, reg::DP_QP), 0xA7),
             (reg::vp(0, reg::DP_PAGE_INC), 1),
@@ -685,18 +577,10 @@ mod tests {
                 Command::RdBlock,
                 0,
                 0,
-                &[
-                    (ext::PLAYER_START_ERROR, 0),
-                    (ext::PLAYER_START_DETAIL, 0),
-                    (ext::PLAYER_START_DETAIL + 4, 0),
-                ],
+                &[(ext::PLAYER_START_ERROR, 0), (ext::PLAYER_START_DETAIL, 0), (ext::PLAYER_START_DETAIL + 4, 0)],
             )
             .expect("reply");
-            let v: Vec<u32> = Reply::new_checked(&r[..])
-                .expect("reply")
-                .pairs()
-                .map(|p| p.1)
-                .collect();
+            let v: Vec<u32> = Reply::new_checked(&r[..]).expect("reply").pairs().map(|p| p.1).collect();
             PlayerRefusal::from_words(v[0], [v[1], v[2]])
         };
         assert_eq!(why(&mut s), Some(PlayerRefusal::NoVpEnabled));
@@ -706,10 +590,7 @@ mod tests {
         send(&mut s, WR, 0, 0, &[(reg::PLAYER_RAM, 0)]);
         let r = send(&mut s, WR, ACK, 7, &[run]).expect("answered");
         assert_eq!(r[4], 0x02);
-        assert_eq!(
-            why(&mut s),
-            Some(PlayerRefusal::BadTemplate { first_word: 0 })
-        );
+        assert_eq!(why(&mut s), Some(PlayerRefusal::BadTemplate { first_word: 0 }));
         // A playable run but no data plane to take it.
         send(&mut s, WR, 0, 0, &[(reg::PLAYER_RAM, 0x4355_5152)]);
         let r = send(&mut s, WR, ACK, 8, &[run]).expect("answered");
@@ -717,30 +598,16 @@ mod tests {
         assert_eq!(why(&mut s), Some(PlayerRefusal::NoDataPlane));
         assert_eq!(read(&mut s, reg::PLAYER_ENABLE) & reg::PLAYER_RUN, 0);
         // In a block, the refusal does not stop the block; a later bad address is 0x03.
-        let r = send(
-            &mut s,
-            Command::WrBlock,
-            ACK,
-            9,
-            &[run, (0x104, 4), (BAD, 1)],
-        )
-        .expect("reply");
+        let r = send(&mut s, Command::WrBlock, ACK, 9, &[run, (0x104, 4), (BAD, 1)]).expect("reply");
         assert_eq!((r[4], r.len()), (0x03, 6 + 24 + 2));
         assert_eq!(read(&mut s, 0x104), 4);
         let r = send(&mut s, Command::WrBlock, ACK, 10, &[run, (0x104, 5)]).expect("reply");
         assert_eq!((r[4], s.latched_sequence()), (0x02, 10));
 
         // With a data plane the same start plays: status OK, PLAYER_START_ERROR 0.
-        let id = PeerIdentity {
-            mac: [2, 0, 0, 0, 0, 2],
-            ip: [127, 0, 0, 2],
-            qp: 2,
-        };
+        let id = PeerIdentity { mac: [2, 0, 0, 0, 0, 2], ip: [127, 0, 0, 2], qp: 2 };
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut s = EcbServer::new(
-            Registers::new(id, Arc::new(PeerShared::default())),
-            Some(tx),
-        );
+        let mut s = EcbServer::new(Registers::new(id, Arc::new(PeerShared::default())), Some(tx));
         program_player(&mut s);
         let r = send(&mut s, WR, ACK, 2, &[run]).expect("ack");
         assert_eq!(r, dword_reply(0x04, 1, 2, 0x00, (reg::PLAYER_ENABLE, 0), 2));
@@ -752,9 +619,7 @@ mod tests {
     #[test]
     fn block_reads_and_writes() {
         let mut s = server();
-        let pairs: Vec<(u32, u32)> = (0..16)
-            .map(|i| (reg::PLAYER_RAM + 4 * i, 0x0101_0101 * i))
-            .collect();
+        let pairs: Vec<(u32, u32)> = (0..16).map(|i| (reg::PLAYER_RAM + 4 * i, 0x0101_0101 * i)).collect();
         let r = send(&mut s, Command::WrBlock, ACK, 3, &pairs).expect("ack");
         let rep = Reply::new_checked(&r[..]).expect("reply");
         assert_eq!(rep.command_byte(), 0x89);
@@ -781,14 +646,7 @@ mod tests {
         assert_eq!(rep.status(), Status::InvalidAddress);
         assert_eq!(rep.pair_count(), 3, "up to and including the bad address");
         assert_eq!(rep.pair(2), (BAD, 0));
-        assert_eq!(
-            (
-                read(&mut s, 0x104),
-                read(&mut s, 0x108),
-                read(&mut s, 0x10C)
-            ),
-            (1, 2, 0)
-        );
+        assert_eq!((read(&mut s, 0x104), read(&mut s, 0x108), read(&mut s, 0x10C)), (1, 2, 0));
     }
 
     #[test]
@@ -804,11 +662,7 @@ mod tests {
         let mut s = server();
         send(&mut s, WR, 0, 0, &[(0x104, 9)]);
         send(&mut s, RD, 0, 300, &[(0x80, 0)]);
-        assert_eq!(
-            send(&mut s, WR, ACK, 301, &[(reg::RESET, 0x8)]),
-            None,
-            "no reply to a reset"
-        );
+        assert_eq!(send(&mut s, WR, ACK, 301, &[(reg::RESET, 0x8)]), None, "no reply to a reset");
         assert_eq!(s.latched_sequence(), 0);
         let r = send(&mut s, RD, SEQ, 1, &[(0x104, 0)]).expect("reply");
         assert_eq!(status(&r), Status::Ok, "sequence restarts after reset");
@@ -821,12 +675,7 @@ mod tests {
     #[test]
     fn short_requests_dropped() {
         let mut s = server();
-        for req in [
-            &[][..],
-            &[0x14],
-            &[0x14, 0, 0, 1, 0, 0, 0, 0, 0],
-            &[0x04, 1, 0, 1, 0, 0, 0, 0, 0, 0x80],
-        ] {
+        for req in [&[][..], &[0x14], &[0x14, 0, 0, 1, 0, 0, 0, 0, 0], &[0x04, 1, 0, 1, 0, 0, 0, 0, 0, 0x80]] {
             assert_eq!(send_raw(&mut s, req), None, "{req:?}");
         }
         assert_eq!(s.short_requests(), 4);
@@ -852,10 +701,7 @@ mod tests {
             assert_eq!(read(&mut s, a), 0x100 + i as u32, "{a:#x}");
         }
         assert_eq!(read(&mut s, rocelink_wire::hsb::ext::PLAYER_FPGA_QP), 2);
-        assert_eq!(
-            read(&mut s, rocelink_wire::hsb::ext::PLAYER_RESPONSE_TIMEOUT_US),
-            10_000
-        );
+        assert_eq!(read(&mut s, rocelink_wire::hsb::ext::PLAYER_RESPONSE_TIMEOUT_US), 10_000);
         assert_eq!(read(&mut s, reg::CAPTURE_COUNT), 0);
         assert_eq!(read(&mut s, reg::CAPTURE_RAM), 0);
         // Read-only: writes are ignored.

@@ -53,8 +53,7 @@ pub use crate::stats::{QecStatsSnapshot, StatsSnapshot};
 /// The peer's QP by default (PROTOCOLS.md 2.3: "to the FPGA's QP (2 by default)").
 pub const DEFAULT_QP: u32 = rocelink_wire::hsb::ext::DEFAULT_FPGA_QP;
 /// Where the ECB server listens by default.
-pub const DEFAULT_ECB: SocketAddrV4 =
-    SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), rocelink_wire::ecb::PORT);
+pub const DEFAULT_ECB: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(127, 0, 0, 2), rocelink_wire::ecb::PORT);
 
 /// How to run the peer.
 #[derive(Debug, Clone)]
@@ -91,17 +90,11 @@ impl Default for SimConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     #[error("cannot bind the ECB server to {addr}: {source}")]
-    EcbBind {
-        addr: SocketAddrV4,
-        source: std::io::Error,
-    },
+    EcbBind { addr: SocketAddrV4, source: std::io::Error },
     #[error("cannot set up the ECB socket: {0}")]
     EcbSocket(std::io::Error),
     #[error("cannot start the {what} thread: {source}")]
-    Spawn {
-        what: &'static str,
-        source: std::io::Error,
-    },
+    Spawn { what: &'static str, source: std::io::Error },
 }
 
 /// A running peer. Dropping it stops it (as [`FpgaSim::stop`] does).
@@ -121,34 +114,19 @@ pub fn start(config: SimConfig, link: Box<dyn Link>) -> Result<FpgaSim, SimError
 /// [`start`], with shots to replay in QEC mode (QEC_ENABLE set at power-on). The replay is
 /// an argument rather than a [`SimConfig`] field so that code building a `SimConfig` with
 /// every field named keeps compiling.
-pub fn start_with_qec(
-    config: SimConfig,
-    qec: Option<QecReplay>,
-    link: Box<dyn Link>,
-) -> Result<FpgaSim, SimError> {
-    let socket = UdpSocket::bind(config.ecb_bind).map_err(|source| SimError::EcbBind {
-        addr: config.ecb_bind,
-        source,
-    })?;
+pub fn start_with_qec(config: SimConfig, qec: Option<QecReplay>, link: Box<dyn Link>) -> Result<FpgaSim, SimError> {
+    let socket =
+        UdpSocket::bind(config.ecb_bind).map_err(|source| SimError::EcbBind { addr: config.ecb_bind, source })?;
     let ecb_addr = match socket.local_addr().map_err(SimError::EcbSocket)? {
         std::net::SocketAddr::V4(a) => a,
         std::net::SocketAddr::V6(_) => config.ecb_bind,
     };
     let shared = Arc::new(PeerShared::default());
-    let identity = PeerIdentity {
-        mac: config.mac,
-        ip: config.ip,
-        qp: config.qp & 0x00FF_FFFF,
-    };
+    let identity = PeerIdentity { mac: config.mac, ip: config.ip, qp: config.qp & 0x00FF_FFFF };
     let (tx, rx) = mpsc::channel();
     let link_name = link.describe();
 
-    let mut sim = FpgaSim {
-        ecb_addr,
-        link: link_name,
-        shared: Arc::clone(&shared),
-        threads: Vec::new(),
-    };
+    let mut sim = FpgaSim { ecb_addr, link: link_name, shared: Arc::clone(&shared), threads: Vec::new() };
     let dp = DataPlane {
         link,
         shared: Arc::clone(&shared),
@@ -158,17 +136,10 @@ pub fn start_with_qec(
         qp: identity.qp,
     };
     // On an error below, dropping `sim` stops what already started.
-    sim.threads
-        .push(dp.spawn().map_err(|source| SimError::Spawn {
-            what: "data-plane",
-            source,
-        })?);
+    sim.threads.push(dp.spawn().map_err(|source| SimError::Spawn { what: "data-plane", source })?);
     let regs = Registers::with_qec(identity, Arc::clone(&shared), qec.map(Arc::new));
     let server = EcbServer::new(regs, Some(tx));
-    let ecb = ecb_server::spawn(socket, server, shared).map_err(|source| SimError::Spawn {
-        what: "ECB",
-        source,
-    })?;
+    let ecb = ecb_server::spawn(socket, server, shared).map_err(|source| SimError::Spawn { what: "ECB", source })?;
     sim.threads.push(ecb);
     tracing::info!(ecb = %ecb_addr, link = %sim.link, "fpga-sim started");
     Ok(sim)

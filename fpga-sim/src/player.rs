@@ -46,9 +46,9 @@ use std::sync::Arc;
 
 use rocelink_wire::bth::Opcode;
 use rocelink_wire::hsb::{capture_flags, scramble_args, CaptureRecord};
+use rocelink_wire::icrc::FieldPatch;
 use rocelink_wire::reth::RethRepr;
 use rocelink_wire::roce::{self, Endpoints, RoceRepr};
-use rocelink_wire::icrc::FieldPatch;
 use rocelink_wire::{ethernet, icrc, rpc, Error as WireError};
 
 use crate::capture::CaptureRam;
@@ -127,20 +127,12 @@ struct Window {
 
 impl Window {
     fn new() -> Self {
-        Window {
-            ring: [InFlight::default(); MAX_IN_FLIGHT],
-            head: 0,
-            len: 0,
-        }
+        Window { ring: [InFlight::default(); MAX_IN_FLIGHT], head: 0, len: 0 }
     }
 
     fn push(&mut self, frame: u32, sent_ns: u64) {
         if self.len < MAX_IN_FLIGHT {
-            self.ring[(self.head + self.len) % MAX_IN_FLIGHT] = InFlight {
-                frame,
-                sent_ns,
-                answered: false,
-            };
+            self.ring[(self.head + self.len) % MAX_IN_FLIGHT] = InFlight { frame, sent_ns, answered: false };
             self.len += 1;
         }
     }
@@ -242,21 +234,10 @@ impl Player {
         cfg.arg_len = cfg.arg_len.min(cfg.template.len() - rpc::HEADER_LEN);
         cfg.max_in_flight = cfg.max_in_flight.clamp(1, MAX_IN_FLIGHT);
         cfg.slots = cfg.slots.max(1);
-        let room = cfg
-            .qec
-            .as_ref()
-            .map_or(0, |q| q.max_message_len())
-            .max(cfg.template.len());
-        let write_imm = RoceRepr::uc_write_imm(
-            &cfg.endpoints,
-            cfg.dest_qp,
-            0,
-            RethRepr { va: 0, rkey: 0, dma_len: 0 },
-            0,
-            0,
-        );
-        let increment = rpc::Request::new_unchecked(&cfg.template[..]).function_id()
-            == rpc::function_id::INCREMENT;
+        let room = cfg.qec.as_ref().map_or(0, |q| q.max_message_len()).max(cfg.template.len());
+        let write_imm =
+            RoceRepr::uc_write_imm(&cfg.endpoints, cfg.dest_qp, 0, RethRepr { va: 0, rkey: 0, dma_len: 0 }, 0, 0);
+        let increment = rpc::Request::new_unchecked(&cfg.template[..]).function_id() == rpc::function_id::INCREMENT;
         Player {
             write_imm,
             payload: vec![0; room],
@@ -298,9 +279,7 @@ impl Player {
     pub fn expire(&mut self, now: u64, stats: &Stats) {
         let lost = self.window.retire(now, self.cfg.response_timeout_ns);
         if lost > 0 {
-            stats
-                .timeouts
-                .fetch_add(lost, std::sync::atomic::Ordering::Relaxed);
+            stats.timeouts.fetch_add(lost, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -333,10 +312,7 @@ impl Player {
         };
         let slot = frame % self.cfg.slots;
         let reth = RethRepr {
-            va: self
-                .cfg
-                .buffer_va
-                .wrapping_add(u64::from(slot).wrapping_mul(self.cfg.page_stride)),
+            va: self.cfg.buffer_va.wrapping_add(u64::from(slot).wrapping_mul(self.cfg.page_stride)),
             rkey: self.cfg.rkey,
             dma_len: payload.len() as u32,
         };
@@ -349,9 +325,9 @@ impl Player {
         repr.set_payload_len(payload.len());
         let len = repr.emit(payload, &mut self.frame_buf).ok();
         // The payload's first byte: the frame less its ICRC, pad and payload.
-        let stamp_at = len.filter(|_| stamped && payload.len() >= TIMESTAMP_AT + 8).map(|n| {
-            n - icrc::LEN - usize::from(repr.bth.pad_count) - payload.len() + TIMESTAMP_AT
-        });
+        let stamp_at = len
+            .filter(|_| stamped && payload.len() >= TIMESTAMP_AT + 8)
+            .map(|n| n - icrc::LEN - usize::from(repr.bth.pad_count) - payload.len() + TIMESTAMP_AT);
         // the ICRC patch for this length and stamp place, made now (off the send) if new
         let patch = len.zip(stamp_at).and_then(|(n, at)| {
             let (ip_len, ip_at) = (n - ethernet::HEADER_LEN, at - ethernet::HEADER_LEN);
@@ -426,9 +402,9 @@ impl Player {
         // ones after it, and the offered rate is the one asked for.
         self.next_due_ns = match &self.cfg.qec {
             // Fixed syndrome cycle: the next message leaves when its last round is measured.
-            Some(plan) => self.next_due_ns.saturating_add(
-                u64::from(plan.rounds_of(frame.wrapping_add(1))) * self.cfg.interval_ns,
-            ),
+            Some(plan) => {
+                self.next_due_ns.saturating_add(u64::from(plan.rounds_of(frame.wrapping_add(1))) * self.cfg.interval_ns)
+            }
             None => self.next_due_ns.saturating_add(self.cfg.interval_ns),
         };
         self.window.push(frame, now);
@@ -452,10 +428,7 @@ impl Player {
             payload[TIMESTAMP_AT..TIMESTAMP_AT + 8].copy_from_slice(&now.to_le_bytes());
         }
         if self.cfg.scramble {
-            scramble_args(
-                request_id,
-                &mut payload[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len],
-            );
+            scramble_args(request_id, &mut payload[rpc::HEADER_LEN..rpc::HEADER_LEN + self.cfg.arg_len]);
         }
     }
 
@@ -483,8 +456,7 @@ impl Player {
                 record.echoed_timestamp = h.ptp_timestamp;
                 record.result_len = h.result_len;
                 record.rpc_status = h.status;
-                record.flags =
-                    capture_flags::HEADER_OK | self.check_answer(&h, payload, now, stats);
+                record.flags = capture_flags::HEADER_OK | self.check_answer(&h, payload, now, stats);
             }
             Err(_) => {
                 // Keep what we can tell: the id field, where the bytes reach it.
@@ -501,13 +473,7 @@ impl Player {
     }
 
     /// Flags beyond HEADER_OK for a parsed answer; marks its frame answered.
-    fn check_answer(
-        &mut self,
-        h: &rpc::ResponseRepr,
-        payload: &[u8],
-        now: u64,
-        stats: &Stats,
-    ) -> u32 {
+    fn check_answer(&mut self, h: &rpc::ResponseRepr, payload: &[u8], now: u64, stats: &Stats) -> u32 {
         let frame = h.request_id.wrapping_sub(self.cfg.first_request_id);
         if frame >= self.sent {
             Stats::bump(&stats.unexpected);
@@ -526,12 +492,7 @@ impl Player {
         if let Some(plan) = &self.cfg.qec {
             if flags & capture_flags::DUPLICATE != 0 {
                 // Counted once, on the first answer.
-                return flags
-                    | if plan.is_final(frame) {
-                        capture_flags::FINAL_ROUND
-                    } else {
-                        0
-                    };
+                return flags | if plan.is_final(frame) { capture_flags::FINAL_ROUND } else { 0 };
             }
             return flags | plan.check_answer(frame, h, payload, now, &stats.qec);
         }
@@ -589,10 +550,7 @@ pub fn accept_answer<'a>(frame: &'a [u8], qp: u32, host: Option<[u8; 4]>, stats:
             None
         }
         Ok(f) => {
-            let send = matches!(
-                f.repr.bth.opcode,
-                Opcode::UcSendOnly | Opcode::UcSendOnlyImm
-            );
+            let send = matches!(f.repr.bth.opcode, Opcode::UcSendOnly | Opcode::UcSendOnlyImm);
             if send && f.repr.bth.dest_qp == qp {
                 Some(f.payload)
             } else {
@@ -632,11 +590,7 @@ mod tests {
 
     /// The host's end: where the answers come from (to the RoCE port).
     fn host_endpoints() -> Endpoints {
-        Endpoints {
-            src_port: 49152,
-            dst_port: roce::UDP_PORT,
-            ..endpoints().reversed()
-        }
+        Endpoints { src_port: 49152, dst_port: roce::UDP_PORT, ..endpoints().reversed() }
     }
 
     fn config(frames: u32, max_in_flight: usize, slots: u32) -> RunConfig {
@@ -668,27 +622,16 @@ mod tests {
     /// Sends one frame at `now`; returns (psn, imm, va, request_id, args).
     fn send(p: &mut Player, now: u64, stats: &Stats) -> (u32, u32, u64, u32, Vec<u8>) {
         let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
-        let Transmit::Frame(n) = p.poll_transmit(now, stats, &mut buf) else {
-            panic!("no frame due")
-        };
+        let Transmit::Frame(n) = p.poll_transmit(now, stats, &mut buf) else { panic!("no frame due") };
         let f = roce::parse_frame(&buf[..n]).expect("our frames parse");
         assert_eq!(f.repr.bth.opcode, Opcode::UcWriteOnlyImm);
         assert_eq!(f.repr.bth.dest_qp, HOST_QP);
         assert_eq!(f.repr.bth.pkey, 0xFFFF);
         let reth = f.repr.reth.expect("RETH");
-        assert_eq!(
-            (reth.rkey, reth.dma_len as usize),
-            (0x55, rpc::HEADER_LEN + ARGS)
-        );
+        assert_eq!((reth.rkey, reth.dma_len as usize), (0x55, rpc::HEADER_LEN + ARGS));
         let req = rpc::RequestRepr::parse(f.payload).expect("CUQR");
         assert_eq!(req.ptp_timestamp, now, "stamped at transmission");
-        (
-            f.repr.bth.psn,
-            f.repr.immdt.expect("imm"),
-            reth.va,
-            req.request_id,
-            f.payload[rpc::HEADER_LEN..].to_vec(),
-        )
+        (f.repr.bth.psn, f.repr.immdt.expect("imm"), reth.va, req.request_id, f.payload[rpc::HEADER_LEN..].to_vec())
     }
 
     /// An echo answer frame.
@@ -703,9 +646,7 @@ mod tests {
     /// A SEND ONLY of `payload` from the host to `qp`.
     fn send_only(qp: u32, payload: &[u8]) -> Vec<u8> {
         let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
-        let n = RoceRepr::uc_send_only(&host_endpoints(), qp, 0, payload.len())
-            .emit(payload, &mut buf)
-            .expect("emit");
+        let n = RoceRepr::uc_send_only(&host_endpoints(), qp, 0, payload.len()).emit(payload, &mut buf).expect("emit");
         buf.truncate(n);
         buf
     }
@@ -725,10 +666,7 @@ mod tests {
             scramble_args(id, &mut expected);
             assert_eq!(args, expected);
         }
-        assert_eq!(
-            p.poll_transmit(100, &stats, &mut [0u8; 64]),
-            Transmit::AllSent
-        );
+        assert_eq!(p.poll_transmit(100, &stats, &mut [0u8; 64]), Transmit::AllSent);
     }
 
     #[test]
@@ -754,10 +692,7 @@ mod tests {
         assert_eq!(stats.snapshot().malformed, 0);
         assert_eq!(ahead.stamp_patches.len(), 1, "one frame length, one stamp place: one patch");
         ahead.prepare(); // nothing left to build
-        assert_eq!(
-            ahead.poll_transmit(u64::MAX, &stats, &mut [0u8; 64]),
-            Transmit::AllSent
-        );
+        assert_eq!(ahead.poll_transmit(u64::MAX, &stats, &mut [0u8; 64]), Transmit::AllSent);
     }
 
     #[test]
@@ -765,10 +700,7 @@ mod tests {
         let stats = Stats::default();
         let mut p = Player::new(config(2, 64, 4), 0, 0);
         p.prepare();
-        assert_eq!(
-            p.poll_transmit(5, &stats, &mut [0u8; 64]),
-            Transmit::NotDue
-        );
+        assert_eq!(p.poll_transmit(5, &stats, &mut [0u8; 64]), Transmit::NotDue);
         assert_eq!(stats.snapshot().malformed, 1);
         // the run moves on: the next frame is the second, stamped and whole
         let (psn, _, _, id, _) = send(&mut p, 6, &stats);
@@ -810,12 +742,7 @@ mod tests {
         assert_eq!(cap.count(), 2);
         let r = cap.record(1).expect("record");
         assert_eq!(
-            (
-                r.request_id,
-                r.flags,
-                r.arrival_timestamp,
-                r.echoed_timestamp
-            ),
+            (r.request_id, r.flags, r.arrival_timestamp, r.echoed_timestamp),
             (1001, PAYLOAD_OK | HEADER_OK, 9, 7)
         );
     }
@@ -824,8 +751,7 @@ mod tests {
     fn an_increment_answer_must_carry_the_args_plus_one() {
         let stats = Stats::default();
         let mut cfg = config(2, 1, 64);
-        rpc::Request::new_unchecked(&mut cfg.template[..])
-            .set_function_id(rpc::function_id::INCREMENT);
+        rpc::Request::new_unchecked(&mut cfg.template[..]).set_function_id(rpc::function_id::INCREMENT);
         let mut p = Player::new(cfg, 0, 0);
         // the echo of the args is wrong for `increment`
         let (_, _, _, id, args) = send(&mut p, 0, &stats);
@@ -835,9 +761,7 @@ mod tests {
         rpc::increment(&mut args);
         p.on_frame(&answer(PEER_QP, id, &args, false), 9, &stats);
         let cap = p.config().capture.clone().expect("capture");
-        let flags: Vec<u32> = (0..2)
-            .map(|i| cap.record(i).expect("record").flags)
-            .collect();
+        let flags: Vec<u32> = (0..2).map(|i| cap.record(i).expect("record").flags).collect();
         assert_eq!(flags, [HEADER_OK, HEADER_OK | PAYLOAD_OK]);
     }
 
@@ -854,11 +778,7 @@ mod tests {
         let mut wrong = args1.clone();
         wrong[0] ^= 1;
         p.on_frame(&answer(PEER_QP, *id1, &wrong, false), 12, &stats); // wrong bytes
-        p.on_frame(
-            &answer(PEER_QP, *id2, &args1[..ARGS - 1], false),
-            13,
-            &stats,
-        ); // short result
+        p.on_frame(&answer(PEER_QP, *id2, &args1[..ARGS - 1], false), 13, &stats); // short result
         p.on_frame(&answer(PEER_QP, 1003, args0, false), 14, &stats); // id not sent yet
         p.on_frame(&answer(PEER_QP, *id0, args0, true), 15, &stats); // bad magic
         p.on_frame(&answer(9, *id0, args0, false), 16, &stats); // other QP
@@ -885,10 +805,7 @@ mod tests {
             ]
         );
         let s = stats.snapshot();
-        assert_eq!(
-            (s.received, s.unexpected, s.malformed, s.icrc_failures),
-            (6, 2, 2, 1)
-        );
+        assert_eq!((s.received, s.unexpected, s.malformed, s.icrc_failures), (6, 2, 2, 1));
     }
 
     #[test]
@@ -899,15 +816,8 @@ mod tests {
         cfg.arg_len = 1000;
         let mut p = Player::new(cfg, 0, 0);
         let mut buf = vec![0u8; roce::MAX_FRAME_LEN];
-        assert!(matches!(
-            p.poll_transmit(0, &stats, &mut buf),
-            Transmit::Frame(_)
-        ));
-        assert_eq!(
-            p.poll_transmit(1, &stats, &mut buf),
-            Transmit::Stalled,
-            "at least 1 in flight"
-        );
+        assert!(matches!(p.poll_transmit(0, &stats, &mut buf), Transmit::Frame(_)));
+        assert_eq!(p.poll_transmit(1, &stats, &mut buf), Transmit::Stalled, "at least 1 in flight");
         p.on_frame(&answer(PEER_QP, 1000, &[], false), 2, &stats);
         p.expire(2, &stats);
         assert!(
@@ -929,14 +839,7 @@ mod tests {
         use rocelink_wire::qec::{emit_corrections, EnqueueSyndromes};
         let stats = Stats::default();
         // Rounds of 2, 3 and 1 detectors; 2 shots; true observables [1, 0].
-        let replay = QecReplay::new(
-            vec![2, 3, 1],
-            1,
-            vec![0b10_0101, 0b01_1010],
-            vec![1, 0],
-            None,
-        )
-        .expect("replay");
+        let replay = QecReplay::new(vec![2, 3, 1], 1, vec![0b10_0101, 0b01_1010], vec![1, 0], None).expect("replay");
         let plan = Arc::new(replay).plan(2);
         let mut cfg = config(4, 64, 64);
         cfg.frames = plan.frames(2);
@@ -949,20 +852,12 @@ mod tests {
         let mut tx = |p: &mut Player, now: u64| match p.poll_transmit(now, &stats, &mut buf) {
             Transmit::Frame(n) => {
                 let f = roce::parse_frame(&buf[..n]).expect("parses");
-                assert_eq!(
-                    f.repr.reth.map(|r| r.dma_len as usize),
-                    Some(f.payload.len())
-                );
+                assert_eq!(f.repr.reth.map(|r| r.dma_len as usize), Some(f.payload.len()));
                 let req = rpc::RequestRepr::parse(f.payload).expect("CUQR");
                 assert_eq!(req.ptp_timestamp, now);
                 let args = &f.payload[rpc::HEADER_LEN..];
                 let m = EnqueueSyndromes::new_checked(args).expect("enqueue_syndromes");
-                sent.push((
-                    req.request_id,
-                    m.counter(),
-                    m.num_syndromes(),
-                    m.syndromes()[0],
-                ));
+                sent.push((req.request_id, m.counter(), m.num_syndromes(), m.syndromes()[0]));
                 true
             }
             _ => false,
@@ -976,20 +871,9 @@ mod tests {
         assert!(tx(&mut p, 300));
         assert!(tx(&mut p, 400));
         assert!(!tx(&mut p, 10_000), "all sent");
-        assert_eq!(
-            sent,
-            [
-                (1000, 0, 5, 0b0_0101),
-                (1001, 2, 1, 1),
-                (1002, 0, 5, 0b1_1010),
-                (1003, 2, 1, 0)
-            ]
-        );
+        assert_eq!(sent, [(1000, 0, 5, 0b0_0101), (1001, 2, 1, 1), (1002, 0, 5, 0b1_1010), (1003, 2, 1, 0)]);
         let s = stats.qec.snapshot();
-        assert_eq!(
-            (s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns),
-            (2, 6, 0, 400)
-        );
+        assert_eq!((s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns), (2, 6, 0, 400));
 
         let mut correction = [0u8; 24];
         emit_corrections(1, 1, &mut correction).expect("fits");
@@ -1001,9 +885,7 @@ mod tests {
         p.expire(2_000, &stats);
         assert!(p.is_done());
         let cap = p.config().capture.clone().expect("capture");
-        let flags: Vec<u32> = (0..cap.count() as usize)
-            .map(|i| cap.record(i).expect("record").flags)
-            .collect();
+        let flags: Vec<u32> = (0..cap.count() as usize).map(|i| cap.record(i).expect("record").flags).collect();
         assert_eq!(
             flags,
             [
@@ -1014,10 +896,7 @@ mod tests {
             ]
         );
         let s = stats.qec.snapshot();
-        assert_eq!(
-            (s.shots_decoded, s.logical_errors, s.last_correction_ns),
-            (1, 0, 510)
-        );
+        assert_eq!((s.shots_decoded, s.logical_errors, s.last_correction_ns), (1, 0, 510));
         assert_eq!((s.status[0], s.status[5]), (1, 1));
         assert_eq!(stats.snapshot().timeouts, 1, "message 1003 never answered");
     }

@@ -34,9 +34,7 @@ use std::sync::Arc;
 
 use rocelink_wire::dem::DetectorErrorModel;
 use rocelink_wire::hsb::capture_flags;
-use rocelink_wire::qec::{
-    self as wq, DecodeReportRepr, EnqueueSyndromesRepr, REPORT_OVERFLOW, REPORT_UNMATCHABLE,
-};
+use rocelink_wire::qec::{self as wq, DecodeReportRepr, EnqueueSyndromesRepr, REPORT_OVERFLOW, REPORT_UNMATCHABLE};
 use rocelink_wire::rpc::{self, function_id, status, RequestRepr, ResponseRepr};
 
 use crate::stats::{QecStats, Stats};
@@ -56,16 +54,9 @@ use rocelink_wire::rpc::{REQUEST_ID_AT, TIMESTAMP_AT};
 #[derive(Debug, thiserror::Error)]
 pub enum QecError {
     #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{}, line {line}: {reason}", path.display())]
-    Line {
-        path: PathBuf,
-        line: usize,
-        reason: String,
-    },
+    Line { path: PathBuf, line: usize, reason: String },
     #[error("{}: {reason}", path.display())]
     File { path: PathBuf, reason: String },
     #[error("QEC replay: {0}")]
@@ -141,10 +132,7 @@ pub struct QecReplay {
 }
 
 fn read_bytes(path: &Path) -> Result<Vec<u8>, QecError> {
-    std::fs::read(path).map_err(|source| QecError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read(path).map_err(|source| QecError::Read { path: path.to_path_buf(), source })
 }
 
 fn read_text(path: &Path) -> Result<String, QecError> {
@@ -162,24 +150,13 @@ pub fn parse_01(text: &str, observables: usize) -> Result<Vec<u64>, (usize, Stri
         .map(|(i, line)| {
             let line = line.strip_suffix('\r').unwrap_or(line);
             if line.len() != observables {
-                return Err((
-                    i + 1,
-                    format!(
-                        "{} characters, expected {observables} (one per observable)",
-                        line.len()
-                    ),
-                ));
+                return Err((i + 1, format!("{} characters, expected {observables} (one per observable)", line.len())));
             }
-            line.bytes()
-                .enumerate()
-                .try_fold(0u64, |m, (k, c)| match c {
-                    b'0' => Ok(m),
-                    b'1' => Ok(m | 1 << k),
-                    _ => Err((
-                        i + 1,
-                        format!("`{}` is not 0 or 1", char::from(c).escape_default()),
-                    )),
-                })
+            line.bytes().enumerate().try_fold(0u64, |m, (k, c)| match c {
+                b'0' => Ok(m),
+                b'1' => Ok(m | 1 << k),
+                _ => Err((i + 1, format!("`{}` is not 0 or 1", char::from(c).escape_default()))),
+            })
         })
         .collect()
 }
@@ -198,14 +175,10 @@ impl QecReplay {
     ) -> Result<Self, QecError> {
         let bad = |m: String| Err(QecError::Config(m));
         if detectors_per_round.is_empty() || detectors_per_round.contains(&0) {
-            return bad(format!(
-                "every round needs at least one detector (got {detectors_per_round:?})"
-            ));
+            return bad(format!("every round needs at least one detector (got {detectors_per_round:?})"));
         }
-        let num_detectors = detectors_per_round
-            .iter()
-            .try_fold(0usize, |a, &d| a.checked_add(d))
-            .filter(|&n| n <= MAX_DETECTORS);
+        let num_detectors =
+            detectors_per_round.iter().try_fold(0usize, |a, &d| a.checked_add(d)).filter(|&n| n <= MAX_DETECTORS);
         let Some(num_detectors) = num_detectors else {
             return bad(format!("more than {MAX_DETECTORS} detectors per shot"));
         };
@@ -213,9 +186,7 @@ impl QecReplay {
             return bad("too many rounds".into());
         }
         if !(1..=MAX_OBSERVABLES).contains(&num_observables) {
-            return bad(format!(
-                "{num_observables} observables; 1 to {MAX_OBSERVABLES} are supported"
-            ));
+            return bad(format!("{num_observables} observables; 1 to {MAX_OBSERVABLES} are supported"));
         }
         let shot_bytes = wq::packed_len(num_detectors);
         if dets.is_empty() || !dets.len().is_multiple_of(shot_bytes) {
@@ -250,26 +221,19 @@ impl QecReplay {
     /// Loads the files of `cfg`. Errors name the file (and line).
     pub fn load(cfg: &QecReplayConfig) -> Result<Self, QecError> {
         let dem = &cfg.dem;
-        let layout =
-            DemLayout::parse(&read_text(dem)?).map_err(|(line, reason)| QecError::Line {
-                path: dem.clone(),
-                line,
-                reason,
-            })?;
-        let file_err = |path: &Path, reason: String| QecError::File {
-            path: path.to_path_buf(),
+        let layout = DemLayout::parse(&read_text(dem)?).map_err(|(line, reason)| QecError::Line {
+            path: dem.clone(),
+            line,
             reason,
-        };
+        })?;
+        let file_err = |path: &Path, reason: String| QecError::File { path: path.to_path_buf(), reason };
         if layout.num_detectors == 0 {
             return Err(file_err(dem, "the DEM names no detectors".into()));
         }
         if !(1..=MAX_OBSERVABLES).contains(&layout.num_observables) {
             return Err(file_err(
                 dem,
-                format!(
-                    "{} observables; 1 to {MAX_OBSERVABLES} are supported",
-                    layout.num_observables
-                ),
+                format!("{} observables; 1 to {MAX_OBSERVABLES} are supported", layout.num_observables),
             ));
         }
         let split = match (&cfg.detectors_per_round, layout.detectors_per_round) {
@@ -310,23 +274,10 @@ impl QecReplay {
         }
         let shots = dets.len() / shot_bytes;
         let read_01 = |path: &Path| -> Result<Vec<u64>, QecError> {
-            let masks =
-                parse_01(&read_text(path)?, layout.num_observables).map_err(|(line, reason)| {
-                    QecError::Line {
-                        path: path.to_path_buf(),
-                        line,
-                        reason,
-                    }
-                })?;
+            let masks = parse_01(&read_text(path)?, layout.num_observables)
+                .map_err(|(line, reason)| QecError::Line { path: path.to_path_buf(), line, reason })?;
             if masks.len() != shots {
-                return Err(file_err(
-                    path,
-                    format!(
-                        "{} shots, but {} holds {shots}",
-                        masks.len(),
-                        cfg.dets.display()
-                    ),
-                ));
+                return Err(file_err(path, format!("{} shots, but {} holds {shots}", masks.len(), cfg.dets.display())));
             }
             Ok(masks)
         };
@@ -371,8 +322,7 @@ impl QecReplay {
 
     /// Shot `i`'s detection events (b8 bytes).
     pub fn shot(&self, i: usize) -> Option<&[u8]> {
-        self.dets
-            .get(i * self.shot_bytes..(i + 1) * self.shot_bytes)
+        self.dets.get(i * self.shot_bytes..(i + 1) * self.shot_bytes)
     }
 
     /// Shot `i`'s true observables.
@@ -420,18 +370,13 @@ impl QecReplay {
 
     /// Messages per shot for the setting `rounds_per_message`.
     pub fn messages_per_shot(&self, rounds_per_message: u32) -> u32 {
-        self.rounds_per_shot()
-            .div_ceil(self.effective_rounds_per_message(rounds_per_message))
+        self.rounds_per_shot().div_ceil(self.effective_rounds_per_message(rounds_per_message))
     }
 
     /// Bytes of the largest message (RPC header + arguments) for `rounds_per_message`.
     pub fn max_message_len(&self, rounds_per_message: u32) -> usize {
         let r = self.effective_rounds_per_message(rounds_per_message) as usize;
-        self.detectors_per_round
-            .chunks(r)
-            .map(|g| HEAD_LEN + wq::packed_len(g.iter().sum()))
-            .max()
-            .unwrap_or(HEAD_LEN)
+        self.detectors_per_round.chunks(r).map(|g| HEAD_LEN + wq::packed_len(g.iter().sum())).max().unwrap_or(HEAD_LEN)
     }
 
     /// Lays out every message of every shot for `rounds_per_message` (allocates; done when
@@ -458,9 +403,7 @@ impl QecReplay {
             let _ = header.emit(head);
             let _ = args.emit(&mut head[rpc::HEADER_LEN..]);
         }
-        let stride = messages
-            .last()
-            .map_or(0, |m| m.syn_offset + m.len - HEAD_LEN);
+        let stride = messages.last().map_or(0, |m| m.syn_offset + m.len - HEAD_LEN);
         let mut syndromes = vec![0u8; stride * self.shots()];
         for (s, out) in syndromes.chunks_mut(stride.max(1)).enumerate() {
             let shot = self.shot(s).unwrap_or(&[]);
@@ -580,13 +523,7 @@ impl QecPlan {
 
     /// Writes run message `frame` into `out` with `request_id` and send time `now`; returns
     /// its length, or `None` when `out` is too small. Copies only.
-    pub fn write_message(
-        &self,
-        frame: u32,
-        request_id: u32,
-        now: u64,
-        out: &mut [u8],
-    ) -> Option<usize> {
+    pub fn write_message(&self, frame: u32, request_id: u32, now: u64, out: &mut [u8]) -> Option<usize> {
         let (shot, pos) = self.locate(frame);
         let m = self.messages.get(pos)?;
         let (head, syn) = out.get_mut(..m.len)?.split_at_mut(HEAD_LEN);
@@ -605,9 +542,7 @@ impl QecPlan {
             stats.first_send_ns.store(now, Ordering::Relaxed);
         }
         stats.last_send_ns.store(now, Ordering::Relaxed);
-        stats
-            .rounds_sent
-            .fetch_add(self.rounds_of(frame), Ordering::Relaxed);
+        stats.rounds_sent.fetch_add(self.rounds_of(frame), Ordering::Relaxed);
         if self.is_final(frame) {
             Stats::bump(&stats.shots_sent);
         }
@@ -616,14 +551,7 @@ impl QecPlan {
     /// Checks the first answer to run message `frame` (`h` its parsed header, `payload` the
     /// whole RPC payload), arrived at `now`; counts it and returns its capture flags beyond
     /// HEADER_OK (module docs).
-    pub fn check_answer(
-        &self,
-        frame: u32,
-        h: &ResponseRepr,
-        payload: &[u8],
-        now: u64,
-        stats: &QecStats,
-    ) -> u32 {
+    pub fn check_answer(&self, frame: u32, h: &ResponseRepr, payload: &[u8], now: u64, stats: &QecStats) -> u32 {
         let (shot, pos) = self.locate(frame);
         let last = pos + 1 == self.messages.len();
         let mut flags = if last { capture_flags::FINAL_ROUND } else { 0 };
@@ -640,10 +568,8 @@ impl QecPlan {
             return flags;
         }
         let need = self.correction_len + wq::DECODE_REPORT_LEN;
-        let result = payload
-            .get(rpc::HEADER_LEN..)
-            .and_then(|r| r.get(..h.result_len as usize))
-            .filter(|r| r.len() >= need);
+        let result =
+            payload.get(rpc::HEADER_LEN..).and_then(|r| r.get(..h.result_len as usize)).filter(|r| r.len() >= need);
         let Some(result) = result else {
             Stats::bump(&stats.bad_answers);
             return flags;
@@ -689,10 +615,7 @@ mod tests {
     use rocelink_wire::qec::EnqueueSyndromes;
     use rocelink_wire::rpc::Request;
 
-    const FIXTURES: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../operator/tests/fixtures/qec"
-    );
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../operator/tests/fixtures/qec");
 
     fn fixture_config(name: &str) -> QecReplayConfig {
         let dir = Path::new(FIXTURES).join(name);
@@ -744,10 +667,7 @@ mod tests {
         let l = layout("repeat 3 {\n detector(0, 0) D0\n shift_detectors(0, 1) 1\n}\n");
         assert_eq!(l.detectors_per_round, Some(vec![1, 1, 1]));
         let err = |t: &str| DemLayout::parse(t).expect_err("refused");
-        assert_eq!(
-            err("error(0.1) D0\nerrror(0.1) D1\n"),
-            (2, "unknown instruction `errror`".into())
-        );
+        assert_eq!(err("error(0.1) D0\nerrror(0.1) D1\n"), (2, "unknown instruction `errror`".into()));
         assert_eq!(err("error(2) D0").0, 1);
         assert_eq!(err("error(0.1) X3").0, 1);
         assert_eq!(err("detector(0) L0").0, 1);
@@ -764,10 +684,7 @@ mod tests {
     #[test]
     fn loads_fixtures_and_names_bad_files() {
         let q = QecReplay::load(&fixture_config("d5_p0.001")).expect("loads");
-        assert_eq!(
-            (q.shots(), q.num_detectors(), q.rounds_per_shot()),
-            (5000, 120, 6)
-        );
+        assert_eq!((q.shots(), q.num_detectors(), q.rounds_per_shot()), (5000, 120, 6));
         assert!(q.has_reference());
         assert_eq!(q.shot(0).map(<[u8]>::len), Some(15));
 
@@ -781,70 +698,24 @@ mod tests {
         let good = fixture_config("d3_p0.001");
         let msg = |c: &QecReplayConfig| QecReplay::load(c).expect_err("refused").to_string();
 
-        let c = QecReplayConfig {
-            dets: write("short.b8", &[0; 7]),
-            ..good.clone()
-        };
-        assert!(
-            msg(&c).contains("short.b8") && msg(&c).contains("3-byte shots"),
-            "{}",
-            msg(&c)
-        );
-        let c = QecReplayConfig {
-            obs: write("few.01", b"0\n1\n"),
-            ..good.clone()
-        };
+        let c = QecReplayConfig { dets: write("short.b8", &[0; 7]), ..good.clone() };
+        assert!(msg(&c).contains("short.b8") && msg(&c).contains("3-byte shots"), "{}", msg(&c));
+        let c = QecReplayConfig { obs: write("few.01", b"0\n1\n"), ..good.clone() };
         assert!(msg(&c).contains("few.01: 2 shots, but"), "{}", msg(&c));
-        let c = QecReplayConfig {
-            pred: Some(write("bad.01", b"0\n2\n")),
-            ..good.clone()
-        };
+        let c = QecReplayConfig { pred: Some(write("bad.01", b"0\n2\n")), ..good.clone() };
         assert!(msg(&c).contains("bad.01, line 2"), "{}", msg(&c));
-        let c = QecReplayConfig {
-            dem: write("bad.dem", b"error(0.1) D0\nnonsense\n"),
-            ..good.clone()
-        };
-        assert!(
-            msg(&c).contains("bad.dem, line 2: unknown instruction"),
-            "{}",
-            msg(&c)
-        );
-        let c = QecReplayConfig {
-            dem: write("nocoords.dem", b"error(0.1) D23 L0\n"),
-            ..good.clone()
-        };
-        assert!(
-            msg(&c).contains("nocoords.dem: no per-round split"),
-            "{}",
-            msg(&c)
-        );
+        let c = QecReplayConfig { dem: write("bad.dem", b"error(0.1) D0\nnonsense\n"), ..good.clone() };
+        assert!(msg(&c).contains("bad.dem, line 2: unknown instruction"), "{}", msg(&c));
+        let c = QecReplayConfig { dem: write("nocoords.dem", b"error(0.1) D23 L0\n"), ..good.clone() };
+        assert!(msg(&c).contains("nocoords.dem: no per-round split"), "{}", msg(&c));
         // ... which an explicit split fixes.
-        let c = QecReplayConfig {
-            detectors_per_round: Some(vec![12, 12]),
-            ..c
-        };
-        assert_eq!(
-            QecReplay::load(&c).expect("loads").detectors_per_round(),
-            [12, 12]
-        );
-        let c = QecReplayConfig {
-            detectors_per_round: Some(vec![12, 11]),
-            ..c
-        };
+        let c = QecReplayConfig { detectors_per_round: Some(vec![12, 12]), ..c };
+        assert_eq!(QecReplay::load(&c).expect("loads").detectors_per_round(), [12, 12]);
+        let c = QecReplayConfig { detectors_per_round: Some(vec![12, 11]), ..c };
         assert!(msg(&c).contains("do not split"), "{}", msg(&c));
-        let c = QecReplayConfig {
-            dets: dir.join("missing.b8"),
-            ..good.clone()
-        };
-        assert!(
-            msg(&c).starts_with("cannot read") && msg(&c).contains("missing.b8"),
-            "{}",
-            msg(&c)
-        );
-        let c = QecReplayConfig {
-            dem: write("bin.dem", &[0xFF, 0xFE]),
-            ..good
-        };
+        let c = QecReplayConfig { dets: dir.join("missing.b8"), ..good.clone() };
+        assert!(msg(&c).starts_with("cannot read") && msg(&c).contains("missing.b8"), "{}", msg(&c));
+        let c = QecReplayConfig { dem: write("bin.dem", &[0xFF, 0xFE]), ..good };
         assert!(msg(&c).contains("bin.dem: not UTF-8"), "{}", msg(&c));
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -861,12 +732,9 @@ mod tests {
         // 3 rounds of 3, 5 and 4 detectors; shot bits 0..12 = 0b1010_1100_1011.
         let bits = 0b1010_1100_1011u16;
         let r = replay(vec![3, 5, 4], &[&bits.to_le_bytes()]);
-        for (setting, want) in [
-            (1, vec![(0, 3), (1, 5), (2, 4)]),
-            (2, vec![(0, 8), (2, 4)]),
-            (0, vec![(0, 12)]),
-            (9, vec![(0, 12)]),
-        ] {
+        for (setting, want) in
+            [(1, vec![(0, 3), (1, 5), (2, 4)]), (2, vec![(0, 8), (2, 4)]), (0, vec![(0, 12)]), (9, vec![(0, 12)])]
+        {
             let plan = r.plan(setting);
             assert_eq!(plan.messages_per_shot() as usize, want.len());
             assert_eq!(r.messages_per_shot(setting) as usize, want.len());
@@ -874,39 +742,22 @@ mod tests {
             let mut buf = [0u8; 128];
             let mut at = 0;
             for (k, &(counter, n)) in want.iter().enumerate() {
-                let len = plan
-                    .write_message(k as u32, 70 + k as u32, 1234, &mut buf)
-                    .expect("fits");
+                let len = plan.write_message(k as u32, 70 + k as u32, 1234, &mut buf).expect("fits");
                 let req = Request::new_checked(&buf[..len]).expect("CUQR");
                 assert_eq!(req.function_id(), function_id::ENQUEUE_SYNDROMES);
-                assert_eq!(
-                    (req.request_id(), req.ptp_timestamp()),
-                    (70 + k as u32, 1234)
-                );
+                assert_eq!((req.request_id(), req.ptp_timestamp()), (70 + k as u32, 1234));
                 let args = req.args().expect("args");
-                assert_eq!(
-                    args.len(),
-                    len - rpc::HEADER_LEN,
-                    "arg_len covers the message"
-                );
+                assert_eq!(args.len(), len - rpc::HEADER_LEN, "arg_len covers the message");
                 let m = EnqueueSyndromes::new_checked(args).expect("parses");
                 assert_eq!((m.counter(), m.num_syndromes()), (counter, n as i64));
                 for i in 0..n {
-                    assert_eq!(
-                        m.syndrome(i),
-                        bits >> (at + i) & 1 == 1,
-                        "setting {setting} bit {}",
-                        at + i
-                    );
+                    assert_eq!(m.syndrome(i), bits >> (at + i) & 1 == 1, "setting {setting} bit {}", at + i);
                 }
                 assert_eq!(args.len(), 32 + n.div_ceil(8));
                 at += n;
                 assert_eq!(plan.is_final(k as u32), k + 1 == want.len());
             }
-            assert!(
-                plan.write_message(0, 0, 0, &mut buf[..20]).is_none(),
-                "short buffer"
-            );
+            assert!(plan.write_message(0, 0, 0, &mut buf[..20]).is_none(), "short buffer");
         }
     }
 
@@ -926,12 +777,7 @@ mod tests {
     }
 
     fn answer(status: i32, result: &[u8]) -> (ResponseRepr, Vec<u8>) {
-        let h = ResponseRepr {
-            status,
-            result_len: result.len() as u32,
-            request_id: 0,
-            ptp_timestamp: 0,
-        };
+        let h = ResponseRepr { status, result_len: result.len() as u32, request_id: 0, ptp_timestamp: 0 };
         let mut p = vec![0u8; rpc::HEADER_LEN + result.len()];
         h.emit(&mut p).expect("header");
         p[rpc::HEADER_LEN..].copy_from_slice(result);
@@ -941,12 +787,7 @@ mod tests {
     fn final_result(correction: u64, report_status: u8) -> Vec<u8> {
         let mut r = vec![0u8; 8 + 16];
         wq::emit_corrections(correction, 1, &mut r).expect("fits");
-        DecodeReportRepr {
-            status: report_status,
-            ..Default::default()
-        }
-        .emit(&mut r[8..])
-        .expect("fits");
+        DecodeReportRepr { status: report_status, ..Default::default() }.emit(&mut r[8..]).expect("fits");
         r
     }
 
@@ -957,18 +798,10 @@ mod tests {
         let r = replay(vec![2, 2], &[&[0], &[0]]);
         let plan = r.plan(1);
         let stats = QecStats::default();
-        let check =
-            |frame, (h, p): (ResponseRepr, Vec<u8>)| plan.check_answer(frame, &h, &p, 99, &stats);
+        let check = |frame, (h, p): (ResponseRepr, Vec<u8>)| plan.check_answer(frame, &h, &p, 99, &stats);
         assert_eq!(check(0, answer(0, &[])), PAYLOAD_OK);
-        assert_eq!(
-            check(0, answer(0, &[1])),
-            0,
-            "a result before the last round"
-        );
-        assert_eq!(
-            check(1, answer(0, &final_result(0, 0))),
-            FINAL_ROUND | PAYLOAD_OK | LOGICAL_OK | MATCHES_REFERENCE
-        );
+        assert_eq!(check(0, answer(0, &[1])), 0, "a result before the last round");
+        assert_eq!(check(1, answer(0, &final_result(0, 0))), FINAL_ROUND | PAYLOAD_OK | LOGICAL_OK | MATCHES_REFERENCE);
         assert_eq!(
             check(3, answer(0, &final_result(0, REPORT_OVERFLOW))),
             FINAL_ROUND | PAYLOAD_OK | MATCHES_REFERENCE | OVERFLOW
@@ -977,18 +810,11 @@ mod tests {
             check(3, answer(0, &final_result(1, REPORT_UNMATCHABLE))),
             FINAL_ROUND | PAYLOAD_OK | LOGICAL_OK | UNMATCHABLE
         );
-        assert_eq!(
-            check(3, answer(0, &final_result(1, 0)[..23])),
-            FINAL_ROUND,
-            "report cut short"
-        );
+        assert_eq!(check(3, answer(0, &final_result(1, 0)[..23])), FINAL_ROUND, "report cut short");
         assert_eq!(check(2, answer(status::SYNDROMES_DROPPED, &[])), 0);
         assert_eq!(check(3, answer(-1, &[])), FINAL_ROUND);
         let s = stats.snapshot();
-        assert_eq!(
-            (s.shots_decoded, s.logical_errors, s.disagreements),
-            (3, 1, 1)
-        );
+        assert_eq!((s.shots_decoded, s.logical_errors, s.disagreements), (3, 1, 1));
         assert_eq!((s.overflows, s.unmatchable, s.bad_answers), (1, 1, 2));
         assert_eq!(s.status, [2, 0, 0, 0, 0, 0, 1, 1]);
         assert_eq!(s.last_correction_ns, 99);
@@ -996,10 +822,7 @@ mod tests {
             plan.on_sent(k, 10 + u64::from(k), &stats);
         }
         let s = stats.snapshot();
-        assert_eq!(
-            (s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns),
-            (2, 4, 10, 13)
-        );
+        assert_eq!((s.shots_sent, s.rounds_sent, s.first_send_ns, s.last_send_ns), (2, 4, 10, 13));
     }
 
     #[test]
@@ -1011,10 +834,7 @@ mod tests {
         assert!(new(vec![3, 0], 1, vec![0], 1).is_err());
         assert!(new(vec![3], 0, vec![0], 1).is_err());
         assert!(new(vec![3], 65, vec![0], 1).is_err());
-        assert!(
-            new(vec![9], 1, vec![0, 0, 0], 1).is_err(),
-            "not whole shots"
-        );
+        assert!(new(vec![9], 1, vec![0, 0, 0], 1).is_err(), "not whole shots");
         assert!(new(vec![3], 1, vec![], 0).is_err(), "no shots");
         assert!(new(vec![3], 1, vec![0, 0], 1).is_err(), "obs count");
         assert!(new(vec![3], 1, vec![0, 0], 2).is_ok());

@@ -232,17 +232,11 @@ fn decode_block(addr: u32) -> Option<Reg> {
     // The whole VP region is 64 blocks of 16 words, kept as such.
     if let Some(off) = in_window(addr, reg::VP_BASE, reg::VP_STRIDE * VP_BLOCKS) {
         let (n, o) = (off / reg::VP_STRIDE, off % reg::VP_STRIDE);
-        return Some(Reg::Vp {
-            n: n as usize,
-            word: (o / 4) as usize,
-        });
+        return Some(Reg::Vp { n: n as usize, word: (o / 4) as usize });
     }
     for dp in 0..HIF_COUNT {
         if let Some(o) = in_window(addr, reg::hif(dp, 0), 4 * HIF_WORDS as u32) {
-            return Some(Reg::Hif {
-                dp: dp as usize,
-                word: (o / 4) as usize,
-            });
+            return Some(Reg::Hif { dp: dp as usize, word: (o / 4) as usize });
         }
     }
     if let Some(off) = in_window(addr, reg::PLAYER_RAM, PLAYER_RAM_BYTES as u32) {
@@ -302,11 +296,7 @@ impl Registers {
 
     /// Power-on state; with `qec`, QEC_ENABLE is set and QEC_ROUNDS_PER_MESSAGE is the
     /// replay's `rounds_per_message`.
-    pub fn with_qec(
-        identity: PeerIdentity,
-        shared: Arc<PeerShared>,
-        qec: Option<Arc<QecReplay>>,
-    ) -> Self {
+    pub fn with_qec(identity: PeerIdentity, shared: Arc<PeerShared>, qec: Option<Arc<QecReplay>>) -> Self {
         Registers {
             identity,
             shared,
@@ -465,9 +455,7 @@ impl Registers {
             Reg::FpgaQp => p.fpga_qp = value & 0x00FF_FFFF,
             Reg::FirstRequestId => p.first_request_id = value,
             Reg::ResponseTimeout => p.response_timeout_us = value,
-            Reg::PlayerRam(w) => {
-                self.player_ram[4 * w..4 * w + 4].copy_from_slice(&value.to_le_bytes())
-            }
+            Reg::PlayerRam(w) => self.player_ram[4 * w..4 * w + 4].copy_from_slice(&value.to_le_bytes()),
             Reg::CaptureCtrl => {
                 if value & reg::CAPTURE_ARM != 0 {
                     // Arming starts a fresh capture, preallocated for the programmed window.
@@ -525,9 +513,7 @@ impl Registers {
     }
 
     fn capture_records(&self) -> usize {
-        (self.run_frames() as usize)
-            .saturating_add(CAPTURE_SLACK)
-            .min(capture::MAX_RECORDS)
+        (self.run_frames() as usize).saturating_add(CAPTURE_SLACK).min(capture::MAX_RECORDS)
     }
 
     /// Back to power-on values; a running player is stopped. The QEC replay stays loaded
@@ -573,11 +559,8 @@ impl Registers {
     /// Lowest enabled VP and the HIF block that enabled it.
     fn enabled_vp(&self) -> Option<(usize, usize)> {
         let mask_word = (reg::DP_VP_MASK / 4) as usize;
-        (0..VP_ENABLE_BITS as usize).find_map(|n| {
-            (0..HIF_COUNT as usize)
-                .find(|&dp| self.hif[dp][mask_word] & (1 << n) != 0)
-                .map(|dp| (n, dp))
-        })
+        (0..VP_ENABLE_BITS as usize)
+            .find_map(|n| (0..HIF_COUNT as usize).find(|&dp| self.hif[dp][mask_word] & (1 << n) != 0).map(|dp| (n, dp)))
     }
 
     /// Snapshots the configuration for one run (PROTOCOLS.md 2.2, 2.3) and, on success,
@@ -591,16 +574,10 @@ impl Registers {
         let v = |off: u32| vp[(off / 4) as usize];
         for (off, unset) in [
             (reg::DP_HOST_IP, v(reg::DP_HOST_IP) == 0),
-            (
-                reg::DP_HOST_UDP_PORT,
-                v(reg::DP_HOST_UDP_PORT) & 0xFFFF == 0,
-            ),
+            (reg::DP_HOST_UDP_PORT, v(reg::DP_HOST_UDP_PORT) & 0xFFFF == 0),
         ] {
             if unset {
-                return Err(PlayerRefusal::HostUnset {
-                    vp: n as u32,
-                    register: off,
-                });
+                return Err(PlayerRefusal::HostUnset { vp: n as u32, register: off });
             }
         }
         let (template, arg_len, qec) = match self.qec_active().cloned() {
@@ -628,18 +605,13 @@ impl Registers {
         }
         let buffer_length = v(reg::DP_BUFFER_LENGTH);
         if buffer_length != 0 && bytes > buffer_length {
-            return Err(PlayerRefusal::FrameBeyondBufferLength {
-                bytes,
-                buffer_length,
-            });
+            return Err(PlayerRefusal::FrameBeyondBufferLength { bytes, buffer_length });
         }
         let mac_hi = v(reg::DP_HOST_MAC_HIGH).to_be_bytes();
         let mac_lo = v(reg::DP_HOST_MAC_LOW).to_be_bytes();
         let endpoints = Endpoints {
             src_mac: self.identity.mac,
-            dst_mac: [
-                mac_hi[2], mac_hi[3], mac_lo[0], mac_lo[1], mac_lo[2], mac_lo[3],
-            ],
+            dst_mac: [mac_hi[2], mac_hi[3], mac_lo[0], mac_lo[1], mac_lo[2], mac_lo[3]],
             src_ip: self.identity.ip,
             dst_ip: v(reg::DP_HOST_IP).to_be_bytes(),
             src_port: self.hif[dp][(reg::DP_PACKET_UDP_PORT / 4) as usize] as u16,
@@ -661,11 +633,7 @@ impl Registers {
             None
         };
 
-        let generation = self
-            .shared
-            .generation
-            .load(Ordering::Relaxed)
-            .wrapping_add(1);
+        let generation = self.shared.generation.load(Ordering::Relaxed).wrapping_add(1);
         self.shared.generation.store(generation, Ordering::Relaxed);
         self.shared.stats.reset();
         self.shared.done.store(false, Ordering::Release);
@@ -701,23 +669,15 @@ impl Registers {
             return Err(PlayerRefusal::WindowTooSmall { window });
         }
         if window as usize > PMTU {
-            return Err(PlayerRefusal::WindowTooLarge {
-                window,
-                limit: PMTU as u32,
-            });
+            return Err(PlayerRefusal::WindowTooLarge { window, limit: PMTU as u32 });
         }
         let template = self.player_ram[..window as usize].to_vec();
         let header = rpc::RequestRepr::parse(&template).map_err(|_| {
             let w = &self.player_ram[..4];
-            PlayerRefusal::BadTemplate {
-                first_word: u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
-            }
+            PlayerRefusal::BadTemplate { first_word: u32::from_le_bytes([w[0], w[1], w[2], w[3]]) }
         })?;
         if header.arg_len as usize > window as usize - rpc::HEADER_LEN {
-            return Err(PlayerRefusal::ArgsBeyondWindow {
-                arg_len: header.arg_len,
-                window,
-            });
+            return Err(PlayerRefusal::ArgsBeyondWindow { arg_len: header.arg_len, window });
         }
         Ok((template, header.arg_len as usize))
     }
@@ -732,19 +692,12 @@ mod tests {
     use super::*;
 
     fn regs() -> Registers {
-        let id = PeerIdentity {
-            mac: [2, 0, 0, 0, 0, 2],
-            ip: [127, 0, 0, 2],
-            qp: 2,
-        };
+        let id = PeerIdentity { mac: [2, 0, 0, 0, 0, 2], ip: [127, 0, 0, 2], qp: 2 };
         Registers::new(id, Arc::new(PeerShared::default()))
     }
 
     fn w(r: &mut Registers, addr: u32, value: u32) {
-        assert!(
-            matches!(r.write(addr, value), Ok(Effect::None)),
-            "{addr:#x}"
-        );
+        assert!(matches!(r.write(addr, value), Ok(Effect::None)), "{addr:#x}");
     }
 
     fn program(r: &mut Registers) {
@@ -780,61 +733,35 @@ mod tests {
         let mut r = regs();
         program(&mut r);
         w(&mut r, reg::CAPTURE_CTRL, reg::CAPTURE_ARM);
-        let Ok(Effect::Start(cfg)) =
-            r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE)
-        else {
+        let Ok(Effect::Start(cfg)) = r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE) else {
             panic!("run refused")
         };
-        assert_eq!(
-            cfg.template[..4],
-            *b"RQUC",
-            "player RAM words are little-endian"
-        );
+        assert_eq!(cfg.template[..4], *b"RQUC", "player RAM words are little-endian");
         assert_eq!(cfg.template[24..], [1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(cfg.arg_len, 8);
         assert_eq!(cfg.dest_qp, 0xA7, "24 bits");
         assert_eq!(cfg.buffer_va, 0x7F_8000_0000);
         assert_eq!(cfg.page_stride, 4096);
-        assert_eq!(
-            cfg.slots, MAX_SLOTS,
-            "the immediate carries 12 bits of slot"
-        );
+        assert_eq!(cfg.slots, MAX_SLOTS, "the immediate carries 12 bits of slot");
         assert_eq!(cfg.max_in_flight, 1);
         assert_eq!(cfg.endpoints.dst_mac, [0x11, 0x22, 0x33, 0x44, 0x55, 0x66]);
         assert_eq!(cfg.endpoints.dst_ip, [10, 0, 0, 1]);
-        assert_eq!(
-            (cfg.endpoints.src_port, cfg.endpoints.dst_port),
-            (12288, 4791)
-        );
+        assert_eq!((cfg.endpoints.src_port, cfg.endpoints.dst_port), (12288, 4791));
         assert_eq!(cfg.interval_ns, 100_000, "15625 clocks of 156.25 MHz");
         assert!(cfg.scramble && !cfg.stamp_ptp);
         assert_eq!(cfg.capture.as_ref().map(|c| c.capacity() >= 5), Some(true));
-        assert_eq!(
-            r.read(reg::PLAYER_ENABLE),
-            Ok(reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE)
-        );
+        assert_eq!(r.read(reg::PLAYER_ENABLE), Ok(reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE));
         // A second run bit while running changes nothing.
-        assert!(matches!(
-            r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN),
-            Ok(Effect::None)
-        ));
+        assert!(matches!(r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN), Ok(Effect::None)));
         // Clearing it aborts this generation.
         w(&mut r, reg::PLAYER_ENABLE, 0);
-        assert_eq!(
-            r.shared().abort_generation.load(Ordering::Relaxed),
-            cfg.generation
-        );
+        assert_eq!(r.shared().abort_generation.load(Ordering::Relaxed), cfg.generation);
     }
 
     fn qec_regs() -> Registers {
-        let id = PeerIdentity {
-            mac: [2, 0, 0, 0, 0, 2],
-            ip: [127, 0, 0, 2],
-            qp: 2,
-        };
+        let id = PeerIdentity { mac: [2, 0, 0, 0, 0, 2], ip: [127, 0, 0, 2], qp: 2 };
         // 2 shots of rounds [3, 5, 4] (12 detectors, 2 bytes each).
-        let mut replay =
-            QecReplay::new(vec![3, 5, 4], 1, vec![0; 4], vec![0, 1], None).expect("replay");
+        let mut replay = QecReplay::new(vec![3, 5, 4], 1, vec![0; 4], vec![0, 1], None).expect("replay");
         replay.rounds_per_message = 2;
         Registers::with_qec(id, Arc::new(PeerShared::default()), Some(Arc::new(replay)))
     }
@@ -872,26 +799,18 @@ mod tests {
         w(&mut r, reg::PLAYER_WINDOW_SIZE, 0);
         w(&mut r, ext::QEC_ROUNDS_PER_MESSAGE, 1);
         w(&mut r, reg::CAPTURE_CTRL, reg::CAPTURE_ARM);
-        let Ok(Effect::Start(cfg)) =
-            r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE)
-        else {
+        let Ok(Effect::Start(cfg)) = r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN | reg::PLAYER_SCRAMBLE) else {
             panic!("QEC run refused")
         };
         assert_eq!(cfg.frames, 5 * 3, "5 shots of 3 messages");
-        assert!(
-            cfg.stamp_ptp && !cfg.scramble,
-            "always stamped, never scrambled"
-        );
+        assert!(cfg.stamp_ptp && !cfg.scramble, "always stamped, never scrambled");
         assert_eq!(cfg.qec.as_ref().map(|p| p.messages_per_shot()), Some(3));
         assert!(cfg.capture.as_ref().is_some_and(|c| c.capacity() >= 15));
         w(&mut r, reg::PLAYER_ENABLE, 0);
         r.shared().running.store(false, Ordering::Release);
 
         // Reset keeps the replay and its power-on settings.
-        assert!(matches!(
-            r.write(reg::RESET, reg::RESET_BIT),
-            Ok(Effect::Reset)
-        ));
+        assert!(matches!(r.write(reg::RESET, reg::RESET_BIT), Ok(Effect::Reset)));
         assert_eq!(rd(&r, ext::QEC_ROUNDS_PER_MESSAGE), 2);
         assert_eq!(rd(&r, ext::QEC_CTRL) & ext::QEC_ENABLE, ext::QEC_ENABLE);
 
@@ -917,15 +836,9 @@ mod tests {
         let Ok(Effect::Refused(why)) = r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN) else {
             panic!("start not refused")
         };
-        assert_eq!(
-            r.read(reg::PLAYER_ENABLE).map(|v| v & reg::PLAYER_RUN),
-            Ok(0)
-        );
+        assert_eq!(r.read(reg::PLAYER_ENABLE).map(|v| v & reg::PLAYER_RUN), Ok(0));
         let word = |a| r.read(a).expect("register");
-        let details = [
-            word(ext::PLAYER_START_DETAIL),
-            word(ext::PLAYER_START_DETAIL + 4),
-        ];
+        let details = [word(ext::PLAYER_START_DETAIL), word(ext::PLAYER_START_DETAIL + 4)];
         assert_eq!(
             PlayerRefusal::from_words(word(ext::PLAYER_START_ERROR), details),
             Some(why),
@@ -942,94 +855,42 @@ mod tests {
         w(&mut r, reg::PLAYER_WINDOW_SIZE, 0);
         assert_eq!(refused(&mut r), PlayerRefusal::WindowTooSmall { window: 0 });
         w(&mut r, reg::PLAYER_WINDOW_SIZE, 20);
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::WindowTooSmall { window: 20 }
-        );
+        assert_eq!(refused(&mut r), PlayerRefusal::WindowTooSmall { window: 20 });
         w(&mut r, reg::PLAYER_WINDOW_SIZE, 5000);
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::WindowTooLarge {
-                window: 5000,
-                limit: PMTU as u32
-            }
-        );
+        assert_eq!(refused(&mut r), PlayerRefusal::WindowTooLarge { window: 5000, limit: PMTU as u32 });
         w(&mut r, reg::PLAYER_WINDOW_SIZE, 28);
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::ArgsBeyondWindow {
-                arg_len: 8,
-                window: 28
-            }
-        );
+        assert_eq!(refused(&mut r), PlayerRefusal::ArgsBeyondWindow { arg_len: 8, window: 28 });
         w(&mut r, reg::PLAYER_WINDOW_SIZE, 32);
         // The window larger than the slot, then than DP_BUFFER_LENGTH.
         w(&mut r, reg::vp(3, reg::DP_PAGE_INC), 0);
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::FrameBeyondSlot { bytes: 32, slot: 0 }
-        );
+        assert_eq!(refused(&mut r), PlayerRefusal::FrameBeyondSlot { bytes: 32, slot: 0 });
         w(&mut r, reg::vp(3, reg::DP_PAGE_INC), 1);
         w(&mut r, reg::vp(3, reg::DP_BUFFER_LENGTH), 31);
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::FrameBeyondBufferLength {
-                bytes: 32,
-                buffer_length: 31
-            }
-        );
+        assert_eq!(refused(&mut r), PlayerRefusal::FrameBeyondBufferLength { bytes: 32, buffer_length: 31 });
         w(&mut r, reg::vp(3, reg::DP_BUFFER_LENGTH), 32);
         // The data plane without its host address.
         w(&mut r, reg::vp(3, reg::DP_HOST_IP), 0);
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::HostUnset {
-                vp: 3,
-                register: reg::DP_HOST_IP
-            }
-        );
+        assert_eq!(refused(&mut r), PlayerRefusal::HostUnset { vp: 3, register: reg::DP_HOST_IP });
         w(&mut r, reg::vp(3, reg::DP_HOST_IP), 0x0A00_0001);
-        w(
-            &mut r,
-            reg::vp(3, reg::DP_HOST_UDP_PORT),
-            reg::METADATA_DISABLE,
-        );
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::HostUnset {
-                vp: 3,
-                register: reg::DP_HOST_UDP_PORT
-            }
-        );
+        w(&mut r, reg::vp(3, reg::DP_HOST_UDP_PORT), reg::METADATA_DISABLE);
+        assert_eq!(refused(&mut r), PlayerRefusal::HostUnset { vp: 3, register: reg::DP_HOST_UDP_PORT });
         w(&mut r, reg::vp(3, reg::DP_HOST_UDP_PORT), 4791);
         // No CUQR template in player RAM.
         w(&mut r, reg::PLAYER_RAM, 0x1234);
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::BadTemplate { first_word: 0x1234 }
-        );
+        assert_eq!(refused(&mut r), PlayerRefusal::BadTemplate { first_word: 0x1234 });
         // Fixed: the start plays and PLAYER_START_ERROR reads 0 again.
         w(&mut r, reg::PLAYER_RAM, 0x4355_5152);
-        assert!(matches!(
-            r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN),
-            Ok(Effect::Start(_))
-        ));
+        assert!(matches!(r.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN), Ok(Effect::Start(_))));
         assert_eq!(r.read(ext::PLAYER_START_ERROR), Ok(0));
         assert_eq!(r.read(ext::PLAYER_START_DETAIL), Ok(0));
         // The data plane did not take it: the server records that.
         r.refuse_start(PlayerRefusal::NoDataPlane);
         assert_eq!(r.read(ext::PLAYER_START_ERROR), Ok(10));
-        assert_eq!(
-            r.read(reg::PLAYER_ENABLE).map(|v| v & reg::PLAYER_RUN),
-            Ok(0)
-        );
+        assert_eq!(r.read(reg::PLAYER_ENABLE).map(|v| v & reg::PLAYER_RUN), Ok(0));
         // PLAYER_START_ERROR is read-only; a reset clears it.
         w(&mut r, ext::PLAYER_START_ERROR, 0);
         assert_eq!(r.read(ext::PLAYER_START_ERROR), Ok(10));
-        assert!(matches!(
-            r.write(reg::RESET, reg::RESET_BIT),
-            Ok(Effect::Reset)
-        ));
+        assert!(matches!(r.write(reg::RESET, reg::RESET_BIT), Ok(Effect::Reset)));
         assert_eq!(r.read(ext::PLAYER_START_ERROR), Ok(0));
     }
 
@@ -1040,13 +901,7 @@ mod tests {
         w(&mut r, ext::QEC_ROUNDS_PER_MESSAGE, 0);
         // 58-byte messages (QEC_MAX_MESSAGE_BYTES) into a 32-byte DP_BUFFER_LENGTH.
         w(&mut r, reg::vp(3, reg::DP_BUFFER_LENGTH), 32);
-        assert_eq!(
-            refused(&mut r),
-            PlayerRefusal::FrameBeyondBufferLength {
-                bytes: 58,
-                buffer_length: 32
-            }
-        );
+        assert_eq!(refused(&mut r), PlayerRefusal::FrameBeyondBufferLength { bytes: 58, buffer_length: 32 });
     }
 
     #[test]
@@ -1067,11 +922,7 @@ mod tests {
         for region in reg::REGIONS {
             for a in edges(&region) {
                 // Capture RAM keeps its meaning: read-only, no record captured yet.
-                let want = if capture_ram.contains(&a) {
-                    0
-                } else {
-                    0x00C0_FFEE ^ a
-                };
+                let want = if capture_ram.contains(&a) { 0 } else { 0x00C0_FFEE ^ a };
                 assert_eq!(r.read(a), Ok(want), "{} {a:#x}", region.name);
             }
             for a in [region.first.wrapping_sub(4), region.last.wrapping_add(1)] {
@@ -1098,10 +949,7 @@ mod tests {
         w(&mut r, base, 0);
         w(&mut r, next, 9);
         assert_eq!(r.read(next), Ok(9), "writing 0 freed a word");
-        assert!(matches!(
-            r.write(reg::RESET, reg::RESET_BIT),
-            Ok(Effect::Reset)
-        ));
+        assert!(matches!(r.write(reg::RESET, reg::RESET_BIT), Ok(Effect::Reset)));
         assert_eq!(r.read(next), Ok(0), "reset empties the store");
     }
 }

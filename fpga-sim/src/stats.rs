@@ -215,11 +215,7 @@ impl QecStats {
     }
 
     fn times(&self) -> [&AtomicU64; 3] {
-        [
-            &self.first_send_ns,
-            &self.last_send_ns,
-            &self.last_correction_ns,
-        ]
+        [&self.first_send_ns, &self.last_send_ns, &self.last_correction_ns]
     }
 
     pub fn reset(&self) {
@@ -251,21 +247,13 @@ impl QecStats {
         let times_end = ext::QEC_FIRST_SEND_LO + 8 * self.times().len() as u32;
         let status_end = ext::QEC_STATUS_COUNTS + 4 * ext::QEC_STATUS_WORDS;
         if (ext::QEC_SHOTS_SENT..counters_end).contains(&addr) {
-            Some(r(
-                self.counters()[((addr - ext::QEC_SHOTS_SENT) / 4) as usize]
-            ))
+            Some(r(self.counters()[((addr - ext::QEC_SHOTS_SENT) / 4) as usize]))
         } else if (ext::QEC_FIRST_SEND_LO..times_end).contains(&addr) {
             let off = addr - ext::QEC_FIRST_SEND_LO;
             let t = self.times()[(off / 8) as usize].load(Ordering::Relaxed);
-            Some(if off % 8 < 4 {
-                t as u32
-            } else {
-                (t >> 32) as u32
-            })
+            Some(if off % 8 < 4 { t as u32 } else { (t >> 32) as u32 })
         } else if (ext::QEC_STATUS_COUNTS..status_end).contains(&addr) {
-            Some(r(
-                &self.status[((addr - ext::QEC_STATUS_COUNTS) / 4) as usize]
-            ))
+            Some(r(&self.status[((addr - ext::QEC_STATUS_COUNTS) / 4) as usize]))
         } else {
             match addr {
                 ext::QEC_DECODE_COUNT => Some(self.decode.count()),
@@ -350,31 +338,20 @@ mod tests {
         let q = QecStats::default();
         q.shots_sent.store(1, Ordering::Relaxed);
         q.bad_answers.store(8, Ordering::Relaxed);
-        q.last_correction_ns
-            .store(0x1234_5678_9ABC_DEF0, Ordering::Relaxed);
+        q.last_correction_ns.store(0x1234_5678_9ABC_DEF0, Ordering::Relaxed);
         q.count_status(6);
         q.count_status(-3);
         assert_eq!(q.read_register(ext::QEC_SHOTS_SENT), Some(1));
         assert_eq!(q.read_register(ext::QEC_BAD_ANSWERS), Some(8));
-        assert_eq!(
-            q.read_register(ext::QEC_LAST_CORRECTION_LO),
-            Some(0x9ABC_DEF0)
-        );
-        assert_eq!(
-            q.read_register(ext::QEC_LAST_CORRECTION_HI),
-            Some(0x1234_5678)
-        );
+        assert_eq!(q.read_register(ext::QEC_LAST_CORRECTION_LO), Some(0x9ABC_DEF0));
+        assert_eq!(q.read_register(ext::QEC_LAST_CORRECTION_HI), Some(0x1234_5678));
         assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS), Some(2));
         assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 24), Some(1));
         assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 28), Some(1));
         assert_eq!(q.read_register(ext::QEC_STATUS_COUNTS + 32), Some(0), "the decode count follows the status words");
         assert_eq!(q.read_register(ext::QEC_DECODE_MAX_NS + 4), None);
         assert_eq!(q.read_register(ext::QEC_LAST_CORRECTION_HI + 4), None);
-        assert_eq!(
-            q.read_register(ext::QEC_BAD_ANSWERS + 4),
-            Some(0),
-            "first send, low word"
-        );
+        assert_eq!(q.read_register(ext::QEC_BAD_ANSWERS + 4), Some(0), "first send, low word");
         // Every named register is served.
         for a in [
             ext::QEC_SHOTS_SENT,

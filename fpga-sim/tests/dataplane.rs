@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use common::{
-    configure_vp, echo_template, next_frame, note_error, read_capture, start_run, wait_done,
-    EcbClient, HostSetup, Run, HOST,
+    configure_vp, echo_template, next_frame, note_error, read_capture, start_run, wait_done, EcbClient, HostSetup, Run,
+    HOST,
 };
 use rocelink_fpga_sim::{start, SimConfig};
 use rocelink_link::inproc;
@@ -33,21 +33,13 @@ struct Wire {
     answer_port: u16,
 }
 
-const INPROC: Wire = Wire {
-    udp: false,
-    sim_ip: [127, 0, 0, 2],
-    host: HOST,
-    answer_port: 49152,
-};
+const INPROC: Wire = Wire { udp: false, sim_ip: [127, 0, 0, 2], host: HOST, answer_port: 49152 };
 /// Over UDP both ends need port 4791 (the RoCEv2 port `parse_frame` insists on), so each
 /// gets an address of its own in 127.0.78.0/24, which no other test uses.
 const UDP: Wire = Wire {
     udp: true,
     sim_ip: [127, 0, 78, 2],
-    host: HostSetup {
-        ip: [127, 0, 78, 1],
-        ..HOST
-    },
+    host: HostSetup { ip: [127, 0, 78, 1], ..HOST },
     answer_port: roce::UDP_PORT,
 };
 const ARG_LEN: usize = 40;
@@ -72,12 +64,7 @@ struct Report {
 
 /// The host side: checks every WRITE_IMM against PROTOCOLS.md 2.3 and answers a UC SEND ONLY
 /// with a CUQS echo (PROTOCOLS.md 3).
-fn responder(
-    mut link: Box<dyn Link>,
-    wire: Wire,
-    faults: Faults,
-    stop: Arc<AtomicBool>,
-) -> JoinHandle<Report> {
+fn responder(mut link: Box<dyn Link>, wire: Wire, faults: Faults, stop: Arc<AtomicBool>) -> JoinHandle<Report> {
     let host = wire.host;
     std::thread::spawn(move || {
         let mut report = Report::default();
@@ -115,44 +102,20 @@ fn responder(
                 (r.bth.dest_qp == host.qp, "DestQP = DP_QP"),
                 (r.bth.pkey == 0xFFFF, "P_Key"),
                 (slot < host.slots, "slot < DP_MAX_BUFF + 1"),
-                (
-                    reth.va == host.buffer_va + u64::from(slot) * u64::from(host.page_inc) * 128,
-                    "VA",
-                ),
+                (reth.va == host.buffer_va + u64::from(slot) * u64::from(host.page_inc) * 128, "VA"),
                 (reth.rkey == host.rkey, "rkey"),
-                (
-                    reth.dma_len as usize == f.payload.len(),
-                    "DMA length = window",
-                ),
+                (reth.dma_len as usize == f.payload.len(), "DMA length = window"),
                 (imm >> 12 == r.bth.psn & 0xF_FFFF, "immediate PSN"),
-                (
-                    !matches!(last_psn, Some(p) if (p + 1) & 0xFF_FFFF != r.bth.psn),
-                    "PSN + 1",
-                ),
-                (
-                    r.udp.src_port == host.src_port && r.udp.dst_port == 4791,
-                    "UDP ports",
-                ),
-                (
-                    r.ipv4.dst_addr == host.ip && r.ipv4.src_addr == wire.sim_ip,
-                    "IP addresses",
-                ),
-                (
-                    r.ipv4.ident == 0 && r.ipv4.dont_frag && r.ipv4.ttl == 64,
-                    "HSB IPv4 header",
-                ),
+                (!matches!(last_psn, Some(p) if (p + 1) & 0xFF_FFFF != r.bth.psn), "PSN + 1"),
+                (r.udp.src_port == host.src_port && r.udp.dst_port == 4791, "UDP ports"),
+                (r.ipv4.dst_addr == host.ip && r.ipv4.src_addr == wire.sim_ip, "IP addresses"),
+                (r.ipv4.ident == 0 && r.ipv4.dont_frag && r.ipv4.ttl == 64, "HSB IPv4 header"),
                 // A UDP socket never sees the MACs (the link writes zeros).
-                (
-                    wire.udp || (r.eth.dst_addr == host.mac && r.eth.src_addr == SIM_MAC),
-                    "MACs",
-                ),
+                (wire.udp || (r.eth.dst_addr == host.mac && r.eth.src_addr == SIM_MAC), "MACs"),
             ];
             for (ok, what) in checks {
                 if !ok {
-                    note_error(
-                        &mut report.errors,
-                        format!("psn {}: {what} wrong: {r:?}", r.bth.psn),
-                    );
+                    note_error(&mut report.errors, format!("psn {}: {what} wrong: {r:?}", r.bth.psn));
                 }
             }
             last_psn = Some(r.bth.psn);
@@ -215,9 +178,8 @@ impl Bench {
 
     fn on(wire: Wire, faults: Faults) -> Self {
         let (peer, host): (Box<dyn Link>, Box<dyn Link>) = if wire.udp {
-            let bind = |ip: [u8; 4]| {
-                UdpLink::bind(SocketAddrV4::new(ip.into(), roce::UDP_PORT)).expect("bind UDP wire")
-            };
+            let bind =
+                |ip: [u8; 4]| UdpLink::bind(SocketAddrV4::new(ip.into(), roce::UDP_PORT)).expect("bind UDP wire");
             (Box::new(bind(wire.sim_ip)), Box::new(bind(wire.host.ip)))
         } else {
             let (a, b) = inproc::pair(256);
@@ -235,34 +197,17 @@ impl Bench {
         let responder = responder(host, wire, faults, Arc::clone(&stop));
         let mut ecb = EcbClient::connect(sim.ecb_addr());
         configure_vp(&mut ecb, &wire.host);
-        Bench {
-            ecb,
-            stop,
-            responder: Some(responder),
-            sim: Some(sim),
-        }
+        Bench { ecb, stop, responder: Some(responder), sim: Some(sim) }
     }
 
     /// Stops everything; returns the responder's report (which must hold no errors).
     fn finish(mut self) -> Report {
         self.stop.store(true, Ordering::Relaxed);
-        let report = self
-            .responder
-            .take()
-            .expect("responder")
-            .join()
-            .expect("responder ran");
+        let report = self.responder.take().expect("responder").join().expect("responder ran");
         let t0 = std::time::Instant::now();
         self.sim.take().expect("sim").stop();
-        assert!(
-            t0.elapsed() < Duration::from_secs(1),
-            "stop joins within 1 s"
-        );
-        assert!(
-            report.errors.is_empty(),
-            "responder saw: {:#?}",
-            report.errors
-        );
+        assert!(t0.elapsed() < Duration::from_secs(1), "stop joins within 1 s");
+        assert!(report.errors.is_empty(), "responder saw: {:#?}", report.errors);
         report
     }
 }
@@ -271,17 +216,9 @@ fn assert_all_ok(records: &[CaptureRecord], first: u32, frames: u32) {
     assert_eq!(records.len(), frames as usize);
     let mut ids: Vec<u32> = records.iter().map(|r| r.request_id).collect();
     ids.sort_unstable();
-    assert_eq!(
-        ids,
-        (first..first + frames).collect::<Vec<_>>(),
-        "one answer per request id"
-    );
+    assert_eq!(ids, (first..first + frames).collect::<Vec<_>>(), "one answer per request id");
     for r in records {
-        assert_eq!(
-            r.flags,
-            capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK,
-            "{r:?}"
-        );
+        assert_eq!(r.flags, capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK, "{r:?}");
         assert_eq!(r.result_len as usize, ARG_LEN);
         assert_eq!(r.rpc_status, 0);
         assert!(r.echoed_timestamp > 0, "stamped at transmission: {r:?}");
@@ -315,10 +252,7 @@ fn closed_and_open_loop_echo() {
     let mut by_id = records.clone();
     by_id.sort_by_key(|r| r.request_id);
     for w in by_id.windows(2) {
-        assert!(
-            w[0].arrival_timestamp <= w[1].echoed_timestamp,
-            "overlap in closed loop: {w:?}"
-        );
+        assert!(w[0].arrival_timestamp <= w[1].echoed_timestamp, "overlap in closed loop: {w:?}");
     }
 
     // Open loop: up to 64 in flight, 1 us apart (156 clocks).
@@ -369,65 +303,29 @@ fn faults_are_flagged_and_counted() {
 
     // 999 answered + 1 duplicate.
     assert_eq!(records.len(), 1000);
-    assert!(
-        !records.iter().any(|r| r.request_id == first + 20),
-        "the dropped request has no record"
-    );
-    let of = |id: u32| {
-        records
-            .iter()
-            .filter(|r| r.request_id == id)
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(
-        of(first + 10)[0].flags,
-        capture_flags::HEADER_OK,
-        "corrupted args: header ok, payload not"
-    );
+    assert!(!records.iter().any(|r| r.request_id == first + 20), "the dropped request has no record");
+    let of = |id: u32| records.iter().filter(|r| r.request_id == id).collect::<Vec<_>>();
+    assert_eq!(of(first + 10)[0].flags, capture_flags::HEADER_OK, "corrupted args: header ok, payload not");
     let dup = of(first + 30);
     assert_eq!(dup.len(), 2);
-    assert_eq!(
-        dup[0].flags,
-        capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK
-    );
-    assert_eq!(
-        dup[1].flags,
-        capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK | capture_flags::DUPLICATE
-    );
+    assert_eq!(dup[0].flags, capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK);
+    assert_eq!(dup[1].flags, capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK | capture_flags::DUPLICATE);
     let good = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
-    assert_eq!(
-        records.iter().filter(|r| r.flags == good).count(),
-        998,
-        "999 answers less the corrupted one"
-    );
+    assert_eq!(records.iter().filter(|r| r.flags == good).count(), 998, "999 answers less the corrupted one");
 
     assert_eq!(b.ecb.stat(ext::STAT_SENT), 1000);
-    assert_eq!(
-        b.ecb.stat(ext::STAT_RECEIVED),
-        1000,
-        "999 + duplicate; the broken ones are not answers"
-    );
+    assert_eq!(b.ecb.stat(ext::STAT_RECEIVED), 1000, "999 + duplicate; the broken ones are not answers");
     assert_eq!(b.ecb.stat(ext::STAT_ICRC_FAILURES), 1);
-    assert_eq!(
-        b.ecb.stat(ext::STAT_UNEXPECTED),
-        1,
-        "the answer to another QP"
-    );
+    assert_eq!(b.ecb.stat(ext::STAT_UNEXPECTED), 1, "the answer to another QP");
     assert_eq!(b.ecb.stat(ext::STAT_MALFORMED), 0);
-    assert!(
-        b.ecb.stat(ext::STAT_STALLS) >= 1,
-        "the lost answer holds the 64-slot window until it times out"
-    );
+    assert!(b.ecb.stat(ext::STAT_STALLS) >= 1, "the lost answer holds the 64-slot window until it times out");
 
     b.finish();
 }
 
 #[test]
 fn clearing_the_run_bit_aborts_a_run() {
-    let mut b = Bench::new(Faults {
-        drop: Some(3),
-        ..Faults::default()
-    });
+    let mut b = Bench::new(Faults { drop: Some(3), ..Faults::default() });
     let template = echo_template(ARG_LEN);
     // Closed loop with a long timeout: the dropped request 3 holds the run.
     let run = Run {
@@ -440,11 +338,7 @@ fn clearing_the_run_bit_aborts_a_run() {
     };
     start_run(&mut b.ecb, &template, &run);
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(
-        b.ecb.read(reg::PLAYER_ENABLE) & reg::PLAYER_RUN,
-        1,
-        "still waiting for answer 3"
-    );
+    assert_eq!(b.ecb.read(reg::PLAYER_ENABLE) & reg::PLAYER_RUN, 1, "still waiting for answer 3");
     assert_eq!(b.ecb.read(reg::CAPTURE_COUNT), 3);
     // Clearing the run bit aborts it.
     b.ecb.write(reg::PLAYER_ENABLE, 0);

@@ -14,10 +14,7 @@ use rocelink_wire::hsb::reg;
 #[test]
 fn serves_over_udp_and_survives_bad_requests() {
     let (peer, _host) = inproc::pair(4);
-    let config = SimConfig {
-        ecb_bind: "127.0.0.2:0".parse().expect("addr"),
-        ..SimConfig::default()
-    };
+    let config = SimConfig { ecb_bind: "127.0.0.2:0".parse().expect("addr"), ..SimConfig::default() };
     let sim = start(config, Box::new(peer)).expect("start");
     assert_eq!(sim.link_description(), "inproc");
     let mut c = EcbClient::connect(sim.ecb_addr());
@@ -29,26 +26,12 @@ fn serves_over_udp_and_survives_bad_requests() {
     let short = Duration::from_millis(100);
     assert_eq!(c.raw(&[], short), None);
     assert_eq!(c.raw(&[0x14, 0, 0], short), None);
-    let r = c
-        .raw(
-            &[0x77, 0, 0, 1, 0, 0, 0, 0, 0, 0x80, 0, 0, 0, 0],
-            Duration::from_secs(2),
-        )
-        .expect("answered");
+    let r = c.raw(&[0x77, 0, 0, 1, 0, 0, 0, 0, 0, 0x80, 0, 0, 0, 0], Duration::from_secs(2)).expect("answered");
     let rep = Reply::new_checked(&r[..]).expect("reply");
-    assert_eq!(
-        (rep.command_byte(), rep.status()),
-        (0xF7, Status::InvalidCommand)
-    );
-    assert_eq!(
-        c.transact(Command::RdDword, &[(0x0000_0F00, 0)]),
-        Err(Status::InvalidAddress)
-    );
+    assert_eq!((rep.command_byte(), rep.status()), (0xF7, Status::InvalidCommand));
+    assert_eq!(c.transact(Command::RdDword, &[(0x0000_0F00, 0)]), Err(Status::InvalidAddress));
     let big = vec![0xFFu8; 9000];
-    assert!(
-        c.raw(&big, short).is_some(),
-        "an unknown command is answered, even when oversized"
-    );
+    assert!(c.raw(&big, short).is_some(), "an unknown command is answered, even when oversized");
 
     // Still serving, with the sequence check intact.
     c.write(0x104, 0xABCD);
@@ -63,22 +46,20 @@ fn serves_over_udp_and_survives_bad_requests() {
 
 #[test]
 fn binary_prints_ready_line_and_exits_when_stdin_closes() {
-    let (mut child, ecb_addr, roce) =
-        spawn_ready(Process::new(env!("CARGO_BIN_EXE_fpga-sim")).args([
-            "--ecb",
-            "127.0.0.2:0",
-            "--roce",
-            "127.0.0.2:0",
-            "--spin",
-            "shared",
-            "--exit-on-stdin-close",
-        ]));
+    let (mut child, ecb_addr, roce) = spawn_ready(Process::new(env!("CARGO_BIN_EXE_fpga-sim")).args([
+        "--ecb",
+        "127.0.0.2:0",
+        "--roce",
+        "127.0.0.2:0",
+        "--spin",
+        "shared",
+        "--exit-on-stdin-close",
+    ]));
     assert_eq!(*roce.ip(), std::net::Ipv4Addr::new(127, 0, 0, 2), "{roce}");
     let mut c = EcbClient::connect(ecb_addr);
     assert_eq!(c.read(reg::HSB_IP_VERSION), 0x2607);
     let mut req = [0u8; 64];
-    let n = ecb::emit_request(Command::RdDword, 0, 1, &[(reg::FPGA_DATE, 0)], &mut req)
-        .expect("request");
+    let n = ecb::emit_request(Command::RdDword, 0, 1, &[(reg::FPGA_DATE, 0)], &mut req).expect("request");
     assert!(c.raw(&req[..n], Duration::from_secs(2)).is_some());
 
     drop(child.stdin.take());
@@ -98,22 +79,10 @@ fn binary_prints_ready_line_and_exits_when_stdin_closes() {
 
 #[test]
 fn binary_help_documents_every_flag() {
-    let out = Process::new(env!("CARGO_BIN_EXE_fpga-sim"))
-        .arg("--help")
-        .output()
-        .expect("run --help");
+    let out = Process::new(env!("CARGO_BIN_EXE_fpga-sim")).arg("--help").output().expect("run --help");
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for flag in [
-        "--ecb",
-        "--roce",
-        "--mac",
-        "--qp",
-        "--core",
-        "--spin",
-        "--log-level",
-        "--exit-on-stdin-close",
-    ] {
+    for flag in ["--ecb", "--roce", "--mac", "--qp", "--core", "--spin", "--log-level", "--exit-on-stdin-close"] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
 }

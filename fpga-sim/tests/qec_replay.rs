@@ -20,9 +20,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use common::{
-    configure_vp, next_frame, note_error, read_capture, spawn_ready, wait_done, EcbClient, HOST,
-};
+use common::{configure_vp, next_frame, note_error, read_capture, spawn_ready, wait_done, EcbClient, HOST};
 use rocelink_fpga_sim::{start_with_qec, FpgaSim, QecReplay, QecReplayConfig, SimConfig};
 use rocelink_link::{inproc, Backoff, Link, SpinMode, MAX_FRAME};
 use rocelink_wire::hsb::{capture_flags as cf, ext, reg, CaptureRecord};
@@ -32,10 +30,7 @@ use rocelink_wire::rpc::{self, function_id, status, RequestRepr, ResponseRepr};
 
 const SIM_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const SIM_IP: [u8; 4] = [127, 0, 0, 2];
-const FIXTURES: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../operator/tests/fixtures/qec"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../operator/tests/fixtures/qec");
 
 /// A fixture as the test reads it (its own parsing, not fpga-sim's).
 struct Fixture {
@@ -51,17 +46,9 @@ struct Fixture {
 impl Fixture {
     fn load(name: &str) -> Arc<Self> {
         let dir = Path::new(FIXTURES).join(name);
-        let split = if name.starts_with("d3_") {
-            vec![4, 8, 8, 4]
-        } else {
-            vec![12, 24, 24, 24, 24, 12]
-        };
+        let split = if name.starts_with("d3_") { vec![4, 8, 8, 4] } else { vec![12, 24, 24, 24, 24, 12] };
         let bits = |file: &str| -> Vec<bool> {
-            std::fs::read_to_string(dir.join(file))
-                .expect("fixture 01 file")
-                .lines()
-                .map(|l| l == "1")
-                .collect()
+            std::fs::read_to_string(dir.join(file)).expect("fixture 01 file").lines().map(|l| l == "1").collect()
         };
         let f = Fixture {
             detectors: split.iter().sum(),
@@ -89,9 +76,7 @@ impl Fixture {
 
     /// Shots among the first `n` replayed where PyMatching gets the observable wrong.
     fn reference_errors(&self, n: usize) -> u32 {
-        (0..n)
-            .filter(|&k| self.pred[k % self.shots()] != self.obs[k % self.shots()])
-            .count() as u32
+        (0..n).filter(|&k| self.pred[k % self.shots()] != self.obs[k % self.shots()]).count() as u32
     }
 
     fn replay(&self, rounds_per_message: u32) -> QecReplay {
@@ -173,10 +158,7 @@ fn responder(
             if faults.drop.contains(&Some(id)) {
                 continue;
             }
-            let args = f
-                .payload
-                .get(rpc::HEADER_LEN..rpc::HEADER_LEN + req.arg_len as usize)
-                .unwrap_or(&[]);
+            let args = f.payload.get(rpc::HEADER_LEN..rpc::HEADER_LEN + req.arg_len as usize).unwrap_or(&[]);
             let parsed = EnqueueSyndromesRepr::parse(args);
             let (st, len) = match (req.function_id, parsed) {
                 (function_id::ENQUEUE_SYNDROMES, Ok(m)) => {
@@ -202,10 +184,7 @@ fn responder(
                             r += 1;
                         }
                         if sum != m.num_syndromes as usize || offset != bits {
-                            note_error(
-                                &mut report.errors,
-                                format!("{id}: {m:?} is not whole rounds at bit {bits}"),
-                            );
+                            note_error(&mut report.errors, format!("{id}: {m:?} is not whole rounds at bit {bits}"));
                         }
                         for i in 0..m.num_syndromes as usize {
                             wq::set_bit(&mut shot, bits + i, view.syndrome(i));
@@ -219,21 +198,13 @@ fn responder(
                             let n = shots_started - 1;
                             let k = n as usize % fx.shots();
                             if shot[..] != *fx.shot(k) {
-                                note_error(
-                                    &mut report.errors,
-                                    format!("shot {n}: bits differ from dets.b8 shot {k}"),
-                                );
+                                note_error(&mut report.errors, format!("shot {n}: bits differ from dets.b8 shot {k}"));
                             }
                             let correction = fx.pred[k] ^ (faults.flip_shot == Some(n));
                             let body = &mut answer[rpc::HEADER_LEN..];
-                            let c =
-                                wq::emit_corrections(u64::from(correction), 1, body).expect("fits");
+                            let c = wq::emit_corrections(u64::from(correction), 1, body).expect("fits");
                             DecodeReportRepr {
-                                status: if faults.overflow_shot == Some(n) {
-                                    wq::REPORT_OVERFLOW
-                                } else {
-                                    0
-                                },
+                                status: if faults.overflow_shot == Some(n) { wq::REPORT_OVERFLOW } else { 0 },
                                 shot: report.shots_decoded,
                                 ..Default::default()
                             }
@@ -245,21 +216,13 @@ fn responder(
                     }
                 }
                 (other, _) => {
-                    note_error(
-                        &mut report.errors,
-                        format!("{id}: function {other:#x} or arguments bad"),
-                    );
+                    note_error(&mut report.errors, format!("{id}: function {other:#x} or arguments bad"));
                     (status::BAD_REQUEST, 0)
                 }
             };
-            ResponseRepr {
-                status: st,
-                result_len: len as u32,
-                request_id: id,
-                ptp_timestamp: req.ptp_timestamp,
-            }
-            .emit(&mut answer)
-            .expect("header");
+            ResponseRepr { status: st, result_len: len as u32, request_id: id, ptp_timestamp: req.ptp_timestamp }
+                .emit(&mut answer)
+                .expect("header");
             let total = rpc::HEADER_LEN + len;
             let n = RoceRepr::uc_send_only(&ep, ext::DEFAULT_FPGA_QP, psn, total)
                 .emit(&answer[..total], &mut tx)
@@ -327,32 +290,16 @@ impl Bench {
         let sim = start_with_qec(config, Some(fx.replay(1)), Box::new(peer)).expect("start sim");
         let stop = Arc::new(AtomicBool::new(false));
         let run = Arc::new(AtomicU32::new(0));
-        let responder = responder(
-            Box::new(host),
-            Arc::clone(&fx),
-            faults,
-            Arc::clone(&stop),
-            Arc::clone(&run),
-        );
+        let responder = responder(Box::new(host), Arc::clone(&fx), faults, Arc::clone(&stop), Arc::clone(&run));
         let mut ecb = EcbClient::connect(sim.ecb_addr());
         configure_vp(&mut ecb, &HOST);
-        Bench {
-            ecb,
-            fx,
-            stop,
-            run,
-            responder: Some(responder),
-            sim: Some(sim),
-        }
+        Bench { ecb, fx, stop, run, responder: Some(responder), sim: Some(sim) }
     }
 
     fn run(&mut self, run: &Run) -> Outcome {
         self.run.fetch_add(1, Ordering::Release);
         let c = &mut self.ecb;
-        assert_eq!(
-            c.read(ext::QEC_CTRL),
-            ext::QEC_ENABLE | ext::QEC_LOADED | ext::QEC_HAS_REFERENCE
-        );
+        assert_eq!(c.read(ext::QEC_CTRL), ext::QEC_ENABLE | ext::QEC_LOADED | ext::QEC_HAS_REFERENCE);
         c.write(ext::QEC_ROUNDS_PER_MESSAGE, run.rounds_per_message);
         // The host sizes its slots from this.
         assert!(c.read(ext::QEC_MAX_MESSAGE_BYTES) <= HOST.page_inc * 128);
@@ -366,8 +313,7 @@ impl Bench {
         c.write(reg::CAPTURE_CTRL, reg::CAPTURE_ARM);
         c.write(reg::PLAYER_ENABLE, reg::PLAYER_RUN);
         wait_done(c, Duration::from_secs(60));
-        let time =
-            |c: &mut EcbClient, lo: u32| u64::from(c.read(lo)) | u64::from(c.read(lo + 4)) << 32;
+        let time = |c: &mut EcbClient, lo: u32| u64::from(c.read(lo)) | u64::from(c.read(lo + 4)) << 32;
         Outcome {
             records: read_capture(c),
             shots_sent: c.read(ext::QEC_SHOTS_SENT),
@@ -391,55 +337,28 @@ impl Bench {
     fn check_clean(&self, run: &Run, o: &Outcome) {
         let shots = run.shots;
         let rounds = self.fx.split.len() as u32;
-        let r = if run.rounds_per_message == 0 {
-            rounds
-        } else {
-            run.rounds_per_message.min(rounds)
-        };
+        let r = if run.rounds_per_message == 0 { rounds } else { run.rounds_per_message.min(rounds) };
         assert_eq!(o.messages_per_shot, rounds.div_ceil(r), "{run:?}");
         assert_eq!((o.shots_sent, o.shots_decoded), (shots, shots), "{run:?}");
         assert_eq!(o.disagreements, 0, "{run:?}");
-        assert_eq!(
-            o.logical_errors,
-            self.fx.reference_errors(shots as usize),
-            "{run:?}"
-        );
-        assert_eq!(
-            (o.overflows, o.bad_answers, o.timeouts),
-            (0, 0, 0),
-            "{run:?}"
-        );
+        assert_eq!(o.logical_errors, self.fx.reference_errors(shots as usize), "{run:?}");
+        assert_eq!((o.overflows, o.bad_answers, o.timeouts), (0, 0, 0), "{run:?}");
         assert_eq!(o.status, [0; 8], "{run:?}");
         assert_eq!(o.rounds_sent, shots * rounds);
         assert!(o.first_send > 0 && o.first_send <= o.last_send && o.last_send < o.last_correction);
 
-        assert_eq!(
-            o.records.len() as u32,
-            shots * o.messages_per_shot,
-            "one record per message"
-        );
-        let finals: Vec<&CaptureRecord> = o
-            .records
-            .iter()
-            .filter(|r| r.flags & cf::FINAL_ROUND != 0)
-            .collect();
+        assert_eq!(o.records.len() as u32, shots * o.messages_per_shot, "one record per message");
+        let finals: Vec<&CaptureRecord> = o.records.iter().filter(|r| r.flags & cf::FINAL_ROUND != 0).collect();
         assert_eq!(finals.len() as u32, shots);
         for rec in &o.records {
             let k = rec.request_id - run.first_request_id;
             let last = (k + 1).is_multiple_of(o.messages_per_shot);
             assert_eq!(rec.flags & cf::FINAL_ROUND != 0, last, "{rec:?}");
             assert_eq!(rec.rpc_status, 0, "{rec:?}");
-            assert!(
-                rec.round_trip() > 0 && rec.round_trip() < 10_000_000_000,
-                "{rec:?}"
-            );
+            assert!(rec.round_trip() > 0 && rec.round_trip() < 10_000_000_000, "{rec:?}");
             let shot = (k / o.messages_per_shot) as usize % self.fx.shots();
             let want = if last {
-                let logical = if self.fx.pred[shot] == self.fx.obs[shot] {
-                    cf::LOGICAL_OK
-                } else {
-                    0
-                };
+                let logical = if self.fx.pred[shot] == self.fx.obs[shot] { cf::LOGICAL_OK } else { 0 };
                 cf::HEADER_OK | cf::PAYLOAD_OK | cf::FINAL_ROUND | cf::MATCHES_REFERENCE | logical
             } else {
                 cf::HEADER_OK | cf::PAYLOAD_OK
@@ -451,18 +370,9 @@ impl Bench {
 
     fn finish(mut self) -> Report {
         self.stop.store(true, Ordering::Relaxed);
-        let report = self
-            .responder
-            .take()
-            .expect("responder")
-            .join()
-            .expect("responder ran");
+        let report = self.responder.take().expect("responder").join().expect("responder ran");
         self.sim.take().expect("sim").stop();
-        assert!(
-            report.errors.is_empty(),
-            "responder saw: {:#?}",
-            report.errors
-        );
+        assert!(report.errors.is_empty(), "responder saw: {:#?}", report.errors);
         report
     }
 }
@@ -485,10 +395,7 @@ fn closed_loop_d3_and_d5_agree_with_pymatching() {
         let mut by_id = o.records.clone();
         by_id.sort_by_key(|r| r.request_id);
         for w in by_id.windows(2) {
-            assert!(
-                w[0].arrival_timestamp <= w[1].echoed_timestamp,
-                "overlap: {w:?}"
-            );
+            assert!(w[0].arrival_timestamp <= w[1].echoed_timestamp, "overlap: {w:?}");
         }
         let report = b.finish();
         assert_eq!(report.shots_decoded, shots);
@@ -525,11 +432,7 @@ fn fixed_cycle_with_1_2_and_all_rounds_per_message() {
 
 #[test]
 fn a_wrong_correction_and_an_overflow_are_caught() {
-    let faults = Faults {
-        flip_shot: Some(7),
-        overflow_shot: Some(9),
-        ..Faults::default()
-    };
+    let faults = Faults { flip_shot: Some(7), overflow_shot: Some(9), ..Faults::default() };
     let mut b = Bench::new("d3_p0.003", faults);
     let run = Run {
         shots: 300,
@@ -547,10 +450,7 @@ fn a_wrong_correction_and_an_overflow_are_caught() {
     assert_eq!(i64::from(o.logical_errors), i64::from(base) + delta);
     let final_of = |shot: u32| {
         let id = run.first_request_id + shot * o.messages_per_shot + o.messages_per_shot - 1;
-        *o.records
-            .iter()
-            .find(|r| r.request_id == id)
-            .expect("record")
+        *o.records.iter().find(|r| r.request_id == id).expect("record")
     };
     assert_eq!(final_of(7).flags & cf::MATCHES_REFERENCE, 0);
     assert_ne!(final_of(8).flags & cf::MATCHES_REFERENCE, 0);
@@ -565,10 +465,7 @@ fn dropped_messages_are_counted() {
     // (the decoder then answers the rest of that shot SYNDROMES_DROPPED) and the last
     // message of shot 10 (its correction never comes).
     let first = 100;
-    let faults = Faults {
-        drop: [Some(first + 3 * 4 + 1), Some(first + 10 * 4 + 3)],
-        ..Faults::default()
-    };
+    let faults = Faults { drop: [Some(first + 3 * 4 + 1), Some(first + 10 * 4 + 3)], ..Faults::default() };
     let mut b = Bench::new("d3_p0.001", faults);
     let run = Run {
         shots: 50,
@@ -586,20 +483,12 @@ fn dropped_messages_are_counted() {
     assert_eq!(o.disagreements, 0);
     assert_eq!(o.records.len(), 50 * 4 - 2, "no record for a lost message");
     let dropped_final = first + 3 * 4 + 3;
-    let rec = o
-        .records
-        .iter()
-        .find(|r| r.request_id == dropped_final)
-        .expect("record");
+    let rec = o.records.iter().find(|r| r.request_id == dropped_final).expect("record");
     assert_eq!(rec.flags, cf::HEADER_OK | cf::FINAL_ROUND);
     assert_eq!(rec.rpc_status, status::SYNDROMES_DROPPED);
     // The next shot starts at counter 0 and decodes again.
     let next = first + 4 * 4 + 3;
-    let rec = o
-        .records
-        .iter()
-        .find(|r| r.request_id == next)
-        .expect("record");
+    let rec = o.records.iter().find(|r| r.request_id == next).expect("record");
     assert_ne!(rec.flags & cf::PAYLOAD_OK, 0);
     b.finish();
 }
@@ -624,69 +513,33 @@ fn binary_takes_the_qec_flags() {
 
     let dir = Path::new(FIXTURES).join("d3_p0.001");
     let file = |f: &str| dir.join(f).to_string_lossy().into_owned();
-    let base = [
-        "--ecb",
-        "127.0.0.2:0",
-        "--roce",
-        "127.0.0.2:0",
-        "--spin",
-        "shared",
-    ];
+    let base = ["--ecb", "127.0.0.2:0", "--roce", "127.0.0.2:0", "--spin", "shared"];
     // --qec-dets alone is incomplete.
-    let out = Process::new(bin)
-        .args(base)
-        .args(["--qec-dets", &file("dets.b8")])
-        .output()
-        .expect("runs");
+    let out = Process::new(bin).args(base).args(["--qec-dets", &file("dets.b8")]).output().expect("runs");
     assert!(!out.status.success());
     // A file that does not fit the DEM is named.
     let out = Process::new(bin)
         .args(base)
-        .args([
-            "--qec-dets",
-            &file("obs.01"),
-            "--qec-dem",
-            &file("model.dem"),
-        ])
-        .args([
-            "--qec-obs",
-            &file("obs.01"),
-            "--qec-rounds-per-message",
-            "all",
-        ])
+        .args(["--qec-dets", &file("obs.01"), "--qec-dem", &file("model.dem")])
+        .args(["--qec-obs", &file("obs.01"), "--qec-rounds-per-message", "all"])
         .output()
         .expect("runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(
-        stderr.contains("obs.01") && stderr.contains("3-byte shots"),
-        "{stderr}"
-    );
-    let out = Process::new(bin)
-        .args(base)
-        .args(["--qec-rounds-per-message", "0"])
-        .output()
-        .expect("runs");
+    assert!(stderr.contains("obs.01") && stderr.contains("3-byte shots"), "{stderr}");
+    let out = Process::new(bin).args(base).args(["--qec-rounds-per-message", "0"]).output().expect("runs");
     assert!(!out.status.success(), "0 is not a round count");
 
     // Good flags: the replay is loaded and readable over ECB.
     let (mut child, ecb, _) = spawn_ready(
         Process::new(bin)
             .args(base)
-            .args([
-                "--qec-dets",
-                &file("dets.b8"),
-                "--qec-dem",
-                &file("model.dem"),
-            ])
+            .args(["--qec-dets", &file("dets.b8"), "--qec-dem", &file("model.dem")])
             .args(["--qec-obs", &file("obs.01"), "--qec-pred", &file("pred.01")])
             .args(["--qec-rounds-per-message", "2", "--exit-on-stdin-close"]),
     );
     let mut c = EcbClient::connect(ecb);
-    assert_eq!(
-        c.read(ext::QEC_CTRL),
-        ext::QEC_ENABLE | ext::QEC_LOADED | ext::QEC_HAS_REFERENCE
-    );
+    assert_eq!(c.read(ext::QEC_CTRL), ext::QEC_ENABLE | ext::QEC_LOADED | ext::QEC_HAS_REFERENCE);
     assert_eq!(c.read(ext::QEC_LOADED_SHOTS), 5000);
     assert_eq!(c.read(ext::QEC_DETECTORS), 24);
     assert_eq!(c.read(ext::QEC_ROUNDS_PER_SHOT), 4);

@@ -8,13 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(r) = ecb::Reply::new_checked(data) else {
         return;
     };
-    let _ = (
-        r.command_byte(),
-        r.command(),
-        r.is_reply(),
-        r.flags(),
-        r.sequence(),
-    );
+    let _ = (r.command_byte(), r.command(), r.is_reply(), r.flags(), r.sequence());
     let _ = (r.status(), r.reserved(), r.latched_sequence());
     let n = r.pair_count();
     assert_eq!(n, (data.len() - 8) / 8);
@@ -24,11 +18,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = r.pair(usize::MAX);
 
     // An RTL-layout reply (zero reserved and pad bytes) re-emits byte for byte.
-    if data.len() == ecb::reply_len(n)
-        && r.reserved() == 0
-        && data[data.len() - 2..] == [0, 0]
-        && n <= ecb::MAX_PAIRS
-    {
+    if data.len() == ecb::reply_len(n) && r.reserved() == 0 && data[data.len() - 2..] == [0, 0] && n <= ecb::MAX_PAIRS {
         let mut out = vec![0u8; data.len()];
         let len = ecb::emit_reply(
             r.command_byte(),

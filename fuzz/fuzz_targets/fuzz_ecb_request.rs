@@ -26,8 +26,7 @@ fuzz_target!(|data: &[u8]| {
     // A request of whole pairs with zero reserved bytes re-emits byte for byte.
     if r.reserved() == 0 && data.len() == ecb::request_len(n) && n <= ecb::MAX_PAIRS {
         let mut out = vec![0u8; data.len()];
-        let len =
-            ecb::emit_request(r.command(), r.flags(), r.sequence(), &pairs, &mut out).unwrap();
+        let len = ecb::emit_request(r.command(), r.flags(), r.sequence(), &pairs, &mut out).unwrap();
         assert_eq!(&out[..len], data);
     }
 });

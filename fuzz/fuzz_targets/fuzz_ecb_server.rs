@@ -44,25 +44,27 @@ fuzz_target!(|data: &[u8]| {
     let mut reply = [0u8; MAX_REPLY_LEN];
     let mut pairs: Vec<(u32, u32)> = Vec::with_capacity(ecb::MAX_PAIRS);
     for (k, r) in records(data).enumerate() {
-        let datagram: &[u8] = if r.tag & 1 == 0 {
-            r.bytes
-        } else {
-            let command = [Command::WrDword, Command::WrBlock, Command::RdDword, Command::RdBlock][usize::from(r.tag >> 1 & 3)];
-            let mut fl = r.tag >> 3 & (flags::ACK_REQUEST | flags::SEQUENCE_CHECK);
-            if r.tag & 0x20 != 0 {
-                fl |= 0x40;
-            }
-            let sequence = if r.tag & 0x40 == 0 { server.latched_sequence().wrapping_add(1) } else { k as u16 };
-            pairs.clear();
-            pairs.extend(r.bytes.chunks_exact(8).take(ecb::MAX_PAIRS).map(|p| {
-                (u32::from_be_bytes([p[0], p[1], p[2], p[3]]), u32::from_be_bytes([p[4], p[5], p[6], p[7]]))
-            }));
-            if pairs.is_empty() {
-                pairs.push((0, 0));
-            }
-            let n = ecb::emit_request(command, fl, sequence, &pairs, &mut request).expect("fits");
-            &request[..n]
-        };
+        let datagram: &[u8] =
+            if r.tag & 1 == 0 {
+                r.bytes
+            } else {
+                let command = [Command::WrDword, Command::WrBlock, Command::RdDword, Command::RdBlock]
+                    [usize::from(r.tag >> 1 & 3)];
+                let mut fl = r.tag >> 3 & (flags::ACK_REQUEST | flags::SEQUENCE_CHECK);
+                if r.tag & 0x20 != 0 {
+                    fl |= 0x40;
+                }
+                let sequence = if r.tag & 0x40 == 0 { server.latched_sequence().wrapping_add(1) } else { k as u16 };
+                pairs.clear();
+                pairs.extend(r.bytes.chunks_exact(8).take(ecb::MAX_PAIRS).map(|p| {
+                    (u32::from_be_bytes([p[0], p[1], p[2], p[3]]), u32::from_be_bytes([p[4], p[5], p[6], p[7]]))
+                }));
+                if pairs.is_empty() {
+                    pairs.push((0, 0));
+                }
+                let n = ecb::emit_request(command, fl, sequence, &pairs, &mut request).expect("fits");
+                &request[..n]
+            };
         let answer = server.handle(datagram, &mut reply);
         while rx.try_recv().is_ok() {}
         let Some(n) = answer else {
@@ -89,14 +91,16 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(address, req.address(i), "pair {i}");
             // Writes answer 0; a refused request echoes its addresses with 0; a block stopped at
             // a bad address carries the values read before it and 0 for the bad one.
-            let read_value = req.command().is_read() && (st == Status::Ok || st == Status::InvalidAddress && i + 1 < pc);
+            let read_value =
+                req.command().is_read() && (st == Status::Ok || st == Status::InvalidAddress && i + 1 < pc);
             if !read_value {
                 assert_eq!(value, 0, "pair {i} of a reply with status {st:?}");
             }
         }
         if st == Status::Ok {
             // A read may omit its last value word; a write needs whole pairs.
-            let available = if req.command().is_read() { req.pair_count() } else { (req.len() - ecb::HEADER_LEN) / ecb::PAIR_LEN };
+            let available =
+                if req.command().is_read() { req.pair_count() } else { (req.len() - ecb::HEADER_LEN) / ecb::PAIR_LEN };
             assert_eq!(pc, if req.command().is_block() { available.min(ecb::MAX_PAIRS) } else { 1 });
         }
     }

@@ -68,7 +68,12 @@ fuzz_target!(|data: &[u8]| {
     let q = QpMemory::new(sizes(), SharedMem::new).expect("valid sizes");
     let l = q.layout;
     let mut mrs = MrTable::default();
-    let rx = mrs.register(q.mem.clone(), l.rx_buffer + GUARD, l.rx_buffer_len() - 2 * GUARD, Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+    let rx = mrs.register(
+        q.mem.clone(),
+        l.rx_buffer + GUARD,
+        l.rx_buffer_len() - 2 * GUARD,
+        Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+    );
     let tx = mrs.register(q.mem.clone(), l.tx_buffer, l.tx_buffer_len(), Access::LOCAL_READ);
     let other = Arc::new(SharedMem::new(8192));
     let foreign = mrs.register(other.clone(), 0, 8192, Access::REMOTE_WRITE | Access::LOCAL_WRITE);
@@ -179,7 +184,10 @@ fuzz_target!(|data: &[u8]| {
         let to = r.start.max(from);
         if before[from..to] != after[from..to] {
             let i = from + (from..to).position(|i| before[i] != after[i]).unwrap_or(0);
-            panic!("byte {i:#x} of the queue pair's memory changed ({:#x} -> {:#x}); layout {l:?}", before[i], after[i]);
+            panic!(
+                "byte {i:#x} of the queue pair's memory changed ({:#x} -> {:#x}); layout {l:?}",
+                before[i], after[i]
+            );
         }
         from = from.max(r.end);
     }

@@ -6,8 +6,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rocelink_wire::qec::{
-    self, DecodeReportRepr, EnqueueSyndromes, EnqueueSyndromesRepr, GetCorrectionsRepr,
-    ResetDecoderRepr, ENQUEUE_SYNDROMES_FIXED_LEN,
+    self, DecodeReportRepr, EnqueueSyndromes, EnqueueSyndromesRepr, GetCorrectionsRepr, ResetDecoderRepr,
+    ENQUEUE_SYNDROMES_FIXED_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {

@@ -15,10 +15,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(f.payload.len(), f.repr.payload_len);
 
     let mut out = vec![0u8; f.repr.buffer_len()];
-    let n = f
-        .repr
-        .emit(f.payload, &mut out)
-        .expect("a parsed Repr emits");
+    let n = f.repr.emit(f.payload, &mut out).expect("a parsed Repr emits");
     let again = roce::parse_frame(&out[..n]).expect("an emitted frame parses");
     assert_eq!(again.repr, f.repr);
     assert_eq!(again.payload, f.payload);

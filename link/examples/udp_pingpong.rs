@@ -25,7 +25,14 @@ fn p50(mut v: Vec<u64>) -> u64 {
 }
 
 fn frame(src: SocketAddrV4, dst: SocketAddrV4) -> Vec<u8> {
-    let ep = Endpoints { src_mac: [0; 6], dst_mac: [0; 6], src_ip: src.ip().octets(), dst_ip: dst.ip().octets(), src_port: src.port(), dst_port: dst.port() };
+    let ep = Endpoints {
+        src_mac: [0; 6],
+        dst_mac: [0; 6],
+        src_ip: src.ip().octets(),
+        dst_ip: dst.ip().octets(),
+        src_port: src.port(),
+        dst_port: dst.port(),
+    };
     let mut f = vec![0u8; 256];
     let n = RoceRepr::uc_send_only(&ep, 2, 0, 48).emit(&[0x5a; 48], &mut f).unwrap();
     f.truncate(n);

@@ -26,7 +26,11 @@ fn pin(core: usize) {
 
 /// A ring with its submission thread on `sq_core`, `sock` registered as file 0.
 fn ring(sq_core: usize, sock: &UdpSocket) -> IoUring {
-    let r = IoUring::builder().setup_sqpoll(10_000).setup_sqpoll_cpu(sq_core as u32).build(64).expect("io_uring with SQPOLL");
+    let r = IoUring::builder()
+        .setup_sqpoll(10_000)
+        .setup_sqpoll_cpu(sq_core as u32)
+        .build(64)
+        .expect("io_uring with SQPOLL");
     r.submitter().register_files(&[sock.as_raw_fd()]).expect("register the socket");
     r
 }

@@ -63,7 +63,10 @@ pub struct InprocLink {
 pub fn pair(slots: usize) -> (InprocLink, InprocLink) {
     let a = Ring::new(slots);
     let b = Ring::new(slots);
-    (InprocLink { tx: a.clone(), rx: b.clone(), tx_pos: 0, rx_pos: 0 }, InprocLink { tx: b, rx: a, tx_pos: 0, rx_pos: 0 })
+    (
+        InprocLink { tx: a.clone(), rx: b.clone(), tx_pos: 0, rx_pos: 0 },
+        InprocLink { tx: b, rx: a, tx_pos: 0, rx_pos: 0 },
+    )
 }
 
 impl InprocLink {

@@ -134,7 +134,15 @@ fn bind_socket(addr: SocketAddrV4) -> std::io::Result<UdpSocket> {
 
 fn set_int(fd: libc::c_int, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> std::io::Result<()> {
     // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a valid c_int.
-    let rc = unsafe { libc::setsockopt(fd, level, name, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {
@@ -166,12 +174,12 @@ fn port_filter(ip: Ipv4Addr, ports: &[u16]) -> Vec<libc::sock_filter> {
     // a jump from instruction `from` to `target`
     let to = |from: usize, target: usize| (target - from - 1) as u8;
     let mut p = vec![
-        insn(bpf::LD_H_ABS, 0, 0, 6),                  // flags | fragment offset
-        insn(bpf::JSET_K, to(1, drop), 0, 0x3fff),     // MF or an offset: a fragment
-        insn(bpf::LD_W_ABS, 0, 0, 16),                 // destination address
+        insn(bpf::LD_H_ABS, 0, 0, 6),              // flags | fragment offset
+        insn(bpf::JSET_K, to(1, drop), 0, 0x3fff), // MF or an offset: a fragment
+        insn(bpf::LD_W_ABS, 0, 0, 16),             // destination address
         insn(bpf::JEQ_K, 0, to(3, drop), u32::from(ip)),
-        insn(bpf::LDX_B_MSH, 0, 0, 0),                 // X = IPv4 header length
-        insn(bpf::LD_H_IND, 0, 0, 2),                  // UDP destination port
+        insn(bpf::LDX_B_MSH, 0, 0, 0), // X = IPv4 header length
+        insn(bpf::LD_H_IND, 0, 0, 2),  // UDP destination port
     ];
     for (i, port) in ports.iter().enumerate() {
         p.push(insn(bpf::JEQ_K, to(TESTS_AT + i, accept), 0, u32::from(*port)));
@@ -185,7 +193,13 @@ fn attach_filter(fd: libc::c_int, prog: &[libc::sock_filter]) -> std::io::Result
     let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
     // SAFETY: the kernel copies `len` instructions from `filter`, which points at `prog`.
     let rc = unsafe {
-        libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, (&fprog as *const libc::sock_fprog).cast(), std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t)
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
     };
     if rc == 0 {
         Ok(())
@@ -205,7 +219,8 @@ fn silence(s: &UdpSocket) -> std::io::Result<()> {
 
 fn raw_socket(protocol: libc::c_int) -> std::io::Result<OwnedFd> {
     // SAFETY: socket(2) with constant arguments; the fd is owned from here on.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, protocol) };
+    let fd =
+        unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, protocol) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -230,7 +245,14 @@ fn raw_receiver(ip: Ipv4Addr, ports: &[u16]) -> std::io::Result<OwnedFd> {
     attach_filter(fd.as_raw_fd(), &port_filter(ip, ports))?;
     let sa = sockaddr(SocketAddrV4::new(ip, 0));
     // SAFETY: bind reads a sockaddr_in of the size given.
-    if unsafe { libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t) } != 0 {
+    if unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    } != 0
+    {
         return Err(std::io::Error::last_os_error());
     }
     if set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 4 << 20).is_err() {
@@ -249,7 +271,9 @@ fn raw_receiver(ip: Ipv4Addr, ports: &[u16]) -> std::io::Result<OwnedFd> {
 fn recv_one(s: &UdpSocket, body: &mut [u8]) -> std::io::Result<Option<(usize, std::net::SocketAddr)>> {
     match s.recv_from(body) {
         Ok(x) => Ok(Some(x)),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused) => Ok(None),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused) => {
+            Ok(None)
+        }
         Err(e) => Err(e),
     }
 }
@@ -336,7 +360,11 @@ impl UdpLink {
         if port == self.local.port() {
             return &self.socket;
         }
-        let i = self.port_sockets.iter().position(|(p, _)| *p == port).expect("a source port's socket is made before its first send");
+        let i = self
+            .port_sockets
+            .iter()
+            .position(|(p, _)| *p == port)
+            .expect("a source port's socket is made before its first send");
         &self.port_sockets[i].1
     }
 
@@ -349,7 +377,8 @@ impl UdpLink {
             let e = std::io::Error::last_os_error();
             return if e.kind() == std::io::ErrorKind::WouldBlock { Ok(None) } else { Err(e) };
         }
-        EthernetRepr { dst_addr: [0; 6], src_addr: [0; 6], ethertype: ethernet::ETHERTYPE_IPV4 }.emit(&mut ethernet::Frame::new_unchecked(eth));
+        EthernetRepr { dst_addr: [0; 6], src_addr: [0; 6], ethertype: ethernet::ETHERTYPE_IPV4 }
+            .emit(&mut ethernet::Frame::new_unchecked(eth));
         Ok(Some(ethernet::HEADER_LEN + n as usize))
     }
 
@@ -440,7 +469,14 @@ impl Link for UdpLink {
                     let sa = sockaddr(SocketAddrV4::new(*dst.ip(), 0));
                     // SAFETY: sendto reads `datagram` and a sockaddr_in of the size given.
                     let n = unsafe {
-                        libc::sendto(tx.as_raw_fd(), datagram.as_ptr().cast(), datagram.len(), 0, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+                        libc::sendto(
+                            tx.as_raw_fd(),
+                            datagram.as_ptr().cast(),
+                            datagram.len(),
+                            0,
+                            (&sa as *const libc::sockaddr_in).cast(),
+                            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                        )
                     };
                     if n < 0 {
                         Err(std::io::Error::last_os_error())
@@ -448,7 +484,10 @@ impl Link for UdpLink {
                         Ok(())
                     }
                 }
-                None => self.port_socket(src_port).send_to(&frame[ethernet::HEADER_LEN + hl + udp::HEADER_LEN..], dst).map(|_| ()),
+                None => self
+                    .port_socket(src_port)
+                    .send_to(&frame[ethernet::HEADER_LEN + hl + udp::HEADER_LEN..], dst)
+                    .map(|_| ()),
             };
             match sent {
                 Ok(()) => return Ok(()),
@@ -525,7 +564,14 @@ mod tests {
 
     /// A UC SEND from `src` to `dst` whose ICRC covers identification `ident`.
     fn roce_send(src: SocketAddrV4, dst: SocketAddrV4, ident: u16) -> Vec<u8> {
-        let ep = Endpoints { src_mac: [0; 6], dst_mac: [0; 6], src_ip: src.ip().octets(), dst_ip: dst.ip().octets(), src_port: src.port(), dst_port: dst.port() };
+        let ep = Endpoints {
+            src_mac: [0; 6],
+            dst_mac: [0; 6],
+            src_ip: src.ip().octets(),
+            dst_ip: dst.ip().octets(),
+            src_port: src.port(),
+            dst_port: dst.port(),
+        };
         let mut r = RoceRepr::uc_send_only(&ep, 2, 7, 16);
         r.ipv4.ident = ident;
         let mut f = vec![0u8; 256];
@@ -576,7 +622,9 @@ mod tests {
 
     #[test]
     fn a_raw_receiver_verifies_against_the_header_as_received_and_a_rebuilding_one_assumes_identification_0() {
-        if !raw_allowed("a_raw_receiver_verifies_against_the_header_as_received_and_a_rebuilding_one_assumes_identification_0") {
+        if !raw_allowed(
+            "a_raw_receiver_verifies_against_the_header_as_received_and_a_rebuilding_one_assumes_identification_0",
+        ) {
             return;
         }
         // a sender that chose identification 0x1234 and computed its ICRC over it (valid)
@@ -624,7 +672,10 @@ mod tests {
         // the bound UDP socket never queued one (its drop-all filter): nothing waits there
         let mut b = [0u8; 16];
         assert!(a.socket.recv_from(&mut b).is_err());
-        assert_eq!(a.describe(), format!("udp {} (send: {}; receive: {})", a.local_addr(), SendMode::Udp.as_str(), RecvMode::Raw.as_str()));
+        assert_eq!(
+            a.describe(),
+            format!("udp {} (send: {}; receive: {})", a.local_addr(), SendMode::Udp.as_str(), RecvMode::Raw.as_str())
+        );
     }
 
     #[test]
@@ -640,7 +691,8 @@ mod tests {
                 // to a's extra socket: taken on one of the next EXTRA_SOCKET_POLL_EVERY idle calls
                 b.send(&frame(b.local_addr(), extra, b"to the extra socket")).unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(2));
-                let (calls, p) = calls_until_recv(&mut a, 10 * EXTRA_SOCKET_POLL_EVERY).expect("the extra socket's datagram is received");
+                let (calls, p) = calls_until_recv(&mut a, 10 * EXTRA_SOCKET_POLL_EVERY)
+                    .expect("the extra socket's datagram is received");
                 assert_eq!(&p[HEADERS_LEN..], b"to the extra socket");
                 // and rebuilt (or received) with that port as its destination
                 assert_eq!(p, frame(b.local_addr(), extra, b"to the extra socket"), "{modes:?}");
@@ -743,7 +795,10 @@ mod tests {
         }
         let ip = Ipv4Addr::new(127, 0, 0, 5);
         let p = port_filter(ip, &[4791, 12288]);
-        let pkt = |dst: Ipv4Addr, port: u16| frame(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9), SocketAddrV4::new(dst, port), b"x")[ethernet::HEADER_LEN..].to_vec();
+        let pkt = |dst: Ipv4Addr, port: u16| {
+            frame(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9), SocketAddrV4::new(dst, port), b"x")[ethernet::HEADER_LEN..]
+                .to_vec()
+        };
         assert_eq!(run(&p, &pkt(ip, 4791)), u32::MAX);
         assert_eq!(run(&p, &pkt(ip, 12288)), u32::MAX);
         assert_eq!(run(&p, &pkt(ip, 4792)), 0);

@@ -34,6 +34,11 @@ fn main() {
     }
     for (k, mut v) in by_defects {
         v.sort_unstable();
-        println!("{k:>3} defects: {:>6} decodes, p50 {:>7} ns, p99 {:>7} ns", v.len(), v[v.len() / 2], v[(v.len() * 99 / 100).min(v.len() - 1)]);
+        println!(
+            "{k:>3} defects: {:>6} decodes, p50 {:>7} ns, p99 {:>7} ns",
+            v.len(),
+            v[v.len() / 2],
+            v[(v.len() * 99 / 100).min(v.len() - 1)]
+        );
     }
 }

@@ -21,7 +21,13 @@ fn main() {
         Some(i) if i + 1 < args.len() => {
             let dem = args.remove(i + 1);
             args.remove(i);
-            StageSpec::QecDecoder { dem: dem.into(), rounds_per_message: 1, max_defects: 12, decoders: 1, settle: Default::default() }
+            StageSpec::QecDecoder {
+                dem: dem.into(),
+                rounds_per_message: 1,
+                max_defects: 12,
+                decoders: 1,
+                settle: Default::default(),
+            }
         }
         Some(_) => {
             eprintln!("--qec needs a detector error model file");

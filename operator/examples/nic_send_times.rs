@@ -24,11 +24,27 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let payload: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(64);
     let iters: u32 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
-    let sizes = QpSizes { sq_entries: 128, rq_entries: 64, rx_slots: 8, rx_slot_stride: 256, tx_slot_stride: 256, timestamp_entries: 0, signal_every: 16 };
+    let sizes = QpSizes {
+        sq_entries: 128,
+        rq_entries: 64,
+        rx_slots: 8,
+        rx_slot_stride: 256,
+        tx_slot_stride: 256,
+        timestamp_entries: 0,
+        signal_every: 16,
+    };
     let q = QpMemory::new(sizes, SharedMem::new).expect("valid sizes");
-    let ep = Endpoints { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], src_ip: [10, 0, 0, 1], dst_ip: [10, 0, 0, 2], src_port: roce::UDP_PORT, dst_port: roce::UDP_PORT };
+    let ep = Endpoints {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        src_ip: [10, 0, 0, 1],
+        dst_ip: [10, 0, 0, 2],
+        src_port: roce::UDP_PORT,
+        dst_port: roce::UDP_PORT,
+    };
     let attrs = QpAttrs { qpn: QPN, pkey: 0xffff, endpoints: ep, peer_qpn: 2 };
-    let mut nic = SoftNic::new(attrs, NicOptions::default(), MrTable::default(), q.clone(), Arc::new(NicCounters::default()));
+    let mut nic =
+        SoftNic::new(attrs, NicOptions::default(), MrTable::default(), q.clone(), Arc::new(NicCounters::default()));
     let (mut nic_end, mut peer_end) = inproc::pair(64);
     let data: Vec<u8> = (0..payload).map(|i| i as u8).collect();
     let mut buf = vec![0u8; MAX_FRAME];
@@ -47,11 +63,16 @@ fn main() {
             // the WQE as the data path writes it, its check numbered from the range's start
             w[..16].copy_from_slice(&abi::ctrl_seg(abi::RL_OPCODE_SEND as u8, pi as u16, QPN, ds as u8, 0, 0));
             for k in 0..bbs {
-                q.mem.write(q.layout.sq + ((pi + k) % sizes.sq_entries) as usize * abi::WQEBB, &w[k as usize * abi::WQEBB..(k as usize + 1) * abi::WQEBB]);
+                q.mem.write(
+                    q.layout.sq + ((pi + k) % sizes.sq_entries) as usize * abi::WQEBB,
+                    &w[k as usize * abi::WQEBB..(k as usize + 1) * abi::WQEBB],
+                );
             }
             range_check ^= abi::range_check(&w, pi - range_first, |_, _| None).expect("a whole WQE");
             pi += bbs;
-            q.mem.atomic_u64(q.layout.proxy_doorbell).store(abi::ProxyDoorbell::checked(pi, pi - range_first, range_check), Release);
+            q.mem
+                .atomic_u64(q.layout.proxy_doorbell)
+                .store(abi::ProxyDoorbell::checked(pi, pi - range_first, range_check), Release);
             nic.poll_send(&mut nic_end);
             let n = peer_end.try_recv(&mut buf).expect("link").expect("a frame");
             std::hint::black_box(&buf[..n]);

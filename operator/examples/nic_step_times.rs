@@ -189,7 +189,11 @@ impl Rig {
     /// Checks the run did what the probe claims: every frame answered correctly.
     fn check(&self, frames: u32) {
         let s = self.stats.snapshot();
-        assert_eq!((s.sent, s.received, s.malformed, s.unexpected, s.icrc_failures), (frames, frames, 0, 0, 0), "{s:?}");
+        assert_eq!(
+            (s.sent, s.received, s.malformed, s.unexpected, s.icrc_failures),
+            (frames, frames, 0, 0, 0),
+            "{s:?}"
+        );
         let cap = self.player.config().capture.as_ref().expect("capture");
         let ok = rocelink_wire::hsb::capture_flags::HEADER_OK | rocelink_wire::hsb::capture_flags::PAYLOAD_OK;
         for k in [0, frames / 2, frames - 1] {

@@ -17,8 +17,8 @@ use crate::gpu::kernels::KernelOptions;
 use crate::graph::{compile, load, Graph, GraphErrors, Override, RunOptions};
 use crate::nic::DoorbellMode;
 pub use crate::peer::fresh_loopback_pair;
-pub use crate::settings::{Cores, PeerMode, WireKind};
 use crate::settings::Spin;
+pub use crate::settings::{Cores, PeerMode, WireKind};
 pub use crate::stage::{echo_template, request_template};
 use crate::stage::{Settle, StageSpec};
 
@@ -120,7 +120,9 @@ pub fn overrides(cfg: &EchoConfig) -> Vec<Override> {
         match (cfg.wire, cfg.host_ip) {
             (WireKind::Inproc, _) => "Soft(wire: Inproc)".into(),
             (WireKind::Udp, None) => "Soft(wire: Udp())".into(),
-            (WireKind::Udp, Some(ip)) => format!("Soft(wire: Udp(bind: {}))", quote(&SocketAddrV4::new(ip, roce::UDP_PORT).to_string())),
+            (WireKind::Udp, Some(ip)) => {
+                format!("Soft(wire: Udp(bind: {}))", quote(&SocketAddrV4::new(ip, roce::UDP_PORT).to_string()))
+            }
         },
     ));
     let ip = |ip: &Option<Ipv4Addr>| ip.map_or(String::new(), |ip| format!(", ip: {}", quote(&ip.to_string())));
@@ -129,7 +131,9 @@ pub fn overrides(cfg: &EchoConfig) -> Vec<Override> {
         match &cfg.peer {
             PeerMode::InProcess { ip: i } => format!("FpgaSim(mode: InProcess{})", ip(i)),
             PeerMode::Process { ip: i, .. } => format!("FpgaSim(mode: Process{})", ip(i)),
-            PeerMode::Remote { ecb, roce } => format!("Fpga(address: {}, roce: {})", quote(&ecb.to_string()), quote(&roce.to_string())),
+            PeerMode::Remote { ecb, roce } => {
+                format!("Fpga(address: {}, roce: {})", quote(&ecb.to_string()), quote(&roce.to_string()))
+            }
         },
     ));
     let core = |c: Option<usize>| c.map_or("None".to_string(), |c| format!("Some({c})"));
@@ -198,13 +202,20 @@ pub fn plan(cfg: &EchoConfig) -> Result<crate::graph::Plan, EchoError> {
 /// fault in [`EchoReport::fault`], exactly as `rocelink run` does.
 pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     if cfg.size < rpc::HEADER_LEN || cfg.size > roce::PMTU {
-        return Err(EchoError::Config(format!("--size {} must be {}..={} (an RPC header, then args, in one packet)", cfg.size, rpc::HEADER_LEN, roce::PMTU)));
+        return Err(EchoError::Config(format!(
+            "--size {} must be {}..={} (an RPC header, then args, in one packet)",
+            cfg.size,
+            rpc::HEADER_LEN,
+            roce::PMTU
+        )));
     }
     if cfg.count == 0 {
         return Err(EchoError::Config("--count must be at least 1".into()));
     }
     if cfg.wire == WireKind::Inproc && !matches!(cfg.peer, PeerMode::InProcess { .. }) {
-        return Err(EchoError::Config("the inproc wire needs the peer in this process; use --wire udp with a separate peer".into()));
+        return Err(EchoError::Config(
+            "the inproc wire needs the peer in this process; use --wire udp with a separate peer".into(),
+        ));
     }
     if let Some(r) = cfg.rate {
         if !(r > 0.0 && r.is_finite()) {
@@ -214,7 +225,10 @@ pub fn run_echo(cfg: &EchoConfig) -> Result<EchoReport, EchoError> {
     if cfg.chain.is_empty() {
         return Err(EchoError::Config("the stage chain is empty: the transceiver would answer nothing".into()));
     }
-    crate::graph::run(&plan(cfg)?, &RunOptions { progress: cfg.progress, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() })
+    crate::graph::run(
+        &plan(cfg)?,
+        &RunOptions { progress: cfg.progress, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() },
+    )
 }
 
 #[cfg(test)]
@@ -231,7 +245,11 @@ mod tests {
             rate: Some(20_000.5),
             warmup: 7,
             host_ip: Some(Ipv4Addr::new(127, 0, 0, 5)),
-            peer: PeerMode::Process { program: Some("/bin/fpga-sim".into()), args: vec!["--x".into()], ip: Some(Ipv4Addr::new(127, 0, 0, 6)) },
+            peer: PeerMode::Process {
+                program: Some("/bin/fpga-sim".into()),
+                args: vec!["--x".into()],
+                ip: Some(Ipv4Addr::new(127, 0, 0, 6)),
+            },
             cores: Cores { nic: Some(1), backend: None, peer: Some(3) },
             spin: Spin::Dedicated,
             spin_pause: true,
@@ -244,13 +262,27 @@ mod tests {
         assert_eq!(g.backend, BackendKind::GpuLaunchPerMessage(2));
         assert_eq!(g.nic, NicSpec::Soft { wire: WireSpec::Udp { bind: Some("127.0.0.5:4791".into()) } });
         assert_eq!(g.peer, PeerSpec::FpgaSim { mode: SimMode::Process, ip: Some("127.0.0.6".into()) });
-        assert_eq!((g.cores.nic, g.cores.backend, g.cores.peer, g.cores.spin, g.cores.spin_pause), (Some(1), None, Some(3), Spin::Dedicated, true));
-        assert_eq!((g.run.stop, g.run.warmup, g.run.load, g.run.size, g.run.timeout), (Stop::Count(1234), 7, Load::Rate(20_000.5), 256, Some(1.5)));
+        assert_eq!(
+            (g.cores.nic, g.cores.backend, g.cores.peer, g.cores.spin, g.cores.spin_pause),
+            (Some(1), None, Some(3), Spin::Dedicated, true)
+        );
+        assert_eq!(
+            (g.run.stop, g.run.warmup, g.run.load, g.run.size, g.run.timeout),
+            (Stop::Count(1234), 7, Load::Rate(20_000.5), 256, Some(1.5))
+        );
         let roce = g.operators.iter().find(|o| o.name == "roce").expect("the transceiver");
-        assert!(roce.params.iter().any(|p| p.name == "slots" && p.value == crate::ops::ParamValue::Int(32)), "{:?}", roce.params);
+        assert!(
+            roce.params.iter().any(|p| p.name == "slots" && p.value == crate::ops::ParamValue::Int(32)),
+            "{:?}",
+            roce.params
+        );
         assert_eq!(g.file, None);
 
-        let remote = EchoConfig { wire: WireKind::Udp, peer: PeerMode::Remote { ecb: "10.0.0.2:8192".parse().unwrap(), roce: "10.0.0.2:4791".parse().unwrap() }, ..EchoConfig::default() };
+        let remote = EchoConfig {
+            wire: WireKind::Udp,
+            peer: PeerMode::Remote { ecb: "10.0.0.2:8192".parse().unwrap(), roce: "10.0.0.2:4791".parse().unwrap() },
+            ..EchoConfig::default()
+        };
         let g = graph(&remote).expect("remote");
         assert_eq!(g.peer, PeerSpec::Fpga { address: "10.0.0.2:8192".into(), roce: Some("10.0.0.2:4791".into()) });
     }
@@ -262,12 +294,24 @@ mod tests {
         assert!(p.host_ops.is_empty() && p.host_flows.is_empty());
         assert_eq!(p.backend.backend, Ok(crate::settings::Backend::Cpu));
         // Another chain is written as the operators it is, and checked as a file's would be.
-        let g = graph(&EchoConfig { chain: vec![StageSpec::Echo, StageSpec::Echo], ..EchoConfig::default() }).expect("graph");
+        let g = graph(&EchoConfig { chain: vec![StageSpec::Echo, StageSpec::Echo], ..EchoConfig::default() })
+            .expect("graph");
         assert_eq!(g.operators.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["roce", "stage0", "stage1"]);
-        let e = plan(&EchoConfig { chain: vec![StageSpec::Echo, StageSpec::Echo], ..EchoConfig::default() }).unwrap_err().to_string();
+        let e = plan(&EchoConfig { chain: vec![StageSpec::Echo, StageSpec::Echo], ..EchoConfig::default() })
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("port type mismatch"), "{e}");
-        let p = plan(&EchoConfig { wire: WireKind::Udp, peer: PeerMode::Process { program: Some("/bin/x".into()), args: vec![], ip: None }, ..EchoConfig::default() }).expect("plan");
-        assert!(matches!(p.peer, PeerMode::Process { program: Some(ref x), .. } if x.as_os_str() == "/bin/x"), "{:?}", p.peer);
+        let p = plan(&EchoConfig {
+            wire: WireKind::Udp,
+            peer: PeerMode::Process { program: Some("/bin/x".into()), args: vec![], ip: None },
+            ..EchoConfig::default()
+        })
+        .expect("plan");
+        assert!(
+            matches!(p.peer, PeerMode::Process { program: Some(ref x), .. } if x.as_os_str() == "/bin/x"),
+            "{:?}",
+            p.peer
+        );
         // What the graph refuses, the echo run refuses the same way.
         let e = plan(&EchoConfig { size: 8, ..EchoConfig::default() }).unwrap_err().to_string();
         assert!(e.contains("run.size 8 must be 24..=4096"), "{e}");

@@ -60,7 +60,12 @@ impl Environment {
     pub fn here(backend: &str, wire: &str, payload_size: usize, spin_mode: &str) -> Environment {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|m| m.trim().to_string()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|m| m.trim().to_string())
+            })
             .unwrap_or_else(|| "unknown".into());
         Environment {
             host: read_trim("/proc/sys/kernel/hostname"),

@@ -120,7 +120,19 @@ impl Analyzer {
     /// For a run of at most `planned` requests numbered from `first_request_id`; the first
     /// `warmup` are counted but left out of the latency distribution.
     pub fn new(first_request_id: u32, planned: u64, warmup: u64) -> Analyzer {
-        Analyzer { first_request_id, planned, warmup, counts: Counts::default(), rtt: new_histogram(), samples: Vec::new(), seen: vec![0; (SEEN_WINDOW / 64) as usize], highest: None, blank: 0, records: 0, span: None }
+        Analyzer {
+            first_request_id,
+            planned,
+            warmup,
+            counts: Counts::default(),
+            rtt: new_histogram(),
+            samples: Vec::new(),
+            seen: vec![0; (SEEN_WINDOW / 64) as usize],
+            highest: None,
+            blank: 0,
+            records: 0,
+            span: None,
+        }
     }
 
     /// Bit of request `idx` in the window.
@@ -206,7 +218,14 @@ impl Analyzer {
         counts.sent = sent;
         counts.uncaptured = uncaptured;
         counts.lost = sent.saturating_sub(counts.received + uncaptured);
-        Analysis { counts, rtt: self.rtt, samples: self.samples, blank: self.blank, records: self.records, span_ns: self.span }
+        Analysis {
+            counts,
+            rtt: self.rtt,
+            samples: self.samples,
+            blank: self.blank,
+            records: self.records,
+            span_ns: self.span,
+        }
     }
 }
 
@@ -278,14 +297,18 @@ pub fn breakdown(
     warmup: u64,
     trace: Option<&crate::nic::SendTrace>,
 ) -> Breakdown {
-    let by_id: std::collections::HashMap<u32, &crate::abi::rl_msg_timestamp> = stamps.iter().map(|s| (s.request_id, s)).collect();
+    let by_id: std::collections::HashMap<u32, &crate::abi::rl_msg_timestamp> =
+        stamps.iter().map(|s| (s.request_id, s)).collect();
     let (mut a, mut b, mut c) = (new_histogram(), new_histogram(), new_histogram());
     let (mut d, mut e) = (new_histogram(), new_histogram());
     let (mut p0, mut p1) = (new_histogram(), new_histogram());
     let mut matched = 0;
     let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
     for r in records {
-        if r.flags & ok != ok || r.flags & capture_flags::DUPLICATE != 0 || u64::from(r.request_id.wrapping_sub(first_request_id)) < warmup {
+        if r.flags & ok != ok
+            || r.flags & capture_flags::DUPLICATE != 0
+            || u64::from(r.request_id.wrapping_sub(first_request_id)) < warmup
+        {
             continue;
         }
         let Some(s) = by_id.get(&r.request_id) else { continue };
@@ -330,7 +353,16 @@ mod tests {
     use super::*;
 
     fn stamp(id: u32, nic_cqe: u64, seen: u64, doorbell: u64, sq_index: u32) -> crate::abi::rl_msg_timestamp {
-        crate::abi::rl_msg_timestamp { cqe_seen_ns: seen, doorbell_ns: doorbell, nic_cqe_ns: nic_cqe, request_id: id, slot: 0, byte_count: 64, sq_index, profile: [0; 2] }
+        crate::abi::rl_msg_timestamp {
+            cqe_seen_ns: seen,
+            doorbell_ns: doorbell,
+            nic_cqe_ns: nic_cqe,
+            request_id: id,
+            slot: 0,
+            byte_count: 64,
+            sq_index,
+            profile: [0; 2],
+        }
     }
 
     #[test]
@@ -339,7 +371,8 @@ mod tests {
         // sent at 1000, CQE written at 1300, turnaround 500 (the data path's clock), frame out
         // at 2600, answer taken at 3000
         let records = [rec(1, 1000, 2000, ok), rec(2, 5000, 2000, ok), rec(3, 9000, 2000, ok)];
-        let stamps = [stamp(1, 1300, 50_000, 50_500, 0), stamp(2, 5300, 60_000, 60_500, 2), stamp(3, 9300, 70_000, 70_500, 4)];
+        let stamps =
+            [stamp(1, 1300, 50_000, 50_500, 0), stamp(2, 5300, 60_000, 60_500, 2), stamp(3, 9300, 70_000, 70_500, 4)];
         let trace = crate::nic::SendTrace::new(16);
         trace.record(0, 2600);
         trace.record(2, 6600);
@@ -358,7 +391,14 @@ mod tests {
     }
 
     fn rec(id: u32, sent: u64, rtt: u64, flags: u32) -> CaptureRecord {
-        CaptureRecord { request_id: id, echoed_timestamp: sent, arrival_timestamp: sent + rtt, flags, result_len: 8, rpc_status: 0 }
+        CaptureRecord {
+            request_id: id,
+            echoed_timestamp: sent,
+            arrival_timestamp: sent + rtt,
+            flags,
+            result_len: 8,
+            rpc_status: 0,
+        }
     }
     const OK: u32 = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
 
@@ -367,10 +407,10 @@ mod tests {
         let records = [
             rec(100, 0, 1000, OK),
             rec(102, 10, 2000, OK),
-            rec(101, 20, 3000, OK),               // reordered
-            rec(102, 30, 4000, OK),               // duplicate
+            rec(101, 20, 3000, OK),                       // reordered
+            rec(102, 30, 4000, OK),                       // duplicate
             rec(103, 40, 5000, capture_flags::HEADER_OK), // corrupted payload
-            rec(7, 50, 1, OK),                    // not of this run
+            rec(7, 50, 1, OK),                            // not of this run
         ];
         let a = analyze(&records, 5, 100, 0);
         assert_eq!(

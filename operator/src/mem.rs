@@ -291,7 +291,10 @@ mod tests {
         let mut back = [0u8; 64];
         m.read(64, &mut back);
         assert_eq!(back, [7; 64]);
-        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.prefetch(PAGE))).is_err(), "one past the end is refused");
+        assert!(
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.prefetch(PAGE))).is_err(),
+            "one past the end is refused"
+        );
     }
 
     #[test]
@@ -305,6 +308,9 @@ mod tests {
         let mut back = [0u8; 200];
         m.read(60, &mut back);
         assert_eq!(back, [9; 200]);
-        assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.demote(PAGE - 1, 2))).is_err(), "past the end is refused");
+        assert!(
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.demote(PAGE - 1, 2))).is_err(),
+            "past the end is refused"
+        );
     }
 }

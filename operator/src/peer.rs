@@ -144,29 +144,58 @@ impl PeerAndWire {
 
 /// Binds the software NIC's `wire` (the UDP wire at `bind`, default a fresh loopback address)
 /// and starts `peer` on it, replaying `qec` if given.
-pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerMode, qec: Option<&Replay>, core: Option<usize>, spin: SpinMode) -> Result<PeerAndWire, PeerError> {
+pub fn start(
+    wire: WireKind,
+    bind: Option<SocketAddrV4>,
+    peer: &PeerMode,
+    qec: Option<&Replay>,
+    core: Option<usize>,
+    spin: SpinMode,
+) -> Result<PeerAndWire, PeerError> {
     let (def_host, def_peer) = fresh_loopback_pair();
     let sim = |ip: Ipv4Addr, link: Box<dyn Link>| {
-        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(ip, 0), mac: PEER_MAC, ip: ip.octets(), qp: DEFAULT_FPGA_QP, core, spin };
+        let config = rocelink_fpga_sim::SimConfig {
+            ecb_bind: SocketAddrV4::new(ip, 0),
+            mac: PEER_MAC,
+            ip: ip.octets(),
+            qp: DEFAULT_FPGA_QP,
+            core,
+            spin,
+        };
         // The replay is immutable; the peer takes its own copy (a few hundred kilobytes).
-        rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link).map_err(|e| PeerError::Start { what: "fpga-sim".into(), detail: e.to_string() })
+        rocelink_fpga_sim::start_with_qec(config, qec.map(|r| (*r.loaded).clone()), link)
+            .map_err(|e| PeerError::Start { what: "fpga-sim".into(), detail: e.to_string() })
     };
     match (wire, peer) {
         (WireKind::Inproc, PeerMode::InProcess { ip }) => {
             let peer_ip = ip.unwrap_or(def_peer);
             let (a, b) = inproc::pair(256);
             let s = sim(peer_ip, Box::new(b))?;
-            Ok(PeerAndWire { ecb: s.ecb_addr(), peer: RunningPeer::InProcess(s), nic_link: Box::new(a), peer_roce: SocketAddrV4::new(peer_ip, roce::UDP_PORT), peer_ip, host_ip: def_host, host_port: roce::UDP_PORT, wire: "inproc".into() })
+            Ok(PeerAndWire {
+                ecb: s.ecb_addr(),
+                peer: RunningPeer::InProcess(s),
+                nic_link: Box::new(a),
+                peer_roce: SocketAddrV4::new(peer_ip, roce::UDP_PORT),
+                peer_ip,
+                host_ip: def_host,
+                host_port: roce::UDP_PORT,
+                wire: "inproc".into(),
+            })
         }
-        (WireKind::Inproc, _) => Err(PeerError::Config("the inproc wire needs the peer in this process; use the UDP wire with a separate peer".into())),
+        (WireKind::Inproc, _) => Err(PeerError::Config(
+            "the inproc wire needs the peer in this process; use the UDP wire with a separate peer".into(),
+        )),
         (WireKind::Udp, p) => {
             let local = bind.unwrap_or(SocketAddrV4::new(def_host, roce::UDP_PORT));
-            let udp = UdpLink::bind(local).map_err(|e| PeerError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
+            let udp = UdpLink::bind(local)
+                .map_err(|e| PeerError::Start { what: "the UDP wire".into(), detail: format!("{local}: {e}") })?;
             let host = udp.local_addr();
             let (peer, ecb, peer_roce) = match p {
                 PeerMode::InProcess { ip } => {
                     let peer_ip = ip.unwrap_or(def_peer);
-                    let link = UdpLink::bind(SocketAddrV4::new(peer_ip, roce::UDP_PORT)).map_err(|e| PeerError::Start { what: "the peer's UDP wire".into(), detail: format!("{peer_ip}: {e}") })?;
+                    let link = UdpLink::bind(SocketAddrV4::new(peer_ip, roce::UDP_PORT)).map_err(|e| {
+                        PeerError::Start { what: "the peer's UDP wire".into(), detail: format!("{peer_ip}: {e}") }
+                    })?;
                     let peer_roce = link.local_addr();
                     let s = sim(peer_ip, Box::new(link))?;
                     let ecb = s.ecb_addr();
@@ -176,18 +205,40 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerMode, qec: O
                     let peer_ip = ip.unwrap_or(def_peer);
                     let (program, args) = match program {
                         Some(p) => (p.clone(), args.clone()),
-                        None => (std::env::current_exe().map_err(|e| PeerError::Start { what: "the fpga-sim process".into(), detail: format!("cannot find this program: {e}") })?, vec!["fpga-sim".to_string()]),
+                        None => (
+                            std::env::current_exe().map_err(|e| PeerError::Start {
+                                what: "the fpga-sim process".into(),
+                                detail: format!("cannot find this program: {e}"),
+                            })?,
+                            vec!["fpga-sim".to_string()],
+                        ),
                     };
                     let mut args = args;
                     if let Some(r) = qec {
                         args.extend(qec_flags(r));
                     }
-                    let (child, ecb, roce_addr) = spawn_process(&program, &args, SocketAddrV4::new(peer_ip, 0), SocketAddrV4::new(peer_ip, roce::UDP_PORT), spin, core)?;
+                    let (child, ecb, roce_addr) = spawn_process(
+                        &program,
+                        &args,
+                        SocketAddrV4::new(peer_ip, 0),
+                        SocketAddrV4::new(peer_ip, roce::UDP_PORT),
+                        spin,
+                        core,
+                    )?;
                     (RunningPeer::Process(child), ecb, roce_addr)
                 }
                 PeerMode::Remote { ecb, roce } => (RunningPeer::Remote, *ecb, *roce),
             };
-            Ok(PeerAndWire { peer, nic_link: Box::new(udp), ecb, peer_ip: *peer_roce.ip(), peer_roce, host_ip: *host.ip(), host_port: host.port(), wire: format!("udp {host} <-> {peer_roce}") })
+            Ok(PeerAndWire {
+                peer,
+                nic_link: Box::new(udp),
+                ecb,
+                peer_ip: *peer_roce.ip(),
+                peer_roce,
+                host_ip: *host.ip(),
+                host_port: host.port(),
+                wire: format!("udp {host} <-> {peer_roce}"),
+            })
         }
     }
 }
@@ -197,7 +248,8 @@ pub fn start(wire: WireKind, bind: Option<SocketAddrV4>, peer: &PeerMode, qec: O
 pub fn qec_flags(r: &Replay) -> Vec<String> {
     let c = &r.config;
     let path = |p: &Path| p.display().to_string();
-    let mut f = vec!["--qec-dets".into(), path(&c.dets), "--qec-dem".into(), path(&c.dem), "--qec-obs".into(), path(&c.obs)];
+    let mut f =
+        vec!["--qec-dets".into(), path(&c.dets), "--qec-dem".into(), path(&c.dem), "--qec-obs".into(), path(&c.obs)];
     if let Some(p) = &c.pred {
         f.extend(["--qec-pred".into(), path(p)]);
     }
@@ -205,13 +257,25 @@ pub fn qec_flags(r: &Replay) -> Vec<String> {
     if let Some(d) = &c.detectors_per_round {
         f.extend(["--qec-detectors-per-round".into(), d.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")]);
     }
-    f.extend(["--qec-decoder-id".into(), c.decoder_id.to_string(), "--qec-syndrome-mapping-id".into(), c.syndrome_mapping_id.to_string()]);
+    f.extend([
+        "--qec-decoder-id".into(),
+        c.decoder_id.to_string(),
+        "--qec-syndrome-mapping-id".into(),
+        c.syndrome_mapping_id.to_string(),
+    ]);
     f
 }
 
 /// Starts `fpga-sim` as a process and waits for its ready line; returns its ECB and RoCE
 /// addresses.
-fn spawn_process(program: &Path, args: &[String], ecb: SocketAddrV4, roce: SocketAddrV4, spin: SpinMode, core: Option<usize>) -> Result<(Child, SocketAddrV4, SocketAddrV4), PeerError> {
+fn spawn_process(
+    program: &Path,
+    args: &[String],
+    ecb: SocketAddrV4,
+    roce: SocketAddrV4,
+    spin: SpinMode,
+    core: Option<usize>,
+) -> Result<(Child, SocketAddrV4, SocketAddrV4), PeerError> {
     let fail = |detail: String| PeerError::Start { what: "the fpga-sim process".into(), detail };
     let mut cmd = Command::new(program);
     cmd.args(args)

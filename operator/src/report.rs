@@ -91,12 +91,21 @@ impl OpenLoopRate {
     pub fn of(rate: f64, achieved: Option<f64>) -> Option<OpenLoopRate> {
         let offered = rate / 1e6;
         let achieved = achieved?;
-        Some(OpenLoopRate { offered_per_us: offered, achieved_per_us: achieved, keeps_up: achieved >= crate::graph::qec::KEEP_UP_SHARE * offered })
+        Some(OpenLoopRate {
+            offered_per_us: offered,
+            achieved_per_us: achieved,
+            keeps_up: achieved >= crate::graph::qec::KEEP_UP_SHARE * offered,
+        })
     }
 
     /// `0.912 messages/us of 1.000 offered: keeps up`.
     pub fn text(&self) -> String {
-        format!("{:.3} messages/us of {:.3} offered: {}", self.achieved_per_us, self.offered_per_us, if self.keeps_up { "keeps up" } else { "FALLS BEHIND" })
+        format!(
+            "{:.3} messages/us of {:.3} offered: {}",
+            self.achieved_per_us,
+            self.offered_per_us,
+            if self.keeps_up { "keeps up" } else { "FALLS BEHIND" }
+        )
     }
 }
 
@@ -171,12 +180,34 @@ pub fn summary_text(r: &RunReport) -> String {
     if let Some(q) = &r.qec {
         s += &qec::summary_text(q);
     }
-    let _ = writeln!(s, "  stage chain: {}; stopped by {} after {:.2} s{}", r.stage_chain.join(" -> "), r.stopped_by, r.elapsed_s, if r.in_flight_at_stop > 0 { format!(" ({} in flight at the stop, not counted as lost)", r.in_flight_at_stop) } else { String::new() });
+    let _ = writeln!(
+        s,
+        "  stage chain: {}; stopped by {} after {:.2} s{}",
+        r.stage_chain.join(" -> "),
+        r.stopped_by,
+        r.elapsed_s,
+        if r.in_flight_at_stop > 0 {
+            format!(" ({} in flight at the stop, not counted as lost)", r.in_flight_at_stop)
+        } else {
+            String::new()
+        }
+    );
     if let Some(t) = &r.tap {
         let l = &t.loop_ns;
-        let _ = writeln!(s, "  tap: {} records, {} overwritten before read; loop time per message (us) p50 {:.2} p99 {:.2}", t.records, t.overflow, l.p50 as f64 / 1000.0, l.p99 as f64 / 1000.0);
+        let _ = writeln!(
+            s,
+            "  tap: {} records, {} overwritten before read; loop time per message (us) p50 {:.2} p99 {:.2}",
+            t.records,
+            t.overflow,
+            l.p50 as f64 / 1000.0,
+            l.p99 as f64 / 1000.0
+        );
         for f in t.flows.iter().filter(|f| f.dropped > 0) {
-            let _ = writeln!(s, "  flow {} dropped {} of {} messages (capacity {}, {})", f.flow, f.dropped, f.offered, f.capacity, f.policy);
+            let _ = writeln!(
+                s,
+                "  flow {} dropped {} of {} messages (capacity {}, {})",
+                f.flow, f.dropped, f.offered, f.capacity, f.policy
+            );
         }
     }
     for f in &r.files {
@@ -185,20 +216,38 @@ pub fn summary_text(r: &RunReport) -> String {
     s
 }
 
-
 /// The human summary printed at the end of a run.
 pub fn echo_text(r: &RunReport) -> String {
     let mut s = String::new();
     let c = &r.counts;
     let t = &r.rtt_ns;
-    let _ = writeln!(s, "rocelink echo: {} wire, {} B, {}, backend {}, spin {}", r.env.wire, r.env.payload_size, r.mode, r.env.backend, r.env.spin_mode);
+    let _ = writeln!(
+        s,
+        "rocelink echo: {} wire, {} B, {}, backend {}, spin {}",
+        r.env.wire, r.env.payload_size, r.mode, r.env.backend, r.env.spin_mode
+    );
     if t.count == 0 {
         // no zeros that read like figures
-        let _ = writeln!(s, "  round trip: no samples (nothing answered after the warm-up of {} round trips)", r.warmup);
+        let _ =
+            writeln!(s, "  round trip: no samples (nothing answered after the warm-up of {} round trips)", r.warmup);
     } else {
-        let _ = writeln!(s, "  round trip (us, full RTT, {} samples): min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
+        let _ = writeln!(
+            s,
+            "  round trip (us, full RTT, {} samples): min {}  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}",
+            t.count,
+            us(t.min),
+            us(t.p50),
+            us(t.p90),
+            us(t.p99),
+            us(t.p999),
+            us(t.max)
+        );
     }
-    let _ = writeln!(s, "  sent {}  received {}  lost {}  duplicated {}  reordered {}  corrupted {}", c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted);
+    let _ = writeln!(
+        s,
+        "  sent {}  received {}  lost {}  duplicated {}  reordered {}  corrupted {}",
+        c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted
+    );
     if let Some(a) = &r.rate_achieved {
         let _ = writeln!(s, "  rate: {}", a.text());
     }
@@ -206,7 +255,13 @@ pub fn echo_text(r: &RunReport) -> String {
         let _ = writeln!(s, "  uncaptured {} (answered, but overwritten in the peer's capture ring before they were read: not measured)", c.uncaptured);
     }
     if let Some(h) = &r.host_side_ns {
-        let _ = writeln!(s, "  host side (us, request in -> answer out at the NIC, {} messages): p50 {}  p99 {}", h.count, us(h.p50), us(h.p99));
+        let _ = writeln!(
+            s,
+            "  host side (us, request in -> answer out at the NIC, {} messages): p50 {}  p99 {}",
+            h.count,
+            us(h.p50),
+            us(h.p99)
+        );
     }
     if let Some(b) = &r.breakdown_ns {
         let _ = writeln!(s, "  where it went (p50, {} matched): {}", b.matched, b.p50_text());
@@ -220,20 +275,40 @@ pub fn echo_text(r: &RunReport) -> String {
             );
         }
         if let (Some(l), Some(w)) = (&b.profile_loaded, &b.profile_written) {
-            let _ = writeln!(s, "  kernel profile (p50, us from CQE seen): request loaded {}  answer written {}  doorbell {}", us(l.p50), us(w.p50), us(b.turnaround.p50));
+            let _ = writeln!(
+                s,
+                "  kernel profile (p50, us from CQE seen): request loaded {}  answer written {}  doorbell {}",
+                us(l.p50),
+                us(w.p50),
+                us(b.turnaround.p50)
+            );
         }
     }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
-    let _ = writeln!(s, "  NIC: rx {} tx {} drops: {}", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") });
+    let _ = writeln!(
+        s,
+        "  NIC: rx {} tx {} drops: {}",
+        r.nic.rx_packets,
+        r.nic.tx_packets,
+        if drops.is_empty() { "none".into() } else { drops.join(", ") }
+    );
     // what the NIC delivered, the transceiver loop answered or refused (a request it could
     // not take: no RPC header, bad magic, an argument past the end, a slot out of range)
     let _ = writeln!(s, "  transceiver loop: answered {}  refused {}", r.backend_processed, r.backend_dropped);
     if r.nic.tx_wqe_rereads > 0 || r.nic.tx_wqe_check_failures > 0 {
         // checked doorbells (abi.h rl_proxy_doorbell): how often a WQE was still landing
-        let _ = writeln!(s, "  NIC: {} checked doorbells re-read until their check held, {} never held (sent in error)", r.nic.tx_wqe_rereads, r.nic.tx_wqe_check_failures);
+        let _ = writeln!(
+            s,
+            "  NIC: {} checked doorbells re-read until their check held, {} never held (sent in error)",
+            r.nic.tx_wqe_rereads, r.nic.tx_wqe_check_failures
+        );
     }
     if let Some(p) = &r.peer {
-        let _ = writeln!(s, "  peer: sent {} received {} icrc_failures {} malformed {} stalls {}", p.sent, p.received, p.icrc_failures, p.malformed, p.stalls);
+        let _ = writeln!(
+            s,
+            "  peer: sent {} received {} icrc_failures {} malformed {} stalls {}",
+            p.sent, p.received, p.icrc_failures, p.malformed, p.stalls
+        );
     }
     if !r.peer_missing_extensions.is_empty() {
         let _ = writeln!(s, "  peer lacks rocelink extensions: {}", r.peer_missing_extensions.join(", "));
@@ -262,7 +337,11 @@ mod tests {
         let mut r = RunReport::empty();
         assert!(!echo_text(&r).contains("re-read"), "no line when none was");
         r.nic.tx_wqe_rereads = 3;
-        assert!(echo_text(&r).contains("NIC: 3 checked doorbells re-read until their check held, 0 never held"), "{}", echo_text(&r));
+        assert!(
+            echo_text(&r).contains("NIC: 3 checked doorbells re-read until their check held, 0 never held"),
+            "{}",
+            echo_text(&r)
+        );
         assert_eq!(serde_json::to_value(&r).unwrap()["nic"]["tx_wqe_rereads"], 3);
     }
 }

@@ -77,13 +77,19 @@ impl QpSizes {
             pow2(self.timestamp_entries, "timestamp_entries")?;
         }
         if self.signal_every > self.sq_entries / 2 {
-            return Err(format!("signal_every {} must be at most half of sq_entries {}", self.signal_every, self.sq_entries));
+            return Err(format!(
+                "signal_every {} must be at most half of sq_entries {}",
+                self.signal_every, self.sq_entries
+            ));
         }
         if self.rx_slots == 0 || self.rx_slots > 4096 {
             return Err(format!("rx_slots = {} must be 1..=4096 (the immediate carries 12 slot bits)", self.rx_slots));
         }
         if self.rx_slot_stride == 0 || !self.rx_slot_stride.is_multiple_of(128) {
-            return Err(format!("rx_slot_stride = {} must be a non-zero multiple of 128 (DP_PAGE_INC units)", self.rx_slot_stride));
+            return Err(format!(
+                "rx_slot_stride = {} must be a non-zero multiple of 128 (DP_PAGE_INC units)",
+                self.rx_slot_stride
+            ));
         }
         if self.tx_slot_stride < 64 {
             return Err("tx_slot_stride must be at least 64".into());
@@ -210,12 +216,15 @@ impl QpMemory {
             return Err(format!("allocator returned {} bytes, need {}", mem.len(), layout.total));
         }
         for i in 0..sizes.sq_entries as usize {
-            mem.atomic_u8(layout.scq + i * CQE + abi::CQE_OP_OWN).store(abi::RL_CQE_INIT_OP_OWN as u8, std::sync::atomic::Ordering::Relaxed);
+            mem.atomic_u8(layout.scq + i * CQE + abi::CQE_OP_OWN)
+                .store(abi::RL_CQE_INIT_OP_OWN as u8, std::sync::atomic::Ordering::Relaxed);
         }
         for i in 0..sizes.rq_entries as usize {
-            mem.atomic_u8(layout.rcq + i * CQE + abi::CQE_OP_OWN).store(abi::RL_CQE_INIT_OP_OWN as u8, std::sync::atomic::Ordering::Relaxed);
+            mem.atomic_u8(layout.rcq + i * CQE + abi::CQE_OP_OWN)
+                .store(abi::RL_CQE_INIT_OP_OWN as u8, std::sync::atomic::Ordering::Relaxed);
         }
-        let poison: Vec<u8> = abi::RL_SPEC_POISON.to_le_bytes().repeat(abi::RL_SPEC_BYTES.max(abi::RL_SPEC_CQE_BYTES) as usize / 4);
+        let poison: Vec<u8> =
+            abi::RL_SPEC_POISON.to_le_bytes().repeat(abi::RL_SPEC_BYTES.max(abi::RL_SPEC_CQE_BYTES) as usize / 4);
         for i in 0..sizes.rq_entries as usize {
             mem.write(layout.rcq + i * CQE, &poison[..abi::RL_SPEC_CQE_BYTES as usize]);
         }

@@ -136,7 +136,8 @@ impl FlowSender {
                     }
                     Policy::Fault => {
                         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                        self.fault.raise(format!("flow {} overflowed (capacity {}, policy Fault)", self.name, self.capacity));
+                        self.fault
+                            .raise(format!("flow {} overflowed (capacity {}, policy Fault)", self.name, self.capacity));
                         return;
                     }
                 },
@@ -177,7 +178,13 @@ impl TapReader {
     /// Starts following the record ring of `q` from message 0, sending every record to
     /// every flow in `outs`. With `fault_on_overflow`, an overwritten record fails the run.
     /// Counts go to `stats`.
-    pub fn spawn(q: QpMemory, outs: Vec<FlowSender>, core: Option<usize>, fault_on_overflow: Option<Fault>, stats: Arc<TapStats>) -> std::io::Result<TapReader> {
+    pub fn spawn(
+        q: QpMemory,
+        outs: Vec<FlowSender>,
+        core: Option<usize>,
+        fault_on_overflow: Option<Fault>,
+        stats: Arc<TapStats>,
+    ) -> std::io::Result<TapReader> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (stop, stats) = (stop.clone(), stats.clone());
@@ -287,8 +294,20 @@ mod tests {
     /// Writes message `seq`'s record and publishes it, as the transceiver loop does.
     fn write(q: &QpMemory, seq: u64) {
         let entries = u64::from(q.layout.sizes.timestamp_entries);
-        let rec = rl_msg_timestamp { cqe_seen_ns: 1000 * seq, doorbell_ns: 1000 * seq + 250, nic_cqe_ns: 1000 * seq - 100, request_id: seq as u32 + 1, slot: 0, byte_count: 64, sq_index: seq as u32, profile: [0; 2] };
-        q.mem.write_struct(q.layout.timestamps + (seq % entries) as usize * std::mem::size_of::<rl_msg_timestamp>(), rec);
+        let rec = rl_msg_timestamp {
+            cqe_seen_ns: 1000 * seq,
+            doorbell_ns: 1000 * seq + 250,
+            nic_cqe_ns: 1000 * seq - 100,
+            request_id: seq as u32 + 1,
+            slot: 0,
+            byte_count: 64,
+            sq_index: seq as u32,
+            profile: [0; 2],
+        };
+        q.mem.write_struct(
+            q.layout.timestamps + (seq % entries) as usize * std::mem::size_of::<rl_msg_timestamp>(),
+            rec,
+        );
         q.mem.atomic_u64(q.layout.processed()).store(seq + 1, Ordering::Release);
     }
 

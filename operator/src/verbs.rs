@@ -42,7 +42,19 @@ pub struct RecvCompletion {
 
 impl HostVerbs {
     pub fn new(q: QpMemory, qpn: u32, tx_lkey: u32) -> HostVerbs {
-        HostVerbs { q, qpn, tx_lkey, rcq_ci: 0, scq_ci: 0, rq_pi: 0, sq_pi: 0, sq_done: 0, send_errors: 0, doorbell: DoorbellMode::Proxy, last_ctrl: 0 }
+        HostVerbs {
+            q,
+            qpn,
+            tx_lkey,
+            rcq_ci: 0,
+            scq_ci: 0,
+            rq_pi: 0,
+            sq_pi: 0,
+            sq_done: 0,
+            send_errors: 0,
+            doorbell: DoorbellMode::Proxy,
+            last_ctrl: 0,
+        }
     }
 
     /// Rings sends with `d` (the NIC must answer to the same: `NicOptions::doorbell`).
@@ -173,7 +185,10 @@ impl HostVerbs {
         match self.doorbell {
             DoorbellMode::Proxy => {
                 self.q.mem.atomic_u32(self.q.layout.sq_dbrec_counter()).store((self.sq_pi & 0xffff).to_be(), Relaxed);
-                self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).store(abi::ProxyDoorbell::unchecked(self.sq_pi), Release);
+                self.q
+                    .mem
+                    .atomic_u64(self.q.layout.proxy_doorbell)
+                    .store(abi::ProxyDoorbell::unchecked(self.sq_pi), Release);
             }
             DoorbellMode::Mmio => {
                 // a ConnectX's order: the record (after the WQE), then the UAR

@@ -65,7 +65,15 @@ fn tx_slot(q: &QpMemory, index: u32) -> (u64, usize) {
 fn wqe(q: &QpMemory, lkey: u32, index: u32, (gathered, payload): &(bool, Vec<u8>)) -> Vec<u8> {
     if *gathered {
         let (addr, _) = tx_slot(q, index);
-        return abi::send_gather_wqe(index as u16, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, addr, lkey, payload.len() as u32).to_vec();
+        return abi::send_gather_wqe(
+            index as u16,
+            QPN,
+            abi::RL_WQE_CTRL_CQ_UPDATE as u8,
+            addr,
+            lkey,
+            payload.len() as u32,
+        )
+        .to_vec();
     }
     let mut w = abi::send_inline_segments(index as u16, QPN, abi::RL_WQE_CTRL_CQ_UPDATE as u8, payload);
     w.resize(w.len().div_ceil(abi::WQEBB) * abi::WQEBB, 0);
@@ -74,14 +82,23 @@ fn wqe(q: &QpMemory, lkey: u32, index: u32, (gathered, payload): &(bool, Vec<u8>
 
 #[test]
 fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
-    let sizes = QpSizes { sq_entries: ENTRIES, rq_entries: 64, rx_slots: 8, rx_slot_stride: 256, tx_slot_stride: TX_STRIDE, timestamp_entries: 0, signal_every: 8 };
+    let sizes = QpSizes {
+        sq_entries: ENTRIES,
+        rq_entries: 64,
+        rx_slots: 8,
+        rx_slot_stride: 256,
+        tx_slot_stride: TX_STRIDE,
+        timestamp_entries: 0,
+        signal_every: 8,
+    };
     // a deadline no scheduling delay on a loaded 2-core machine reaches: a failure here is a
     // wrong check, not a slow writer
     let opts = NicOptions { wqe_check_deadline: Duration::from_secs(30), ..NicOptions::default() };
     let NicRig { nic, q, counters, tx, .. } = NicRig::new(sizes, opts);
     let lkey = tx.lkey;
     let Wire { nic_end, mut peer_end, .. } = Wire::new(64);
-    let engine = NicEngine::spawn(nic, Box::new(nic_end), NicEngineConfig { core: None, spin: SpinMode::Shared }).expect("engine thread");
+    let engine = NicEngine::spawn(nic, Box::new(nic_end), NicEngineConfig { core: None, spin: SpinMode::Shared })
+        .expect("engine thread");
 
     // what the writer sent, for the peer to compare; and the WQEBBs of the answers that came
     // back (the writer reuses WQEBBs only after the NIC ran what was in them)
@@ -108,7 +125,12 @@ fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
                 // the payload are garbage, which the check must not see), shuffled; some
                 // written now, the rest after the doorbell
                 let mut words: Vec<(usize, [u8; 8])> = (0..w.len() / 8)
-                    .map(|i| (q.layout.sq + ((pi as usize * abi::WQEBB + i * 8) % (ENTRIES as usize * abi::WQEBB)), w[i * 8..i * 8 + 8].try_into().unwrap()))
+                    .map(|i| {
+                        (
+                            q.layout.sq + ((pi as usize * abi::WQEBB + i * 8) % (ENTRIES as usize * abi::WQEBB)),
+                            w[i * 8..i * 8 + 8].try_into().unwrap(),
+                        )
+                    })
                     .collect();
                 if p.0 {
                     let (_, at) = tx_slot(&q, pi);
@@ -150,11 +172,16 @@ fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
                 let mut m = k - unfenced as usize; // the range's first message
                 while b < pi {
                     let wm = wqe(&q, lkey, b, &payloads[m]);
-                    check ^= abi::range_check(&wm, b - range_first, |_, first| Some(abi::gather_check(&payloads[m].1, first))).unwrap();
+                    check ^= abi::range_check(&wm, b - range_first, |_, first| {
+                        Some(abi::gather_check(&payloads[m].1, first))
+                    })
+                    .unwrap();
                     b += (wm.len() / abi::WQEBB) as u32;
                     m += 1;
                 }
-                q.mem.atomic_u64(q.layout.proxy_doorbell).store(abi::ProxyDoorbell::checked(pi, pi - range_first, check), Release);
+                q.mem
+                    .atomic_u64(q.layout.proxy_doorbell)
+                    .store(abi::ProxyDoorbell::checked(pi, pi - range_first, check), Release);
                 // the late words land (a random few now, the rest by the next fence)
                 let land = rng.below(late.len() as u64 + 1) as usize;
                 for (at, word) in late.drain(..land) {
@@ -182,13 +209,21 @@ fn torn_and_late_wqes_under_checked_ranges_go_out_once_in_order_and_whole() {
     let t0 = Instant::now();
     let mut got = 0u32;
     while got < MESSAGES {
-        assert!(t0.elapsed() < Duration::from_secs(120), "{got} of {MESSAGES} answers after 120 s; counters {:?}", counters.snapshot());
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "{got} of {MESSAGES} answers after 120 s; counters {:?}",
+            counters.snapshot()
+        );
         match peer_end.try_recv(&mut buf).expect("link") {
             Some(n) => {
                 let f = roce::parse_frame(&buf[..n]).expect("a valid RoCEv2 frame");
                 let (gathered, p) = &payloads[got as usize];
                 assert_eq!(f.payload, &p[..], "answer {got}: not the bytes its WQE was to hold");
-                let bbs = if *gathered { 1 } else { ((16 + 4 + f.payload.len()).div_ceil(16) * 16).div_ceil(abi::WQEBB) as u64 };
+                let bbs = if *gathered {
+                    1
+                } else {
+                    ((16 + 4 + f.payload.len()).div_ceil(16) * 16).div_ceil(abi::WQEBB) as u64
+                };
                 got += 1;
                 received.fetch_add(bbs, Relaxed);
             }

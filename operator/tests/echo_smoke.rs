@@ -1,6 +1,5 @@
 use rocelink_operator::echo::{run_echo, EchoConfig, WireKind};
 
-
 #[test]
 fn inproc_closed_loop_smoke() {
     let cfg = EchoConfig { wire: WireKind::Inproc, count: 2000, size: 64, ..Default::default() };

@@ -10,9 +10,13 @@ use rocelink_operator::graph::{compile, load, GraphErrors, Plan};
 /// a line.
 fn sinks(n: usize, connected: bool, one_line: bool) -> String {
     let sep = if one_line { "," } else { ",\n" };
-    let mut ops = vec![r#"(name:"roce",kind:"RoceTransceiver",params:(tap_ring:1024))"#.to_string(), r#"(name:"echo",kind:"Echo")"#.to_string()];
+    let mut ops = vec![
+        r#"(name:"roce",kind:"RoceTransceiver",params:(tap_ring:1024))"#.to_string(),
+        r#"(name:"echo",kind:"Echo")"#.to_string(),
+    ];
     ops.extend((0..n).map(|i| format!(r#"(name:"s{i}",kind:"Sink")"#)));
-    let mut flows = vec![r#"(from:"roce.rx",to:"echo.in")"#.to_string(), r#"(from:"echo.out",to:"roce.tx")"#.to_string()];
+    let mut flows =
+        vec![r#"(from:"roce.rx",to:"echo.in")"#.to_string(), r#"(from:"echo.out",to:"roce.tx")"#.to_string()];
     if connected {
         flows.extend((0..n).map(|i| format!(r#"(from:"roce.tap",to:"s{i}.in")"#)));
     }
@@ -68,14 +72,21 @@ fn many_errors_are_all_found_but_shown_bounded() {
 fn a_long_chain_of_host_operators_does_not_overflow_the_stack() {
     // Host operators one after the other: the cycle search walks them without recursion.
     const N: usize = 60_000;
-    let mut ops = vec![r#"(name:"roce",kind:"RoceTransceiver")"#.to_string(), r#"(name:"echo",kind:"Echo")"#.to_string()];
+    let mut ops =
+        vec![r#"(name:"roce",kind:"RoceTransceiver")"#.to_string(), r#"(name:"echo",kind:"Echo")"#.to_string()];
     ops.extend((0..N).map(|i| format!(r#"(name:"m{i}",kind:"Metrics")"#)));
-    let mut flows = vec![r#"(from:"roce.rx",to:"echo.in")"#.to_string(), r#"(from:"echo.out",to:"roce.tx")"#.to_string(), r#"(from:"roce.tap",to:"m0.in")"#.to_string()];
+    let mut flows = vec![
+        r#"(from:"roce.rx",to:"echo.in")"#.to_string(),
+        r#"(from:"echo.out",to:"roce.tx")"#.to_string(),
+        r#"(from:"roce.tap",to:"m0.in")"#.to_string(),
+    ];
     flows.extend((1..N).map(|i| format!(r#"(from:"m{}.out",to:"m{i}.in")"#, i - 1)));
     let text = format!("Graph(operators:[{}],flows:[{}])", ops.join(",\n"), flows.join(",\n"));
     let plan = check(&text).unwrap_or_else(|e| panic!("valid graph refused: {e}"));
     assert_eq!(plan.host_ops.len(), N);
-    assert!(plan.host_ops[1..].iter().all(|h| h.inputs.len() == 1 && h.outputs.len() == usize::from(h.name != format!("m{}", N - 1))));
+    assert!(plan.host_ops[1..]
+        .iter()
+        .all(|h| h.inputs.len() == 1 && h.outputs.len() == usize::from(h.name != format!("m{}", N - 1))));
     // Closing the chain into a loop is found at the closing flow.
     let closing = format!("(from:\"m{}.out\",to:\"m1.in\")", N - 1);
     let looped = text.replace("])", &format!(",\n{closing}])"));
@@ -112,7 +123,11 @@ fn report_names_with_folders_are_refused_by_check() {
     let text = report("g", r#", params: (name: "../../etc/x")"#);
     let e = check(&text).expect_err("a report name with folders");
     assert_eq!(e.first().location(), Some(loc(&text, "name: \"../../etc/x\"", 0)), "{e}");
-    assert!(e.first().message.contains("operator `latency` (LatencyReport)") && e.first().message.contains("without folders"), "{e}");
+    assert!(
+        e.first().message.contains("operator `latency` (LatencyReport)")
+            && e.first().message.contains("without folders"),
+        "{e}"
+    );
     for bad in [r"a\b", "", "/tmp/x"] {
         let text = report("g", &format!(", params: (name: {bad:?})"));
         assert!(check(&text).is_err(), "name {bad:?} accepted");
@@ -131,7 +146,10 @@ fn report_names_with_folders_are_refused_by_check() {
 #[test]
 fn a_flow_written_twice_is_refused_at_the_second() {
     let dup = r#"(from: "roce.tap", to: "rec.in")"#;
-    let text = report("g", "").replace("(from: \"roce.tap\", to: \"latency.in\"),", &format!("(from: \"roce.tap\", to: \"latency.in\"),\n        {dup},"));
+    let text = report("g", "").replace(
+        "(from: \"roce.tap\", to: \"latency.in\"),",
+        &format!("(from: \"roce.tap\", to: \"latency.in\"),\n        {dup},"),
+    );
     let e = check(&text).expect_err("a duplicate flow");
     assert_eq!(e.0.len(), 1, "{e}");
     assert_eq!(e.first().location(), Some(loc(&text, dup, 1)), "{e}");

@@ -26,8 +26,16 @@ fn transceiver_kernel_compiles_to_sm90_cubin() {
     // The QEC chain too: its stage's static shared memory (the DP, the schedule, the cache)
     // must fit beside the transceiver's in the 48 KB a static allocation may take, which
     // ptxas enforces at compile time.
-    let qec = StageSpec::QecDecoder { dem: "unused.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1, settle: Default::default() };
-    for chain in [vec![StageSpec::Echo], vec![StageSpec::Echo, StageSpec::Echo], vec![qec.clone()], vec![StageSpec::Echo, qec]] {
+    let qec = StageSpec::QecDecoder {
+        dem: "unused.dem".into(),
+        rounds_per_message: 1,
+        max_defects: 12,
+        decoders: 1,
+        settle: Default::default(),
+    };
+    for chain in
+        [vec![StageSpec::Echo], vec![StageSpec::Echo, StageSpec::Echo], vec![qec.clone()], vec![StageSpec::Echo, qec]]
+    {
         let c = compile(kernels::transceiver_program(&chain), "sm_90");
         // An ELF image (cubin), not PTX text.
         assert_eq!(&c.cubin[..4], b"\x7fELF", "chain {chain:?}");
@@ -43,7 +51,13 @@ fn every_kernel_switch_compiles() {
     // inline limit, the doorbells, the profile, the stall test, the buffers) away from its
     // default, and a few together; what ROCELINK_KERNEL_DEFINES may pass.
     let echo = [StageSpec::Echo];
-    let qec = [StageSpec::QecDecoder { dem: "unused.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1, settle: Default::default() }];
+    let qec = [StageSpec::QecDecoder {
+        dem: "unused.dem".into(),
+        rounds_per_message: 1,
+        max_defects: 12,
+        decoders: 1,
+        settle: Default::default(),
+    }];
     let variants: &[(&[StageSpec], &[&str])] = &[
         (&echo, &["-DRL_THREADS=32"]),
         (&echo, &["-DRL_THREADS=64"]),
@@ -58,7 +72,10 @@ fn every_kernel_switch_compiles() {
         (&echo, &["-DRL_PROFILE", "-DRL_PROFILE_A=1", "-DRL_PROFILE_B=2"]),
         (&echo, &["-DRL_PROFILE", "-DRL_PROFILE_A=4", "-DRL_PROFILE_B=5"]),
         (&echo, &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"]),
-        (&echo, &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_CHECKED_DOORBELL=0", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"]),
+        (
+            &echo,
+            &["-DRL_PROFILE", "-DRL_PROFILE_CLK", "-DRL_CHECKED_DOORBELL=0", "-DRL_PROFILE_A=7", "-DRL_PROFILE_B=8"],
+        ),
         (&echo, &["-DRL_PROFILE", "-DRL_DOORBELL_MMIO=1", "-DRL_MAX_INLINE=44"]),
         (&echo, &["-DRL_THREADS=256", "-DRL_PROFILE"]),
         (&echo, &["-DRL_TEST_STALL"]),
@@ -69,7 +86,8 @@ fn every_kernel_switch_compiles() {
         (&qec, &["-DRL_PROFILE", "-DRL_CHECKED_DOORBELL=0"]),
     ];
     for (chain, defs) in variants {
-        let options = KernelOptions { defines: defs.iter().map(|d| d.to_string()).collect(), ..KernelOptions::default() };
+        let options =
+            KernelOptions { defines: defs.iter().map(|d| d.to_string()).collect(), ..KernelOptions::default() };
         let (main, headers, options) = kernels::transceiver_program_with(chain, &options);
         if let Err(e) = nvrtc::compile(&main, &headers, "sm_90", &options, false) {
             panic!("variant {defs:?} ({chain:?}) does not compile:\n{e}");
@@ -78,12 +96,16 @@ fn every_kernel_switch_compiles() {
     // The block size and the stall test as the typed options set them.
     let stall = KernelOptions { threads: 64, test_stall: true, ..KernelOptions::default() };
     let (main, headers, options) = kernels::transceiver_program_with(&echo, &stall);
-    assert!(options.iter().any(|o| o == "-DRL_THREADS=64") && options.iter().any(|o| o == "-DRL_TEST_STALL"), "{options:?}");
+    assert!(
+        options.iter().any(|o| o == "-DRL_THREADS=64") && options.iter().any(|o| o == "-DRL_TEST_STALL"),
+        "{options:?}"
+    );
     compile((main, headers, options), "sm_90");
     // The ConnectX's doorbell needs the unchecked one: the checked doorbell with it is refused.
     let (main, headers, mut options) = kernels::transceiver_program(&echo);
     options.extend(["-DRL_DOORBELL_MMIO=1".to_string(), "-DRL_CHECKED_DOORBELL=1".to_string()]);
-    let e = nvrtc::compile(&main, &headers, "sm_90", &options, false).expect_err("RL_DOORBELL_MMIO with RL_CHECKED_DOORBELL=1 is refused");
+    let e = nvrtc::compile(&main, &headers, "sm_90", &options, false)
+        .expect_err("RL_DOORBELL_MMIO with RL_CHECKED_DOORBELL=1 is refused");
     assert!(e.to_string().contains("RL_DOORBELL_MMIO needs RL_CHECKED_DOORBELL=0"), "{e}");
 }
 
@@ -96,7 +118,10 @@ fn probe_kernels_compile_to_sm90_cubin() {
     assert_eq!(&c.cubin[..4], b"\x7fELF");
     // Every kernel the benchmark loads by name is in the cubin (its symbol table).
     for name in ["rl_probe_pingpong", "rl_probe_pingpong_fenced", "rl_echo_once"] {
-        assert!(c.cubin.windows(name.len() + 1).any(|w| &w[..name.len()] == name.as_bytes() && w[name.len()] == 0), "{name} missing from the probe cubin");
+        assert!(
+            c.cubin.windows(name.len() + 1).any(|w| &w[..name.len()] == name.as_bytes() && w[name.len()] == 0),
+            "{name} missing from the probe cubin"
+        );
     }
 }
 
@@ -105,7 +130,10 @@ fn a_compile_error_returns_nvrtc_log() {
     if !nvrtc_or_skip() {
         return;
     }
-    let main = nvrtc::Source { name: "broken.cu".into(), text: "extern \"C\" __global__ void k() { this_is_not_defined(); }".into() };
+    let main = nvrtc::Source {
+        name: "broken.cu".into(),
+        text: "extern \"C\" __global__ void k() { this_is_not_defined(); }".into(),
+    };
     let err = nvrtc::compile(&main, &[], "sm_90", &[], false).expect_err("must not compile");
     let msg = err.to_string();
     assert!(msg.contains("this_is_not_defined"), "{msg}");

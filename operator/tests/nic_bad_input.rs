@@ -79,9 +79,7 @@ fn sizes() -> QpSizes {
 
 /// Deterministic, non-zero-ish bytes (so a write of them is visible in memory).
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1)
-        .collect()
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) | 1).collect()
 }
 
 /// `repr` with opcode `op` and the extension headers that opcode carries (RETH kept when
@@ -90,10 +88,7 @@ fn with_opcode(mut repr: RoceRepr, op: Opcode) -> RoceRepr {
     repr.bth.opcode = op;
     repr.reth = op.has_reth().then(|| repr.reth.unwrap_or_default());
     repr.immdt = op.has_immdt().then(|| repr.immdt.unwrap_or(0x1234_5678));
-    repr.aeth = op.has_aeth().then_some(AethRepr {
-        syndrome: 0,
-        msn: 1,
-    });
+    repr.aeth = op.has_aeth().then_some(AethRepr { syndrome: 0, msn: 1 });
     repr.update_lengths();
     repr
 }
@@ -121,9 +116,7 @@ fn changed(before: &[u8], after: &[u8]) -> Vec<usize> {
     if before == after {
         return Vec::new();
     }
-    (0..before.len())
-        .filter(|&i| before[i] != after[i])
-        .collect()
+    (0..before.len()).filter(|&i| before[i] != after[i]).collect()
 }
 
 /// Which part of the queue pair's memory byte `off` of a [`Rig::snapshot`] is.
@@ -145,11 +138,7 @@ fn region_of(l: &QpLayout, off: usize) -> &'static str {
         ("rx_buffer", l.rx_buffer),
         ("tx_buffer", l.tx_buffer),
     ];
-    starts
-        .iter()
-        .filter(|(_, s)| *s <= off)
-        .max_by_key(|(_, s)| *s)
-        .map_or("?", |(n, _)| n)
+    starts.iter().filter(|(_, s)| *s <= off).max_by_key(|(_, s)| *s).map_or("?", |(n, _)| n)
 }
 
 /// The NIC rig with its data-path verbs, and what the NIC should have counted so far.
@@ -211,12 +200,7 @@ impl Rig {
 
     /// A good WRITE_IMM Repr of `len` bytes into `slot` (HSB immediate: PSN and slot).
     fn good_repr(&self, slot: u32, len: usize) -> RoceRepr {
-        self.write_imm_repr(
-            self.slot_va(slot),
-            len as u32,
-            immdt::hsb_imm(self.psn, slot),
-            len,
-        )
+        self.write_imm_repr(self.slot_va(slot), len as u32, immdt::hsb_imm(self.psn, slot), len)
     }
 
     /// The reference frame every bad frame is made from.
@@ -268,20 +252,10 @@ impl Rig {
         let before = self.snapshot();
         let rx_packets = self.counters.rx_packets.load(Relaxed);
         assert_eq!(self.nic.receive(frame), Err(reason), "{what}");
-        self.drops[DropReason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .expect("listed")] += 1;
+        self.drops[DropReason::ALL.iter().position(|r| *r == reason).expect("listed")] += 1;
         self.assert_drop_counters();
-        assert_eq!(
-            self.counters.rx_packets.load(Relaxed),
-            rx_packets,
-            "{what}: a drop counted as received"
-        );
-        assert!(
-            self.verbs.poll_recv().is_none(),
-            "{what}: a dropped frame produced a CQE"
-        );
+        assert_eq!(self.counters.rx_packets.load(Relaxed), rx_packets, "{what}: a drop counted as received");
+        assert!(self.verbs.poll_recv().is_none(), "{what}: a dropped frame produced a CQE");
         let after = self.snapshot();
         if let Some(&i) = changed(&before, &after).first() {
             panic!(
@@ -295,23 +269,13 @@ impl Rig {
 
     /// `frame` is accepted as `expect`; it changes only bytes in `dest` and, when it
     /// completes, the one CQE `poll_recv` then returns (and no second one).
-    fn accept(
-        &mut self,
-        frame: &[u8],
-        dest: Range<usize>,
-        expect: Delivery,
-        what: &str,
-    ) -> Option<RecvCompletion> {
+    fn accept(&mut self, frame: &[u8], dest: Range<usize>, expect: Delivery, what: &str) -> Option<RecvCompletion> {
         let before = self.snapshot();
         assert_eq!(self.nic.receive(frame), Ok(expect), "{what}");
         self.assert_drop_counters();
         let after = self.snapshot();
         let completion = self.verbs.poll_recv();
-        assert_eq!(
-            completion.is_some(),
-            expect == Delivery::Completed,
-            "{what}: CQE iff Completed"
-        );
+        assert_eq!(completion.is_some(), expect == Delivery::Completed, "{what}: CQE iff Completed");
         let cqe = completion.map_or(0..0, |c| c.cqe_offset..c.cqe_offset + CQE);
         for i in changed(&before, &after) {
             assert!(
@@ -320,10 +284,7 @@ impl Rig {
                 region_of(&self.q.layout, i)
             );
         }
-        assert!(
-            self.verbs.poll_recv().is_none(),
-            "{what}: more than one CQE"
-        );
+        assert!(self.verbs.poll_recv().is_none(), "{what}: more than one CQE");
         self.psn = (self.psn + 1) & 0xff_ffff;
         completion
     }
@@ -335,9 +296,7 @@ impl Rig {
         let repr = self.good_repr(slot, len);
         let imm = repr.immdt.expect("WRITE_IMM");
         let dest = self.slot_off(slot)..self.slot_off(slot) + len;
-        let c = self
-            .accept(&emit(&repr, &data), dest.clone(), Delivery::Completed, what)
-            .expect("a CQE");
+        let c = self.accept(&emit(&repr, &data), dest.clone(), Delivery::Completed, what).expect("a CQE");
         assert_eq!(u32::from(c.cqe.opcode), abi::RL_CQE_RESP_WR_IMM, "{what}");
         assert_eq!(c.cqe.imm, imm, "{what}");
         assert_eq!(c.cqe.byte_cnt, len as u32, "{what}");
@@ -393,24 +352,11 @@ fn truncated_frames_are_dropped() {
         ICRC + 3,
     ];
     for cut in raw {
-        Rig::drop_on_fresh(
-            |r| r.base_frame()[..cut].to_vec(),
-            DropReason::Truncated,
-            &format!("raw cut at {cut}"),
-        );
+        Rig::drop_on_fresh(|r| r.base_frame()[..cut].to_vec(), DropReason::Truncated, &format!("raw cut at {cut}"));
     }
     // Consistent cuts: IPv4 and UDP lengths (and the IPv4 checksum) rewritten to end at the
     // cut, so the parser gets past them and finds the transport headers short.
-    for cut in [
-        UDP + 4,
-        UDP + 7,
-        BTH,
-        BTH + 11,
-        RETH,
-        RETH + 15,
-        IMMDT,
-        IMMDT + 3,
-    ] {
+    for cut in [UDP + 4, UDP + 7, BTH, BTH + 11, RETH, RETH + 15, IMMDT, IMMDT + 3] {
         Rig::drop_on_fresh(
             |r| cut_consistently(&r.base_frame(), cut),
             DropReason::Truncated,
@@ -434,8 +380,7 @@ fn any_identification_with_its_correct_icrc_is_accepted() {
         let mut rig = Rig::new();
         let f = rig.base_with(|x| x.ipv4.ident = ident);
         let dest = rig.slot_off(BASE_SLOT)..rig.slot_off(BASE_SLOT) + BASE_LEN;
-        rig.accept(&f, dest, Delivery::Completed, &format!("identification {ident:#x}"))
-            .expect("a CQE");
+        rig.accept(&f, dest, Delivery::Completed, &format!("identification {ident:#x}")).expect("a CQE");
     }
 }
 
@@ -488,12 +433,8 @@ fn bad_icrc_is_dropped() {
 #[test]
 fn frames_that_are_not_roce_are_dropped() {
     let cases: [FrameCase; 5] = [
-        ("UDP destination port 4792", |r| {
-            r.base_with(|x| x.udp.dst_port = 4792)
-        }),
-        ("UDP destination port 0", |r| {
-            r.base_with(|x| x.udp.dst_port = 0)
-        }),
+        ("UDP destination port 4792", |r| r.base_with(|x| x.udp.dst_port = 4792)),
+        ("UDP destination port 0", |r| r.base_with(|x| x.udp.dst_port = 0)),
         ("ethertype IPv6", |r| {
             let mut f = r.base_frame();
             f[12..14].copy_from_slice(&[0x86, 0xdd]);
@@ -544,8 +485,7 @@ fn bad_ipv4_header_checksum_is_dropped() {
     f[IP + 8] -= 1;
     fix_ip_checksum(&mut f);
     let dest = rig.slot_off(BASE_SLOT)..rig.slot_off(BASE_SLOT) + BASE_LEN;
-    rig.accept(&f, dest, Delivery::Completed, "TTL decremented by a router")
-        .expect("a CQE");
+    rig.accept(&f, dest, Delivery::Completed, "TTL decremented by a router").expect("a CQE");
 }
 
 #[test]
@@ -604,11 +544,7 @@ fn oversized_frames_are_dropped() {
         DropReason::Oversized,
         "payload PMTU + 4",
     );
-    Rig::drop_on_fresh(
-        |r| hand_built_write_imm(r, r.slot_va(0), 8000),
-        DropReason::Oversized,
-        "payload 8000",
-    );
+    Rig::drop_on_fresh(|r| hand_built_write_imm(r, r.slot_va(0), 8000), DropReason::Oversized, "payload 8000");
     // Longer than any frame the NIC receives (link MAX_FRAME): a good frame with padding.
     Rig::drop_on_fresh(
         |r| {
@@ -623,13 +559,7 @@ fn oversized_frames_are_dropped() {
     let mut rig = Rig::new();
     let f = hand_built_write_imm(&rig, rig.slot_va(0), roce::PMTU);
     let dest = rig.slot_off(0)..rig.slot_off(0) + roce::PMTU;
-    rig.accept(
-        &f,
-        dest.clone(),
-        Delivery::Completed,
-        "hand-built PMTU payload",
-    )
-    .expect("a CQE");
+    rig.accept(&f, dest.clone(), Delivery::Completed, "hand-built PMTU payload").expect("a CQE");
     assert_eq!(rig.read(dest), pattern(roce::PMTU, 3));
     rig.check_good_write(2, roce::PMTU, "emitted PMTU payload");
 }
@@ -660,11 +590,7 @@ fn unsupported_opcodes_are_dropped() {
 #[test]
 fn unknown_destination_qp_is_dropped() {
     for qp in [QPN + 1, 0, PEER_QPN, 0xff_ffff, QPN | 0x10_0000] {
-        Rig::drop_on_fresh(
-            |r| r.base_with(|x| x.bth.dest_qp = qp),
-            DropReason::UnknownQp,
-            &format!("DestQP {qp:#x}"),
-        );
+        Rig::drop_on_fresh(|r| r.base_with(|x| x.bth.dest_qp = qp), DropReason::UnknownQp, &format!("DestQP {qp:#x}"));
     }
 }
 
@@ -672,11 +598,7 @@ fn unknown_destination_qp_is_dropped() {
 fn transport_version_other_than_0_is_dropped() {
     // IBTA 9.6, PROTOCOLS.md 1.2: a ConnectX drops a BTH TVer other than 0
     for tver in [1, 2, 0xf] {
-        Rig::drop_on_fresh(
-            |r| r.base_with(|x| x.bth.tver = tver),
-            DropReason::BadTver,
-            &format!("TVer {tver}"),
-        );
+        Rig::drop_on_fresh(|r| r.base_with(|x| x.bth.tver = tver), DropReason::BadTver, &format!("TVer {tver}"));
     }
 }
 
@@ -695,26 +617,20 @@ fn frames_from_another_source_than_the_peer_are_dropped() {
     let mut rig = Rig::new();
     let f = rig.base_with(|x| x.udp.src_port = 54321);
     let dest = rig.slot_off(BASE_SLOT)..rig.slot_off(BASE_SLOT) + BASE_LEN;
-    rig.accept(&f, dest, Delivery::Completed, "the peer, another source port")
-        .expect("a CQE");
+    rig.accept(&f, dest, Delivery::Completed, "the peer, another source port").expect("a CQE");
 }
 
 #[test]
 fn wrong_pkey_is_dropped() {
     // Ours is 0xFFFF (default partition, full member).
     for pkey in [0xfffe, 0x7ffe, 0x1234, 0x0000, 0x8000] {
-        Rig::drop_on_fresh(
-            |r| r.base_with(|x| x.bth.pkey = pkey),
-            DropReason::BadPkey,
-            &format!("P_Key {pkey:#06x}"),
-        );
+        Rig::drop_on_fresh(|r| r.base_with(|x| x.bth.pkey = pkey), DropReason::BadPkey, &format!("P_Key {pkey:#06x}"));
     }
     // IBTA 10.9.3: a limited member of our partition matches our full membership.
     let mut rig = Rig::new();
     let f = rig.base_with(|x| x.bth.pkey = 0x7fff);
     let dest = rig.slot_off(BASE_SLOT)..rig.slot_off(BASE_SLOT) + BASE_LEN;
-    rig.accept(&f, dest, Delivery::Completed, "P_Key 0x7fff")
-        .expect("a CQE");
+    rig.accept(&f, dest, Delivery::Completed, "P_Key 0x7fff").expect("a CQE");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -734,18 +650,8 @@ fn bad_rkey_is_dropped() {
         Rig::drop_on_fresh(
             |r| {
                 let rkey = rkey_of(r);
-                let va = if rkey == r.foreign.rkey {
-                    r.foreign.addr
-                } else {
-                    r.slot_va(BASE_SLOT)
-                };
-                r.base_with(|x| {
-                    x.reth = Some(RethRepr {
-                        va,
-                        rkey,
-                        dma_len: BASE_LEN as u32,
-                    })
-                })
+                let va = if rkey == r.foreign.rkey { r.foreign.addr } else { r.slot_va(BASE_SLOT) };
+                r.base_with(|x| x.reth = Some(RethRepr { va, rkey, dma_len: BASE_LEN as u32 }))
             },
             DropReason::BadRkey,
             what,
@@ -756,38 +662,20 @@ fn bad_rkey_is_dropped() {
 #[test]
 fn va_out_of_bounds_is_dropped() {
     let cases: [(&str, TargetOf); 8] = [
-        ("wholly before the region", |r| {
-            (r.rx.addr - 4096, BASE_LEN as u32)
-        }),
-        ("one byte before the region", |r| {
-            (r.rx.addr - 1, BASE_LEN as u32)
-        }),
+        ("wholly before the region", |r| (r.rx.addr - 4096, BASE_LEN as u32)),
+        ("one byte before the region", |r| (r.rx.addr - 1, BASE_LEN as u32)),
         ("at the region's end", |r| (r.rx_end(), BASE_LEN as u32)),
-        ("crossing the region's end", |r| {
-            (r.rx_end() - 32, BASE_LEN as u32)
-        }),
-        ("VA + len overflows u64", |_| {
-            (u64::MAX - 15, BASE_LEN as u32)
-        }),
+        ("crossing the region's end", |r| (r.rx_end() - 32, BASE_LEN as u32)),
+        ("VA + len overflows u64", |_| (u64::MAX - 15, BASE_LEN as u32)),
         ("VA 0", |_| (0, BASE_LEN as u32)),
-        ("inside the TX region (registered, other key)", |r| {
-            (r.tx.addr, BASE_LEN as u32)
-        }),
-        ("DMA length 2^32 - 1 from the region's start", |r| {
-            (r.rx.addr, u32::MAX)
-        }),
+        ("inside the TX region (registered, other key)", |r| (r.tx.addr, BASE_LEN as u32)),
+        ("DMA length 2^32 - 1 from the region's start", |r| (r.rx.addr, u32::MAX)),
     ];
     for (what, target) in cases {
         Rig::drop_on_fresh(
             |r| {
                 let (va, dma_len) = target(r);
-                r.base_with(|x| {
-                    x.reth = Some(RethRepr {
-                        va,
-                        rkey: r.rx.rkey,
-                        dma_len,
-                    })
-                })
+                r.base_with(|x| x.reth = Some(RethRepr { va, rkey: r.rx.rkey, dma_len }))
             },
             DropReason::OutOfBounds,
             what,
@@ -799,15 +687,7 @@ fn va_out_of_bounds_is_dropped() {
 fn dma_length_disagreeing_with_the_payload_is_dropped() {
     for dma_len in [BASE_LEN as u32 + 1, BASE_LEN as u32 - 1, 0, 2 * STRIDE] {
         Rig::drop_on_fresh(
-            |r| {
-                r.base_with(|x| {
-                    x.reth = Some(RethRepr {
-                        va: r.slot_va(BASE_SLOT),
-                        rkey: r.rx.rkey,
-                        dma_len,
-                    })
-                })
-            },
+            |r| r.base_with(|x| x.reth = Some(RethRepr { va: r.slot_va(BASE_SLOT), rkey: r.rx.rkey, dma_len })),
             DropReason::LengthMismatch,
             &format!("DMA length {dma_len} for {BASE_LEN} payload bytes"),
         );
@@ -828,12 +708,7 @@ fn dma_length_past_the_last_slot_is_dropped() {
     );
     // The last 32 bytes of the last slot plus 32 more.
     Rig::drop_on_fresh(
-        |r| {
-            emit(
-                &r.write_imm_repr(r.rx_end() - 32, 64, 1, 64),
-                &pattern(64, 9),
-            )
-        },
+        |r| emit(&r.write_imm_repr(r.rx_end() - 32, 64, 1, 64), &pattern(64, 9)),
         DropReason::OutOfBounds,
         "64 bytes 32 before the region's end",
     );
@@ -855,39 +730,19 @@ fn write_imm_with_no_receive_posted_is_dropped() {
     rig.check_drop(&send, DropReason::RqEmpty, "SEND, receive queue empty");
     // A WRITE without immediate consumes no WQE: accepted, no CQE.
     let mut w = with_opcode(rig.base_repr(), Opcode::UcWriteOnly);
-    w.reth = Some(RethRepr {
-        va: rig.slot_va(3),
-        rkey: rig.rx.rkey,
-        dma_len: BASE_LEN as u32,
-    });
+    w.reth = Some(RethRepr { va: rig.slot_va(3), rkey: rig.rx.rkey, dma_len: BASE_LEN as u32 });
     let dest = rig.slot_off(3)..rig.slot_off(3) + BASE_LEN;
-    rig.accept(
-        &emit(&w, &Rig::base_payload()),
-        dest.clone(),
-        Delivery::Written,
-        "WRITE ONLY, receive queue empty",
-    );
+    rig.accept(&emit(&w, &Rig::base_payload()), dest.clone(), Delivery::Written, "WRITE ONLY, receive queue empty");
     assert_eq!(rig.read(dest), Rig::base_payload());
     // Post one: the same WRITE_IMM is now accepted.
     rig.verbs.post_recv(1);
     let dest = rig.slot_off(BASE_SLOT)..rig.slot_off(BASE_SLOT) + BASE_LEN;
-    let c = rig
-        .accept(
-            &f,
-            dest.clone(),
-            Delivery::Completed,
-            "WRITE_IMM after one post",
-        )
-        .expect("a CQE");
+    let c = rig.accept(&f, dest.clone(), Delivery::Completed, "WRITE_IMM after one post").expect("a CQE");
     assert_eq!(c.cqe.byte_cnt, BASE_LEN as u32);
     assert_eq!(rig.read(dest), Rig::base_payload());
     // That consumed the only WQE.
     let f = rig.base_frame();
-    rig.check_drop(
-        &f,
-        DropReason::RqEmpty,
-        "WRITE_IMM after the posted WQE was used",
-    );
+    rig.check_drop(&f, DropReason::RqEmpty, "WRITE_IMM after the posted WQE was used");
     rig.verbs.post_recv(1);
     rig.check_serves();
 }
@@ -906,10 +761,7 @@ fn multi_packet(rig: &Rig, slot: u32, pieces: &[Vec<u8>], psns: &[u32], imm: u32
                 _ if i == n - 1 => Opcode::UcWriteLastImm,
                 _ => Opcode::UcWriteMiddle,
             };
-            let mut r = with_opcode(
-                rig.write_imm_repr(rig.slot_va(slot), total as u32, imm, p.len()),
-                op,
-            );
+            let mut r = with_opcode(rig.write_imm_repr(rig.slot_va(slot), total as u32, imm, p.len()), op);
             r.bth.psn = psns[i];
             emit(&r, p)
         })
@@ -925,26 +777,11 @@ fn multi_packet_write_is_reassembled() {
     let frames = multi_packet(&rig, 2, &pieces, &[p, p + 1, p + 2], 0xabcd_0002);
     let start = rig.slot_off(2);
     rig.accept(&frames[0], start..start + 256, Delivery::Written, "FIRST");
-    rig.accept(
-        &frames[1],
-        start + 256..start + 512,
-        Delivery::Written,
-        "MIDDLE",
-    );
-    let c = rig
-        .accept(
-            &frames[2],
-            start + 512..start + total,
-            Delivery::Completed,
-            "LAST_IMM",
-        )
-        .expect("a CQE");
+    rig.accept(&frames[1], start + 256..start + 512, Delivery::Written, "MIDDLE");
+    let c = rig.accept(&frames[2], start + 512..start + total, Delivery::Completed, "LAST_IMM").expect("a CQE");
     assert_eq!(u32::from(c.cqe.opcode), abi::RL_CQE_RESP_WR_IMM);
     assert_eq!(c.cqe.imm, 0xabcd_0002);
-    assert_eq!(
-        c.cqe.byte_cnt, total as u32,
-        "the CQE counts the whole message"
-    );
+    assert_eq!(c.cqe.byte_cnt, total as u32, "the CQE counts the whole message");
     assert_eq!(rig.read(start..start + total), pieces.concat());
     assert_eq!(rig.counters.psn_gaps.load(Relaxed), 0);
     assert_eq!(rig.counters.rx_cqes.load(Relaxed), 1);
@@ -962,11 +799,7 @@ fn psn_gap_inside_a_multi_packet_write_is_dropped() {
     rig.accept(&frames[0], start..start + 256, Delivery::Written, "FIRST");
     rig.check_drop(&frames[1], DropReason::PsnError, "MIDDLE after a PSN gap");
     // UC abandons the message: its LAST completes nothing either.
-    rig.check_drop(
-        &frames[2],
-        DropReason::PsnError,
-        "LAST_IMM of the abandoned message",
-    );
+    rig.check_drop(&frames[2], DropReason::PsnError, "LAST_IMM of the abandoned message");
     assert_eq!(rig.counters.rx_cqes.load(Relaxed), 0);
     rig.check_serves();
 }
@@ -994,9 +827,7 @@ fn bth_byte_4_all_ones_is_accepted_and_counted_unusual() {
     });
     assert_eq!(f[BTH + 4], 0xff);
     let dest = rig.slot_off(BASE_SLOT)..rig.slot_off(BASE_SLOT) + BASE_LEN;
-    let c = rig
-        .accept(&f, dest.clone(), Delivery::Completed, "BTH byte 4 = 0xFF")
-        .expect("a CQE");
+    let c = rig.accept(&f, dest.clone(), Delivery::Completed, "BTH byte 4 = 0xFF").expect("a CQE");
     assert_eq!(c.cqe.byte_cnt, BASE_LEN as u32);
     assert_eq!(rig.read(dest), Rig::base_payload());
     assert_eq!(rig.counters.unusual.load(Relaxed), 1);
@@ -1016,25 +847,17 @@ fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
     // Four gather SENDs of 100 bytes, each with its data segment (bytes 16..32 of the WQE:
     // byte_count, lkey, addr) spoiled after the data path wrote it.
     let spoil: [(&str, Spoil); 4] = [
-        ("lkey of no region", |r, d| {
-            d[4..8].copy_from_slice(&(r.tx.lkey ^ 0x100).to_be_bytes())
-        }),
-        ("address before the TX region", |r, d| {
-            d[8..16].copy_from_slice(&(r.tx.addr - 64).to_be_bytes())
-        }),
+        ("lkey of no region", |r, d| d[4..8].copy_from_slice(&(r.tx.lkey ^ 0x100).to_be_bytes())),
+        ("address before the TX region", |r, d| d[8..16].copy_from_slice(&(r.tx.addr - 64).to_be_bytes())),
         ("address crossing the TX region's end", |r, d| {
             d[8..16].copy_from_slice(&(r.tx.addr + r.tx.len - 50).to_be_bytes())
         }),
-        ("RX region address with the TX lkey", |r, d| {
-            d[8..16].copy_from_slice(&r.rx.addr.to_be_bytes())
-        }),
+        ("RX region address with the TX lkey", |r, d| d[8..16].copy_from_slice(&r.rx.addr.to_be_bytes())),
     ];
     for (i, (_, change)) in spoil.iter().enumerate() {
         let i = i as u32;
         assert_eq!(rig.verbs.next_send_index(), i);
-        rig.q
-            .mem
-            .write(rig.verbs.tx_slot(i), &pattern(100, 40 + i as u8));
+        rig.q.mem.write(rig.verbs.tx_slot(i), &pattern(100, 40 + i as u8));
         rig.verbs.prepare_send_from_slot(100);
         let mut d = [0u8; 16];
         rig.q.mem.read(rig.sq_wqe(i) + 16, &mut d);
@@ -1048,25 +871,13 @@ fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
     let after = rig.snapshot();
     let scq = rig.q.layout.scq..rig.q.layout.scq + 4 * CQE;
     for i in changed(&before, &after) {
-        assert!(
-            scq.contains(&i),
-            "executing bad WQEs changed byte {i} ({})",
-            region_of(&rig.q.layout, i)
-        );
+        assert!(scq.contains(&i), "executing bad WQEs changed byte {i} ({})", region_of(&rig.q.layout, i));
     }
     for (n, (what, _)) in spoil.iter().enumerate() {
         let c = rig.send_cqe(n as u32);
-        assert_eq!(
-            u32::from(c[abi::CQE_OP_OWN] >> 4),
-            abi::RL_CQE_REQ_ERR,
-            "{what}"
-        );
+        assert_eq!(u32::from(c[abi::CQE_OP_OWN] >> 4), abi::RL_CQE_REQ_ERR, "{what}");
         assert_eq!(c[55], 0x04, "{what}: syndrome LOCAL_PROT_ERR");
-        assert_eq!(
-            u16::from_be_bytes([c[60], c[61]]),
-            n as u16,
-            "{what}: wqe_counter"
-        );
+        assert_eq!(u16::from_be_bytes([c[60], c[61]]), n as u16, "{what}: wqe_counter");
     }
     assert_eq!(rig.verbs.poll_send_completions(), 4);
     assert_eq!(rig.verbs.send_errors, 4);
@@ -1081,10 +892,7 @@ fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
     rig.verbs.prepare_send_from_slot(small.len());
     rig.q.mem.write(rig.verbs.tx_slot(5), &big);
     rig.verbs.prepare_send_from_slot(big.len());
-    rig.q
-        .mem
-        .atomic_u8(rig.sq_wqe(5) + 11)
-        .store(abi::RL_WQE_CTRL_CQ_UPDATE as u8, Relaxed);
+    rig.q.mem.atomic_u8(rig.sq_wqe(5) + 11).store(abi::RL_WQE_CTRL_CQ_UPDATE as u8, Relaxed);
     rig.verbs.ring_send_doorbell();
     assert_eq!(rig.nic.poll_send(&mut wire.nic_end), 2);
     let sent = wire.sent();
@@ -1095,32 +903,19 @@ fn send_wqes_with_bad_gather_entries_fail_and_good_ones_go_out() {
         assert_eq!(f.repr.bth.dest_qp, PEER_QPN);
         assert_eq!(f.repr.bth.psn, psn, "PSNs count successful sends only");
         assert_eq!(f.repr.bth.pkey, 0xffff);
-        assert_eq!(
-            (f.repr.eth.src_addr, f.repr.eth.dst_addr),
-            (HOST_MAC, PEER_MAC)
-        );
-        assert_eq!(
-            (f.repr.ipv4.src_addr, f.repr.ipv4.dst_addr),
-            (HOST_IP, PEER_IP)
-        );
+        assert_eq!((f.repr.eth.src_addr, f.repr.eth.dst_addr), (HOST_MAC, PEER_MAC));
+        assert_eq!((f.repr.ipv4.src_addr, f.repr.ipv4.dst_addr), (HOST_IP, PEER_IP));
         assert_eq!(f.repr.udp.dst_port, roce::UDP_PORT);
         assert_eq!(f.payload, &payload[..]);
     }
     // Only the signaled WQE wrote a CQE.
     let c = rig.send_cqe(4);
     assert_eq!(u32::from(c[abi::CQE_OP_OWN] >> 4), abi::RL_CQE_REQ);
-    assert_eq!(
-        u32::from_be_bytes([c[44], c[45], c[46], c[47]]),
-        300,
-        "byte count"
-    );
+    assert_eq!(u32::from_be_bytes([c[44], c[45], c[46], c[47]]), 300, "byte count");
     assert_eq!(u16::from_be_bytes([c[60], c[61]]), 5, "wqe_counter");
     let mut next = [0u8; CQE];
     rig.q.mem.read(rig.q.layout.scq + 5 * CQE, &mut next);
-    assert!(
-        !abi::cqe_valid(next[abi::CQE_OP_OWN], 5, sizes().sq_entries),
-        "an unsignaled WQE wrote a CQE"
-    );
+    assert!(!abi::cqe_valid(next[abi::CQE_OP_OWN], 5, sizes().sq_entries), "an unsignaled WQE wrote a CQE");
     assert_eq!(rig.verbs.poll_send_completions(), 1);
     assert_eq!(rig.verbs.send_errors, 4);
     assert_eq!(rig.counters.tx_packets.load(Relaxed), 2);
@@ -1146,16 +941,8 @@ fn receive_is_contained(frame_of: impl FnOnce(&Rig) -> Vec<u8>) -> Result<(), Te
     let rx = l.rx_buffer..l.rx_buffer + l.rx_buffer_len();
     let rcq = l.rcq..l.rcq + l.sizes.rq_entries as usize * CQE;
     for i in changed(&before, &after) {
-        prop_assert!(
-            r.is_ok(),
-            "{r:?}: a dropped frame changed byte {i} ({})",
-            region_of(&l, i)
-        );
-        prop_assert!(
-            rx.contains(&i) || rcq.contains(&i),
-            "{r:?}: byte {i} ({}) changed",
-            region_of(&l, i)
-        );
+        prop_assert!(r.is_ok(), "{r:?}: a dropped frame changed byte {i} ({})", region_of(&l, i));
+        prop_assert!(rx.contains(&i) || rcq.contains(&i), "{r:?}: byte {i} ({}) changed", region_of(&l, i));
     }
     match r {
         Err(reason) => {
@@ -1203,7 +990,10 @@ proptest! {
 #[test]
 fn a_checked_doorbell_runs_its_last_wqe_only_once_its_bytes_give_the_check() {
     // a deadline no scheduling delay of this test reaches, until the case that needs one
-    let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
+    let mut rig = Rig::with_options(NicOptions {
+        wqe_check_deadline: std::time::Duration::from_secs(60),
+        ..NicOptions::default()
+    });
     rig.verbs.post_recv(POSTED);
     let mut wire = Wire::new(8);
     let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
@@ -1298,7 +1088,10 @@ fn a_checked_doorbell_whose_bytes_never_agree_completes_in_error_after_the_deadl
 
 #[test]
 fn a_checked_doorbell_runs_a_gathering_wqe_only_once_the_gathered_bytes_give_the_check() {
-    let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
+    let mut rig = Rig::with_options(NicOptions {
+        wqe_check_deadline: std::time::Duration::from_secs(60),
+        ..NicOptions::default()
+    });
     rig.verbs.post_recv(POSTED);
     let mut wire = Wire::new(8);
     let fm = abi::RL_WQE_CTRL_CQ_UPDATE as u8;
@@ -1332,14 +1125,24 @@ fn a_checked_doorbell_runs_a_gathering_wqe_only_once_the_gathered_bytes_give_the
     let short = pattern(33, 4);
     let mut stored = short.clone();
     stored.extend_from_slice(&[0xee; 15]);
-    let g = abi::send_gather_wqe(2, QPN, fm, rig.tx.addr + 2 * u64::from(rig.q.layout.sizes.tx_slot_stride), rig.tx.lkey, 33);
+    let g = abi::send_gather_wqe(
+        2,
+        QPN,
+        fm,
+        rig.tx.addr + 2 * u64::from(rig.q.layout.sizes.tx_slot_stride),
+        rig.tx.lkey,
+        33,
+    );
     rig.q.mem.write(rig.sq_wqe(1), &a);
     rig.q.mem.write(rig.sq_wqe(2), &g);
     rig.q.mem.write(slot + 2 * rig.q.layout.sizes.tx_slot_stride as usize, &stored);
     let mut range = w.to_vec();
     range.extend_from_slice(&a);
     range.extend_from_slice(&g);
-    let check = abi::range_check(&range, 0, |_, first| Some(abi::gather_check(if first == abi::gather_first_chunk(0) { &new } else { &short }, first))).unwrap();
+    let check = abi::range_check(&range, 0, |_, first| {
+        Some(abi::gather_check(if first == abi::gather_first_chunk(0) { &new } else { &short }, first))
+    })
+    .unwrap();
     rig.q
         .mem
         .atomic_u64(rig.q.layout.proxy_doorbell)
@@ -1459,7 +1262,10 @@ proptest! {
 
 #[test]
 fn a_checked_range_runs_each_wqe_once_and_checks_only_what_is_new() {
-    let mut rig = Rig::with_options(NicOptions { wqe_check_deadline: std::time::Duration::from_secs(60), ..NicOptions::default() });
+    let mut rig = Rig::with_options(NicOptions {
+        wqe_check_deadline: std::time::Duration::from_secs(60),
+        ..NicOptions::default()
+    });
     rig.verbs.post_recv(POSTED);
     let mut wire = Wire::new(8);
     // WQE 0 (1 WQEBB), then WQE 1 (2 WQEBBs) with no fence between: one range from 0

@@ -947,7 +947,9 @@ impl Timing {
         let mut out = Vec::new();
         let stepped = |i: usize| self.rows[self.decodes[i].3].1[9] != 0;
         let bins = [(0, 0), (1, 1), (2, 2), (3, 4), (5, 6), (7, 8), (9, 12), (13, 24), (25, 48), (49, u32::MAX)];
-        for (lo, hi, part) in bins.iter().flat_map(|&(lo, hi)| [(lo, hi, Some(true)), (lo, hi, Some(false)), (lo, hi, None)]) {
+        for (lo, hi, part) in
+            bins.iter().flat_map(|&(lo, hi)| [(lo, hi, Some(true)), (lo, hi, Some(false)), (lo, hi, None)])
+        {
             // the decodes of lo..=hi defects (indices into `decodes`)
             let all: Vec<usize> = (0..self.decodes.len()).filter(|&i| (lo..=hi).contains(&self.decodes[i].0)).collect();
             let split = all.iter().any(|&i| stepped(i)) && all.iter().any(|&i| !stepped(i));

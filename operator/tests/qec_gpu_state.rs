@@ -27,7 +27,13 @@ fn nvrtc_or_skip() -> bool {
 }
 
 fn spec(dem: &Path, k: u32, decoders: u32) -> StageSpec {
-    StageSpec::QecDecoder { dem: dem.to_path_buf(), rounds_per_message: 1, max_defects: k, decoders, settle: Default::default() }
+    StageSpec::QecDecoder {
+        dem: dem.to_path_buf(),
+        rounds_per_message: 1,
+        max_defects: k,
+        decoders,
+        settle: Default::default(),
+    }
 }
 
 #[test]

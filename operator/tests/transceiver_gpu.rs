@@ -81,8 +81,8 @@ fn stream() -> Vec<Msg> {
     // register forms (<= 256), the poll's speculative read (<= 432), the warp's own load
     // (<= 1 KiB), the block's; each followed by other sizes, so that the next poll guesses wrong.
     let sizes = [
-        64, 64, 64, 32, 32, 24, 64, 33, 48, 100, 128, 129, 255, 256, 257, 64, 300, 432, 433, 64, 1000, 1024, 1025, 32, 4096, 64,
-        200, 31, 200, 25, 250, 64, 64,
+        64, 64, 64, 32, 32, 24, 64, 33, 48, 100, 128, 129, 255, 256, 257, 64, 300, 432, 433, 64, 1000, 1024, 1025, 32,
+        4096, 64, 200, 31, 200, 25, 250, 64, 64,
     ];
     for _round in 0..3 {
         for &s in &sizes {
@@ -93,7 +93,9 @@ fn stream() -> Vec<Msg> {
     // The poison in the request's own bytes: a whole word in the arguments (slot path and
     // inline path), the last two and three bytes of messages whose length is not a multiple of
     // four, a message that is all poison after the header.
-    for (size, at) in [(64usize, 28usize), (64, 60), (32, 24), (32, 28), (66, 64), (67, 64), (29, 25), (200, 196), (256, 100)] {
+    for (size, at) in
+        [(64usize, 28usize), (64, 60), (32, 24), (32, 28), (66, 64), (67, 64), (29, 25), (200, 196), (256, 100)]
+    {
         let mut m = next(size);
         poison_at(&mut m, at);
         push(m.clone(), None, &mut out);
@@ -148,7 +150,8 @@ struct Rig {
 impl Rig {
     /// Hands the request to the NIC as the peer's RDMA WRITE with immediate into its slot.
     fn send(&mut self, m: &Msg) {
-        self.try_send(m).unwrap_or_else(|e| panic!("the NIC refused request {:?}: {e:?}", &m.bytes[..m.bytes.len().min(16)]));
+        self.try_send(m)
+            .unwrap_or_else(|e| panic!("the NIC refused request {:?}: {e:?}", &m.bytes[..m.bytes.len().min(16)]));
     }
 
     /// As `send`, but a request the NIC refuses (no receive posted: the loop is behind) is
@@ -188,7 +191,8 @@ impl Rig {
 /// The queue pair, the NIC (answering to `doorbell`) and the wire; the backend is spawned on
 /// `q` with `tx_lkey`.
 fn rig_with(doorbell: DoorbellMode) -> (Rig, QpMemory, u32) {
-    let base = NicRig::new(QpSizes { rx_slots: 16, ..QpSizes::default() }, NicOptions { doorbell, ..NicOptions::default() });
+    let base =
+        NicRig::new(QpSizes { rx_slots: 16, ..QpSizes::default() }, NicOptions { doorbell, ..NicOptions::default() });
     let (q, tx_lkey) = (base.q.clone(), base.tx.lkey);
     (Rig { base, wire: Wire::new(256), psn: 0, next_slot: 0 }, q, tx_lkey)
 }
@@ -199,7 +203,14 @@ fn rig() -> (Rig, QpMemory, u32) {
 }
 
 fn backend_config(tx_lkey: u32) -> LoopConfig {
-    LoopConfig { qpn: HOST_QPN, tx_lkey, core: None, spin: SpinMode::Shared, doorbell: DoorbellMode::Proxy, kernel: Default::default() }
+    LoopConfig {
+        qpn: HOST_QPN,
+        tx_lkey,
+        core: None,
+        spin: SpinMode::Shared,
+        doorbell: DoorbellMode::Proxy,
+        kernel: Default::default(),
+    }
 }
 
 /// Plays the stream through `backend` (closed loop, then in bursts) and checks every answer
@@ -246,7 +257,13 @@ fn play(mut rig: Rig, backend: Box<dyn RunningBackend>) {
         for (k, m) in burst.iter().enumerate() {
             let want = cpu_answer(&m.bytes);
             let got = rig.answer(ANSWER_TIMEOUT);
-            assert!(got == want, "burst message {k} ({} bytes): {} answered {:?}", m.bytes.len(), backend.name(), got.as_ref().map(|g| &g[..g.len().min(48)]));
+            assert!(
+                got == want,
+                "burst message {k} ({} bytes): {} answered {:?}",
+                m.bytes.len(),
+                backend.name(),
+                got.as_ref().map(|g| &g[..g.len().min(48)])
+            );
             answered += 1;
         }
     }
@@ -272,7 +289,8 @@ fn play(mut rig: Rig, backend: Box<dyn RunningBackend>) {
 #[test]
 fn the_cpu_backend_answers_the_stream_as_its_stage_does() {
     let (rig, q, tx_lkey) = rig();
-    let backend = spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend");
+    let backend =
+        spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend");
     play(rig, backend);
 }
 
@@ -282,7 +300,13 @@ fn the_cpu_backend_answers_the_stream_as_its_stage_does() {
 #[test]
 fn the_cpu_backend_answers_the_stream_through_an_mmio_doorbell() {
     let (rig, q, tx_lkey) = rig_with(DoorbellMode::Mmio);
-    let backend = spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], LoopConfig { doorbell: DoorbellMode::Mmio, ..backend_config(tx_lkey) }).expect("the CPU backend");
+    let backend = spawn_backend(
+        &Backend::Cpu,
+        q,
+        &[StageSpec::Echo],
+        LoopConfig { doorbell: DoorbellMode::Mmio, ..backend_config(tx_lkey) },
+    )
+    .expect("the CPU backend");
     play(rig, backend);
 }
 
@@ -303,9 +327,14 @@ fn the_kernel_answers_a_stream_of_changing_sizes_as_the_cpu_stage_does() {
     let proxy = DoorbellMode::Proxy;
     let mmio = DoorbellMode::Mmio;
     for (defines, doorbell) in [("", proxy), ("-DRL_MAX_INLINE=44", proxy), ("", mmio), ("-DRL_MAX_INLINE=44", mmio)] {
-        let kernel = rocelink_operator::gpu::kernels::KernelOptions { defines: defines.split_whitespace().map(String::from).collect(), ..Default::default() };
+        let kernel = rocelink_operator::gpu::kernels::KernelOptions {
+            defines: defines.split_whitespace().map(String::from).collect(),
+            ..Default::default()
+        };
         let (rig, q, tx_lkey) = rig_with(doorbell);
-        let backend = spawn_backend(&gpu0(), q, &[StageSpec::Echo], LoopConfig { doorbell, kernel, ..backend_config(tx_lkey) }).unwrap_or_else(|e| panic!("{defines} {doorbell:?}: {e}"));
+        let backend =
+            spawn_backend(&gpu0(), q, &[StageSpec::Echo], LoopConfig { doorbell, kernel, ..backend_config(tx_lkey) })
+                .unwrap_or_else(|e| panic!("{defines} {doorbell:?}: {e}"));
         play(rig, backend);
     }
 }
@@ -343,7 +372,10 @@ fn stop_under_a_flood(mut rig: Rig, backend: Box<dyn RunningBackend>, flood: boo
     stopped.unwrap_or_else(|e| panic!("{name} did not stop under a flood: {e}"));
     assert!(answered > 0, "{name} answered nothing under the flood");
     if flood {
-        assert!(rig.base.counters.snapshot().drops.values().sum::<u64>() > 0, "not a flood: the NIC never had to refuse a request");
+        assert!(
+            rig.base.counters.snapshot().drops.values().sum::<u64>() > 0,
+            "not a flood: the NIC never had to refuse a request"
+        );
     }
 }
 
@@ -369,7 +401,10 @@ fn stop_with_a_stalled_nic(mut rig: Rig, backend: Box<dyn RunningBackend>) {
         }
     }
     let processed = backend.processed();
-    assert!(processed < taken, "{name} answered {processed} of {taken} with no send completing: where did the answers go?");
+    assert!(
+        processed < taken,
+        "{name} answered {processed} of {taken} with no send completing: where did the answers go?"
+    );
     let e = backend.stop(Duration::from_secs(2)).expect_err("a loop stopped with its send queue full reports it");
     assert!(e.contains("send queue full"), "{name}: {e}");
     assert!(!e.contains("did not stop"), "{name} had to be abandoned: {e}");
@@ -379,9 +414,16 @@ fn stop_with_a_stalled_nic(mut rig: Rig, backend: Box<dyn RunningBackend>) {
 #[test]
 fn the_cpu_backend_stops_under_a_flood_and_with_a_stalled_nic() {
     let (r, q, tx_lkey) = rig();
-    stop_under_a_flood(r, spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"), false);
+    stop_under_a_flood(
+        r,
+        spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"),
+        false,
+    );
     let (r, q, tx_lkey) = rig();
-    stop_with_a_stalled_nic(r, spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"));
+    stop_with_a_stalled_nic(
+        r,
+        spawn_backend(&Backend::Cpu, q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the CPU backend"),
+    );
 }
 
 #[test]
@@ -391,7 +433,14 @@ fn the_kernel_stops_under_a_flood_and_with_a_stalled_nic() {
         panic!("this test needs a GPU: {why}");
     }
     let (r, q, tx_lkey) = rig();
-    stop_under_a_flood(r, spawn_backend(&gpu0(), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"), true);
+    stop_under_a_flood(
+        r,
+        spawn_backend(&gpu0(), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"),
+        true,
+    );
     let (r, q, tx_lkey) = rig();
-    stop_with_a_stalled_nic(r, spawn_backend(&gpu0(), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"));
+    stop_with_a_stalled_nic(
+        r,
+        spawn_backend(&gpu0(), q, &[StageSpec::Echo], backend_config(tx_lkey)).expect("the GPU backend"),
+    );
 }

@@ -144,7 +144,11 @@ fn check_frames(frames: &[Vec<u8>], expect: &[Expect], first_psn: u32, ep: &Endp
         assert_eq!(r.bth.dest_qp, peer_qpn, "frame {k}: DestQP");
         assert_eq!(r.bth.psn, first_psn + k as u32, "frame {k}: PSN");
         assert_eq!((r.udp.src_port, r.udp.dst_port), (ep.src_port, ep.dst_port), "frame {k}: ports");
-        assert_eq!(r.reth.map(|x| (x.va, x.rkey, x.dma_len)), e.reth.map(|(va, rkey)| (va, rkey, e.payload.len() as u32)), "frame {k}: RETH");
+        assert_eq!(
+            r.reth.map(|x| (x.va, x.rkey, x.dma_len)),
+            e.reth.map(|(va, rkey)| (va, rkey, e.payload.len() as u32)),
+            "frame {k}: RETH"
+        );
         assert_eq!(r.immdt, e.imm, "frame {k}: immediate");
         assert_eq!(p.payload, &e.payload[..], "frame {k}: payload");
     }
@@ -169,34 +173,38 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
     let mut desc = q.transceiver_desc_at(dbase, QPN, tx_mr.lkey);
     let out = gpu.alloc(16).unwrap();
     let stream = gpu.stream().unwrap();
-    let launch = |desc: &mut abi::rl_transceiver_desc, phase: u32, first: u32, raddr: u64, rkey: u32, imm: u32| -> u32 {
-        let (mut phase, mut first, mut raddr, mut rkey, mut imm, mut p_out) = (phase, first, raddr, rkey, imm, out.device_ptr());
-        let mut params = [
-            desc as *mut abi::rl_transceiver_desc as *mut std::ffi::c_void,
-            &mut phase as *mut u32 as *mut std::ffi::c_void,
-            &mut first as *mut u32 as *mut std::ffi::c_void,
-            &mut raddr as *mut u64 as *mut std::ffi::c_void,
-            &mut rkey as *mut u32 as *mut std::ffi::c_void,
-            &mut imm as *mut u32 as *mut std::ffi::c_void,
-            &mut p_out as *mut u64 as *mut std::ffi::c_void,
-        ];
-        // SAFETY: rl_verbs_probe takes the descriptor by value, four u32/u64 scalars as above
-        // and one device pointer (`out`, 16 bytes); every address in the descriptor points into
-        // the registered queue-pair memory, which outlives the launch.
-        unsafe { stream.launch(module.function(0), 32, &mut params) }.unwrap();
-        let t0 = Instant::now();
-        loop {
-            match stream.query() {
-                StreamState::Idle => break,
-                StreamState::Failed(e) => panic!("the verbs probe kernel failed: {e}"),
-                StreamState::Running if t0.elapsed() > Duration::from_secs(10) => panic!("the verbs probe kernel did not finish in 10 s"),
-                StreamState::Running => std::thread::sleep(Duration::from_micros(100)),
+    let launch =
+        |desc: &mut abi::rl_transceiver_desc, phase: u32, first: u32, raddr: u64, rkey: u32, imm: u32| -> u32 {
+            let (mut phase, mut first, mut raddr, mut rkey, mut imm, mut p_out) =
+                (phase, first, raddr, rkey, imm, out.device_ptr());
+            let mut params = [
+                desc as *mut abi::rl_transceiver_desc as *mut std::ffi::c_void,
+                &mut phase as *mut u32 as *mut std::ffi::c_void,
+                &mut first as *mut u32 as *mut std::ffi::c_void,
+                &mut raddr as *mut u64 as *mut std::ffi::c_void,
+                &mut rkey as *mut u32 as *mut std::ffi::c_void,
+                &mut imm as *mut u32 as *mut std::ffi::c_void,
+                &mut p_out as *mut u64 as *mut std::ffi::c_void,
+            ];
+            // SAFETY: rl_verbs_probe takes the descriptor by value, four u32/u64 scalars as above
+            // and one device pointer (`out`, 16 bytes); every address in the descriptor points into
+            // the registered queue-pair memory, which outlives the launch.
+            unsafe { stream.launch(module.function(0), 32, &mut params) }.unwrap();
+            let t0 = Instant::now();
+            loop {
+                match stream.query() {
+                    StreamState::Idle => break,
+                    StreamState::Failed(e) => panic!("the verbs probe kernel failed: {e}"),
+                    StreamState::Running if t0.elapsed() > Duration::from_secs(10) => {
+                        panic!("the verbs probe kernel did not finish in 10 s")
+                    }
+                    StreamState::Running => std::thread::sleep(Duration::from_micros(100)),
+                }
             }
-        }
-        let mut pi = [0u8; 4];
-        gpu.download(&out, 0, &mut pi).unwrap();
-        u32::from_le_bytes(pi)
-    };
+            let mut pi = [0u8; 4];
+            gpu.download(&out, 0, &mut pi).unwrap();
+            u32::from_le_bytes(pi)
+        };
 
     // Launch 1: SEND (gather), inline SEND, RDMA WRITE, RDMA WRITE with immediate; fenced.
     let (raddr, rkey, imm) = (0x0000_7f12_3456_7000u64, 0x1234_5678u32, 0xabcd_ef01u32);
@@ -207,7 +215,12 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
         Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(0, 100) },
         Expect { opcode: Opcode::UcSendOnly, reth: None, imm: None, payload: payload(1, 200) },
         Expect { opcode: Opcode::UcWriteOnly, reth: Some((raddr, rkey)), imm: None, payload: payload(2, 64) },
-        Expect { opcode: Opcode::UcWriteOnlyImm, reth: Some((raddr + 64, rkey)), imm: Some(imm), payload: payload(3, 48) },
+        Expect {
+            opcode: Opcode::UcWriteOnlyImm,
+            reth: Some((raddr + 64, rkey)),
+            imm: Some(imm),
+            payload: payload(3, 48),
+        },
     ];
     check_frames(&frames, &expect, 0, &ep, peer_qpn);
 
@@ -220,7 +233,8 @@ fn verbs_wqes_built_on_the_gpu_go_out_as_the_frames_they_describe() {
     let (mut at, mut psn, mut crossed, mut launches) = (pi, 4u32, false, 0u64);
     for _ in 0..2 * entries / per_launch {
         let a = at % entries;
-        let crosses = a + abi_inline_wqebbs(60) > entries || (a + abi_inline_wqebbs(60)) % entries + abi_inline_wqebbs(150) > entries;
+        let crosses = a + abi_inline_wqebbs(60) > entries
+            || (a + abi_inline_wqebbs(60)) % entries + abi_inline_wqebbs(150) > entries;
         let next = launch(&mut desc, 1, at, 0, 0, 0);
         assert_eq!(next, at + per_launch);
         let frames = frames_out(&mut nic, &mut wire, 3);

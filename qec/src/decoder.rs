@@ -1031,7 +1031,11 @@ mod tests {
                     });
                 }
                 let got = streamed.finish();
-                assert_eq!((got.status, got.weight_units), (want.status, want.weight_units), "seed {seed} shot {shot} {defects:?}");
+                assert_eq!(
+                    (got.status, got.weight_units),
+                    (want.status, want.weight_units),
+                    "seed {seed} shot {shot} {defects:?}"
+                );
                 checked += 1;
             }
         }
@@ -1046,8 +1050,11 @@ mod tests {
         let mut checked = 0;
         for seed in 1..30u64 {
             let (sparse, n) = stream_case_graph(seed);
-            let (mut whole, mut last, mut plain) =
-                (MatchingDecoder::new(Arc::clone(&sparse)), MatchingDecoder::new(Arc::clone(&sparse)), MatchingDecoder::new(sparse));
+            let (mut whole, mut last, mut plain) = (
+                MatchingDecoder::new(Arc::clone(&sparse)),
+                MatchingDecoder::new(Arc::clone(&sparse)),
+                MatchingDecoder::new(sparse),
+            );
             let mut x = seed;
             for shot in 0..30u64 {
                 let defects = stream_case_shot(&mut x, n);
@@ -1058,7 +1065,8 @@ mod tests {
                 let rounds: Vec<&[u32]> = defects.chunks(per_round).collect();
                 // A final round with no defect, or with the shot's last ones (one shot in three).
                 let quiet = shot % 3 != 0;
-                let (body, tail): (&[&[u32]], &[&[u32]]) = if quiet { (&rounds[..], &[]) } else { rounds.split_at(rounds.len() - 1) };
+                let (body, tail): (&[&[u32]], &[&[u32]]) =
+                    if quiet { (&rounds[..], &[]) } else { rounds.split_at(rounds.len() - 1) };
                 let stop_after = (shot % 4 == 3).then_some((seed + shot) as usize % 3);
                 let before = last.counters().answered_ahead;
                 last.begin_shot();
@@ -1084,7 +1092,11 @@ mod tests {
                     plain.add_defect(d);
                 }
                 let (got, base) = (last.finish(), plain.finish());
-                assert_eq!((got.status, got.weight_units), (want.status, want.weight_units), "seed {seed} shot {shot} {defects:?}");
+                assert_eq!(
+                    (got.status, got.weight_units),
+                    (want.status, want.weight_units),
+                    "seed {seed} shot {shot} {defects:?}"
+                );
                 assert_eq!((got.status, got.weight_units), (base.status, base.weight_units), "seed {seed} shot {shot}");
                 let ahead = last.counters().answered_ahead - before;
                 let asked_never = stop_after.is_none();

@@ -85,10 +85,7 @@ impl AethRepr {
     /// Reads an AETH; `Truncated` below 4 bytes.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Self> {
         p.check_len()?;
-        Ok(AethRepr {
-            syndrome: p.syndrome(),
-            msn: p.msn(),
-        })
+        Ok(AethRepr { syndrome: p.syndrome(), msn: p.msn() })
     }
 
     /// [`HEADER_LEN`].
@@ -110,10 +107,7 @@ mod tests {
     static PACKET_BYTES: [u8; 4] = [0x1F, 0x01, 0x02, 0x03];
 
     fn repr() -> AethRepr {
-        AethRepr {
-            syndrome: 0x1F,
-            msn: 0x01_0203,
-        }
+        AethRepr { syndrome: 0x1F, msn: 0x01_0203 }
     }
 
     #[test]
@@ -134,14 +128,8 @@ mod tests {
 
     #[test]
     fn test_parse() {
-        assert_eq!(
-            AethRepr::parse(&Packet::new_unchecked(&PACKET_BYTES[..])),
-            Ok(repr())
-        );
-        assert_eq!(
-            Packet::new_checked(&PACKET_BYTES[..3]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(AethRepr::parse(&Packet::new_unchecked(&PACKET_BYTES[..])), Ok(repr()));
+        assert_eq!(Packet::new_checked(&PACKET_BYTES[..3]), Err(Error::Truncated));
     }
 
     #[test]

@@ -74,24 +74,12 @@ pub enum Opcode {
 impl Opcode {
     /// A RETH follows the BTH (IBTA vol 1 9.3: RDMA WRITE First/Only).
     pub fn has_reth(self) -> bool {
-        matches!(
-            self,
-            Opcode::RcRdmaWriteOnly
-                | Opcode::UcWriteFirst
-                | Opcode::UcWriteOnly
-                | Opcode::UcWriteOnlyImm
-        )
+        matches!(self, Opcode::RcRdmaWriteOnly | Opcode::UcWriteFirst | Opcode::UcWriteOnly | Opcode::UcWriteOnlyImm)
     }
 
     /// An ImmDt follows the BTH (and the RETH, if any).
     pub fn has_immdt(self) -> bool {
-        matches!(
-            self,
-            Opcode::UcSendLastImm
-                | Opcode::UcSendOnlyImm
-                | Opcode::UcWriteLastImm
-                | Opcode::UcWriteOnlyImm
-        )
+        matches!(self, Opcode::UcSendLastImm | Opcode::UcSendOnlyImm | Opcode::UcWriteLastImm | Opcode::UcWriteOnlyImm)
     }
 
     /// An AETH follows the BTH.
@@ -425,9 +413,7 @@ mod tests {
     use super::*;
 
     // 0x2B; SE M pad=1 tver=1; P_Key 0xFFFF; FECN BECN resv6=1; QP 0x123456; AckReq; PSN 0x0ABCDE.
-    static PACKET_BYTES: [u8; 12] = [
-        0x2B, 0xD1, 0xFF, 0xFF, 0xC1, 0x12, 0x34, 0x56, 0x80, 0x0A, 0xBC, 0xDE,
-    ];
+    static PACKET_BYTES: [u8; 12] = [0x2B, 0xD1, 0xFF, 0xFF, 0xC1, 0x12, 0x34, 0x56, 0x80, 0x0A, 0xBC, 0xDE];
 
     fn repr() -> BthRepr {
         BthRepr {
@@ -489,10 +475,7 @@ mod tests {
     fn test_parse() {
         let p = Packet::new_checked(&PACKET_BYTES[..]).unwrap();
         assert_eq!(BthRepr::parse(&p), Ok(repr()));
-        assert_eq!(
-            Packet::new_checked(&PACKET_BYTES[..11]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(Packet::new_checked(&PACKET_BYTES[..11]), Err(Error::Truncated));
     }
 
     #[test]
@@ -509,10 +492,7 @@ mod tests {
         b[4] = 0xFF;
         b[8] = 0xFF;
         let r = BthRepr::parse(&Packet::new_unchecked(&b[..])).unwrap();
-        assert_eq!(
-            (r.fecn, r.becn, r.resv6, r.ack_req, r.resv7),
-            (true, true, 0x3F, true, 0x7F)
-        );
+        assert_eq!((r.fecn, r.becn, r.resv6, r.ack_req, r.resv7), (true, true, 0x3F, true, 0x7F));
         let mut out = [0u8; 12];
         r.emit(&mut Packet::new_unchecked(&mut out[..]));
         assert_eq!(out, b);

@@ -325,13 +325,7 @@ fn pair_offset(i: usize) -> Option<usize> {
 /// Writes a request with full pairs; returns its length ([`request_len`]).
 ///
 /// `Malformed` for zero or more than [`MAX_PAIRS`] pairs; `BufferTooSmall` if it does not fit.
-pub fn emit_request(
-    command: Command,
-    flags: u8,
-    sequence: u16,
-    pairs: &[(u32, u32)],
-    buf: &mut [u8],
-) -> Result<usize> {
+pub fn emit_request(command: Command, flags: u8, sequence: u16, pairs: &[(u32, u32)], buf: &mut [u8]) -> Result<usize> {
     if pairs.is_empty() || pairs.len() > MAX_PAIRS {
         return Err(Error::Malformed);
     }
@@ -529,15 +523,12 @@ mod tests {
     use super::*;
 
     // WR_DWORD, ACK|SEQ_CHECK, seq 0x1234, reg 0x1000 <- 0xDEADBEEF.
-    static REQUEST_BYTES: [u8; 14] = [
-        0x04, 0x03, 0x12, 0x34, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0xDE, 0xAD, 0xBE, 0xEF,
-    ];
+    static REQUEST_BYTES: [u8; 14] =
+        [0x04, 0x03, 0x12, 0x34, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0xDE, 0xAD, 0xBE, 0xEF];
 
     // RD_DWORD reply, RTL layout: HSB_IP_VERSION (0x80) = 0x2602, latched 0x0007, 2 pad bytes.
-    static REPLY_BYTES: [u8; 18] = [
-        0x94, 0x01, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x00, 0x00, 0x26, 0x02, 0x00,
-        0x07, 0x00, 0x00,
-    ];
+    static REPLY_BYTES: [u8; 18] =
+        [0x94, 0x01, 0x00, 0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x00, 0x00, 0x26, 0x02, 0x00, 0x07, 0x00, 0x00];
 
     #[test]
     fn test_deconstruct() {
@@ -601,14 +592,7 @@ mod tests {
     #[test]
     fn test_emit() {
         let mut buf = [0xFFu8; 32];
-        let n = emit_request(
-            Command::WrDword,
-            0x03,
-            0x1234,
-            &[(0x1000, 0xDEAD_BEEF)],
-            &mut buf,
-        )
-        .unwrap();
+        let n = emit_request(Command::WrDword, 0x03, 0x1234, &[(0x1000, 0xDEAD_BEEF)], &mut buf).unwrap();
         assert_eq!(&buf[..n], &REQUEST_BYTES[..]);
 
         let mut buf = [0xFFu8; 32];
@@ -636,28 +620,16 @@ mod tests {
         assert_eq!(n, 6 + 8 * 511);
         let r = Request::new_checked(&buf[..]).unwrap();
         assert_eq!(r.pair_count(), MAX_PAIRS);
-        assert!(r
-            .pairs()
-            .map(|(a, v)| (a, v.unwrap()))
-            .eq(pairs.iter().copied()));
+        assert!(r.pairs().map(|(a, v)| (a, v.unwrap())).eq(pairs.iter().copied()));
         // A trailing address with no value (a BLOCK read may stop short).
         let r = Request::new_checked(&buf[..n - 4]).unwrap();
         assert_eq!(r.pair_count(), MAX_PAIRS);
         assert_eq!(r.value(MAX_PAIRS - 1), None);
         let mut big = vec![0u8; request_len(MAX_PAIRS + 1)];
         let too_many = vec![(0, 0); MAX_PAIRS + 1];
-        assert_eq!(
-            emit_request(Command::WrBlock, 0, 0, &too_many, &mut big),
-            Err(Error::Malformed)
-        );
-        assert_eq!(
-            emit_request(Command::WrBlock, 0, 0, &[], &mut big),
-            Err(Error::Malformed)
-        );
-        assert_eq!(
-            emit_request(Command::WrDword, 0, 0, &[(1, 2)], &mut big[..13]),
-            Err(Error::BufferTooSmall)
-        );
+        assert_eq!(emit_request(Command::WrBlock, 0, 0, &too_many, &mut big), Err(Error::Malformed));
+        assert_eq!(emit_request(Command::WrBlock, 0, 0, &[], &mut big), Err(Error::Malformed));
+        assert_eq!(emit_request(Command::WrDword, 0, 0, &[(1, 2)], &mut big[..13]), Err(Error::BufferTooSmall));
     }
 
     #[test]
@@ -676,15 +648,9 @@ mod tests {
         assert_eq!(p.latched_sequence(), 7);
         // A reply without pairs (e.g. an error reply) is 10 bytes.
         let mut buf = [0u8; 10];
-        assert_eq!(
-            emit_reply(0xA2, 0, 3, Status::InvalidCommand, &[], 2, &mut buf),
-            Ok(10)
-        );
+        assert_eq!(emit_reply(0xA2, 0, 3, Status::InvalidCommand, &[], 2, &mut buf), Ok(10));
         let p = Reply::new_checked(&buf[..]).unwrap();
-        assert_eq!(
-            (p.pair_count(), p.status(), p.latched_sequence()),
-            (0, Status::InvalidCommand, 2)
-        );
+        assert_eq!((p.pair_count(), p.status(), p.latched_sequence()), (0, Status::InvalidCommand, 2));
         assert_eq!(p.command(), Command::Unknown(0x22));
         assert_eq!(Reply::new_checked(&buf[..7]), Err(Error::Truncated));
     }
@@ -732,10 +698,7 @@ mod tests {
         emu[..30].copy_from_slice(&BLOCK_REPLY_BYTES[..30]);
         let p = Reply::new_checked(&emu[..]).unwrap();
         assert_eq!(p.pair_count(), 3);
-        assert_eq!(
-            p.pairs().collect::<Vec<_>>(),
-            [(0x80, 0x2607), (0x84, 0x2025_1130), (0x188, 0xF)]
-        );
+        assert_eq!(p.pairs().collect::<Vec<_>>(), [(0x80, 0x2607), (0x84, 0x2025_1130), (0x188, 0xF)]);
         assert_eq!(p.latched_sequence(), 0);
     }
 
@@ -750,15 +713,9 @@ mod tests {
     #[test]
     fn unchecked_views_never_panic() {
         let r = Request::new_unchecked(&[][..]);
-        assert_eq!(
-            (r.pair_count(), r.address(0), r.value(0), r.sequence()),
-            (0, 0, None, 0)
-        );
+        assert_eq!((r.pair_count(), r.address(0), r.value(0), r.sequence()), (0, 0, None, 0));
         let p = Reply::new_unchecked(&[0x84u8][..]);
-        assert_eq!(
-            (p.pair_count(), p.pair(usize::MAX), p.latched_sequence()),
-            (0, (0, 0), 0)
-        );
+        assert_eq!((p.pair_count(), p.pair(usize::MAX), p.latched_sequence()), (0, (0, 0), 0));
         let mut tiny = [0u8; 3];
         let mut r = Request::new_unchecked(&mut tiny[..]);
         r.set_address(usize::MAX, 1);

@@ -110,11 +110,7 @@ impl EthernetRepr {
     /// Reads the header; `Truncated` below 14 bytes. Any ethertype parses.
     pub fn parse<T: AsRef<[u8]>>(f: &Frame<T>) -> Result<Self> {
         f.check_len()?;
-        Ok(EthernetRepr {
-            dst_addr: f.dst_addr(),
-            src_addr: f.src_addr(),
-            ethertype: f.ethertype(),
-        })
+        Ok(EthernetRepr { dst_addr: f.dst_addr(), src_addr: f.src_addr(), ethertype: f.ethertype() })
     }
 
     /// [`HEADER_LEN`].
@@ -135,10 +131,8 @@ impl EthernetRepr {
 mod tests {
     use super::*;
 
-    static FRAME_BYTES: [u8; 18] = [
-        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, 0xAA,
-        0xBB, 0xCC, 0xDD,
-    ];
+    static FRAME_BYTES: [u8; 18] =
+        [0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, 0xAA, 0xBB, 0xCC, 0xDD];
 
     fn repr() -> EthernetRepr {
         EthernetRepr {
@@ -172,10 +166,7 @@ mod tests {
     fn test_parse() {
         let f = Frame::new_checked(&FRAME_BYTES[..]).unwrap();
         assert_eq!(EthernetRepr::parse(&f), Ok(repr()));
-        assert_eq!(
-            Frame::new_checked(&FRAME_BYTES[..13]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(Frame::new_checked(&FRAME_BYTES[..13]), Err(Error::Truncated));
     }
 
     #[test]

@@ -54,9 +54,7 @@ pub mod reg {
 
     /// Address of register `off` in VP block `n` (wrapping, so any input is defined).
     pub const fn vp(n: u32, off: u32) -> u32 {
-        VP_BASE
-            .wrapping_add(VP_STRIDE.wrapping_mul(n))
-            .wrapping_add(off)
+        VP_BASE.wrapping_add(VP_STRIDE.wrapping_mul(n)).wrapping_add(off)
     }
 
     /// HIF block of data plane `dp`: `HIF_BASE + HIF_STRIDE * dp`.
@@ -72,9 +70,7 @@ pub mod reg {
 
     /// Address of register `off` in the HIF block of data plane `dp` (wrapping).
     pub const fn hif(dp: u32, off: u32) -> u32 {
-        HIF_BASE
-            .wrapping_add(HIF_STRIDE.wrapping_mul(dp))
-            .wrapping_add(off)
+        HIF_BASE.wrapping_add(HIF_STRIDE.wrapping_mul(dp)).wrapping_add(off)
     }
 
     /// Traffic player block.
@@ -688,16 +684,7 @@ pub fn scramble_args(request_id: u32, args: &mut [u8]) {
 mod tests {
     use super::*;
 
-    static RECORD_WORDS: [u32; 8] = [
-        7,
-        0x0506_0708,
-        0x0102_0304,
-        0x0506_1708,
-        0x0102_0304,
-        3,
-        64,
-        0xFFFF_FFFE,
-    ];
+    static RECORD_WORDS: [u32; 8] = [7, 0x0506_0708, 0x0102_0304, 0x0506_1708, 0x0102_0304, 3, 64, 0xFFFF_FFFE];
 
     fn record() -> CaptureRecord {
         CaptureRecord {

@@ -196,11 +196,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Sets the header length in bytes (rounded down to a multiple of 4).
     pub fn set_header_len(&mut self, len: u8) {
         let b = bytes::u8_at(self.buffer.as_ref(), field::VER_IHL);
-        bytes::set_u8(
-            self.buffer.as_mut(),
-            field::VER_IHL,
-            (b & 0xF0) | ((len / 4) & 0x0F),
-        );
+        bytes::set_u8(self.buffer.as_mut(), field::VER_IHL, (b & 0xF0) | ((len / 4) & 0x0F));
     }
 
     /// Sets the TOS byte.
@@ -220,11 +216,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     fn set_flg_off_bits(&mut self, mask: u16, value: u16) {
         let old = bytes::be16(self.buffer.as_ref(), field::FLG_OFF.start);
-        bytes::set_be16(
-            self.buffer.as_mut(),
-            field::FLG_OFF.start,
-            (old & !mask) | (value & mask),
-        );
+        bytes::set_be16(self.buffer.as_mut(), field::FLG_OFF.start, (old & !mask) | (value & mask));
     }
 
     /// Sets the don't-fragment flag.
@@ -424,8 +416,8 @@ mod tests {
 
     // TOS 0x02, total 28, ident 0x1234, DF, TTL 255, UDP, 192.168.0.2 -> 192.168.0.101.
     static PACKET_BYTES: [u8; 28] = [
-        0x45, 0x02, 0x00, 0x1C, 0x12, 0x34, 0x40, 0x00, 0xFF, 0x11, 0xE7, 0xE2, 0xC0, 0xA8, 0x00,
-        0x02, 0xC0, 0xA8, 0x00, 0x65, 0xAA, 0xBB, 0xCC, 0xDD, 0x01, 0x02, 0x03, 0x04,
+        0x45, 0x02, 0x00, 0x1C, 0x12, 0x34, 0x40, 0x00, 0xFF, 0x11, 0xE7, 0xE2, 0xC0, 0xA8, 0x00, 0x02, 0xC0, 0xA8,
+        0x00, 0x65, 0xAA, 0xBB, 0xCC, 0xDD, 0x01, 0x02, 0x03, 0x04,
     ];
     static PAYLOAD: [u8; 8] = [0xAA, 0xBB, 0xCC, 0xDD, 0x01, 0x02, 0x03, 0x04];
 
@@ -501,22 +493,13 @@ mod tests {
 
     #[test]
     fn length_and_checksum_errors() {
-        assert_eq!(
-            Packet::new_checked(&PACKET_BYTES[..19]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(Packet::new_checked(&PACKET_BYTES[..19]), Err(Error::Truncated));
         // total_len 28 but 27 bytes.
-        assert_eq!(
-            Packet::new_checked(&PACKET_BYTES[..27]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(Packet::new_checked(&PACKET_BYTES[..27]), Err(Error::Truncated));
         // Longer buffers (Ethernet padding) are fine; the payload stops at total_len.
         let mut padded = [0u8; 40];
         padded[..28].copy_from_slice(&PACKET_BYTES);
-        assert_eq!(
-            Packet::new_checked(&padded[..]).unwrap().payload(),
-            &PAYLOAD
-        );
+        assert_eq!(Packet::new_checked(&padded[..]).unwrap().payload(), &PAYLOAD);
         let mut b = PACKET_BYTES;
         b[0] = 0x44; // IHL 4
         assert_eq!(Packet::new_checked(&b[..]), Err(Error::Malformed));
@@ -530,10 +513,7 @@ mod tests {
         assert_eq!(Packet::new_checked(&b[..]), Err(Error::Malformed));
         let mut b = PACKET_BYTES;
         b[5] ^= 1;
-        assert_eq!(
-            Ipv4Repr::parse(&Packet::new_unchecked(&b[..])),
-            Err(Error::BadChecksum)
-        );
+        assert_eq!(Ipv4Repr::parse(&Packet::new_unchecked(&b[..])), Err(Error::BadChecksum));
     }
 
     #[test]
@@ -545,10 +525,7 @@ mod tests {
             p.set_frag_offset(off);
             p.set_version(ver);
             p.fill_checksum();
-            assert_eq!(
-                Ipv4Repr::parse(&Packet::new_unchecked(&b[..])),
-                Err(Error::Malformed)
-            );
+            assert_eq!(Ipv4Repr::parse(&Packet::new_unchecked(&b[..])), Err(Error::Malformed));
         }
     }
 

@@ -248,9 +248,7 @@ impl EnqueueSyndromesRepr {
 
     /// Writes the 32-byte fixed part; the caller fills [`EnqueueSyndromes::syndromes_mut`].
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        let out = buf
-            .get_mut(..ENQUEUE_SYNDROMES_FIXED_LEN)
-            .ok_or(Error::BufferTooSmall)?;
+        let out = buf.get_mut(..ENQUEUE_SYNDROMES_FIXED_LEN).ok_or(Error::BufferTooSmall)?;
         let mut v = EnqueueSyndromes::new_unchecked(out);
         v.set_decoder_id(self.decoder_id);
         v.set_counter(self.counter);
@@ -310,9 +308,7 @@ impl GetCorrectionsRepr {
 
     /// Writes the 17 argument bytes.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        let out = buf
-            .get_mut(..GET_CORRECTIONS_LEN)
-            .ok_or(Error::BufferTooSmall)?;
+        let out = buf.get_mut(..GET_CORRECTIONS_LEN).ok_or(Error::BufferTooSmall)?;
         set_le_i64(out, field::DECODER_ID, self.decoder_id);
         set_le_i64(out, field::RETURN_SIZE, self.return_size);
         bytes::set_u8(out, field::RESET, self.reset);
@@ -333,9 +329,7 @@ impl ResetDecoderRepr {
         if buf.len() < RESET_DECODER_LEN {
             return Err(Error::Truncated);
         }
-        Ok(ResetDecoderRepr {
-            decoder_id: le_i64(buf, field::DECODER_ID),
-        })
+        Ok(ResetDecoderRepr { decoder_id: le_i64(buf, field::DECODER_ID) })
     }
 
     /// 8.
@@ -345,9 +339,7 @@ impl ResetDecoderRepr {
 
     /// Writes the 8 argument bytes.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        let out = buf
-            .get_mut(..RESET_DECODER_LEN)
-            .ok_or(Error::BufferTooSmall)?;
+        let out = buf.get_mut(..RESET_DECODER_LEN).ok_or(Error::BufferTooSmall)?;
         set_le_i64(out, field::DECODER_ID, self.decoder_id);
         Ok(())
     }
@@ -416,9 +408,7 @@ impl DecodeReportRepr {
 
     /// Writes 16 bytes.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        let out = buf
-            .get_mut(..DECODE_REPORT_LEN)
-            .ok_or(Error::BufferTooSmall)?;
+        let out = buf.get_mut(..DECODE_REPORT_LEN).ok_or(Error::BufferTooSmall)?;
         bytes::set_u8(out, 0, self.status);
         bytes::set_u8(out, 1, self.reserved);
         bytes::put(out, 2, self.defects.to_le_bytes());
@@ -456,28 +446,14 @@ mod tests {
     static RESET_BYTES: [u8; 8] = [0xFF; 8];
 
     // report: overflow, 14 defects, weight 1.5, 1234 ns, shot 7.
-    static REPORT_BYTES: [u8; 16] = [
-        0x01, 0x00, 0x0E, 0x00, 0x00, 0x00, 0xC0, 0x3F, 0xD2, 0x04, 0, 0, 0x07, 0, 0, 0,
-    ];
+    static REPORT_BYTES: [u8; 16] = [0x01, 0x00, 0x0E, 0x00, 0x00, 0x00, 0xC0, 0x3F, 0xD2, 0x04, 0, 0, 0x07, 0, 0, 0];
 
     fn enqueue_repr() -> EnqueueSyndromesRepr {
-        EnqueueSyndromesRepr {
-            decoder_id: 3,
-            counter: 5,
-            syndrome_mapping_id: 0,
-            num_syndromes: 12,
-        }
+        EnqueueSyndromesRepr { decoder_id: 3, counter: 5, syndrome_mapping_id: 0, num_syndromes: 12 }
     }
 
     fn report_repr() -> DecodeReportRepr {
-        DecodeReportRepr {
-            status: REPORT_OVERFLOW,
-            reserved: 0,
-            defects: 14,
-            weight: 1.5,
-            decode_ns: 1234,
-            shot: 7,
-        }
+        DecodeReportRepr { status: REPORT_OVERFLOW, reserved: 0, defects: 14, weight: 1.5, decode_ns: 1234, shot: 7 }
     }
 
     #[test]
@@ -486,10 +462,7 @@ mod tests {
         assert_eq!(function_id::ENQUEUE_SYNDROMES, 0x7ED8_BE82);
         assert_eq!(function_id::GET_CORRECTIONS, 0x882D_5BA1);
         assert_eq!(function_id::RESET_DECODER, 0x977A_59CF);
-        assert_eq!(
-            fnv1a32(b"enqueue_syndromes"),
-            function_id::ENQUEUE_SYNDROMES
-        );
+        assert_eq!(fnv1a32(b"enqueue_syndromes"), function_id::ENQUEUE_SYNDROMES);
         assert_eq!(fnv1a32(b"get_corrections"), function_id::GET_CORRECTIONS);
         assert_eq!(fnv1a32(b"reset_decoder"), function_id::RESET_DECODER);
     }
@@ -529,42 +502,20 @@ mod tests {
 
     #[test]
     fn test_parse() {
-        assert_eq!(
-            EnqueueSyndromesRepr::parse(&ENQUEUE_BYTES),
-            Ok(enqueue_repr())
-        );
-        assert_eq!(
-            EnqueueSyndromesRepr::parse(&ENQUEUE_BYTES[..33]),
-            Err(Error::Truncated)
-        );
-        assert_eq!(
-            EnqueueSyndromesRepr::parse(&ENQUEUE_BYTES[..31]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(EnqueueSyndromesRepr::parse(&ENQUEUE_BYTES), Ok(enqueue_repr()));
+        assert_eq!(EnqueueSyndromesRepr::parse(&ENQUEUE_BYTES[..33]), Err(Error::Truncated));
+        assert_eq!(EnqueueSyndromesRepr::parse(&ENQUEUE_BYTES[..31]), Err(Error::Truncated));
         let mut neg = ENQUEUE_BYTES;
         neg[31] = 0x80;
         assert_eq!(EnqueueSyndromesRepr::parse(&neg), Err(Error::Malformed));
         assert_eq!(
             GetCorrectionsRepr::parse(&GET_BYTES),
-            Ok(GetCorrectionsRepr {
-                decoder_id: 3,
-                return_size: 1,
-                reset: 1
-            })
+            Ok(GetCorrectionsRepr { decoder_id: 3, return_size: 1, reset: 1 })
         );
         assert!(GetCorrectionsRepr::parse(&GET_BYTES).unwrap().reset());
-        assert_eq!(
-            GetCorrectionsRepr::parse(&GET_BYTES[..16]),
-            Err(Error::Truncated)
-        );
-        assert_eq!(
-            ResetDecoderRepr::parse(&RESET_BYTES),
-            Ok(ResetDecoderRepr { decoder_id: -1 })
-        );
-        assert_eq!(
-            ResetDecoderRepr::parse(&RESET_BYTES[..7]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(GetCorrectionsRepr::parse(&GET_BYTES[..16]), Err(Error::Truncated));
+        assert_eq!(ResetDecoderRepr::parse(&RESET_BYTES), Ok(ResetDecoderRepr { decoder_id: -1 }));
+        assert_eq!(ResetDecoderRepr::parse(&RESET_BYTES[..7]), Err(Error::Truncated));
         assert_eq!(DecodeReportRepr::parse(&REPORT_BYTES), Ok(report_repr()));
     }
 
@@ -574,22 +525,10 @@ mod tests {
         assert_eq!(enqueue_repr().emit_with(&[0x05, 0x08], &mut buf), Ok(34));
         assert_eq!(buf, ENQUEUE_BYTES);
         assert_eq!(enqueue_repr().buffer_len(), 34);
-        assert_eq!(
-            enqueue_repr().emit_with(&[0x05], &mut buf),
-            Err(Error::Malformed)
-        );
-        assert_eq!(
-            enqueue_repr().emit_with(&[0x05, 0x08], &mut buf[..33]),
-            Err(Error::BufferTooSmall)
-        );
+        assert_eq!(enqueue_repr().emit_with(&[0x05], &mut buf), Err(Error::Malformed));
+        assert_eq!(enqueue_repr().emit_with(&[0x05, 0x08], &mut buf[..33]), Err(Error::BufferTooSmall));
         let mut buf = [0u8; 17];
-        GetCorrectionsRepr {
-            decoder_id: 3,
-            return_size: 1,
-            reset: 1,
-        }
-        .emit(&mut buf)
-        .unwrap();
+        GetCorrectionsRepr { decoder_id: 3, return_size: 1, reset: 1 }.emit(&mut buf).unwrap();
         assert_eq!(buf, GET_BYTES);
         let mut buf = [0u8; 8];
         ResetDecoderRepr { decoder_id: -1 }.emit(&mut buf).unwrap();
@@ -597,27 +536,17 @@ mod tests {
         let mut buf = [0u8; 16];
         report_repr().emit(&mut buf).unwrap();
         assert_eq!(buf, REPORT_BYTES);
-        assert_eq!(
-            report_repr().emit(&mut buf[..15]),
-            Err(Error::BufferTooSmall)
-        );
+        assert_eq!(report_repr().emit(&mut buf[..15]), Err(Error::BufferTooSmall));
     }
 
     #[test]
     fn whole_request_in_a_slot() {
         // What the FPGA sends: RPC header, then the arguments.
         let mut slot = [0u8; 24 + 34];
-        RequestRepr {
-            function_id: function_id::ENQUEUE_SYNDROMES,
-            arg_len: 34,
-            request_id: 9,
-            ptp_timestamp: 1,
-        }
-        .emit(&mut slot)
-        .unwrap();
-        enqueue_repr()
-            .emit_with(&[0x05, 0x08], &mut slot[24..])
+        RequestRepr { function_id: function_id::ENQUEUE_SYNDROMES, arg_len: 34, request_id: 9, ptp_timestamp: 1 }
+            .emit(&mut slot)
             .unwrap();
+        enqueue_repr().emit_with(&[0x05, 0x08], &mut slot[24..]).unwrap();
         let req = rpc::Request::new_checked(&slot[..]).unwrap();
         assert_eq!(req.args().unwrap(), &ENQUEUE_BYTES[..]);
     }
@@ -649,15 +578,7 @@ mod tests {
         (any::<(i64, i64, i64)>(), 0i64..300).prop_flat_map(|((d, c, m), n)| {
             let bytes = packed_len(n as usize);
             proptest::collection::vec(any::<u8>(), bytes).prop_map(move |s| {
-                (
-                    EnqueueSyndromesRepr {
-                        decoder_id: d,
-                        counter: c,
-                        syndrome_mapping_id: m,
-                        num_syndromes: n,
-                    },
-                    s,
-                )
+                (EnqueueSyndromesRepr { decoder_id: d, counter: c, syndrome_mapping_id: m, num_syndromes: n }, s)
             })
         })
     }

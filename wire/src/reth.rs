@@ -100,11 +100,7 @@ impl RethRepr {
     /// Reads a RETH; `Truncated` below 16 bytes.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Self> {
         p.check_len()?;
-        Ok(RethRepr {
-            va: p.va(),
-            rkey: p.rkey(),
-            dma_len: p.dma_len(),
-        })
+        Ok(RethRepr { va: p.va(), rkey: p.rkey(), dma_len: p.dma_len() })
     }
 
     /// [`HEADER_LEN`].
@@ -125,17 +121,11 @@ impl RethRepr {
 mod tests {
     use super::*;
 
-    static PACKET_BYTES: [u8; 16] = [
-        0x00, 0x00, 0x7F, 0x12, 0x34, 0x56, 0x78, 0x80, 0xCA, 0xFE, 0xF0, 0x0D, 0x00, 0x00, 0x10,
-        0x00,
-    ];
+    static PACKET_BYTES: [u8; 16] =
+        [0x00, 0x00, 0x7F, 0x12, 0x34, 0x56, 0x78, 0x80, 0xCA, 0xFE, 0xF0, 0x0D, 0x00, 0x00, 0x10, 0x00];
 
     fn repr() -> RethRepr {
-        RethRepr {
-            va: 0x7F12_3456_7880,
-            rkey: 0xCAFE_F00D,
-            dma_len: 4096,
-        }
+        RethRepr { va: 0x7F12_3456_7880, rkey: 0xCAFE_F00D, dma_len: 4096 }
     }
 
     #[test]
@@ -158,14 +148,8 @@ mod tests {
 
     #[test]
     fn test_parse() {
-        assert_eq!(
-            RethRepr::parse(&Packet::new_unchecked(&PACKET_BYTES[..])),
-            Ok(repr())
-        );
-        assert_eq!(
-            Packet::new_checked(&PACKET_BYTES[..15]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(RethRepr::parse(&Packet::new_unchecked(&PACKET_BYTES[..])), Ok(repr()));
+        assert_eq!(Packet::new_checked(&PACKET_BYTES[..15]), Err(Error::Truncated));
     }
 
     #[test]

@@ -43,8 +43,7 @@ pub const PMTU: usize = 4096;
 /// Largest frame: headers, RETH, ImmDt, a PMTU of payload, 3 pad bytes, ICRC.
 pub const MAX_FRAME_LEN: usize = 14 + 20 + 8 + 12 + 16 + 4 + PMTU + 3 + 4;
 /// Ethernet, IPv4 (no options), UDP and BTH.
-pub const BASE_HEADERS_LEN: usize =
-    ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN;
+pub const BASE_HEADERS_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN + bth::HEADER_LEN;
 
 /// HSB conventions for frames rocelink emits (PROTOCOLS.md 1.1, 2.3).
 pub mod hsb_defaults {
@@ -149,9 +148,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<RoceFrame<'_>> {
     }
     // check_len guarantees header_len <= total_len <= ip_all.len(); anything after
     // total_len is Ethernet padding.
-    let ip_packet = ip_all
-        .get(..usize::from(ip.total_len()))
-        .ok_or(Error::Truncated)?;
+    let ip_packet = ip_all.get(..usize::from(ip.total_len())).ok_or(Error::Truncated)?;
     let hl = usize::from(ip.header_len());
     let udp_all = ip_packet.get(hl..).ok_or(Error::Truncated)?;
     let udp_p = udp::Packet::new_checked(udp_all)?;
@@ -195,10 +192,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<RoceFrame<'_>> {
     };
 
     // Payload, pad (IBTA 9.2: PadCnt bytes align the payload to 4), ICRC.
-    let data_len = ib
-        .len()
-        .checked_sub(at + icrc::LEN)
-        .ok_or(Error::Truncated)?;
+    let data_len = ib.len().checked_sub(at + icrc::LEN).ok_or(Error::Truncated)?;
     let pad = usize::from(bth.pad_count);
     let payload_len = data_len.checked_sub(pad).ok_or(Error::Malformed)?;
     if payload_len > PMTU {
@@ -211,16 +205,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<RoceFrame<'_>> {
     icrc::verify(ip_packet)?;
 
     Ok(RoceFrame {
-        repr: RoceRepr {
-            eth,
-            ipv4,
-            udp,
-            bth,
-            reth,
-            immdt,
-            aeth,
-            payload_len,
-        },
+        repr: RoceRepr { eth, ipv4, udp, bth, reth, immdt, aeth, payload_len },
         payload,
         icrc: u32::from_le_bytes(stored),
     })
@@ -229,11 +214,7 @@ pub fn parse_frame(frame: &[u8]) -> Result<RoceFrame<'_>> {
 impl RoceRepr {
     fn hsb(ep: &Endpoints, opcode: Opcode, dest_qp: u32, psn: u32, payload_len: usize) -> Self {
         let mut r = RoceRepr {
-            eth: EthernetRepr {
-                dst_addr: ep.dst_mac,
-                src_addr: ep.src_mac,
-                ethertype: ethernet::ETHERTYPE_IPV4,
-            },
+            eth: EthernetRepr { dst_addr: ep.dst_mac, src_addr: ep.src_mac, ethertype: ethernet::ETHERTYPE_IPV4 },
             ipv4: Ipv4Repr {
                 src_addr: ep.src_ip,
                 dst_addr: ep.dst_ip,
@@ -277,14 +258,7 @@ impl RoceRepr {
     /// FPGA -> host: UC RDMA WRITE Only with Immediate (PROTOCOLS.md 2.3), HSB conventions:
     /// IPv4 ident 0, DF, TTL 64, TOS 0, UDP checksum 0, P_Key 0xFFFF, pad to 4 bytes.
     /// `dest_qp` and `psn` are truncated to 24 bits.
-    pub fn uc_write_imm(
-        ep: &Endpoints,
-        dest_qp: u32,
-        psn: u32,
-        reth: RethRepr,
-        imm: u32,
-        payload_len: usize,
-    ) -> Self {
+    pub fn uc_write_imm(ep: &Endpoints, dest_qp: u32, psn: u32, reth: RethRepr, imm: u32, payload_len: usize) -> Self {
         let mut r = Self::hsb(ep, Opcode::UcWriteOnlyImm, dest_qp, psn, payload_len);
         r.reth = Some(reth);
         r.immdt = Some(imm);
@@ -321,22 +295,15 @@ impl RoceRepr {
     /// the Repr is compared with a parsed one.
     #[inline]
     pub fn update_lengths(&mut self) {
-        let udp_payload = bth::HEADER_LEN
-            + self.ext_len()
-            + self.payload_len
-            + usize::from(self.bth.pad_count)
-            + icrc::LEN;
+        let udp_payload =
+            bth::HEADER_LEN + self.ext_len() + self.payload_len + usize::from(self.bth.pad_count) + icrc::LEN;
         self.udp.payload_len = udp_payload;
         self.ipv4.payload_len = udp::HEADER_LEN + udp_payload;
     }
 
     /// Whole frame length: headers, payload, `bth.pad_count` pad bytes, ICRC.
     pub fn buffer_len(&self) -> usize {
-        BASE_HEADERS_LEN
-            + self.ext_len()
-            + self.payload_len
-            + usize::from(self.bth.pad_count)
-            + icrc::LEN
+        BASE_HEADERS_LEN + self.ext_len() + self.payload_len + usize::from(self.bth.pad_count) + icrc::LEN
     }
 
     /// Writes the whole frame (headers, payload, `bth.pad_count` zero pad bytes, ICRC)
@@ -367,40 +334,26 @@ impl RoceRepr {
         // are compiled in here, so their field writes need no bounds checks. `len` covers
         // the base headers, so the splits cannot fail.
         let ip_start = ethernet::HEADER_LEN;
-        let (eth, rest) = out
-            .split_first_chunk_mut::<{ ethernet::HEADER_LEN }>()
-            .ok_or(Error::BufferTooSmall)?;
+        let (eth, rest) = out.split_first_chunk_mut::<{ ethernet::HEADER_LEN }>().ok_or(Error::BufferTooSmall)?;
         self.eth.emit(&mut ethernet::Frame::new_unchecked(eth));
-        let (ip, rest) = rest
-            .split_first_chunk_mut::<{ ipv4::HEADER_LEN }>()
-            .ok_or(Error::BufferTooSmall)?;
+        let (ip, rest) = rest.split_first_chunk_mut::<{ ipv4::HEADER_LEN }>().ok_or(Error::BufferTooSmall)?;
         ipv4_repr.emit(&mut ipv4::Packet::new_unchecked(ip));
-        let (udp_h, rest) = rest
-            .split_first_chunk_mut::<{ udp::HEADER_LEN }>()
-            .ok_or(Error::BufferTooSmall)?;
+        let (udp_h, rest) = rest.split_first_chunk_mut::<{ udp::HEADER_LEN }>().ok_or(Error::BufferTooSmall)?;
         udp_repr.emit(&mut udp::Packet::new_unchecked(udp_h));
-        let (bth_h, mut rest) = rest
-            .split_first_chunk_mut::<{ bth::HEADER_LEN }>()
-            .ok_or(Error::BufferTooSmall)?;
+        let (bth_h, mut rest) = rest.split_first_chunk_mut::<{ bth::HEADER_LEN }>().ok_or(Error::BufferTooSmall)?;
         self.bth.emit(&mut bth::Packet::new_unchecked(bth_h));
         if let Some(r) = &self.reth {
-            let (h, tail) = rest
-                .split_first_chunk_mut::<{ reth::HEADER_LEN }>()
-                .ok_or(Error::BufferTooSmall)?;
+            let (h, tail) = rest.split_first_chunk_mut::<{ reth::HEADER_LEN }>().ok_or(Error::BufferTooSmall)?;
             r.emit(&mut reth::Packet::new_unchecked(h));
             rest = tail;
         }
         if let Some(a) = &self.aeth {
-            let (h, tail) = rest
-                .split_first_chunk_mut::<{ aeth::HEADER_LEN }>()
-                .ok_or(Error::BufferTooSmall)?;
+            let (h, tail) = rest.split_first_chunk_mut::<{ aeth::HEADER_LEN }>().ok_or(Error::BufferTooSmall)?;
             a.emit(&mut aeth::Packet::new_unchecked(h));
             rest = tail;
         }
         if let Some(i) = self.immdt {
-            let (h, tail) = rest
-                .split_first_chunk_mut::<{ immdt::HEADER_LEN }>()
-                .ok_or(Error::BufferTooSmall)?;
+            let (h, tail) = rest.split_first_chunk_mut::<{ immdt::HEADER_LEN }>().ok_or(Error::BufferTooSmall)?;
             *h = i.to_be_bytes();
             rest = tail;
         }
@@ -422,14 +375,12 @@ mod tests {
 
     // "uc_write_imm len=27 pad=1 slot=33" from tests/vectors/roce-icrc.txt (scapy).
     static FRAME_BYTES: [u8; 106] = [
-        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, 0x45,
-        0x02, 0x00, 0x5C, 0x20, 0xFB, 0x40, 0x00, 0x40, 0x11, 0x97, 0xDC, 0xC0, 0xA8, 0x00, 0x02,
-        0xC0, 0xA8, 0x00, 0x65, 0x30, 0x00, 0x12, 0xB7, 0x00, 0x48, 0x00, 0x00, 0x2B, 0x10, 0xFF,
-        0xFF, 0x00, 0x5F, 0x1F, 0x5B, 0x00, 0x01, 0x08, 0x77, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
-        0x21, 0x00, 0x11, 0xF1, 0xD7, 0xA3, 0x00, 0x00, 0x00, 0x1B, 0x10, 0x87, 0x70, 0x21, 0xF3,
-        0x27, 0xCF, 0xE7, 0x3D, 0x86, 0xAF, 0xD3, 0xD9, 0xAC, 0xC0, 0xEC, 0xE6, 0x63, 0x87, 0xEB,
-        0xAB, 0x33, 0x13, 0xAB, 0xA9, 0xD1, 0x25, 0x0A, 0xB9, 0x9F, 0xE6, 0x00, 0xA4, 0x11, 0xBF,
-        0x47,
+        0x02, 0x00, 0x00, 0x00, 0x00, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00, 0x01, 0x08, 0x00, 0x45, 0x02, 0x00, 0x5C,
+        0x20, 0xFB, 0x40, 0x00, 0x40, 0x11, 0x97, 0xDC, 0xC0, 0xA8, 0x00, 0x02, 0xC0, 0xA8, 0x00, 0x65, 0x30, 0x00,
+        0x12, 0xB7, 0x00, 0x48, 0x00, 0x00, 0x2B, 0x10, 0xFF, 0xFF, 0x00, 0x5F, 0x1F, 0x5B, 0x00, 0x01, 0x08, 0x77,
+        0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x21, 0x00, 0x11, 0xF1, 0xD7, 0xA3, 0x00, 0x00, 0x00, 0x1B, 0x10, 0x87,
+        0x70, 0x21, 0xF3, 0x27, 0xCF, 0xE7, 0x3D, 0x86, 0xAF, 0xD3, 0xD9, 0xAC, 0xC0, 0xEC, 0xE6, 0x63, 0x87, 0xEB,
+        0xAB, 0x33, 0x13, 0xAB, 0xA9, 0xD1, 0x25, 0x0A, 0xB9, 0x9F, 0xE6, 0x00, 0xA4, 0x11, 0xBF, 0x47,
     ];
     const PAYLOAD: core::ops::Range<usize> = 74..101;
 
@@ -445,19 +396,8 @@ mod tests {
     }
 
     fn repr() -> RoceRepr {
-        let reth = RethRepr {
-            va: 0x2100,
-            rkey: 0x11F1_D7A3,
-            dma_len: 27,
-        };
-        let mut r = RoceRepr::uc_write_imm(
-            &endpoints(),
-            0x5F_1F5B,
-            0x01_0877,
-            reth,
-            immdt::hsb_imm(0x01_0877, 33),
-            27,
-        );
+        let reth = RethRepr { va: 0x2100, rkey: 0x11F1_D7A3, dma_len: 27 };
+        let mut r = RoceRepr::uc_write_imm(&endpoints(), 0x5F_1F5B, 0x01_0877, reth, immdt::hsb_imm(0x01_0877, 33), 27);
         // scapy wrote these two differently from the HSB conventions.
         r.ipv4.tos = 0x02;
         r.ipv4.ident = 0x20FB;
@@ -521,15 +461,9 @@ mod tests {
         assert_eq!(r.emit(p, &mut buf), Err(Error::Malformed));
         let big = [0u8; PMTU + 1];
         let mut r = RoceRepr::uc_send_only(&endpoints(), 2, 0, PMTU + 1);
-        assert_eq!(
-            r.emit(&big, &mut [0u8; MAX_FRAME_LEN + 8]),
-            Err(Error::Malformed)
-        );
+        assert_eq!(r.emit(&big, &mut [0u8; MAX_FRAME_LEN + 8]), Err(Error::Malformed));
         r = RoceRepr::uc_send_only(&endpoints(), 2, 0, PMTU);
-        assert_eq!(
-            r.emit(&big[..PMTU], &mut [0u8; MAX_FRAME_LEN]),
-            Ok(BASE_HEADERS_LEN + PMTU + 4)
-        );
+        assert_eq!(r.emit(&big[..PMTU], &mut [0u8; MAX_FRAME_LEN]), Ok(BASE_HEADERS_LEN + PMTU + 4));
     }
 
     #[test]
@@ -556,10 +490,7 @@ mod tests {
         let n = r.emit(&[], &mut buf).unwrap();
         assert_eq!(n, 58);
         let ip = ipv4::Packet::new_checked(&buf[14..n]).unwrap();
-        assert_eq!(
-            (ip.ident(), ip.dont_frag(), ip.ttl(), ip.tos()),
-            (0, true, 64, 0)
-        );
+        assert_eq!((ip.ident(), ip.dont_frag(), ip.ttl(), ip.tos()), (0, true, 64, 0));
         // NIC-style Ethernet padding to 60 bytes is accepted.
         let f = parse_frame(&buf[..60]).unwrap();
         assert_eq!(f.repr, r);
@@ -591,10 +522,7 @@ mod tests {
         let n = r.emit(&[9; 8], &mut buf).unwrap();
         assert_eq!(parse_frame(&buf[..n]).unwrap().repr, r);
         r.bth.opcode = Opcode::RcAcknowledge;
-        r.aeth = Some(AethRepr {
-            syndrome: 0,
-            msn: 5,
-        });
+        r.aeth = Some(AethRepr { syndrome: 0, msn: 5 });
         r.update_lengths();
         let n = r.emit(&[9; 8], &mut buf).unwrap();
         assert_eq!(parse_frame(&buf[..n]).unwrap().repr, r);

@@ -90,20 +90,13 @@ mod field {
 }
 
 fn body(buf: &[u8], len: u32) -> Result<&[u8]> {
-    let end = usize::try_from(len)
-        .ok()
-        .and_then(|l| l.checked_add(HEADER_LEN))
-        .ok_or(Error::Truncated)?;
+    let end = usize::try_from(len).ok().and_then(|l| l.checked_add(HEADER_LEN)).ok_or(Error::Truncated)?;
     buf.get(field::BODY.start..end).ok_or(Error::Truncated)
 }
 
 fn body_mut(buf: &mut [u8], len: u32) -> Result<&mut [u8]> {
-    let end = usize::try_from(len)
-        .ok()
-        .and_then(|l| l.checked_add(HEADER_LEN))
-        .ok_or(Error::BufferTooSmall)?;
-    buf.get_mut(field::BODY.start..end)
-        .ok_or(Error::BufferTooSmall)
+    let end = usize::try_from(len).ok().and_then(|l| l.checked_add(HEADER_LEN)).ok_or(Error::BufferTooSmall)?;
+    buf.get_mut(field::BODY.start..end).ok_or(Error::BufferTooSmall)
 }
 
 /// A view of a request: header and arguments.
@@ -407,24 +400,14 @@ impl ResponseRepr {
 /// A whole request: the header of `function_id`, `request_id` and `ptp_timestamp`, then
 /// `args` (its `arg_len`).
 pub fn request(function_id: u32, request_id: u32, ptp_timestamp: u64, args: &[u8]) -> Vec<u8> {
-    let h = RequestRepr {
-        function_id,
-        arg_len: args.len() as u32,
-        request_id,
-        ptp_timestamp,
-    };
+    let h = RequestRepr { function_id, arg_len: args.len() as u32, request_id, ptp_timestamp };
     message(|b| h.emit(b), args)
 }
 
 /// A whole response: the header of `status`, `request_id` and `ptp_timestamp`, then `result`
 /// (its `result_len`).
 pub fn response(status: i32, request_id: u32, ptp_timestamp: u64, result: &[u8]) -> Vec<u8> {
-    let h = ResponseRepr {
-        status,
-        result_len: result.len() as u32,
-        request_id,
-        ptp_timestamp,
-    };
+    let h = ResponseRepr { status, result_len: result.len() as u32, request_id, ptp_timestamp };
     message(|b| h.emit(b), result)
 }
 
@@ -442,55 +425,32 @@ mod tests {
 
     #[test]
     fn whole_messages_are_header_then_body() {
-        assert_eq!(
-            request(
-                function_id::ECHO,
-                7,
-                0x0102_0304_0506_0708,
-                &[0xAA, 0xBB, 0xCC, 0xDD]
-            ),
-            REQUEST_BYTES
-        );
+        assert_eq!(request(function_id::ECHO, 7, 0x0102_0304_0506_0708, &[0xAA, 0xBB, 0xCC, 0xDD]), REQUEST_BYTES);
         let r = response(status::OK, 9, 3, b"abc");
         assert_eq!(
             ResponseRepr::parse(&r),
-            Ok(ResponseRepr {
-                status: status::OK,
-                result_len: 3,
-                request_id: 9,
-                ptp_timestamp: 3
-            })
+            Ok(ResponseRepr { status: status::OK, result_len: 3, request_id: 9, ptp_timestamp: 3 })
         );
         assert_eq!(&r[HEADER_LEN..], b"abc");
     }
 
     // echo request, 4 argument bytes, request 7, timestamp 0x0102030405060708.
     static REQUEST_BYTES: [u8; 28] = [
-        0x52, 0x51, 0x55, 0x43, 0x84, 0xD4, 0x9D, 0xD4, 0x04, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00,
-        0x00, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0xAA, 0xBB, 0xCC, 0xDD,
+        0x52, 0x51, 0x55, 0x43, 0x84, 0xD4, 0x9D, 0xD4, 0x04, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x08, 0x07,
+        0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0xAA, 0xBB, 0xCC, 0xDD,
     ];
 
     static RESPONSE_BYTES: [u8; 24] = [
-        0x53, 0x51, 0x55, 0x43, 0xFE, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00,
-        0x00, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
+        0x53, 0x51, 0x55, 0x43, 0xFE, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0x07, 0x00, 0x00, 0x00, 0x08, 0x07,
+        0x06, 0x05, 0x04, 0x03, 0x02, 0x01,
     ];
 
     fn request_repr() -> RequestRepr {
-        RequestRepr {
-            function_id: function_id::ECHO,
-            arg_len: 4,
-            request_id: 7,
-            ptp_timestamp: 0x0102_0304_0506_0708,
-        }
+        RequestRepr { function_id: function_id::ECHO, arg_len: 4, request_id: 7, ptp_timestamp: 0x0102_0304_0506_0708 }
     }
 
     fn response_repr() -> ResponseRepr {
-        ResponseRepr {
-            status: -2,
-            result_len: 0,
-            request_id: 7,
-            ptp_timestamp: 0x0102_0304_0506_0708,
-        }
+        ResponseRepr { status: -2, result_len: 0, request_id: 7, ptp_timestamp: 0x0102_0304_0506_0708 }
     }
 
     #[test]
@@ -498,10 +458,7 @@ mod tests {
         assert_eq!(fnv1a32(b"enqueue_syndromes"), 0x7ED8_BE82);
         assert_eq!(fnv1a32(b"get_corrections"), 0x882D_5BA1);
         assert_eq!(fnv1a32(b"reset_decoder"), 0x977A_59CF);
-        assert_eq!(
-            function_id::ENQUEUE_SYNDROMES,
-            fnv1a32(b"enqueue_syndromes")
-        );
+        assert_eq!(function_id::ENQUEUE_SYNDROMES, fnv1a32(b"enqueue_syndromes"));
         assert_eq!(function_id::GET_CORRECTIONS, fnv1a32(b"get_corrections"));
         assert_eq!(function_id::RESET_DECODER, fnv1a32(b"reset_decoder"));
         assert_eq!(function_id::ECHO, 0xD49D_D484);
@@ -543,9 +500,7 @@ mod tests {
         r.set_arg_len(4);
         r.set_request_id(7);
         r.set_ptp_timestamp(0x0102_0304_0506_0708);
-        r.args_mut()
-            .unwrap()
-            .copy_from_slice(&[0xAA, 0xBB, 0xCC, 0xDD]);
+        r.args_mut().unwrap().copy_from_slice(&[0xAA, 0xBB, 0xCC, 0xDD]);
         assert_eq!(buf, REQUEST_BYTES);
         let mut buf = [0u8; 24];
         let mut s = Response::new_unchecked(&mut buf[..]);
@@ -563,10 +518,7 @@ mod tests {
         assert_eq!(ResponseRepr::parse(&RESPONSE_BYTES), Ok(response_repr()));
         assert_eq!(RequestRepr::parse(&RESPONSE_BYTES), Err(Error::BadMagic));
         assert_eq!(ResponseRepr::parse(&REQUEST_BYTES), Err(Error::BadMagic));
-        assert_eq!(
-            RequestRepr::parse(&REQUEST_BYTES[..23]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(RequestRepr::parse(&REQUEST_BYTES[..23]), Err(Error::Truncated));
         let short = Request::new_checked(&REQUEST_BYTES[..27]).unwrap();
         assert_eq!(short.args(), Err(Error::Truncated));
     }
@@ -581,10 +533,7 @@ mod tests {
         let mut buf = [0u8; 24];
         response_repr().emit(&mut buf).unwrap();
         assert_eq!(buf, RESPONSE_BYTES);
-        assert_eq!(
-            response_repr().emit(&mut buf[..23]),
-            Err(Error::BufferTooSmall)
-        );
+        assert_eq!(response_repr().emit(&mut buf[..23]), Err(Error::BufferTooSmall));
     }
 
     #[test]

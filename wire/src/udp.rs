@@ -164,17 +164,10 @@ impl UdpRepr {
 mod tests {
     use super::*;
 
-    static PACKET_BYTES: [u8; 12] = [
-        0x30, 0x00, 0x12, 0xB7, 0x00, 0x0C, 0x00, 0x00, 0xAA, 0xBB, 0xCC, 0xDD,
-    ];
+    static PACKET_BYTES: [u8; 12] = [0x30, 0x00, 0x12, 0xB7, 0x00, 0x0C, 0x00, 0x00, 0xAA, 0xBB, 0xCC, 0xDD];
 
     fn repr() -> UdpRepr {
-        UdpRepr {
-            src_port: 12288,
-            dst_port: 4791,
-            payload_len: 4,
-            checksum: 0,
-        }
+        UdpRepr { src_port: 12288, dst_port: 4791, payload_len: 4, checksum: 0 }
     }
 
     #[test]
@@ -203,10 +196,7 @@ mod tests {
     fn test_parse() {
         let p = Packet::new_checked(&PACKET_BYTES[..]).unwrap();
         assert_eq!(UdpRepr::parse(&p), Ok(repr()));
-        assert_eq!(
-            Packet::new_checked(&PACKET_BYTES[..11]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(Packet::new_checked(&PACKET_BYTES[..11]), Err(Error::Truncated));
         let mut b = PACKET_BYTES;
         b[5] = 7;
         assert_eq!(Packet::new_checked(&b[..]), Err(Error::Malformed));

@@ -75,38 +75,24 @@ fn bth_repr() -> impl Strategy<Value = BthRepr> {
 }
 
 fn ipv4_repr(max_payload: usize) -> impl Strategy<Value = Ipv4Repr> {
-    (
-        any::<([u8; 4], [u8; 4], u8)>(),
-        0..=max_payload,
-        any::<(u8, u8, u16, bool)>(),
+    (any::<([u8; 4], [u8; 4], u8)>(), 0..=max_payload, any::<(u8, u8, u16, bool)>()).prop_map(
+        |((src_addr, dst_addr, protocol), payload_len, (ttl, tos, ident, dont_frag))| Ipv4Repr {
+            src_addr,
+            dst_addr,
+            protocol,
+            payload_len,
+            ttl,
+            tos,
+            ident,
+            dont_frag,
+        },
     )
-        .prop_map(
-            |((src_addr, dst_addr, protocol), payload_len, (ttl, tos, ident, dont_frag))| {
-                Ipv4Repr {
-                    src_addr,
-                    dst_addr,
-                    protocol,
-                    payload_len,
-                    ttl,
-                    tos,
-                    ident,
-                    dont_frag,
-                }
-            },
-        )
 }
 
 fn endpoints() -> impl Strategy<Value = Endpoints> {
-    any::<([u8; 6], [u8; 6], [u8; 4], [u8; 4], u16)>().prop_map(
-        |(src_mac, dst_mac, src_ip, dst_ip, src_port)| Endpoints {
-            src_mac,
-            dst_mac,
-            src_ip,
-            dst_ip,
-            src_port,
-            dst_port: roce::UDP_PORT,
-        },
-    )
+    any::<([u8; 6], [u8; 6], [u8; 4], [u8; 4], u16)>().prop_map(|(src_mac, dst_mac, src_ip, dst_ip, src_port)| {
+        Endpoints { src_mac, dst_mac, src_ip, dst_ip, src_port, dst_port: roce::UDP_PORT }
+    })
 }
 
 fn payload() -> impl Strategy<Value = Vec<u8>> {
@@ -128,36 +114,20 @@ fn roce_repr() -> impl Strategy<Value = (RoceRepr, Vec<u8>)> {
         any::<(u8, u8, u16, bool, u16)>(),
         payload(),
     )
-        .prop_map(
-            |(
-                ep,
-                bth,
-                (va, rkey, dma_len),
-                imm,
-                (syndrome, msn),
-                (tos, ttl, ident, df, csum),
-                payload,
-            )| {
-                let mut r = RoceRepr::uc_send_only(&ep, bth.dest_qp, bth.psn, payload.len());
-                r.bth = bth;
-                r.reth = bth
-                    .opcode
-                    .has_reth()
-                    .then_some(RethRepr { va, rkey, dma_len });
-                r.aeth = bth.opcode.has_aeth().then_some(AethRepr {
-                    syndrome,
-                    msn: msn & 0xFF_FFFF,
-                });
-                r.immdt = bth.opcode.has_immdt().then_some(imm);
-                r.ipv4.tos = tos;
-                r.ipv4.ttl = ttl;
-                r.ipv4.ident = ident;
-                r.ipv4.dont_frag = df;
-                r.udp.checksum = csum;
-                r.update_lengths();
-                (r, payload)
-            },
-        )
+        .prop_map(|(ep, bth, (va, rkey, dma_len), imm, (syndrome, msn), (tos, ttl, ident, df, csum), payload)| {
+            let mut r = RoceRepr::uc_send_only(&ep, bth.dest_qp, bth.psn, payload.len());
+            r.bth = bth;
+            r.reth = bth.opcode.has_reth().then_some(RethRepr { va, rkey, dma_len });
+            r.aeth = bth.opcode.has_aeth().then_some(AethRepr { syndrome, msn: msn & 0xFF_FFFF });
+            r.immdt = bth.opcode.has_immdt().then_some(imm);
+            r.ipv4.tos = tos;
+            r.ipv4.ttl = ttl;
+            r.ipv4.ident = ident;
+            r.ipv4.dont_frag = df;
+            r.udp.checksum = csum;
+            r.update_lengths();
+            (r, payload)
+        })
 }
 
 fn emit_frame(r: &RoceRepr, payload: &[u8]) -> Vec<u8> {
@@ -419,22 +389,13 @@ fn poke_everything(bytes: &[u8]) {
         let ip = ipv4::Packet::new_checked(&bytes[ethernet::HEADER_LEN..]).unwrap();
         let end = ethernet::HEADER_LEN + usize::from(ip.total_len());
         assert_eq!(icrc::verify(&bytes[ethernet::HEADER_LEN..end]), Ok(()));
-        assert_eq!(
-            u32::from_le_bytes(bytes[end - 4..end].try_into().unwrap()),
-            f.icrc
-        );
+        assert_eq!(u32::from_le_bytes(bytes[end - 4..end].try_into().unwrap()), f.icrc);
     }
     let _ = icrc::compute(bytes);
     let _ = icrc::verify(bytes);
 
     if let Ok(r) = ecb::Request::new_checked(bytes) {
-        let _ = (
-            r.command(),
-            r.flags(),
-            r.sequence(),
-            r.reserved(),
-            r.command().is_read(),
-        );
+        let _ = (r.command(), r.flags(), r.sequence(), r.reserved(), r.command().is_read());
         let n = r.pair_count();
         assert!(n >= 1);
         for i in 0..n {
@@ -445,14 +406,7 @@ fn poke_everything(bytes: &[u8]) {
         assert_eq!(r.pairs().count(), n);
     }
     if let Ok(r) = ecb::Reply::new_checked(bytes) {
-        let _ = (
-            r.command_byte(),
-            r.command(),
-            r.flags(),
-            r.sequence(),
-            r.status(),
-            r.latched_sequence(),
-        );
+        let _ = (r.command_byte(), r.command(), r.flags(), r.sequence(), r.status(), r.latched_sequence());
         let n = r.pair_count();
         assert_eq!(n, (bytes.len() - 8) / 8);
         for i in 0..=n {

@@ -20,10 +20,7 @@ struct Vector {
 
 fn hex(s: &str) -> Vec<u8> {
     assert_eq!(s.len() % 2, 0, "odd hex length");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 fn vectors() -> Vec<Vector> {
@@ -32,19 +29,14 @@ fn vectors() -> Vec<Vector> {
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|l| {
             let (name, h) = l.split_once('\t').expect("description TAB hex");
-            Vector {
-                name: name.to_string(),
-                frame: hex(h.trim()),
-            }
+            Vector { name: name.to_string(), frame: hex(h.trim()) }
         })
         .collect()
 }
 
 /// `key=value` from a description such as "uc_write_imm len=27 pad=1 slot=33".
 fn described(name: &str, key: &str) -> Option<usize> {
-    name.split_whitespace()
-        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
-        .map(|v| v.parse().unwrap())
+    name.split_whitespace().find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')).map(|v| v.parse().unwrap())
 }
 
 fn emit(repr: &RoceRepr, payload: &[u8]) -> Vec<u8> {
@@ -68,10 +60,7 @@ fn the_file_holds_sixteen_frames_with_the_variety_we_need() {
     assert!(ttl.contains(&255) && ttl.contains(&64));
     assert!(v.iter().any(|v| v.frame[BTH] == 0x2B) && v.iter().any(|v| v.frame[BTH] == 0x24));
     for pad in 0..4 {
-        assert!(
-            v.iter().any(|v| described(&v.name, "pad") == Some(pad)),
-            "no pad={pad}"
-        );
+        assert!(v.iter().any(|v| described(&v.name, "pad") == Some(pad)), "no pad={pad}");
     }
     // None of scapy's frames sets BTH byte 4; byte4_ff_round_trips covers that case.
     assert!(v.iter().all(|v| v.frame[BTH + 4] == 0));
@@ -90,21 +79,11 @@ fn every_vector_parses_verifies_and_reemits_exactly() {
 
         let r = parsed.repr;
         assert_eq!(Some(r.payload_len), described(&v.name, "len"), "{}", v.name);
-        assert_eq!(
-            Some(usize::from(r.bth.pad_count)),
-            described(&v.name, "pad"),
-            "{}",
-            v.name
-        );
+        assert_eq!(Some(usize::from(r.bth.pad_count)), described(&v.name, "pad"), "{}", v.name);
         if v.name.starts_with("uc_write_imm") {
             assert_eq!(r.bth.opcode, Opcode::UcWriteOnlyImm);
             let imm = r.immdt.unwrap();
-            assert_eq!(
-                Some((imm & 0xFFF) as usize),
-                described(&v.name, "slot"),
-                "{}",
-                v.name
-            );
+            assert_eq!(Some((imm & 0xFFF) as usize), described(&v.name, "slot"), "{}", v.name);
             // PROTOCOLS.md 2.3: imm = psn[19:0] << 12 | slot.
             assert_eq!(imm >> 12, r.bth.psn & 0xF_FFFF, "{}", v.name);
             assert!(r.reth.is_some());
@@ -259,10 +238,7 @@ fn every_single_bit_flip_is_masked_or_rejected_with_its_error() {
                     }
                     Expect::Structural => {
                         assert!(
-                            matches!(
-                                got,
-                                Err(Error::Malformed | Error::NotRoce | Error::Truncated)
-                            ),
+                            matches!(got, Err(Error::Malformed | Error::NotRoce | Error::Truncated)),
                             "{ctx}: {got:?}"
                         );
                     }
@@ -279,11 +255,7 @@ fn truncating_any_vector_is_an_error_never_a_panic() {
     for v in vectors() {
         for n in 0..v.frame.len() {
             let e = parse_frame(&v.frame[..n]).unwrap_err();
-            assert!(
-                matches!(e, Error::Truncated | Error::Malformed),
-                "{} at {n}: {e}",
-                v.name
-            );
+            assert!(matches!(e, Error::Truncated | Error::Malformed), "{} at {n}: {e}", v.name);
         }
         // Trailing bytes after the IP datagram are Ethernet padding.
         let mut padded = v.frame.clone();

@@ -18,29 +18,17 @@ use rocelink_wire::rpc;
 /// Starts `fpga-sim` as `cmd` says, with a stdin pipe (for `--exit-on-stdin-close`), and
 /// waits for its ready line: the process, its ECB and its RoCE address.
 pub fn spawn_ready(cmd: &mut Process) -> (Child, SocketAddrV4, SocketAddrV4) {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn fpga-sim");
+    let mut child =
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("spawn fpga-sim");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("ready line");
-    let (ecb, roce) = rocelink_fpga_sim::cli::parse_ready_line(&line)
-        .unwrap_or_else(|| panic!("ready line: {line:?}"));
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("ready line");
+    let (ecb, roce) = rocelink_fpga_sim::cli::parse_ready_line(&line).unwrap_or_else(|| panic!("ready line: {line:?}"));
     (child, ecb, roce)
 }
 
 /// A test responder's next frame on `link`, into `buf`: polls (idling with `backoff`) until
 /// one comes, or `None` once `stop` is set.
-pub fn next_frame(
-    link: &mut dyn Link,
-    buf: &mut [u8],
-    backoff: &mut Backoff,
-    stop: &AtomicBool,
-) -> Option<usize> {
+pub fn next_frame(link: &mut dyn Link, buf: &mut [u8], backoff: &mut Backoff, stop: &AtomicBool) -> Option<usize> {
     while !stop.load(Ordering::Relaxed) {
         match link.try_recv(buf) {
             Ok(Some(n)) => {
@@ -71,13 +59,8 @@ impl EcbClient {
     pub fn connect(server: SocketAddrV4) -> Self {
         let socket = UdpSocket::bind("127.0.0.2:0").expect("bind ECB client");
         socket.connect(server).expect("connect");
-        socket
-            .set_read_timeout(Some(Duration::from_secs(2)))
-            .expect("timeout");
-        EcbClient {
-            socket,
-            sequence: 0,
-        }
+        socket.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+        EcbClient { socket, sequence: 0 }
     }
 
     /// Sends raw bytes; returns the reply, if one comes within `wait`.
@@ -86,28 +69,16 @@ impl EcbClient {
         self.socket.set_read_timeout(Some(wait)).expect("timeout");
         let mut buf = [0u8; 8192];
         let got = self.socket.recv(&mut buf).ok().map(|n| buf[..n].to_vec());
-        self.socket
-            .set_read_timeout(Some(Duration::from_secs(2)))
-            .expect("timeout");
+        self.socket.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
         got
     }
 
     /// Sends one command with sequence checking and ACK; returns the reply pairs.
-    pub fn transact(
-        &mut self,
-        command: Command,
-        pairs: &[(u32, u32)],
-    ) -> Result<Vec<(u32, u32)>, Status> {
+    pub fn transact(&mut self, command: Command, pairs: &[(u32, u32)]) -> Result<Vec<(u32, u32)>, Status> {
         self.sequence = self.sequence.wrapping_add(1);
         let mut req = [0u8; 4200];
-        let n = ecb::emit_request(
-            command,
-            flags::ACK_REQUEST | flags::SEQUENCE_CHECK,
-            self.sequence,
-            pairs,
-            &mut req,
-        )
-        .expect("request");
+        let n = ecb::emit_request(command, flags::ACK_REQUEST | flags::SEQUENCE_CHECK, self.sequence, pairs, &mut req)
+            .expect("request");
         self.socket.send(&req[..n]).expect("send");
         let mut buf = [0u8; 8192];
         loop {
@@ -128,21 +99,17 @@ impl EcbClient {
     }
 
     pub fn write(&mut self, addr: u32, value: u32) {
-        self.transact(Command::WrDword, &[(addr, value)])
-            .unwrap_or_else(|s| panic!("write {addr:#x}: {s:?}"));
+        self.transact(Command::WrDword, &[(addr, value)]).unwrap_or_else(|s| panic!("write {addr:#x}: {s:?}"));
     }
 
     pub fn read(&mut self, addr: u32) -> u32 {
-        let p = self
-            .transact(Command::RdDword, &[(addr, 0)])
-            .unwrap_or_else(|s| panic!("read {addr:#x}: {s:?}"));
+        let p = self.transact(Command::RdDword, &[(addr, 0)]).unwrap_or_else(|s| panic!("read {addr:#x}: {s:?}"));
         p[0].1
     }
 
     pub fn write_block(&mut self, pairs: &[(u32, u32)]) {
         for chunk in pairs.chunks(ecb::MAX_PAIRS) {
-            self.transact(Command::WrBlock, chunk)
-                .unwrap_or_else(|s| panic!("write block: {s:?}"));
+            self.transact(Command::WrBlock, chunk).unwrap_or_else(|s| panic!("write block: {s:?}"));
         }
     }
 
@@ -151,9 +118,7 @@ impl EcbClient {
         let mut out = Vec::with_capacity(count);
         let addrs: Vec<(u32, u32)> = (0..count as u32).map(|i| (base + 4 * i, 0)).collect();
         for chunk in addrs.chunks(ecb::MAX_PAIRS) {
-            let p = self
-                .transact(Command::RdBlock, chunk)
-                .unwrap_or_else(|s| panic!("read block: {s:?}"));
+            let p = self.transact(Command::RdBlock, chunk).unwrap_or_else(|s| panic!("read block: {s:?}"));
             out.extend(p.into_iter().map(|(_, v)| v));
         }
         out
@@ -237,12 +202,7 @@ pub fn start_run(c: &mut EcbClient, template: &[u8], run: &Run) {
     let words: Vec<(u32, u32)> = padded
         .chunks(4)
         .enumerate()
-        .map(|(i, w)| {
-            (
-                reg::PLAYER_RAM + 4 * i as u32,
-                u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
-            )
-        })
+        .map(|(i, w)| (reg::PLAYER_RAM + 4 * i as u32, u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
         .collect();
     c.write_block(&words);
     c.write_block(&[
@@ -275,8 +235,5 @@ pub fn wait_done(c: &mut EcbClient, limit: Duration) {
 pub fn read_capture(c: &mut EcbClient) -> Vec<CaptureRecord> {
     let count = c.read(reg::CAPTURE_COUNT) as usize;
     let words = c.read_words(reg::CAPTURE_RAM, count * CaptureRecord::WORDS);
-    words
-        .chunks(CaptureRecord::WORDS)
-        .map(|w| CaptureRecord::from_words(w.try_into().expect("8 words")))
-        .collect()
+    words.chunks(CaptureRecord::WORDS).map(|w| CaptureRecord::from_words(w.try_into().expect("8 words"))).collect()
 }

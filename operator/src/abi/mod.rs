@@ -456,7 +456,10 @@ mod tests {
 
     #[test]
     fn proxy_doorbells_round_trip() {
-        assert_eq!(ProxyDoorbell::decode(ProxyDoorbell::unchecked(0x1_2345)), ProxyDoorbell { pi: 0x2345, range: None });
+        assert_eq!(
+            ProxyDoorbell::decode(ProxyDoorbell::unchecked(0x1_2345)),
+            ProxyDoorbell { pi: 0x2345, range: None }
+        );
         let w = send_inline_wqe(3, 0x56, 0, b"checked").unwrap();
         let check = range_check(&w, 0, |_, _| None).unwrap();
         assert_eq!(check, wqe_check(&w[..32], 0));

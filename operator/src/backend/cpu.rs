@@ -139,7 +139,10 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
         let slot = cqe.imm & 0xfff;
         let len = cqe.byte_cnt as usize;
         let mut answered = None;
-        if u32::from(cqe.opcode) == abi::RL_CQE_RESP_WR_IMM && slot < l.sizes.rx_slots && len <= l.sizes.rx_slot_stride as usize {
+        if u32::from(cqe.opcode) == abi::RL_CQE_RESP_WR_IMM
+            && slot < l.sizes.rx_slots
+            && len <= l.sizes.rx_slot_stride as usize
+        {
             // Make room in the send queue (completions are signaled every `signal_every`).
             // Asked to stop while waiting, a NIC that is only slow gets SQ_FULL_GRACE to make
             // room (as in the kernel, RL_SQ_FULL_GRACE_NS); one that made none is reported.
@@ -147,11 +150,16 @@ fn run_loop(q: &QpMemory, verbs: &mut HostVerbs, stage: &mut dyn Stage, spin: Sp
             while verbs.sq_free() == 0 {
                 if verbs.poll_send_completions() == 0 {
                     match give_up {
-                        None if m.atomic_u32(l.exit_flag()).load(Relaxed) != 0 => give_up = Some(Instant::now() + SQ_FULL_GRACE),
+                        None if m.atomic_u32(l.exit_flag()).load(Relaxed) != 0 => {
+                            give_up = Some(Instant::now() + SQ_FULL_GRACE)
+                        }
                         Some(t) if Instant::now() > t => {
                             m.atomic_u32(l.error()).store(abi::RL_ERR_SQ_FULL, Relaxed);
                             m.atomic_u32(l.state()).store(abi::RL_STATE_FAILED, Release);
-                            return Err("send queue full: no send completion came back (the NIC stopped executing sends)".into());
+                            return Err(
+                                "send queue full: no send completion came back (the NIC stopped executing sends)"
+                                    .into(),
+                            );
                         }
                         _ => {}
                     }

@@ -33,7 +33,9 @@ pub fn unavailable_reason() -> Option<String> {
     match crate::gpu::driver::device_count() {
         Err(e) => Some(e.to_string()),
         Ok(0) => Some("the CUDA driver reports no device".into()),
-        Ok(_) if !nvrtc::nvrtc_present() => Some("libnvrtc (CUDA's run-time compiler) is not on the loader path".into()),
+        Ok(_) if !nvrtc::nvrtc_present() => {
+            Some("libnvrtc (CUDA's run-time compiler) is not on the loader path".into())
+        }
         Ok(_) => None,
     }
 }
@@ -55,7 +57,12 @@ struct Started {
 
 impl GpuBackend {
     /// Compiles, loads and launches the persistent kernel for `chain` on GPU `ordinal`.
-    pub fn spawn(q: QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfig) -> Result<GpuBackend, BackendError> {
+    pub fn spawn(
+        q: QpMemory,
+        chain: &[StageSpec],
+        ordinal: usize,
+        cfg: LoopConfig,
+    ) -> Result<GpuBackend, BackendError> {
         // The host posts the receive queue before the launch (the kernel re-posts), one
         // receive per RX slot at most (QpSizes::posted_receives: what keeps a slot's poison
         // ahead of its next message).
@@ -142,7 +149,15 @@ fn release_state(gpu: &Gpu, buf: DeviceBuffer) {
     let _ = unsafe { gpu.free(buf) };
 }
 
-fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfig, stop: &AtomicBool, started: &mpsc::Sender<Result<Started, String>>, early_failure: &std::sync::Mutex<Option<String>>) -> Result<(), String> {
+fn host_thread(
+    q: &QpMemory,
+    chain: &[StageSpec],
+    ordinal: usize,
+    cfg: LoopConfig,
+    stop: &AtomicBool,
+    started: &mpsc::Sender<Result<Started, String>>,
+    early_failure: &std::sync::Mutex<Option<String>>,
+) -> Result<(), String> {
     // The stages' state is built (DEM loaded, tables made) before anything touches the GPU.
     let state = stage_state(chain)?;
     let gpu = Gpu::open(ordinal).map_err(|e| e.to_string())?;
@@ -154,7 +169,12 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
         options.push("-DRL_DOORBELL_MMIO=1".into());
     }
     let compiled = nvrtc::compile(&main, &headers, &gpu.info.arch(), &options, true).map_err(|e| e.to_string())?;
-    tracing::info!(from_cache = compiled.from_cache, ms = compiled.millis, "transceiver kernel compiled for {}", gpu.info.arch());
+    tracing::info!(
+        from_cache = compiled.from_cache,
+        ms = compiled.millis,
+        "transceiver kernel compiled for {}",
+        gpu.info.arch()
+    );
     let module = gpu.load(&compiled.cubin, &["rl_transceiver"]).map_err(|e| e.to_string())?;
     let stream = gpu.stream().map_err(|e| e.to_string())?;
     // Device memory for the stages' state, allocated and filled before the launch (docs/perf.md,
@@ -197,7 +217,11 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
     };
     if state.is_some() {
         let table = state.as_ref().is_some_and(|s| shared as usize == s.shared_table_bytes());
-        tracing::info!(bytes = shared, "QEC table in shared memory: {}", if table { "yes" } else { "no (too large: read from global memory; the bytes hold the clusters' work)" });
+        tracing::info!(
+            bytes = shared,
+            "QEC table in shared memory: {}",
+            if table { "yes" } else { "no (too large: read from global memory; the bytes hold the clusters' work)" }
+        );
     }
     // SAFETY: rl_transceiver takes one `struct rl_transceiver_desc` by value (abi.h, the same
     // definition bindgen made `desc` from); every address in it points into the registered
@@ -231,7 +255,8 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
     let _ = started.send(Ok(Started { name }));
 
     // Watchdog.
-    let mut last = (m.atomic_u64(l.heartbeat()).load(Ordering::Relaxed), m.atomic_u64(l.processed()).load(Ordering::Relaxed));
+    let mut last =
+        (m.atomic_u64(l.heartbeat()).load(Ordering::Relaxed), m.atomic_u64(l.processed()).load(Ordering::Relaxed));
     let mut last_change = Instant::now();
     let mut error = None;
     while !stop.load(Ordering::Acquire) {
@@ -247,7 +272,8 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
                 break;
             }
         }
-        let now = (m.atomic_u64(l.heartbeat()).load(Ordering::Relaxed), m.atomic_u64(l.processed()).load(Ordering::Relaxed));
+        let now =
+            (m.atomic_u64(l.heartbeat()).load(Ordering::Relaxed), m.atomic_u64(l.processed()).load(Ordering::Relaxed));
         tracing::trace!(heartbeat = now.0, processed = now.1, "watchdog");
         if now != last {
             last = now;
@@ -280,7 +306,9 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
                 // reclaim everything then.
                 std::mem::forget(q.mem.clone());
                 gpu.abandon();
-                return Err(error.unwrap_or_else(|| "the transceiver kernel did not stop within 2 s of the exit flag".into()));
+                return Err(
+                    error.unwrap_or_else(|| "the transceiver kernel did not stop within 2 s of the exit flag".into())
+                );
             }
             StreamState::Running => std::thread::sleep(Duration::from_micros(200)),
         }
@@ -293,7 +321,10 @@ fn host_thread(q: &QpMemory, chain: &[StageSpec], ordinal: usize, cfg: LoopConfi
     module.unload();
     if m.atomic_u32(l.state()).load(Ordering::Acquire) == abi::RL_STATE_FAILED {
         // the kernel's own error, after the watchdog's if that spoke first
-        let said = format!("the transceiver kernel reported {}", kernel_error_text(m.atomic_u32(l.error()).load(Ordering::Relaxed)));
+        let said = format!(
+            "the transceiver kernel reported {}",
+            kernel_error_text(m.atomic_u32(l.error()).load(Ordering::Relaxed))
+        );
         error = Some(match error {
             Some(e) => format!("{e}; {said}"),
             None => said,
@@ -336,7 +367,10 @@ impl RunningBackend for GpuBackend {
         while self.outcome.load(Ordering::Acquire) == 0 {
             if t0.elapsed() > timeout + Duration::from_secs(3) {
                 // Abandon the host thread: it is waiting on a kernel that does not stop.
-                return Err(format!("the GPU backend did not stop within {:?}: the kernel looks stuck; abandoning it", timeout + Duration::from_secs(3)));
+                return Err(format!(
+                    "the GPU backend did not stop within {:?}: the kernel looks stuck; abandoning it",
+                    timeout + Duration::from_secs(3)
+                ));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -384,7 +418,8 @@ impl LaunchPerMessage {
         // SAFETY: page-aligned allocations that live in `self` until Drop unregisters them.
         let dbase = unsafe { gpu.register(q.mem.base(), q.mem.len()) }.map_err(|e| e.to_string())?;
         let out_len = crate::mem::SharedMem::new(crate::mem::PAGE);
-        let out_len_d = unsafe { gpu.register(out_len.base(), out_len.len().max(crate::mem::PAGE)) }.map_err(|e| e.to_string())?;
+        let out_len_d =
+            unsafe { gpu.register(out_len.base(), out_len.len().max(crate::mem::PAGE)) }.map_err(|e| e.to_string())?;
         Ok(LaunchPerMessage { gpu, module: Some(module), stream, q, dbase, out_len, out_len_d, current: false })
     }
 

@@ -15,8 +15,8 @@ pub mod gpu;
 
 use std::time::Duration;
 
-pub use cpu::{CpuBackend, LoopConfig};
 pub use crate::settings::{Backend, BackendKind, GpuDevice};
+pub use cpu::{CpuBackend, LoopConfig};
 
 use crate::rings::QpMemory;
 use crate::stage::{Chain, StageSpec};
@@ -98,7 +98,12 @@ pub fn resolve(asked: BackendKind, chain: &[StageSpec]) -> Resolved {
 
 /// Starts the transceiver loop on `backend` (as [`resolve`] decided it) over the queue pair
 /// `q`, running `chain`.
-pub fn spawn_backend(backend: &Backend, q: QpMemory, chain: &[StageSpec], cfg: LoopConfig) -> Result<Box<dyn RunningBackend>, BackendError> {
+pub fn spawn_backend(
+    backend: &Backend,
+    q: QpMemory,
+    chain: &[StageSpec],
+    cfg: LoopConfig,
+) -> Result<Box<dyn RunningBackend>, BackendError> {
     match backend {
         Backend::Gpu(d) => Ok(Box::new(gpu::GpuBackend::spawn(q, chain, d.ordinal, cfg)?)),
         Backend::GpuLaunchPerMessage(d) => {

@@ -114,7 +114,12 @@ pub fn best_of(variants: Vec<Variant>) -> Option<BestOf> {
         .iter()
         .zip(sums)
         .enumerate()
-        .map(|(i, (v, rtt_ns))| VariantSummary { name: v.name.clone(), rtt_ns, lost: v.floor.counts.lost, chosen: i == chosen })
+        .map(|(i, (v, rtt_ns))| VariantSummary {
+            name: v.name.clone(),
+            rtt_ns,
+            lost: v.floor.counts.lost,
+            chosen: i == chosen,
+        })
         .collect();
     Some(BestOf { variants, chosen, summaries })
 }
@@ -265,9 +270,19 @@ impl End {
 /// The datagram carries its sequence number in its first 8 bytes; an answer that does not
 /// come within [`UDP_ANSWER_TIMEOUT`] counts as lost. `warmup + iters` round trips are made,
 /// the first `warmup` left out.
-pub fn udp_pingpong(iters: u32, warmup: u32, size: usize, cores: (Option<usize>, Option<usize>), spin: SpinMode, sockets: UdpSockets) -> std::io::Result<Floor> {
+pub fn udp_pingpong(
+    iters: u32,
+    warmup: u32,
+    size: usize,
+    cores: (Option<usize>, Option<usize>),
+    spin: SpinMode,
+    sockets: UdpSockets,
+) -> std::io::Result<Floor> {
     if !(8..=65_507).contains(&size) {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("UDP ping-pong datagrams must be 8..=65507 bytes, not {size}")));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("UDP ping-pong datagrams must be 8..=65507 bytes, not {size}"),
+        ));
     }
     let (a, b) = crate::peer::fresh_loopback_pair();
     let initiator_sock = UdpSocket::bind(SocketAddrV4::new(a, 0))?;
@@ -330,7 +345,12 @@ pub fn udp_pingpong(iters: u32, warmup: u32, size: usize, cores: (Option<usize>,
                             }
                             // A late answer to a datagram already counted lost.
                             Ok(_) => {}
-                            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused) => {
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::ConnectionRefused
+                                ) =>
+                            {
                                 if monotonic_ns().saturating_sub(t0) > timeout_ns {
                                     lost += 1;
                                     break;
@@ -356,8 +376,17 @@ pub fn udp_pingpong(iters: u32, warmup: u32, size: usize, cores: (Option<usize>,
 }
 
 /// [`udp_pingpong`] every way ([`UdpSockets::ALL`]), one after the other, as floor variants.
-pub fn udp_pingpong_variants(iters: u32, warmup: u32, size: usize, cores: (Option<usize>, Option<usize>), spin: SpinMode) -> std::io::Result<Vec<Variant>> {
-    UdpSockets::ALL.iter().map(|&m| Ok(Variant { name: m.as_str().into(), floor: udp_pingpong(iters, warmup, size, cores, spin, m)? })).collect()
+pub fn udp_pingpong_variants(
+    iters: u32,
+    warmup: u32,
+    size: usize,
+    cores: (Option<usize>, Option<usize>),
+    spin: SpinMode,
+) -> std::io::Result<Vec<Variant>> {
+    UdpSockets::ALL
+        .iter()
+        .map(|&m| Ok(Variant { name: m.as_str().into(), floor: udp_pingpong(iters, warmup, size, cores, spin, m)? }))
+        .collect()
 }
 
 /// The cost of reading the clock: `warmup + iters` pairs of
@@ -422,7 +451,10 @@ mod tests {
 
     fn variant(name: &str, samples: Vec<u64>, lost: u64) -> Variant {
         let n = samples.len() as u64;
-        Variant { name: name.into(), floor: Floor::from_samples(samples, Counts { sent: n + lost, received: n, lost, ..Counts::default() }) }
+        Variant {
+            name: name.into(),
+            floor: Floor::from_samples(samples, Counts { sent: n + lost, received: n, lost, ..Counts::default() }),
+        }
     }
 
     /// Synthetic round trips around `p50` ns with a tail of `tail` ns every 50th.
@@ -474,9 +506,19 @@ mod tests {
 
     #[test]
     fn a_path_below_its_floor_is_a_floor_error() {
-        let s = |p50| Summary { count: 100, min: p50 / 2, p50, p90: p50, p99: p50 * 2, p999: p50 * 2, max: p50 * 3, mean: p50 as f64 };
+        let s = |p50| Summary {
+            count: 100,
+            min: p50 / 2,
+            p50,
+            p90: p50,
+            p99: p50 * 2,
+            p999: p50 * 2,
+            max: p50 * 3,
+            mean: p50 as f64,
+        };
         // The UDP path at 6.94 us against a floor of 7.97 us (0.87x).
-        let e = floor_error("cpu backend", &s(6_940), "floor: UDP ping-pong (spinning)", &s(7_970)).expect("a floor error");
+        let e =
+            floor_error("cpu backend", &s(6_940), "floor: UDP ping-pong (spinning)", &s(7_970)).expect("a floor error");
         assert!(e.starts_with("floor error: "), "{e}");
         for part in ["cpu backend", "6.94 us", "floor: UDP ping-pong (spinning)", "7.97 us", "0.87x"] {
             assert!(e.contains(part), "{part} in {e}");

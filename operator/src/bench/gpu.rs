@@ -53,7 +53,11 @@ pub struct MappedVariant {
 impl MappedVariant {
     /// The variant's name in reports: `cuMemHostAlloc, fence after the store`.
     pub fn name(self) -> String {
-        format!("{}, {}", self.memory.as_str(), if self.fence_after_store { "fence after the store" } else { "no fence" })
+        format!(
+            "{}, {}",
+            self.memory.as_str(),
+            if self.fence_after_store { "fence after the store" } else { "no fence" }
+        )
     }
 
     fn kernel(self) -> usize {
@@ -75,7 +79,12 @@ const KERNELS: [&str; 2] = ["rl_probe_pingpong", "rl_probe_pingpong_fenced"];
 /// The mapped-memory ping-pong on GPU `ordinal`, every one of [`MAPPED_VARIANTS`]: `iters`
 /// measured round trips after `warmup` each. The host side runs on its own thread, pinned to
 /// `core` (the caller's thread stays as it was).
-pub fn mapped_pingpong_variants(ordinal: usize, iters: u32, warmup: u32, core: Option<usize>) -> Result<Vec<Variant>, String> {
+pub fn mapped_pingpong_variants(
+    ordinal: usize,
+    iters: u32,
+    warmup: u32,
+    core: Option<usize>,
+) -> Result<Vec<Variant>, String> {
     std::thread::Builder::new()
         .name("rocelink-floor-gpu".into())
         .spawn(move || {
@@ -144,7 +153,14 @@ fn mapped_pingpong_here(ordinal: usize, iters: u32, warmup: u32) -> Result<Vec<V
 
 /// One variant: launches `kernel` on the words at bytes 0 (ping) and 128 (pong) of `mem`
 /// (device address `dbase`), makes `warmup + iters` round trips, stops the kernel.
-fn run_variant(stream: &Stream, kernel: cudarc::driver::sys::CUfunction, mem: &SharedMem, dbase: u64, iters: u32, warmup: u32) -> Result<Floor, RunError> {
+fn run_variant(
+    stream: &Stream,
+    kernel: cudarc::driver::sys::CUfunction,
+    mem: &SharedMem,
+    dbase: u64,
+    iters: u32,
+    warmup: u32,
+) -> Result<Floor, RunError> {
     // ping and pong on separate 128-byte lines.
     let (ping, pong) = (0usize, 128usize);
     // The kernel starts from 0 and the last variant left the exit value in ping.
@@ -191,7 +207,9 @@ fn run_variant(stream: &Stream, kernel: cudarc::driver::sys::CUfunction, mem: &S
     let t0 = Instant::now();
     loop {
         match stream.query() {
-            StreamState::Running if t0.elapsed() > Duration::from_secs(2) => return Err(RunError::Stuck("the ping-pong kernel did not exit within 2 s".into())),
+            StreamState::Running if t0.elapsed() > Duration::from_secs(2) => {
+                return Err(RunError::Stuck("the ping-pong kernel did not exit within 2 s".into()))
+            }
             StreamState::Running => std::thread::sleep(Duration::from_micros(100)),
             StreamState::Idle => break,
             StreamState::Failed(e) => return Err(RunError::Failed(format!("the ping-pong kernel failed: {e}"))),
@@ -218,7 +236,10 @@ mod tests {
                 assert!(MAPPED_VARIANTS.contains(&MappedVariant { memory, fence_after_store }));
             }
         }
-        assert_eq!(KERNELS[MappedVariant { memory: HostMemory::Registered, fence_after_store: true }.kernel()], "rl_probe_pingpong_fenced");
+        assert_eq!(
+            KERNELS[MappedVariant { memory: HostMemory::Registered, fence_after_store: true }.kernel()],
+            "rl_probe_pingpong_fenced"
+        );
         assert_eq!(KERNELS[MAPPED_VARIANTS[0].kernel()], "rl_probe_pingpong");
     }
 }

@@ -23,12 +23,12 @@ use std::path::PathBuf;
 
 use rocelink_link::SpinMode;
 
-pub use crate::settings::{Cores, WireKind};
-use crate::settings::Spin;
 use crate::echo::{run_echo, EchoConfig, EchoError};
+pub use crate::env::utc_timestamp;
 use crate::env::Environment;
 use crate::latency::{Counts, Summary};
-pub use crate::env::utc_timestamp;
+use crate::settings::Spin;
+pub use crate::settings::{Cores, WireKind};
 pub use write::write_reports;
 
 /// The path names rows carry.
@@ -250,7 +250,13 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 /// `path`'s figures (`path_name`'s) against `floor`'s (`floor_path`'s, variant
 /// `floor_variant` when it is the best of several), with the floor error when it beat it.
-pub fn vs_floor(path_name: &str, path: &Summary, floor_path: &str, floor_variant: Option<&str>, floor: &Summary) -> VsFloor {
+pub fn vs_floor(
+    path_name: &str,
+    path: &Summary,
+    floor_path: &str,
+    floor_variant: Option<&str>,
+    floor: &Summary,
+) -> VsFloor {
     VsFloor {
         floor: floor_path.into(),
         floor_variant: floor_variant.map(str::to_string),
@@ -283,7 +289,12 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
     let floor_cores = (cfg.cores.peer, cfg.cores.nic);
 
     let wires: Vec<String> = cfg.wires.iter().map(|w| w.as_str().to_string()).collect();
-    let mut machine = Environment::here("cpu", &wires.join(", "), if cfg.sizes.len() == 1 { cfg.sizes[0] } else { 0 }, &spin.to_string());
+    let mut machine = Environment::here(
+        "cpu",
+        &wires.join(", "),
+        if cfg.sizes.len() == 1 { cfg.sizes[0] } else { 0 },
+        &spin.to_string(),
+    );
     let pin = |c: Option<usize>| c.map_or("unpinned".to_string(), |c| c.to_string());
     for (name, core) in [
         ("nic", cfg.cores.nic),
@@ -328,7 +339,13 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                         source: std::io::Error::other("every variant lost every round trip"),
                     })?;
                     let (chosen, summaries) = best.into_floor();
-                    floor_variants.push(FloorVariants { path: paths::FLOOR_UDP.into(), wire: wire.as_str().into(), size, chosen: chosen.name.clone(), variants: summaries });
+                    floor_variants.push(FloorVariants {
+                        path: paths::FLOOR_UDP.into(),
+                        wire: wire.as_str().into(),
+                        size,
+                        chosen: chosen.name.clone(),
+                        variants: summaries,
+                    });
                     (
                         paths::FLOOR_UDP,
                         chosen.floor,
@@ -338,7 +355,19 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 }
             };
             tracing::info!(wire = wire.as_str(), size, "running the CPU backend");
-            let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), spin_pause: spin.pause(), backend: crate::backend::BackendKind::Cpu, doorbell: cfg.doorbell, kernel: cfg.kernel.clone(), ..EchoConfig::default() };
+            let echo_cfg = EchoConfig {
+                wire,
+                count: cfg.count + cfg.warmup,
+                size,
+                warmup: cfg.warmup,
+                cores: cfg.cores,
+                spin: spin.into(),
+                spin_pause: spin.pause(),
+                backend: crate::backend::BackendKind::Cpu,
+                doorbell: cfg.doorbell,
+                kernel: cfg.kernel.clone(),
+                ..EchoConfig::default()
+            };
             let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
 
             let floor_sum = Summary::of(&floor.rtt);
@@ -373,14 +402,18 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
                 rtt_ns: run.rtt_ns,
                 counts: run.counts,
                 vs_floor: Some(vs),
-                detail: format!("{}, peer fpga-sim in this process, {} answered by the backend", run.env.wire, run.backend_processed),
+                detail: format!(
+                    "{}, peer fpga-sim in this process, {} answered by the backend",
+                    run.env.wire, run.backend_processed
+                ),
                 breakdown_ns: run.breakdown_ns.clone(),
             });
             samples.push(run.analysis.map(|a| a.samples).unwrap_or_default());
 
             if let Some(ordinal) = cfg.gpu {
                 let wire_floor_samples = samples[samples.len() - 2].clone();
-                let wire_floor = WireFloor { path: floor_path, variant: floor_variant.as_deref(), samples: &wire_floor_samples };
+                let wire_floor =
+                    WireFloor { path: floor_path, variant: floor_variant.as_deref(), samples: &wire_floor_samples };
                 let gpu = measure_gpu(cfg, ordinal, wire, size, spin, floor_cores, &wire_floor)?;
                 for (row, s, t) in gpu.rows {
                     rows.push(row);
@@ -392,7 +425,15 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         }
     }
     interrupted |= crate::interrupted();
-    let floor_errors: Vec<String> = rows.iter().filter_map(|r| r.vs_floor.as_ref().and_then(|v| v.floor_error.as_ref()).map(|e| format!("{} wire, {} B: {e}", r.wire, r.size))).collect();
+    let floor_errors: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            r.vs_floor
+                .as_ref()
+                .and_then(|v| v.floor_error.as_ref())
+                .map(|e| format!("{} wire, {} B: {e}", r.wire, r.size))
+        })
+        .collect();
     for e in &floor_errors {
         tracing::warn!("{e}");
     }
@@ -417,8 +458,10 @@ pub fn run_bench(cfg: &BenchConfig) -> Result<BenchReport, BenchError> {
         samples,
         files: Vec::new(),
     };
-    let files = write_reports(&report, &report.samples, &cfg.out_dir, &cfg.name)
-        .map_err(|source| BenchError::Io { what: format!("writing the reports into {}", cfg.out_dir.display()), source })?;
+    let files = write_reports(&report, &report.samples, &cfg.out_dir, &cfg.name).map_err(|source| BenchError::Io {
+        what: format!("writing the reports into {}", cfg.out_dir.display()),
+        source,
+    })?;
     report.files = files;
     Ok(report)
 }
@@ -449,11 +492,26 @@ fn composite(mapped: &[u64], wire: &[u64]) -> Vec<u64> {
 /// The GPU rows of one (wire, size): the mapped-memory ping-pong (the best of its variants),
 /// the composite floor built on it, the launch-per-message baseline and the persistent
 /// kernel, with the GPU targets.
-fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, spin: SpinMode, floor_cores: (Option<usize>, Option<usize>), wire_floor: &WireFloor<'_>) -> Result<GpuMeasured, BenchError> {
+fn measure_gpu(
+    cfg: &BenchConfig,
+    ordinal: usize,
+    wire: WireKind,
+    size: usize,
+    spin: SpinMode,
+    floor_cores: (Option<usize>, Option<usize>),
+    wire_floor: &WireFloor<'_>,
+) -> Result<GpuMeasured, BenchError> {
     let gpu_err = |what: &str, e: String| BenchError::Io { what: what.to_string(), source: std::io::Error::other(e) };
-    tracing::info!(wire = wire.as_str(), size, "measuring the mapped-memory ping-pong ({} variants)", gpu::MAPPED_VARIANTS.len());
-    let variants = gpu::mapped_pingpong_variants(ordinal, cfg.count, cfg.warmup, floor_cores.1).map_err(|e| gpu_err("GPU mapped-memory ping-pong", e))?;
-    let best = floors::best_of(variants).ok_or_else(|| gpu_err("GPU mapped-memory ping-pong", "every variant lost every round trip".into()))?;
+    tracing::info!(
+        wire = wire.as_str(),
+        size,
+        "measuring the mapped-memory ping-pong ({} variants)",
+        gpu::MAPPED_VARIANTS.len()
+    );
+    let variants = gpu::mapped_pingpong_variants(ordinal, cfg.count, cfg.warmup, floor_cores.1)
+        .map_err(|e| gpu_err("GPU mapped-memory ping-pong", e))?;
+    let best = floors::best_of(variants)
+        .ok_or_else(|| gpu_err("GPU mapped-memory ping-pong", "every variant lost every round trip".into()))?;
     let (mapped, mapped_variants) = best.into_floor();
     let composite_samples = composite(&mapped.floor.samples, wire_floor.samples);
     let composite_sum = Summary::of(&floors::histogram_of(&composite_samples));
@@ -465,8 +523,20 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
     let composite_variant = format!("mapped: {}; wire: {wire_floor_name}", mapped.name);
     let w = wire.as_str().to_string();
     let floor_variants = vec![
-        FloorVariants { path: paths::FLOOR_MAPPED.into(), wire: w.clone(), size, chosen: mapped.name.clone(), variants: mapped_variants },
-        FloorVariants { path: paths::FLOOR_GPU.into(), wire: w.clone(), size, chosen: composite_variant.clone(), variants: Vec::new() },
+        FloorVariants {
+            path: paths::FLOOR_MAPPED.into(),
+            wire: w.clone(),
+            size,
+            chosen: mapped.name.clone(),
+            variants: mapped_variants,
+        },
+        FloorVariants {
+            path: paths::FLOOR_GPU.into(),
+            wire: w.clone(),
+            size,
+            chosen: composite_variant.clone(),
+            variants: Vec::new(),
+        },
     ];
     let mut out: GpuRows = Vec::new();
     out.push((
@@ -497,7 +567,10 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             rtt_ns: composite_sum,
             counts: mapped.floor.counts,
             vs_floor: None,
-            detail: format!("mapped-memory ping-pong ({}) + {wire_floor_name} round trips, added pairwise", mapped.name),
+            detail: format!(
+                "mapped-memory ping-pong ({}) + {wire_floor_name} round trips, added pairwise",
+                mapped.name
+            ),
             breakdown_ns: None,
         },
         composite_samples,
@@ -509,12 +582,32 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
         (paths::GPU_PERSISTENT, crate::backend::BackendKind::Gpu(ordinal)),
     ] {
         tracing::info!(wire = wire.as_str(), size, "running {path}");
-        let echo_cfg = EchoConfig { wire, count: cfg.count + cfg.warmup, size, warmup: cfg.warmup, cores: cfg.cores, spin: spin.into(), spin_pause: spin.pause(), backend, doorbell: cfg.doorbell, kernel: cfg.kernel.clone(), ..EchoConfig::default() };
+        let echo_cfg = EchoConfig {
+            wire,
+            count: cfg.count + cfg.warmup,
+            size,
+            warmup: cfg.warmup,
+            cores: cfg.cores,
+            spin: spin.into(),
+            spin_pause: spin.pause(),
+            backend,
+            doorbell: cfg.doorbell,
+            kernel: cfg.kernel.clone(),
+            ..EchoConfig::default()
+        };
         let run = run_echo(&echo_cfg).map_err(|source| BenchError::Echo { wire: wire.as_str(), size, source })?;
         let vs = vs_floor(path, &run.rtt_ns, paths::FLOOR_GPU, Some(&composite_variant), &composite_sum);
         let mut targets = Vec::new();
         if path == paths::GPU_PERSISTENT {
-            let t = |what: String, max: f64, value: f64| Target { path: path.into(), wire: w.clone(), size, what, max_ratio: max, ratio: value.is_finite().then_some(value), met: value.is_finite() && value <= max };
+            let t = |what: String, max: f64, value: f64| Target {
+                path: path.into(),
+                wire: w.clone(),
+                size,
+                what,
+                max_ratio: max,
+                ratio: value.is_finite().then_some(value),
+                met: value.is_finite() && value <= max,
+            };
             if wire == WireKind::Inproc {
                 targets.push(t("p50 <= 1.3x floor p50".into(), 1.3, vs.p50));
                 targets.push(t("p50 <= 2.7 us (value in us)".into(), 2.7, run.rtt_ns.p50 as f64 / 1000.0));
@@ -525,7 +618,11 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             if let Some(launch_p50) = p50s.first() {
                 // at least 3x faster than a launch per message: persistent / launch <= 1/3
                 let r = run.rtt_ns.p50 as f64 / *launch_p50 as f64;
-                targets.push(t("p50 <= 1/3 of the launch-per-message p50 (value: persistent / launch)".into(), 1.0 / 3.0, r));
+                targets.push(t(
+                    "p50 <= 1/3 of the launch-per-message p50 (value: persistent / launch)".into(),
+                    1.0 / 3.0,
+                    r,
+                ));
             }
         }
         p50s.push(run.rtt_ns.p50);
@@ -538,7 +635,17 @@ fn measure_gpu(cfg: &BenchConfig, ordinal: usize, wire: WireKind, size: usize, s
             run.nic_drops.values().sum::<u64>()
         );
         out.push((
-            BenchRow { path: path.into(), wire: w.clone(), size, floor_of: None, rtt_ns: run.rtt_ns, counts: run.counts, vs_floor: Some(vs), detail, breakdown_ns: run.breakdown_ns.clone() },
+            BenchRow {
+                path: path.into(),
+                wire: w.clone(),
+                size,
+                floor_of: None,
+                rtt_ns: run.rtt_ns,
+                counts: run.counts,
+                vs_floor: Some(vs),
+                detail,
+                breakdown_ns: run.breakdown_ns.clone(),
+            },
             run.analysis.map(|a| a.samples).unwrap_or_default(),
             targets,
         ));
@@ -564,7 +671,10 @@ mod tests {
         assert!(v.p50 > 1.0 && v.floor_error.is_none(), "{v:?}");
         let v = vs_floor(paths::GPU_PERSISTENT, &path, paths::FLOOR_GPU, Some("mapped: x; wire: y"), &slow);
         assert!(v.p50 < 1.0, "{v:?}");
-        assert!(v.floor_error.as_deref().is_some_and(|e| e.contains(paths::GPU_PERSISTENT) && e.contains(paths::FLOOR_GPU)), "{v:?}");
+        assert!(
+            v.floor_error.as_deref().is_some_and(|e| e.contains(paths::GPU_PERSISTENT) && e.contains(paths::FLOOR_GPU)),
+            "{v:?}"
+        );
         assert_eq!(v.floor_variant.as_deref(), Some("mapped: x; wire: y"));
     }
 
@@ -579,8 +689,20 @@ mod tests {
     /// The whole benchmark for real, with tiny counts.
     #[test]
     fn run_bench_writes_every_report() {
-        let dir = std::env::temp_dir().join(format!("rocelink-bench-test-{}-{}", std::process::id(), rocelink_link::clock::monotonic_ns()));
-        let cfg = BenchConfig { wires: vec![WireKind::Inproc, WireKind::Udp], sizes: vec![64], count: 300, warmup: 30, out_dir: dir.clone(), name: "tiny".into(), ..BenchConfig::default() };
+        let dir = std::env::temp_dir().join(format!(
+            "rocelink-bench-test-{}-{}",
+            std::process::id(),
+            rocelink_link::clock::monotonic_ns()
+        ));
+        let cfg = BenchConfig {
+            wires: vec![WireKind::Inproc, WireKind::Udp],
+            sizes: vec![64],
+            count: 300,
+            warmup: 30,
+            out_dir: dir.clone(),
+            name: "tiny".into(),
+            ..BenchConfig::default()
+        };
         let r = run_bench(&cfg).expect("bench");
         assert_eq!(r.rows.len(), 4);
         assert_eq!(r.samples.len(), 4);
@@ -603,12 +725,15 @@ mod tests {
         assert!(fv.variants.iter().all(|v| v.rtt_ns.p50 >= chosen.rtt_ns.p50), "{fv:?}");
         let udp_floor = r.rows.iter().find(|row| row.path == paths::FLOOR_UDP).expect("udp floor row");
         assert_eq!(udp_floor.rtt_ns, chosen.rtt_ns);
-        let udp_cpu = r.rows.iter().find(|row| row.path == paths::CPU_BACKEND && row.wire == "udp").expect("udp cpu row");
+        let udp_cpu =
+            r.rows.iter().find(|row| row.path == paths::CPU_BACKEND && row.wire == "udp").expect("udp cpu row");
         assert_eq!(udp_cpu.vs_floor.as_ref().and_then(|v| v.floor_variant.as_deref()), Some(fv.chosen.as_str()));
-        let inproc_cpu = r.rows.iter().find(|row| row.path == paths::CPU_BACKEND && row.wire == "inproc").expect("inproc cpu row");
+        let inproc_cpu =
+            r.rows.iter().find(|row| row.path == paths::CPU_BACKEND && row.wire == "inproc").expect("inproc cpu row");
         assert_eq!(inproc_cpu.vs_floor.as_ref().and_then(|v| v.floor_variant.as_deref()), None);
         // Every row's floor error is in the report's list (on this machine there may be none).
-        let row_errors = r.rows.iter().filter(|row| row.vs_floor.as_ref().is_some_and(|v| v.floor_error.is_some())).count();
+        let row_errors =
+            r.rows.iter().filter(|row| row.vs_floor.as_ref().is_some_and(|v| v.floor_error.is_some())).count();
         assert_eq!(r.floor_errors.len(), row_errors);
         for row in &r.rows {
             if let Some(v) = &row.vs_floor {

@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use super::{utc_timestamp, Target};
 use crate::backend::BackendKind;
 use crate::echo::{run_echo, EchoConfig};
-use crate::settings::{Cores, Spin, WireKind};
 use crate::env::Environment;
 use crate::graph::{self, qec::QecReport};
 use crate::latency::Summary;
+use crate::settings::{Cores, Spin, WireKind};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -248,12 +248,23 @@ pub enum QecBenchError {
 /// The QEC graph of one fixture, as text (graphs/qec_d*.ron without the comments).
 /// `load`: the graph's `run.load` (`ClosedLoop`, `RoundCycle(1.0)`); `rounds`: rounds per message.
 #[allow(clippy::too_many_arguments)]
-fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind, cfg: &QecBenchConfig, outputs: &Path, load: &str, rounds: u32) -> String {
+fn graph_text(
+    fixture: &Path,
+    label: &str,
+    wire: WireKind,
+    backend: BackendKind,
+    cfg: &QecBenchConfig,
+    outputs: &Path,
+    load: &str,
+    rounds: u32,
+) -> String {
     let (shots, warmup) = (cfg.shots, cfg.warmup);
     let core = |c: Option<usize>| c.map_or("None".to_string(), |c| format!("Some({c})"));
     let (spin, spin_pause) = (format!("{:?}", cfg.spin), cfg.spin_pause);
     let (settle, settle_core) = match (backend, cfg.cpu_settle) {
-        (BackendKind::Cpu, crate::stage::Settle::Beside { core: c }) => ("beside", c.map_or(String::new(), |c| format!(", core: Some({c})"))),
+        (BackendKind::Cpu, crate::stage::Settle::Beside { core: c }) => {
+            ("beside", c.map_or(String::new(), |c| format!(", core: Some({c})")))
+        }
         (BackendKind::Cpu, crate::stage::Settle::Idle) => ("idle", String::new()),
         _ => ("in_loop", String::new()),
     };
@@ -301,7 +312,11 @@ fn graph_text(fixture: &Path, label: &str, wire: WireKind, backend: BackendKind,
     )
 }
 
-fn run_qec_graph(text: &str, label: &str, opts: &graph::RunOptions) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
+fn run_qec_graph(
+    text: &str,
+    label: &str,
+    opts: &graph::RunOptions,
+) -> Result<(QecReport, Vec<PathBuf>), QecBenchError> {
     let err = |why: String| QecBenchError::Run { what: label.to_string(), why };
     let g = graph::load::load_str(&format!("{label}.ron"), text, &[]).map_err(|e| err(e.to_string()))?;
     let plan = graph::compile(g).map_err(|e| err(e.to_string()))?;
@@ -334,7 +349,10 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     }
     for f in &cfg.cycle_fixtures {
         if !cfg.fixtures.join(f).join("dets.b8").is_file() {
-            return Err(QecBenchError::Config(format!("no fixture {} for the fixed-cycle runs", cfg.fixtures.join(f).display())));
+            return Err(QecBenchError::Config(format!(
+                "no fixture {} for the fixed-cycle runs",
+                cfg.fixtures.join(f).display()
+            )));
         }
     }
     if !cfg.cycle_fixtures.is_empty() {
@@ -342,7 +360,10 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
             return Err(QecBenchError::Config("--cycle-rounds: at least one, each at least 1 round a message".into()));
         }
         if !(cfg.cycle_us > 0.0 && cfg.cycle_us.is_finite()) {
-            return Err(QecBenchError::Config(format!("--cycle-us {} must be a positive number of microseconds", cfg.cycle_us)));
+            return Err(QecBenchError::Config(format!(
+                "--cycle-us {} must be a positive number of microseconds",
+                cfg.cycle_us
+            )));
         }
     }
     let date_utc = utc_timestamp(std::time::SystemTime::now());
@@ -366,7 +387,12 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
         crate::stage::Settle::Beside { core } => core,
         crate::stage::Settle::InLoop | crate::stage::Settle::Idle => None,
     };
-    for (role, core) in [("nic", cfg.cores.nic), ("backend", cfg.cores.backend), ("peer", cfg.cores.peer), ("cpu settle worker", settle_core)] {
+    for (role, core) in [
+        ("nic", cfg.cores.nic),
+        ("backend", cfg.cores.backend),
+        ("peer", cfg.cores.peer),
+        ("cpu settle worker", settle_core),
+    ] {
         if let Some(core) = core {
             machine.pinned.insert(role.to_string(), core.to_string());
         }
@@ -376,7 +402,11 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
             machine.gpu = Some(gpu.info.describe());
         }
     }
-    let scratch = std::env::temp_dir().join(format!("rocelink-bench-qec-{}-{}", std::process::id(), rocelink_link::clock::monotonic_ns()));
+    let scratch = std::env::temp_dir().join(format!(
+        "rocelink-bench-qec-{}-{}",
+        std::process::id(),
+        rocelink_link::clock::monotonic_ns()
+    ));
 
     let mut rows = Vec::new();
     let mut pymatching = Vec::new();
@@ -394,12 +424,21 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     let label = format!("d{d}_p{p}-{}-{}", wire.as_str(), backend.to_string().replace(':', ""));
                     tracing::info!("bench-qec: {label}: qec graph");
                     let text = graph_text(&fixture, &label, wire, backend, cfg, &scratch.join(&label), "ClosedLoop", 1);
-                    let (q, run_files) = run_qec_graph(&text, &label, &graph::RunOptions { progress: false, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() })?;
+                    let (q, run_files) = run_qec_graph(
+                        &text,
+                        &label,
+                        &graph::RunOptions { progress: false, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() },
+                    )?;
                     // The graph's LatencyReport drew the reaction latency (histogram + CDF).
                     let mut svg = None;
                     if let Some(f) = run_files.iter().find(|f| f.extension().is_some_and(|e| e == "svg")) {
                         let name = format!("{}-{label}.svg", cfg.name);
-                        std::fs::create_dir_all(&cfg.out_dir).and_then(|_| std::fs::copy(f, cfg.out_dir.join(&name))).map_err(|source| QecBenchError::Io { what: format!("copying {} into {}", f.display(), cfg.out_dir.display()), source })?;
+                        std::fs::create_dir_all(&cfg.out_dir)
+                            .and_then(|_| std::fs::copy(f, cfg.out_dir.join(&name)))
+                            .map_err(|source| QecBenchError::Io {
+                            what: format!("copying {} into {}", f.display(), cfg.out_dir.display()),
+                            source,
+                        })?;
                         svgs.push(cfg.out_dir.join(&name));
                         svg = Some(name);
                     }
@@ -456,7 +495,10 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                             messages_per_shot: q.messages_per_shot,
                         }),
                         svg,
-                        detail: format!("{} detectors, {} rounds per shot, {} message(s) per shot, dem {}", q.detectors, q.rounds_per_shot, q.messages_per_shot, q.dem),
+                        detail: format!(
+                            "{} detectors, {} rounds per shot, {} message(s) per shot, dem {}",
+                            q.detectors, q.rounds_per_shot, q.messages_per_shot, q.dem
+                        ),
                     });
                 }
             }
@@ -505,7 +547,10 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
         interrupted,
         files: Vec::new(),
     };
-    report.files = write(&report, &cfg.out_dir, &cfg.name).map_err(|source| QecBenchError::Io { what: format!("writing the reports into {}", cfg.out_dir.display()), source })?;
+    report.files = write(&report, &cfg.out_dir, &cfg.name).map_err(|source| QecBenchError::Io {
+        what: format!("writing the reports into {}", cfg.out_dir.display()),
+        source,
+    })?;
     report.files.extend(svgs);
     Ok(report)
 }
@@ -514,7 +559,15 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
 /// kernel, as many messages as the run's shots and warm-up make at `per_shot` messages each,
 /// closed loop or at `rate` messages per second.
 #[allow(clippy::too_many_arguments)]
-fn echo_floor(cfg: &QecBenchConfig, label: &str, wire: WireKind, backend: BackendKind, size: usize, per_shot: u32, rate: Option<f64>) -> Result<crate::echo::EchoReport, QecBenchError> {
+fn echo_floor(
+    cfg: &QecBenchConfig,
+    label: &str,
+    wire: WireKind,
+    backend: BackendKind,
+    size: usize,
+    per_shot: u32,
+    rate: Option<f64>,
+) -> Result<crate::echo::EchoReport, QecBenchError> {
     let echo_cfg = EchoConfig {
         wire,
         count: (cfg.shots + cfg.warmup).saturating_mul(per_shot),
@@ -540,11 +593,31 @@ fn fixture_point(name: &str) -> Option<(u32, String)> {
 
 /// The fixed-cycle run of fixture `f` at `rounds` rounds a message, then its floor: the echo of
 /// the same size at the same message rate, as many messages.
-fn cycle_row(cfg: &QecBenchConfig, f: &str, wire: WireKind, backend: BackendKind, rounds: u32, scratch: &Path) -> Result<CycleRow, QecBenchError> {
+fn cycle_row(
+    cfg: &QecBenchConfig,
+    f: &str,
+    wire: WireKind,
+    backend: BackendKind,
+    rounds: u32,
+    scratch: &Path,
+) -> Result<CycleRow, QecBenchError> {
     let label = format!("cycle-{f}-{}-{}-r{rounds}", wire.as_str(), backend.to_string().replace(':', ""));
     tracing::info!("bench-qec: {label}: qec graph at {} us a round", cfg.cycle_us);
-    let text = graph_text(&cfg.fixtures.join(f), &label, wire, backend, cfg, &scratch.join(&label), &format!("RoundCycle({:?})", cfg.cycle_us), rounds);
-    let (q, _) = run_qec_graph(&text, &label, &graph::RunOptions { progress: false, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() })?;
+    let text = graph_text(
+        &cfg.fixtures.join(f),
+        &label,
+        wire,
+        backend,
+        cfg,
+        &scratch.join(&label),
+        &format!("RoundCycle({:?})", cfg.cycle_us),
+        rounds,
+    );
+    let (q, _) = run_qec_graph(
+        &text,
+        &label,
+        &graph::RunOptions { progress: false, doorbell: cfg.doorbell, kernel: cfg.kernel.clone() },
+    )?;
     let size = (q.max_message_bytes as usize).clamp(24, 4096);
     let per_shot = q.messages_per_shot.max(1);
     let rate = 1e6 / (cfg.cycle_us * f64::from(rounds));
@@ -605,12 +678,27 @@ fn targets(rows: &[QecRow], cycles: &[CycleRow]) -> Vec<Target> {
     for r in rows.iter().filter(|r| r.distance == 11 && r.p == "0.001") {
         let Some(q) = &r.qec else { continue };
         let t = |what: &str, max: f64, value: Option<f64>| target(r, what.to_string(), max, value);
-        out.push(t("final-round decode p99 <= 1 us, the decoder's own time (its reports' decode_ns; value in us)", 1.0, q.decoder_time.map(|d| d.p99_ns as f64 / 1000.0)));
+        out.push(t(
+            "final-round decode p99 <= 1 us, the decoder's own time (its reports' decode_ns; value in us)",
+            1.0,
+            q.decoder_time.map(|d| d.p99_ns as f64 / 1000.0),
+        ));
         if r.wire == "inproc" {
-            out.push(t("reaction p50 <= echo p50 + 1 us (value: difference in us)", 1.0, r.p50_over_echo_ns.map(|d| d as f64 / 1000.0)));
+            out.push(t(
+                "reaction p50 <= echo p50 + 1 us (value: difference in us)",
+                1.0,
+                r.p50_over_echo_ns.map(|d| d as f64 / 1000.0),
+            ));
         }
         let backend = r.backend.clone();
-        for c in cycles.iter().filter(|c| c.distance == Some(11) && c.p.as_deref() == Some("0.001") && c.wire == r.wire && c.backend == backend && c.rounds_per_message == 1 && c.cycle_us == 1.0) {
+        for c in cycles.iter().filter(|c| {
+            c.distance == Some(11)
+                && c.p.as_deref() == Some("0.001")
+                && c.wire == r.wire
+                && c.backend == backend
+                && c.rounds_per_message == 1
+                && c.cycle_us == 1.0
+        }) {
             let floor = c.echo_rounds_per_us.map_or("-".into(), |f| format!("{:.3} us", 1.0 / f));
             out.push(t(&format!("keeps up with a 1 us cycle at a round a message: >= 1 round/us (value: us per round; the echo floor at the same rate {floor})"), 1.0, c.rounds_per_us.filter(|&x| x > 0.0).map(|x| 1.0 / x)));
         }
@@ -618,14 +706,30 @@ fn targets(rows: &[QecRow], cycles: &[CycleRow]) -> Vec<Target> {
     for r in rows.iter().filter(|r| r.distance == 5 && r.p == "0.001") {
         let Some(q) = &r.qec else { continue };
         let t = |what: &str, max: f64, value: Option<f64>| target(r, what.to_string(), max, value);
-        out.push(t("decode p99 <= 2 us, the decoder's own time (its reports' decode_ns; value in us)", 2.0, q.decoder_time.map(|d| d.p99_ns as f64 / 1000.0)));
-        out.push(t("the same with the transceiver loop's own work: final message's loop time p99 <= 2 us (value in us)", 2.0, Some(q.final_round_loop_ns.p99 as f64 / 1000.0)));
+        out.push(t(
+            "decode p99 <= 2 us, the decoder's own time (its reports' decode_ns; value in us)",
+            2.0,
+            q.decoder_time.map(|d| d.p99_ns as f64 / 1000.0),
+        ));
+        out.push(t(
+            "the same with the transceiver loop's own work: final message's loop time p99 <= 2 us (value in us)",
+            2.0,
+            Some(q.final_round_loop_ns.p99 as f64 / 1000.0),
+        ));
         if r.wire == "inproc" {
-            out.push(t("reaction p50 <= echo p50 + 1 us (value: difference in us)", 1.0, r.p50_over_echo_ns.map(|d| d as f64 / 1000.0)));
+            out.push(t(
+                "reaction p50 <= echo p50 + 1 us (value: difference in us)",
+                1.0,
+                r.p50_over_echo_ns.map(|d| d as f64 / 1000.0),
+            ));
         }
         // keeps one round per us: 1 / throughput <= 1 us per round
         out.push(t("closed-loop throughput >= 1 round/us (value: us per round; one message in flight, so bounded by the round trip: the fixed-cycle runs are the keep-up test)", 1.0, q.throughput_rounds_per_us.filter(|&x| x > 0.0).map(|x| 1.0 / x)));
-        out.push(t("disagreements beyond overflows = 0 (value: ties, exact-matcher disagreements)", 0.0, q.disagreements_ties.map(|x| x as f64)));
+        out.push(t(
+            "disagreements beyond overflows = 0 (value: ties, exact-matcher disagreements)",
+            0.0,
+            q.disagreements_ties.map(|x| x as f64),
+        ));
     }
     out
 }
@@ -655,7 +759,15 @@ print(pymatching.__version__, len(ts), q(0.5), q(0.99))
 "#;
 
 fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMatchingRow {
-    let mut row = PyMatchingRow { distance: d, p: p.into(), available: false, note: "not available".into(), shots: 0, p50_ns: None, p99_ns: None };
+    let mut row = PyMatchingRow {
+        distance: d,
+        p: p.into(),
+        available: false,
+        note: "not available".into(),
+        shots: 0,
+        p50_ns: None,
+        p99_ns: None,
+    };
     let Some(py) = &cfg.python else {
         row.note = "not available (skipped)".into();
         return row;
@@ -665,7 +777,13 @@ fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMa
         row.note = format!("not available (`{py} -c 'import pymatching'` failed)");
         return row;
     }
-    let out = std::process::Command::new(py).arg("-c").arg(PY_SNIPPET).arg(fixture.join("model.dem")).arg(fixture.join("dets.b8")).arg(cfg.shots.max(1).to_string()).output();
+    let out = std::process::Command::new(py)
+        .arg("-c")
+        .arg(PY_SNIPPET)
+        .arg(fixture.join("model.dem"))
+        .arg(fixture.join("dets.b8"))
+        .arg(cfg.shots.max(1).to_string())
+        .output();
     match out {
         Ok(o) if o.status.success() => {
             let text = String::from_utf8_lossy(&o.stdout);
@@ -680,7 +798,10 @@ fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMa
                 row.note = format!("not available (unexpected output `{}`)", text.trim());
             }
         }
-        Ok(o) => row.note = format!("not available ({})", String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("failed")),
+        Ok(o) => {
+            row.note =
+                format!("not available ({})", String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("failed"))
+        }
         Err(e) => row.note = format!("not available ({e})"),
     }
     row
@@ -767,7 +888,12 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
             opt(&q.disagreements_ties),
             q.overflows,
             q.throughput_rounds_per_us.map_or("-".into(), |t| format!("{t:.3}")),
-            q.decoder_time.map_or("-".into(), |d| format!("{} / {} / {}", us(d.p50_ns.into()), us(d.p99_ns.into()), us(d.max_ns.into()))),
+            q.decoder_time.map_or("-".into(), |d| format!(
+                "{} / {} / {}",
+                us(d.p50_ns.into()),
+                us(d.p99_ns.into()),
+                us(d.max_ns.into())
+            )),
             us(q.final_round_loop_ns.p50),
             us(q.final_round_loop_ns.p99),
             us(q.other_rounds_loop_ns.p50)
@@ -777,14 +903,31 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
     let _ = writeln!(s, "\n## PyMatching single-shot decode() (us, same shots, CPU, from Python)\n");
     let _ = writeln!(s, "| d | p | shots | p50 | p99 | note |\n|---|---|---|---|---|---|");
     for p in &r.pymatching {
-        let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} |", p.distance, p.p, p.shots, p.p50_ns.map_or("-".into(), us), p.p99_ns.map_or("-".into(), us), p.note);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            p.distance,
+            p.p,
+            p.shots,
+            p.p50_ns.map_or("-".into(), us),
+            p.p99_ns.map_or("-".into(), us),
+            p.note
+        );
     }
 
     let plots: Vec<&QecRow> = r.rows.iter().filter(|row| row.svg.is_some()).collect();
     if !plots.is_empty() {
         let _ = writeln!(s, "\n## Reaction latency plots\n");
         for row in plots {
-            let _ = writeln!(s, "- d={} p={} {} {}: ![reaction latency]({})", row.distance, row.p, row.wire, row.backend, row.svg.as_deref().unwrap_or_default());
+            let _ = writeln!(
+                s,
+                "- d={} p={} {} {}: ![reaction latency]({})",
+                row.distance,
+                row.p,
+                row.wire,
+                row.backend,
+                row.svg.as_deref().unwrap_or_default()
+            );
         }
     }
 
@@ -836,7 +979,15 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
     } else {
         let _ = writeln!(s, "| path | wire | target | value | met |\n|---|---|---|---|---|");
         for t in &r.targets {
-            let _ = writeln!(s, "| {} | {} | {} | {} | {} |", t.path, t.wire, t.what, t.ratio.map_or("-".into(), |v| format!("{v:.3}")), if t.met { "yes" } else { "**no**" });
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} |",
+                t.path,
+                t.wire,
+                t.what,
+                t.ratio.map_or("-".into(), |v| format!("{v:.3}")),
+                if t.met { "yes" } else { "**no**" }
+            );
         }
     }
     s

@@ -6,7 +6,6 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
 
-
 use super::{BenchReport, BenchRow};
 use crate::latency::Summary;
 
@@ -78,7 +77,11 @@ fn groups(rows: &[BenchRow]) -> Vec<(String, usize)> {
 /// A row's path in the round-trip table: a floor that is the best of several variants names
 /// the one it is.
 fn path_cell(report: &BenchReport, r: &BenchRow) -> String {
-    let chosen = report.floor_variants.iter().find(|f| !f.variants.is_empty() && f.path == r.path && f.wire == r.wire && f.size == r.size).map(|f| &f.chosen);
+    let chosen = report
+        .floor_variants
+        .iter()
+        .find(|f| !f.variants.is_empty() && f.path == r.path && f.wire == r.wire && f.size == r.size)
+        .map(|f| &f.chosen);
     match chosen {
         Some(v) => format!("{} ({})", r.path, v.replace('|', "\\|")),
         None => r.path.clone(),
@@ -116,9 +119,15 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
     }
 
     let spin_note = match m.spin_mode.as_str() {
-        "shared" => "shared: fewer cores than spinners, so every spinner (floors included) spins briefly, then yields its core",
-        "dedicated+pause" => "dedicated: every spinner has a core and never yields (floors too); PAUSE between polls (--spin-pause)",
-        "dedicated" => "dedicated: every spinner has a core and never yields, polling back to back without PAUSE (floors too)",
+        "shared" => {
+            "shared: fewer cores than spinners, so every spinner (floors included) spins briefly, then yields its core"
+        }
+        "dedicated+pause" => {
+            "dedicated: every spinner has a core and never yields (floors too); PAUSE between polls (--spin-pause)"
+        }
+        "dedicated" => {
+            "dedicated: every spinner has a core and never yields, polling back to back without PAUSE (floors too)"
+        }
         other => other,
     };
     let c = &report.clock_overhead_ns;
@@ -133,7 +142,10 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
     crate::env::write_markdown(&mut s, &e.date_utc, m, &rows);
 
     let _ = writeln!(s, "\n## Round trips (us)\n");
-    let _ = writeln!(s, "| path | wire | size (B) | count | min | p50 | p90 | p99 | p99.9 | max | p50 / floor | p99 / floor | lost |");
+    let _ = writeln!(
+        s,
+        "| path | wire | size (B) | count | min | p50 | p90 | p99 | p99.9 | max | p50 / floor | p99 / floor | lost |"
+    );
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in &report.rows {
         let t: &Summary = &r.rtt_ns;
@@ -171,11 +183,29 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
             for v in &f.variants {
                 let t = &v.rtt_ns;
                 let chosen = if v.chosen { "**yes**" } else { "" };
-                let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {} | {chosen} |", f.path, f.wire, f.size, v.name.replace('|', "\\|"), t.count, us(t.p50), us(t.p99), v.lost);
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {chosen} |",
+                    f.path,
+                    f.wire,
+                    f.size,
+                    v.name.replace('|', "\\|"),
+                    t.count,
+                    us(t.p50),
+                    us(t.p99),
+                    v.lost
+                );
             }
         }
         for f in report.floor_variants.iter().filter(|f| f.variants.is_empty()) {
-            let _ = writeln!(s, "\n{} ({} wire, {} B) is built from {}.", f.path, f.wire, f.size, f.chosen.replace('|', "\\|"));
+            let _ = writeln!(
+                s,
+                "\n{} ({} wire, {} B) is built from {}.",
+                f.path,
+                f.wire,
+                f.size,
+                f.chosen.replace('|', "\\|")
+            );
         }
     }
 
@@ -187,7 +217,9 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
         let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|");
         for r in &report.rows {
             if let Some(b) = r.breakdown_ns.as_ref().filter(|b| b.matched > 0) {
-                let split = |f: fn(&crate::latency::RestSplit) -> u64| b.rest_split.as_ref().map_or("-".to_string(), |r| us(f(r)));
+                let split = |f: fn(&crate::latency::RestSplit) -> u64| {
+                    b.rest_split.as_ref().map_or("-".to_string(), |r| us(f(r)))
+                };
                 let _ = writeln!(
                     s,
                     "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -219,15 +251,33 @@ pub fn markdown(report: &BenchReport, name: &str) -> String {
             .map_or("its floor".to_string(), |v| v.floor.clone());
         let verdict = if t.met { "**met**" } else { "**not met**" };
         let value = t.ratio.map_or("nothing to compare".to_string(), |x| format!("{x:.2}"));
-        let _ = writeln!(s, "- {} on the {} wire, {} B, against {floor}: target {}; measured {value}: {verdict}.", t.path, t.wire, t.size, t.what);
+        let _ = writeln!(
+            s,
+            "- {} on the {} wire, {} B, against {floor}: target {}; measured {value}: {verdict}.",
+            t.path, t.wire, t.size, t.what
+        );
     }
 
     let _ = writeln!(s, "\n## Messages\n");
-    let _ = writeln!(s, "| path | wire | size (B) | sent | received | lost | duplicated | reordered | corrupted | how |");
+    let _ =
+        writeln!(s, "| path | wire | size (B) | sent | received | lost | duplicated | reordered | corrupted | how |");
     let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for r in &report.rows {
         let c = &r.counts;
-        let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |", r.path, r.wire, r.size, c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted, r.detail.replace('|', "\\|"));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.path,
+            r.wire,
+            r.size,
+            c.sent,
+            c.received,
+            c.lost,
+            c.duplicated,
+            c.reordered,
+            c.corrupted,
+            r.detail.replace('|', "\\|")
+        );
     }
     let _ = writeln!(s, "\nSent counts include the warm-up messages; the distributions exclude them.");
 
@@ -251,15 +301,37 @@ mod tests {
 
     fn synthetic() -> (BenchReport, Vec<Vec<u64>>) {
         // Floor around 400 ns, path around 1.3 us, with a tail.
-        let floor: Vec<u64> = (0..2000u64).map(|i| 380 + (i * 7919) % 60 + if i % 500 == 0 { 5_000 } else { 0 }).collect();
-        let path: Vec<u64> = (0..2000u64).map(|i| 1_200 + (i * 104_729) % 300 + if i % 400 == 0 { 40_000 } else { 0 }).collect();
+        let floor: Vec<u64> =
+            (0..2000u64).map(|i| 380 + (i * 7919) % 60 + if i % 500 == 0 { 5_000 } else { 0 }).collect();
+        let path: Vec<u64> =
+            (0..2000u64).map(|i| 1_200 + (i * 104_729) % 300 + if i % 400 == 0 { 40_000 } else { 0 }).collect();
         let fs = Summary::of(&histogram_of(&floor));
         let ps = Summary::of(&histogram_of(&path));
         let vs = vs_floor(paths::CPU_BACKEND, &ps, paths::FLOOR_CACHELINE, None, &fs);
         let counts = Counts { sent: 2010, received: 2010, ..Counts::default() };
         let rows = vec![
-            BenchRow { path: paths::FLOOR_CACHELINE.into(), wire: "inproc".into(), size: 64, floor_of: Some(paths::CPU_BACKEND.into()), rtt_ns: fs, counts, vs_floor: None, detail: "two threads".into(), breakdown_ns: None },
-            BenchRow { path: paths::CPU_BACKEND.into(), wire: "inproc".into(), size: 64, floor_of: None, rtt_ns: ps, counts, vs_floor: Some(vs.clone()), detail: "inproc".into(), breakdown_ns: None },
+            BenchRow {
+                path: paths::FLOOR_CACHELINE.into(),
+                wire: "inproc".into(),
+                size: 64,
+                floor_of: Some(paths::CPU_BACKEND.into()),
+                rtt_ns: fs,
+                counts,
+                vs_floor: None,
+                detail: "two threads".into(),
+                breakdown_ns: None,
+            },
+            BenchRow {
+                path: paths::CPU_BACKEND.into(),
+                wire: "inproc".into(),
+                size: 64,
+                floor_of: None,
+                rtt_ns: ps,
+                counts,
+                vs_floor: Some(vs.clone()),
+                detail: "inproc".into(),
+                breakdown_ns: None,
+            },
         ];
         let report = BenchReport {
             env: BenchEnv {
@@ -276,7 +348,15 @@ mod tests {
             rows,
             floor_variants: vec![],
             floor_errors: vec![],
-            targets: vec![Target { path: paths::CPU_BACKEND.into(), wire: "inproc".into(), size: 64, what: "p50 <= 3x floor p50".into(), max_ratio: 3.0, ratio: Some(vs.p50), met: vs.p50 <= 3.0 }],
+            targets: vec![Target {
+                path: paths::CPU_BACKEND.into(),
+                wire: "inproc".into(),
+                size: 64,
+                what: "p50 <= 3x floor p50".into(),
+                max_ratio: 3.0,
+                ratio: Some(vs.p50),
+                met: vs.p50 <= 3.0,
+            }],
             interrupted: false,
             samples: vec![floor, path],
             files: vec![],
@@ -288,7 +368,11 @@ mod tests {
     #[test]
     fn the_spin_mode_says_whether_dedicated_spinners_pause() {
         let (mut report, _) = synthetic();
-        for (mode, says) in [("dedicated", "without PAUSE"), ("dedicated+pause", "PAUSE between polls (--spin-pause)"), ("shared", "spins briefly, then yields")] {
+        for (mode, says) in [
+            ("dedicated", "without PAUSE"),
+            ("dedicated+pause", "PAUSE between polls (--spin-pause)"),
+            ("shared", "spins briefly, then yields"),
+        ] {
             report.env.machine.spin_mode = mode.into();
             let md = markdown(&report, "syn");
             assert!(md.contains(says), "{mode}: {md}");
@@ -300,7 +384,11 @@ mod tests {
         let (report, samples) = synthetic();
         let ratio = report.rows[1].vs_floor.as_ref().expect("ratio").p50;
         assert!(ratio > 2.5 && ratio < 4.5, "{ratio}");
-        let dir = std::env::temp_dir().join(format!("rocelink-bench-write-{}-{}", std::process::id(), rocelink_link::clock::monotonic_ns()));
+        let dir = std::env::temp_dir().join(format!(
+            "rocelink-bench-write-{}-{}",
+            std::process::id(),
+            rocelink_link::clock::monotonic_ns()
+        ));
         let files = write_reports(&report, &samples, &dir, "syn").expect("write");
         let md_path = dir.join("syn.md");
         let json_path = dir.join("syn.json");
@@ -315,7 +403,8 @@ mod tests {
         assert!(md.contains("**met**") || md.contains("**not met**"), "{md}");
         assert!(md.contains("2026-01-02T03:04:05Z"));
 
-        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("parses");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json_path).expect("json")).expect("parses");
         assert_eq!(json["env"]["spin_mode"], "shared");
         assert_eq!(json["env"]["date_utc"], "2026-01-02T03:04:05Z");
         assert!(json["env"]["rocelink_version"].is_string());
@@ -360,7 +449,10 @@ mod tests {
         let counts = Counts { sent: 1000, received: 1000, ..Counts::default() };
         let best = best_of(vec![
             Variant { name: "connected sockets".into(), floor: Floor::from_samples(around(8_400), counts) },
-            Variant { name: "unconnected sockets (sendto, recvfrom)".into(), floor: Floor::from_samples(around(7_970), counts) },
+            Variant {
+                name: "unconnected sockets (sendto, recvfrom)".into(),
+                floor: Floor::from_samples(around(7_970), counts),
+            },
         ])
         .expect("a best");
         let (floor, variants) = best.into_floor();
@@ -368,10 +460,36 @@ mod tests {
         let ps = Summary::of(&histogram_of(&around(6_940)));
         let vs = vs_floor(paths::CPU_BACKEND, &ps, paths::FLOOR_UDP, Some(&floor.name), &fs);
         report.rows = vec![
-            BenchRow { path: paths::FLOOR_UDP.into(), wire: "udp".into(), size: 64, floor_of: Some(paths::CPU_BACKEND.into()), rtt_ns: fs, counts, vs_floor: None, detail: "two threads".into(), breakdown_ns: None },
-            BenchRow { path: paths::CPU_BACKEND.into(), wire: "udp".into(), size: 64, floor_of: None, rtt_ns: ps, counts, vs_floor: Some(vs.clone()), detail: "udp".into(), breakdown_ns: None },
+            BenchRow {
+                path: paths::FLOOR_UDP.into(),
+                wire: "udp".into(),
+                size: 64,
+                floor_of: Some(paths::CPU_BACKEND.into()),
+                rtt_ns: fs,
+                counts,
+                vs_floor: None,
+                detail: "two threads".into(),
+                breakdown_ns: None,
+            },
+            BenchRow {
+                path: paths::CPU_BACKEND.into(),
+                wire: "udp".into(),
+                size: 64,
+                floor_of: None,
+                rtt_ns: ps,
+                counts,
+                vs_floor: Some(vs.clone()),
+                detail: "udp".into(),
+                breakdown_ns: None,
+            },
         ];
-        report.floor_variants = vec![FloorVariants { path: paths::FLOOR_UDP.into(), wire: "udp".into(), size: 64, chosen: floor.name.clone(), variants }];
+        report.floor_variants = vec![FloorVariants {
+            path: paths::FLOOR_UDP.into(),
+            wire: "udp".into(),
+            size: 64,
+            chosen: floor.name.clone(),
+            variants,
+        }];
         report.floor_errors = vec![format!("udp wire, 64 B: {}", vs.floor_error.expect("the path beat its floor"))];
         report.targets.clear();
         report.samples = vec![floor.floor.samples, around(6_940)];
@@ -388,13 +506,19 @@ mod tests {
         assert!(md.contains("- udp wire, 64 B: floor error: cpu backend (p50 6.94 us) beats its floor floor: UDP ping-pong (spinning) (p50 7.97 us), 0.87x"), "{md}");
         assert!(md.contains("| 0.87x (floor error) |"), "{md}");
         // The floor row names its variant; the variants table has both, the chosen one marked.
-        assert!(md.contains("| floor: UDP ping-pong (spinning) (unconnected sockets (sendto, recvfrom)) | udp | 64 | 1000 |"), "{md}");
+        assert!(
+            md.contains(
+                "| floor: UDP ping-pong (spinning) (unconnected sockets (sendto, recvfrom)) | udp | 64 | 1000 |"
+            ),
+            "{md}"
+        );
         assert!(md.contains("## Floor variants"), "{md}");
         assert!(md.contains("| floor: UDP ping-pong (spinning) | udp | 64 | connected sockets | 1000 | 8.4"), "{md}");
         assert!(md.contains("| floor: UDP ping-pong (spinning) | udp | 64 | unconnected sockets (sendto, recvfrom) | 1000 | 7.97 | "), "{md}");
         assert_eq!(md.matches("| **yes** |").count(), 1, "{md}");
 
-        let json: serde_json::Value = serde_json::from_str(&serde_json::to_string(&report).expect("json")).expect("parses");
+        let json: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&report).expect("json")).expect("parses");
         let err = json["rows"][1]["vs_floor"]["floor_error"].as_str().expect("a floor error in the row");
         assert!(err.starts_with("floor error: cpu backend"), "{err}");
         assert_eq!(json["rows"][1]["vs_floor"]["floor_variant"], "unconnected sockets (sendto, recvfrom)");

@@ -146,7 +146,9 @@ impl Gpu {
                 ),
                 multiprocessors: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
                 driver_version,
-                max_shared_per_block_optin: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                max_shared_per_block_optin: attr(
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                ),
             };
             Ok(Gpu { dev, ctx, info })
         }
@@ -169,7 +171,10 @@ impl Gpu {
         let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
         check("cuMemHostRegister", sys::cuMemHostRegister_v2(ptr.as_ptr() as *mut c_void, len, flags))?;
         let mut dptr = 0;
-        check("cuMemHostGetDevicePointer", sys::cuMemHostGetDevicePointer_v2(&mut dptr, ptr.as_ptr() as *mut c_void, 0))?;
+        check(
+            "cuMemHostGetDevicePointer",
+            sys::cuMemHostGetDevicePointer_v2(&mut dptr, ptr.as_ptr() as *mut c_void, 0),
+        )?;
         Ok(dptr)
     }
 
@@ -201,7 +206,9 @@ impl Gpu {
         };
         let mut dptr = 0;
         // SAFETY: `ptr` is a mapped allocation of this context (DEVICEMAP).
-        if let Err(e) = check("cuMemHostGetDevicePointer", unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, p, 0) }) {
+        if let Err(e) =
+            check("cuMemHostGetDevicePointer", unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, p, 0) })
+        {
             free(ptr.as_ptr());
             return Err(e);
         }
@@ -253,28 +260,40 @@ impl Gpu {
     /// runs: it uses the legacy default stream).
     pub fn upload(&self, dst: &DeviceBuffer, offset: usize, src: &[u8]) -> Result<(), GpuError> {
         if offset.checked_add(src.len()).is_none_or(|end| end > dst.len) {
-            return Err(GpuError::Other(format!("upload of {} bytes at {offset} past a {}-byte buffer", src.len(), dst.len)));
+            return Err(GpuError::Other(format!(
+                "upload of {} bytes at {offset} past a {}-byte buffer",
+                src.len(),
+                dst.len
+            )));
         }
         if src.is_empty() {
             return Ok(());
         }
         self.make_current()?;
         // SAFETY: the range lies inside the allocation (checked above); src is a live slice.
-        check("cuMemcpyHtoD", unsafe { sys::cuMemcpyHtoD_v2(dst.ptr + offset as u64, src.as_ptr() as *const c_void, src.len()) })
+        check("cuMemcpyHtoD", unsafe {
+            sys::cuMemcpyHtoD_v2(dst.ptr + offset as u64, src.as_ptr() as *const c_void, src.len())
+        })
     }
 
     /// Copies `dst.len()` bytes at byte `offset` of `src` back (synchronous; as
     /// [`Gpu::upload`], only when no persistent kernel runs).
     pub fn download(&self, src: &DeviceBuffer, offset: usize, dst: &mut [u8]) -> Result<(), GpuError> {
         if offset.checked_add(dst.len()).is_none_or(|end| end > src.len) {
-            return Err(GpuError::Other(format!("download of {} bytes at {offset} past a {}-byte buffer", dst.len(), src.len)));
+            return Err(GpuError::Other(format!(
+                "download of {} bytes at {offset} past a {}-byte buffer",
+                dst.len(),
+                src.len
+            )));
         }
         if dst.is_empty() {
             return Ok(());
         }
         self.make_current()?;
         // SAFETY: the range lies inside the allocation (checked above); dst is a live slice.
-        check("cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src.ptr + offset as u64, dst.len()) })
+        check("cuMemcpyDtoH", unsafe {
+            sys::cuMemcpyDtoH_v2(dst.as_mut_ptr() as *mut c_void, src.ptr + offset as u64, dst.len())
+        })
     }
 
     /// Frees device memory.
@@ -360,7 +379,13 @@ impl Module {
     pub fn dynamic_shared_room(&self, gpu: &Gpu, i: usize) -> usize {
         let mut fixed = 0;
         // SAFETY: a loaded function; the out-pointer is a valid local.
-        let r = unsafe { sys::cuFuncGetAttribute(&mut fixed, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.functions[i]) };
+        let r = unsafe {
+            sys::cuFuncGetAttribute(
+                &mut fixed,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                self.functions[i],
+            )
+        };
         if r != sys::CUresult::CUDA_SUCCESS {
             return 0;
         }
@@ -373,7 +398,11 @@ impl Module {
         let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
         // SAFETY: a loaded function.
         check("cuFuncSetAttribute", unsafe {
-            sys::cuFuncSetAttribute(self.functions[i], sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+            sys::cuFuncSetAttribute(
+                self.functions[i],
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
         })
     }
 
@@ -432,7 +461,13 @@ impl Stream {
     ///
     /// # Safety
     /// As [`Stream::launch`].
-    pub unsafe fn launch_shared(&self, f: sys::CUfunction, threads: u32, shared: u32, params: &mut [*mut c_void]) -> Result<(), GpuError> {
+    pub unsafe fn launch_shared(
+        &self,
+        f: sys::CUfunction,
+        threads: u32,
+        shared: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<(), GpuError> {
         check(
             "cuLaunchKernel",
             sys::cuLaunchKernel(f, 1, 1, 1, threads, 1, 1, shared, self.0, params.as_mut_ptr(), std::ptr::null_mut()),

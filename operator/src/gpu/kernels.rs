@@ -54,7 +54,10 @@ impl KernelOptions {
     /// Why `threads` cannot be a block size of the kernel, if it cannot.
     pub fn check(&self) -> Result<(), String> {
         if self.threads < 32 || self.threads > 1024 || !self.threads.is_multiple_of(32) {
-            return Err(format!("the transceiver kernel's block size must be a multiple of 32 from 32 to 1024, not {}", self.threads));
+            return Err(format!(
+                "the transceiver kernel's block size must be a multiple of 32 from 32 to 1024, not {}",
+                self.threads
+            ));
         }
         Ok(())
     }
@@ -91,10 +94,14 @@ struct StageCode {
 
 fn stage_code(spec: &StageSpec) -> StageCode {
     match spec {
-        StageSpec::Echo => StageCode { header: "stages/echo.cuh", func: "rl_stage_echo", stateful: false, regs: true, idle: false },
+        StageSpec::Echo => {
+            StageCode { header: "stages/echo.cuh", func: "rl_stage_echo", stateful: false, regs: true, idle: false }
+        }
         // State: the blob of `crate::gpu::qec_state` (tables, per-decoder shots, counters). Its
         // idle form decodes a shot's defects so far ahead of the shot's last message.
-        StageSpec::QecDecoder { .. } => StageCode { header: "stages/qec.cuh", func: "rl_stage_qec", stateful: true, regs: false, idle: true },
+        StageSpec::QecDecoder { .. } => {
+            StageCode { header: "stages/qec.cuh", func: "rl_stage_qec", stateful: true, regs: false, idle: true }
+        }
     }
 }
 
@@ -144,14 +151,18 @@ pub fn chain_header(chain: &[StageSpec]) -> String {
             let state = if stateful { "state" } else { "" };
             idle.push_str(&format!("    /* stage {k}: {spec:?} */\n    {func}_idle({state});\n"));
         }
-        regs.push_str(&format!("    /* stage {k}: {spec:?} */\n    n = {func}_regs(c, n);\n    if (n < 0) return -1;\n"));
+        regs.push_str(&format!(
+            "    /* stage {k}: {spec:?} */\n    n = {func}_regs(c, n);\n    if (n < 0) return -1;\n"
+        ));
         if !seen.contains(&header) {
             includes.push_str(&format!("#include \"{header}\"\n"));
             seen.push(header);
         }
         let (src, dst) = if k % 2 == 0 { ("a", "b") } else { ("b", "a") };
         let state = if stateful { ", state" } else { "" };
-        full.push_str(&format!("    /* stage {k}: {spec:?} */\n    n = {func}({src}, n, {dst}, cap{state});\n    if (n < 0) return -1;\n"));
+        full.push_str(&format!(
+            "    /* stage {k}: {spec:?} */\n    n = {func}({src}, n, {dst}, cap{state});\n    if (n < 0) return -1;\n"
+        ));
         warp.push_str(&format!(
             "    /* stage {k}: {spec:?} */\n    *rlen = n;\n    n = {func}_warp({src}, n, {dst}, cap{state});\n    if (n == RL_STAGE_TO_BLOCK) {{\n        *resume = {k};\n        return n;\n    }}\n    if (n < 0) return -1;\n"
         ));
@@ -252,7 +263,13 @@ mod tests {
 
     #[test]
     fn the_qec_stage_gets_the_chain_state() {
-        let qec = StageSpec::QecDecoder { dem: "model.dem".into(), rounds_per_message: 1, max_defects: 12, decoders: 1, settle: Default::default() };
+        let qec = StageSpec::QecDecoder {
+            dem: "model.dem".into(),
+            rounds_per_message: 1,
+            max_defects: 12,
+            decoders: 1,
+            settle: Default::default(),
+        };
         let h = chain_header(&[StageSpec::Echo, qec]);
         assert!(h.contains("#include \"stages/qec.cuh\""));
         assert!(h.contains("n = rl_stage_echo(a, n, b, cap);"));

@@ -35,7 +35,10 @@ pub fn present_or_skip(what: &str) -> bool {
     if nvrtc_present() {
         return true;
     }
-    assert!(std::env::var_os("CI").is_none(), "CI must provide libnvrtc.so.13 (.ci/run installs the nvidia-cuda-nvrtc wheel)");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must provide libnvrtc.so.13 (.ci/run installs the nvidia-cuda-nvrtc wheel)"
+    );
     eprintln!("SKIPPED {what}: libnvrtc not found; `pip install nvidia-cuda-nvrtc==13.0.88` and put its lib folder on LD_LIBRARY_PATH to run it");
     false
 }
@@ -93,7 +96,13 @@ fn cache_key(nvrtc: (i32, i32), arch: &str, options: &[String], main: &Source, h
 
 /// Compiles `main` (with `headers` available to `#include "name"`) to a cubin for `arch`
 /// (`sm_90`), using the cache unless `use_cache` is false.
-pub fn compile(main: &Source, headers: &[Source], arch: &str, options: &[String], use_cache: bool) -> Result<Compiled, GpuError> {
+pub fn compile(
+    main: &Source,
+    headers: &[Source],
+    arch: &str,
+    options: &[String],
+    use_cache: bool,
+) -> Result<Compiled, GpuError> {
     let ver = version()?;
     let key = cache_key(ver, arch, options, main, headers);
     let path = cache_dir().join(format!("{key}.cubin"));
@@ -143,7 +152,14 @@ fn compile_uncached(main: &Source, headers: &[Source], arch: &str, options: &[St
     unsafe {
         nvrtc_check(
             "nvrtcCreateProgram",
-            sys::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), headers.len() as i32, hdr_text_ptrs.as_ptr(), hdr_name_ptrs.as_ptr()),
+            sys::nvrtcCreateProgram(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                headers.len() as i32,
+                hdr_text_ptrs.as_ptr(),
+                hdr_name_ptrs.as_ptr(),
+            ),
         )?;
         let r = sys::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
         if r != sys::nvrtcResult::NVRTC_SUCCESS {

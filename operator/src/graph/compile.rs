@@ -27,7 +27,7 @@ use rocelink_link::SpinMode;
 use rocelink_wire::{roce, rpc};
 
 use super::error::{At, GraphError, GraphErrors};
-use super::model::{Graph, Load, OperatorDef, NicSpec, PeerSpec, Policy, SimMode, Stop, WireSpec};
+use super::model::{Graph, Load, NicSpec, OperatorDef, PeerSpec, Policy, SimMode, Stop, WireSpec};
 use super::qec::{self, QecRun};
 use crate::backend::Resolved;
 use crate::ops::{self, roce::TransceiverConfig, Build, Domain, OperatorDecl, Params, PortDecl, PortDir};
@@ -160,12 +160,14 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
 
     let transceiver = ops.iter().find(|o| o.decl.domain() == Domain::Transceiver).expect("checked: one transceiver");
     let Build::Transceiver(build_t) = transceiver.decl.build else { unreachable!("domain is Transceiver") };
-    let tcfg = build_t(&transceiver.params).map_err(|e| GraphError::new(transceiver.at.clone(), format!("operator `{}`: {e}", transceiver.name)))?;
+    let tcfg = build_t(&transceiver.params)
+        .map_err(|e| GraphError::new(transceiver.at.clone(), format!("operator `{}`: {e}", transceiver.name)))?;
     let mut specs = Vec::new();
     for &i in &chain {
         let o = &ops[i];
         let Build::Stage(build_s) = o.decl.build else { unreachable!("chain holds device stages") };
-        let mut spec = build_s(&o.params).map_err(|e| GraphError::new(o.at.clone(), format!("operator `{}`: {e}", o.name)))?;
+        let mut spec =
+            build_s(&o.params).map_err(|e| GraphError::new(o.at.clone(), format!("operator `{}`: {e}", o.name)))?;
         // A device stage's helper thread (the CPU decoder's settle worker) takes the entry's core.
         if let StageSpec::QecDecoder { settle: Settle::Beside { core }, .. } = &mut spec {
             *core = g.operators[i].core;
@@ -180,7 +182,14 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
     let mut host_index: Vec<Option<usize>> = vec![None; ops.len()];
     for (i, o) in ops.iter().enumerate().filter(|(_, o)| o.decl.domain() == Domain::Host) {
         host_index[i] = Some(host_ops.len());
-        host_ops.push(HostOpPlan { name: o.name.to_string(), decl: o.decl, params: o.params.clone(), core: g.operators[i].core.or(g.cores.host), inputs: Vec::new(), outputs: Vec::new() });
+        host_ops.push(HostOpPlan {
+            name: o.name.to_string(),
+            decl: o.decl,
+            params: o.params.clone(),
+            core: g.operators[i].core.or(g.cores.host),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        });
     }
     for (fi, f) in g.flows.iter().enumerate() {
         let (a, b) = ends[fi];
@@ -203,7 +212,11 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
         }
     }
     if tcfg.tap_ring == 0 && host_flows.iter().any(|f| f.from_tap) {
-        return Err(GraphError::new(transceiver.at.clone(), format!("operator `{}`: tap_ring is 0 but its tap port feeds host operators", transceiver.name)).into());
+        return Err(GraphError::new(
+            transceiver.at.clone(),
+            format!("operator `{}`: tap_ring is 0 but its tap port feeds host operators", transceiver.name),
+        )
+        .into());
     }
 
     let (nic, peer, cores, spin, run, out_dir, json) = settings;
@@ -226,7 +239,9 @@ pub fn compile(g: Graph) -> Result<Plan, GraphErrors> {
         let StageSpec::QecDecoder { settle, .. } = spec else { continue };
         let gpu = matches!(backend.backend, Ok(crate::settings::Backend::Gpu(_)));
         if gpu && *settle != Settle::InLoop {
-            warnings.push(format!("operator `{name}`: settle: {settle:?} is the CPU stage's; the GPU stage settles in its kernel"));
+            warnings.push(format!(
+                "operator `{name}`: settle: {settle:?} is the CPU stage's; the GPU stage settles in its kernel"
+            ));
         } else if matches!(settle, Settle::Beside { core: None }) {
             warnings.push(format!(
                 "operator `{name}`: settle: beside without a `core`: the worker thread runs unpinned and yields between polls; give it a core of its own (`core: Some(n)` on the operator) for the fixed-cycle throughput it is for"
@@ -261,7 +276,9 @@ fn socket(s: &str, default_port: u16) -> Result<SocketAddrV4, String> {
     if let Ok(a) = s.parse::<SocketAddrV4>() {
         return Ok(a);
     }
-    s.parse::<Ipv4Addr>().map(|ip| SocketAddrV4::new(ip, default_port)).map_err(|_| format!("`{s}` is not an IPv4 address with an optional port (like 192.168.0.2:8192)"))
+    s.parse::<Ipv4Addr>()
+        .map(|ip| SocketAddrV4::new(ip, default_port))
+        .map_err(|_| format!("`{s}` is not an IPv4 address with an optional port (like 192.168.0.2:8192)"))
 }
 
 fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>) -> Option<Settings> {
@@ -306,7 +323,9 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
     };
     let peer = match &g.peer {
         PeerSpec::FpgaSim { mode: SimMode::InProcess, ip: i } => PeerMode::InProcess { ip: ip(i, &mut err) },
-        PeerSpec::FpgaSim { mode: SimMode::Process, ip: i } => PeerMode::Process { program: None, args: Vec::new(), ip: ip(i, &mut err) },
+        PeerSpec::FpgaSim { mode: SimMode::Process, ip: i } => {
+            PeerMode::Process { program: None, args: Vec::new(), ip: ip(i, &mut err) }
+        }
         PeerSpec::Fpga { address, roce } => {
             let ecb = socket(address, rocelink_wire::ecb::PORT).unwrap_or_else(|e| {
                 err("peer.address", format!("peer.address: {e}"));
@@ -328,19 +347,34 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
 
     let r = &g.run;
     if r.size < rpc::HEADER_LEN || r.size > roce::PMTU {
-        err("run.size", format!("run.size {} must be {}..={} (an RPC header, then args, in one packet)", r.size, rpc::HEADER_LEN, roce::PMTU));
+        err(
+            "run.size",
+            format!(
+                "run.size {} must be {}..={} (an RPC header, then args, in one packet)",
+                r.size,
+                rpc::HEADER_LEN,
+                roce::PMTU
+            ),
+        );
     }
     match r.stop {
         Stop::Count(0) => err("run.stop", "run.stop: Count must be at least 1".into()),
-        Stop::Count(n) if r.warmup >= n => warnings.push(format!("run.warmup {} is not below the count {n}: nothing will be measured", r.warmup)),
-        Stop::Duration(s) if !(s > 0.0 && s.is_finite() && s < 1e7) => err("run.stop", format!("run.stop: Duration({s}) must be a positive number of seconds")),
+        Stop::Count(n) if r.warmup >= n => {
+            warnings.push(format!("run.warmup {} is not below the count {n}: nothing will be measured", r.warmup))
+        }
+        Stop::Duration(s) if !(s > 0.0 && s.is_finite() && s < 1e7) => {
+            err("run.stop", format!("run.stop: Duration({s}) must be a positive number of seconds"))
+        }
         _ => {}
     }
     let (rate, round_cycle_us) = match r.load {
         Load::ClosedLoop => (None, None),
         Load::Rate(x) if x > 0.0 && x.is_finite() && x <= 1e9 => (Some(x), None),
         Load::Rate(x) => {
-            err("run.load", format!("run.load: Rate({x}) must be a number of messages per second above 0 and at most 1e9"));
+            err(
+                "run.load",
+                format!("run.load: Rate({x}) must be a number of messages per second above 0 and at most 1e9"),
+            );
             (None, None)
         }
         // Whether the graph is a QEC graph is checked with the chain (`qec::check`).
@@ -371,14 +405,33 @@ fn settings(g: &Graph, errors: &mut Vec<GraphError>, warnings: &mut Vec<String>)
     let c = &g.cores;
     let cores = Cores { nic: c.nic, backend: c.backend, peer: c.peer };
     let available = rocelink_link::affinity::available_cores();
-    let mut asked: Vec<(String, usize)> = [("nic", c.nic), ("backend", c.backend), ("peer", c.peer), ("host", c.host)].iter().filter_map(|(n, c)| c.map(|c| (n.to_string(), c))).collect();
+    let mut asked: Vec<(String, usize)> = [("nic", c.nic), ("backend", c.backend), ("peer", c.peer), ("host", c.host)]
+        .iter()
+        .filter_map(|(n, c)| c.map(|c| (n.to_string(), c)))
+        .collect();
     asked.extend(g.operators.iter().filter_map(|o| o.core.map(|c| (format!("operator {}", o.name), c))));
     for (who, core) in &asked {
         if *core >= available {
             warnings.push(format!("cores.{who} asks for core {core}, but this machine lets rocelink use {available} cores: that thread runs unpinned"));
         }
     }
-    (errors.len() == n0).then_some((nic, peer, cores, c.spin, RunPlan { stop: r.stop, warmup: r.warmup, rate, round_cycle_us, size: r.size, timeout, function_id: rpc::function_id::ECHO }, out_dir, json))
+    (errors.len() == n0).then_some((
+        nic,
+        peer,
+        cores,
+        c.spin,
+        RunPlan {
+            stop: r.stop,
+            warmup: r.warmup,
+            rate,
+            round_cycle_us,
+            size: r.size,
+            timeout,
+            function_id: rpc::function_id::ECHO,
+        },
+        out_dir,
+        json,
+    ))
 }
 
 /// Names, kinds and parameters; exactly one transceiver.
@@ -386,9 +439,16 @@ fn operators<'g>(g: &'g Graph, errors: &mut Vec<GraphError>) -> Option<Vec<Op<'g
     let mut ops = Vec::new();
     let mut seen: HashMap<&str, &At> = HashMap::new();
     for o in &g.operators {
-        let valid_name = !o.name.is_empty() && o.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        let valid_name =
+            !o.name.is_empty() && o.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if !valid_name {
-            errors.push(GraphError::new(o.at.clone(), format!("operator name `{}` must be letters, digits, `_` or `-` (flows name ports as `operator.port`)", o.name)));
+            errors.push(GraphError::new(
+                o.at.clone(),
+                format!(
+                    "operator name `{}` must be letters, digits, `_` or `-` (flows name ports as `operator.port`)",
+                    o.name
+                ),
+            ));
         } else if let Some(first) = seen.get(o.name.as_str()) {
             let first = match first {
                 At::File { line, .. } => format!(" (first on line {line})"),
@@ -399,11 +459,24 @@ fn operators<'g>(g: &'g Graph, errors: &mut Vec<GraphError>) -> Option<Vec<Op<'g
             seen.insert(&o.name, &o.at);
         }
         let Some(decl) = ops::lookup(&o.kind) else {
-            let hint = ops::kind_names().into_iter().find(|k| k.eq_ignore_ascii_case(&o.kind)).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
-            errors.push(GraphError::new(o.kind_at.clone(), format!("operator `{}`: unknown kind `{}` (known kinds: {}){hint}", o.name, o.kind, ops::kind_names().join(", "))));
+            let hint = ops::kind_names()
+                .into_iter()
+                .find(|k| k.eq_ignore_ascii_case(&o.kind))
+                .map(|k| format!("; did you mean `{k}`?"))
+                .unwrap_or_default();
+            errors.push(GraphError::new(
+                o.kind_at.clone(),
+                format!(
+                    "operator `{}`: unknown kind `{}` (known kinds: {}){hint}",
+                    o.name,
+                    o.kind,
+                    ops::kind_names().join(", ")
+                ),
+            ));
             continue;
         };
-        let given: Vec<(String, ops::ParamValue)> = o.params.iter().map(|p| (p.name.clone(), p.value.clone())).collect();
+        let given: Vec<(String, ops::ParamValue)> =
+            o.params.iter().map(|p| (p.name.clone(), p.value.clone())).collect();
         match Params::resolve(decl.params, &given) {
             Ok(params) => {
                 if let Err((at, msg)) = output_names(g, o, decl, &params) {
@@ -422,9 +495,18 @@ fn operators<'g>(g: &'g Graph, errors: &mut Vec<GraphError>) -> Option<Vec<Op<'g
     }
     let transceivers: Vec<&Op> = ops.iter().filter(|o| o.decl.domain() == Domain::Transceiver).collect();
     match transceivers.len() {
-        0 => errors.push(GraphError::new(g.places.at("operators"), "the graph has no RoceTransceiver: add `(name: \"roce\", kind: \"RoceTransceiver\")`")),
+        0 => errors.push(GraphError::new(
+            g.places.at("operators"),
+            "the graph has no RoceTransceiver: add `(name: \"roce\", kind: \"RoceTransceiver\")`",
+        )),
         1 => {}
-        _ => errors.push(GraphError::new(transceivers[1].at.clone(), format!("operator `{}`: a graph has one RoceTransceiver (this build drives one queue pair); `{}` is the first", transceivers[1].name, transceivers[0].name))),
+        _ => errors.push(GraphError::new(
+            transceivers[1].at.clone(),
+            format!(
+                "operator `{}`: a graph has one RoceTransceiver (this build drives one queue pair); `{}` is the first",
+                transceivers[1].name, transceivers[0].name
+            ),
+        )),
     }
     Some(ops)
 }
@@ -439,8 +521,16 @@ fn output_names(g: &Graph, o: &OperatorDef, decl: &OperatorDecl, params: &Params
         return Ok(());
     }
     let (name, at, what) = match params.str("name") {
-        Some(n) => (n, o.params.iter().find(|p| p.name == "name").map_or_else(|| o.at.clone(), |p| p.at.clone()), "parameter `name`"),
-        None => (g.name.as_str(), if g.places.has("name") { g.places.at("name") } else { o.at.clone() }, "the graph's name (the default of its parameter `name`)"),
+        Some(n) => (
+            n,
+            o.params.iter().find(|p| p.name == "name").map_or_else(|| o.at.clone(), |p| p.at.clone()),
+            "parameter `name`",
+        ),
+        None => (
+            g.name.as_str(),
+            if g.places.has("name") { g.places.at("name") } else { o.at.clone() },
+            "the graph's name (the default of its parameter `name`)",
+        ),
     };
     if !ops::latency_report::valid_name(name) {
         return Err((at, format!("{what} is `{name}`, but it names the report files (<name>.md, .json, .svg in outputs.dir): it must be a file name without folders")));
@@ -464,7 +554,10 @@ fn flow_ends(g: &Graph, ops: &[Op<'_>], errors: &mut Vec<GraphError>) -> Vec<(En
                         At::File { line, col, .. } => format!(" (first at line {line}, column {col})"),
                         _ => String::new(),
                     };
-                    errors.push(GraphError::new(f.at.clone(), format!("duplicate flow {} -> {}{first}: each connection is written once", f.from, f.to)));
+                    errors.push(GraphError::new(
+                        f.at.clone(),
+                        format!("duplicate flow {} -> {}{first}: each connection is written once", f.from, f.to),
+                    ));
                 }
                 std::collections::hash_map::Entry::Vacant(v) => {
                     v.insert(&f.at);
@@ -476,25 +569,47 @@ fn flow_ends(g: &Graph, ops: &[Op<'_>], errors: &mut Vec<GraphError>) -> Vec<(En
     out
 }
 
-fn end(ops: &[Op<'_>], by_name: &HashMap<&str, usize>, text: &str, at: &At, dir: PortDir, errors: &mut Vec<GraphError>) -> Option<End> {
+fn end(
+    ops: &[Op<'_>],
+    by_name: &HashMap<&str, usize>,
+    text: &str,
+    at: &At,
+    dir: PortDir,
+    errors: &mut Vec<GraphError>,
+) -> Option<End> {
     let side = if dir == PortDir::Out { "from" } else { "to" };
-    let Some((op, port)) = text.split_once('.').filter(|(o, p)| !o.is_empty() && !p.is_empty() && !p.contains('.')) else {
+    let Some((op, port)) = text.split_once('.').filter(|(o, p)| !o.is_empty() && !p.is_empty() && !p.contains('.'))
+    else {
         errors.push(GraphError::new(at.clone(), format!("flow {side} `{text}`: expected `operator.port`")));
         return None;
     };
     let Some(&i) = by_name.get(op) else {
-        errors.push(GraphError::new(at.clone(), format!("flow {side} `{text}`: dangling: there is no operator named `{op}`")));
+        errors.push(GraphError::new(
+            at.clone(),
+            format!("flow {side} `{text}`: dangling: there is no operator named `{op}`"),
+        ));
         return None;
     };
     let decl = ops[i].decl;
     let Some(p) = decl.port(port) else {
         let ports: Vec<&str> = decl.ports.iter().map(|p| p.name).collect();
-        errors.push(GraphError::new(at.clone(), format!("flow {side} `{text}`: dangling: operator `{op}` ({}) has no port `{port}` (its ports: {})", decl.kind, ports.join(", "))));
+        errors.push(GraphError::new(
+            at.clone(),
+            format!(
+                "flow {side} `{text}`: dangling: operator `{op}` ({}) has no port `{port}` (its ports: {})",
+                decl.kind,
+                ports.join(", ")
+            ),
+        ));
         return None;
     };
     if p.dir != dir {
-        let (is, needs) = if dir == PortDir::Out { ("an input", "from an output port") } else { ("an output", "to an input port") };
-        errors.push(GraphError::new(at.clone(), format!("flow {side} `{text}`: port `{port}` of `{op}` is {is} port; a flow goes {needs}")));
+        let (is, needs) =
+            if dir == PortDir::Out { ("an input", "from an output port") } else { ("an output", "to an input port") };
+        errors.push(GraphError::new(
+            at.clone(),
+            format!("flow {side} `{text}`: port `{port}` of `{op}` is {is} port; a flow goes {needs}"),
+        ));
         return None;
     }
     Some(End { op: i, port: p })
@@ -515,7 +630,10 @@ fn structure(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)], errors: &mut Vec<Gr
             errors.push(GraphError::new(f.at.clone(), format!("flow {name} is fused into the device stage chain: it has no queue, so capacity and policy do not apply")));
         } else if db == Domain::Host {
             if let Some(c) = f.capacity.filter(|c| *c == 0 || *c > MAX_CAPACITY) {
-                errors.push(GraphError::new(f.at.clone(), format!("flow {name}: capacity {c} must be 1..={MAX_CAPACITY}")));
+                errors.push(GraphError::new(
+                    f.at.clone(),
+                    format!("flow {name}: capacity {c} must be 1..={MAX_CAPACITY}"),
+                ));
             }
             if da == Domain::Transceiver && f.policy == Some(Policy::Reject) {
                 errors.push(GraphError::new(f.at.clone(), format!("flow {name}: the tap ring is written by the data path without looking at its reader, so a full ring always loses its oldest records; use Pop (count them) or Fault (fail the run)")));
@@ -534,16 +652,31 @@ fn structure(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)], errors: &mut Vec<Gr
         if !a.port.ty.feeds(b.port.ty) {
             errors.push(GraphError::new(
                 f.at.clone(),
-                format!("flow {} -> {}: port type mismatch: `{}` sends {}, `{}` takes {}", f.from, f.to, f.from, a.port.ty.as_str(), f.to, b.port.ty.as_str()),
+                format!(
+                    "flow {} -> {}: port type mismatch: `{}` sends {}, `{}` takes {}",
+                    f.from,
+                    f.to,
+                    f.from,
+                    a.port.ty.as_str(),
+                    f.to,
+                    b.port.ty.as_str()
+                ),
             ));
         }
     }
-    let connected: HashSet<(usize, &str)> = ends.iter().flat_map(|(a, b)| [(a.op, a.port.name), (b.op, b.port.name)]).collect();
+    let connected: HashSet<(usize, &str)> =
+        ends.iter().flat_map(|(a, b)| [(a.op, a.port.name), (b.op, b.port.name)]).collect();
     for (i, o) in ops.iter().enumerate() {
         for p in o.decl.ports.iter().filter(|p| p.required) {
             if !connected.contains(&(i, p.name)) {
                 let dir = if p.dir == PortDir::In { "input" } else { "output" };
-                errors.push(GraphError::new(o.at.clone(), format!("operator `{}` ({}): required {dir} port `{}` ({}) is not connected", o.name, o.decl.kind, p.name, p.doc)));
+                errors.push(GraphError::new(
+                    o.at.clone(),
+                    format!(
+                        "operator `{}` ({}): required {dir} port `{}` ({}) is not connected",
+                        o.name, o.decl.kind, p.name, p.doc
+                    ),
+                ));
             }
         }
     }
@@ -585,8 +718,20 @@ fn cycles(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)], domain: Domain, errors
                     let from = stack.iter().position(|&(x, _)| x == w).unwrap_or(0);
                     let mut names: Vec<&str> = stack[from..].iter().map(|&(x, _)| ops[x].name).collect();
                     names.push(ops[w].name);
-                    let what = if domain == Domain::Device { "device stages" } else { "host operators (they could never drain)" };
-                    errors.push(GraphError::new(g.flows[fi].at.clone(), format!("flow {} -> {} closes a cycle among {what}: {}", g.flows[fi].from, g.flows[fi].to, abridged(&names, " -> "))));
+                    let what = if domain == Domain::Device {
+                        "device stages"
+                    } else {
+                        "host operators (they could never drain)"
+                    };
+                    errors.push(GraphError::new(
+                        g.flows[fi].at.clone(),
+                        format!(
+                            "flow {} -> {} closes a cycle among {what}: {}",
+                            g.flows[fi].from,
+                            g.flows[fi].to,
+                            abridged(&names, " -> ")
+                        ),
+                    ));
                     return;
                 }
                 0 => {
@@ -608,14 +753,21 @@ fn abridged<S: AsRef<str>>(items: &[S], sep: &str) -> String {
     if items.len() <= HEAD + TAIL + 1 {
         return join(items);
     }
-    format!("{}{sep}... ({} more){sep}{}", join(&items[..HEAD]), items.len() - HEAD - TAIL, join(&items[items.len() - TAIL..]))
+    format!(
+        "{}{sep}... ({} more){sep}{}",
+        join(&items[..HEAD]),
+        items.len() - HEAD - TAIL,
+        join(&items[items.len() - TAIL..])
+    )
 }
 
 /// The device stages from the transceiver's rx to its tx, in order: one path, every device
 /// stage on it.
 fn chain(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)]) -> Result<Vec<usize>, GraphErrors> {
     let t = ops.iter().position(|o| o.decl.domain() == Domain::Transceiver).expect("checked: one transceiver");
-    let data_flows: Vec<usize> = (0..ends.len()).filter(|&i| ops[ends[i].0.op].decl.domain().on_data_path() && ops[ends[i].1.op].decl.domain().on_data_path()).collect();
+    let data_flows: Vec<usize> = (0..ends.len())
+        .filter(|&i| ops[ends[i].0.op].decl.domain().on_data_path() && ops[ends[i].1.op].decl.domain().on_data_path())
+        .collect();
     let line_of = |fi: usize| match &g.flows[fi].at {
         At::File { line, .. } => format!("line {line}"),
         _ => format!("flow {fi}"),
@@ -635,31 +787,64 @@ fn chain(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)]) -> Result<Vec<usize>, G
         let out: &[usize] = leaving.get(&(op, port)).map_or(&[], Vec::as_slice);
         if out.len() > 1 {
             let lines: Vec<String> = out.iter().map(|&fi| line_of(fi)).collect();
-            return Err(GraphError::new(g.flows[out[1]].at.clone(), format!("`{}.{port}` feeds {} device flows ({}); the fused chain is a single path", ops[op].name, out.len(), abridged(&lines, ", "))).into());
+            return Err(GraphError::new(
+                g.flows[out[1]].at.clone(),
+                format!(
+                    "`{}.{port}` feeds {} device flows ({}); the fused chain is a single path",
+                    ops[op].name,
+                    out.len(),
+                    abridged(&lines, ", ")
+                ),
+            )
+            .into());
         }
         let Some(&fi) = out.first() else {
             // Checked before: every required port is connected, so this is a stage whose
             // output goes nowhere on the data path.
-            return Err(GraphError::new(ops[op].at.clone(), format!("`{}.{port}` does not lead back to `{}` (the transceiver's tx)", ops[op].name, ops[t].name)).into());
+            return Err(GraphError::new(
+                ops[op].at.clone(),
+                format!("`{}.{port}` does not lead back to `{}` (the transceiver's tx)", ops[op].name, ops[t].name),
+            )
+            .into());
         };
         let next = ends[fi].1;
         let fan_in: &[usize] = entering.get(&(next.op, next.port.name)).map_or(&[], Vec::as_slice);
         if fan_in.len() > 1 {
             let lines: Vec<String> = fan_in.iter().map(|&f| line_of(f)).collect();
-            return Err(GraphError::new(g.flows[fan_in[1]].at.clone(), format!("`{}.{}` is fed by {} device flows ({}); the fused chain is a single path", ops[next.op].name, next.port.name, fan_in.len(), abridged(&lines, ", "))).into());
+            return Err(GraphError::new(
+                g.flows[fan_in[1]].at.clone(),
+                format!(
+                    "`{}.{}` is fed by {} device flows ({}); the fused chain is a single path",
+                    ops[next.op].name,
+                    next.port.name,
+                    fan_in.len(),
+                    abridged(&lines, ", ")
+                ),
+            )
+            .into());
         }
         if next.op == t {
             break;
         }
         if on_chain[next.op] {
-            return Err(GraphError::new(g.flows[fi].at.clone(), format!("device stage `{}` appears twice on the chain", ops[next.op].name)).into());
+            return Err(GraphError::new(
+                g.flows[fi].at.clone(),
+                format!("device stage `{}` appears twice on the chain", ops[next.op].name),
+            )
+            .into());
         }
         on_chain[next.op] = true;
         order.push(next.op);
         op = next.op;
         port = match ops[op].decl.ports.iter().find(|p| p.dir == PortDir::Out && p.ty != ops::MsgType::MsgRecord) {
             Some(p) => p.name,
-            None => return Err(GraphError::new(ops[op].at.clone(), format!("device stage `{}` has no output port", ops[op].name)).into()),
+            None => {
+                return Err(GraphError::new(
+                    ops[op].at.clone(),
+                    format!("device stage `{}` has no output port", ops[op].name),
+                )
+                .into())
+            }
         };
     }
     if order.is_empty() {
@@ -668,7 +853,11 @@ fn chain(g: &Graph, ops: &[Op<'_>], ends: &[(End, End)]) -> Result<Vec<usize>, G
     }
     for (i, o) in ops.iter().enumerate() {
         if o.decl.domain() == Domain::Device && !on_chain[i] {
-            return Err(GraphError::new(o.at.clone(), format!("device stage `{}` is not on the path from `{1}.rx` to `{1}.tx`", o.name, ops[t].name)).into());
+            return Err(GraphError::new(
+                o.at.clone(),
+                format!("device stage `{}` is not on the path from `{1}.rx` to `{1}.tx`", o.name, ops[t].name),
+            )
+            .into());
         }
     }
     Ok(order)
@@ -683,14 +872,26 @@ impl Plan {
                 t.push(("fpga-sim".to_string(), "peer data plane (spins during a run)".to_string(), self.cores.peer));
                 t.push(("fpga-sim-ecb".to_string(), "peer ECB register server".to_string(), None));
             }
-            PeerMode::Process { .. } => t.push(("fpga-sim (process)".to_string(), "peer data plane, in its own process (spins during a run)".to_string(), self.cores.peer)),
+            PeerMode::Process { .. } => t.push((
+                "fpga-sim (process)".to_string(),
+                "peer data plane, in its own process (spins during a run)".to_string(),
+                self.cores.peer,
+            )),
             PeerMode::Remote { .. } => {}
         }
         t.push(("rocelink-nic".into(), "software NIC engine (spins)".into(), self.cores.nic));
         let chain: Vec<&str> = self.chain.iter().map(|(n, _)| n.as_str()).collect();
-        t.push(("rocelink-cpu".into(), format!("transceiver loop running {} (spins; the GPU backend runs it as a kernel)", chain.join(" -> ")), self.cores.backend));
+        t.push((
+            "rocelink-cpu".into(),
+            format!("transceiver loop running {} (spins; the GPU backend runs it as a kernel)", chain.join(" -> ")),
+            self.cores.backend,
+        ));
         for (name, core) in self.settle_workers() {
-            t.push(("qec-settle".into(), format!("{name}'s streaming work beside the loop (spins while rounds come; settle: beside)"), core));
+            t.push((
+                "qec-settle".into(),
+                format!("{name}'s streaming work beside the loop (spins while rounds come; settle: beside)"),
+                core,
+            ));
         }
         if self.host_flows.iter().any(|f| f.from_tap) {
             t.push(("rocelink-tap".into(), "tap reader (follows the record ring every 1 ms)".into(), self.host_core));
@@ -749,26 +950,42 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let g = &self.graph;
         let mut s = String::new();
-        let _ = writeln!(s, "graph `{}`{}: valid", g.name, g.file.as_ref().map(|f| format!(" ({f})")).unwrap_or_default());
+        let _ =
+            writeln!(s, "graph `{}`{}: valid", g.name, g.file.as_ref().map(|f| format!(" ({f})")).unwrap_or_default());
         let r = &self.backend;
         let backend = match (&r.backend, &r.fallback) {
             (Ok(_), Some(why)) => format!("{:?}: the CPU on this machine ({why})", r.asked),
             (Ok(Backend::Cpu), None) => format!("{:?}", r.asked),
-            (Ok(b @ Backend::GpuLaunchPerMessage(_)), None) => format!("{:?}: {b} (a baseline: the CPU loop launches one kernel per message)", r.asked),
+            (Ok(b @ Backend::GpuLaunchPerMessage(_)), None) => {
+                format!("{:?}: {b} (a baseline: the CPU loop launches one kernel per message)", r.asked)
+            }
             (Ok(b), None) => format!("{:?}: {b} on this machine", r.asked),
             (Err(why), _) => format!("{:?}: cannot run on this machine ({why}); `run` refuses it", r.asked),
         };
         let _ = writeln!(s, "  backend   {backend}");
         let nic = match &self.nic {
-            NicPlan::Soft { wire: WireKind::Inproc, .. } => "software NIC, inproc wire (lock-free rings between threads)".to_string(),
-            NicPlan::Soft { wire: WireKind::Udp, bind } => format!("software NIC, UDP wire on {}", bind.map_or("a fresh loopback address, port 4791".into(), |b| b.to_string())),
-            NicPlan::Verbs { device, port, gid_index } => format!("verbs: {device} port {port} GID index {gid_index} (needs the `verbs` feature and a ConnectX)"),
+            NicPlan::Soft { wire: WireKind::Inproc, .. } => {
+                "software NIC, inproc wire (lock-free rings between threads)".to_string()
+            }
+            NicPlan::Soft { wire: WireKind::Udp, bind } => format!(
+                "software NIC, UDP wire on {}",
+                bind.map_or("a fresh loopback address, port 4791".into(), |b| b.to_string())
+            ),
+            NicPlan::Verbs { device, port, gid_index } => {
+                format!("verbs: {device} port {port} GID index {gid_index} (needs the `verbs` feature and a ConnectX)")
+            }
         };
         let _ = writeln!(s, "  nic       {nic}");
         let qec = if self.qec.as_ref().is_some_and(|q| q.replay.is_some()) { ", replaying QEC syndromes" } else { "" };
         let peer = match &self.peer {
-            PeerMode::InProcess { ip } => format!("fpga-sim in this process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
-            PeerMode::Process { ip, .. } => format!("fpga-sim as a separate process at {}{qec}", ip.map_or("a fresh loopback address".into(), |i| i.to_string())),
+            PeerMode::InProcess { ip } => format!(
+                "fpga-sim in this process at {}{qec}",
+                ip.map_or("a fresh loopback address".into(), |i| i.to_string())
+            ),
+            PeerMode::Process { ip, .. } => format!(
+                "fpga-sim as a separate process at {}{qec}",
+                ip.map_or("a fresh loopback address".into(), |i| i.to_string())
+            ),
             PeerMode::Remote { ecb, roce } => format!("an FPGA (or standalone fpga-sim): ECB {ecb}, RoCE {roce}"),
         };
         let _ = writeln!(s, "  peer      {peer}");
@@ -787,8 +1004,18 @@ impl fmt::Display for Plan {
             (None, Some(_)) => "rounds as fast as 64 messages in flight allow".to_string(),
             (None, None) => "closed loop (one message in flight)".to_string(),
         };
-        let size = if self.qec.is_some() { format!("RX slots of {} B", self.slot_stride()) } else { format!("{} B per message", r.size) };
-        let _ = writeln!(s, "  run       {stop}, {load}, {size}, {} warm-up {unit}, timeout {}", r.warmup, r.timeout.map_or("none (gives up after 10 s without an answer)".into(), |t| format!("{} s", t.as_secs_f64())));
+        let size = if self.qec.is_some() {
+            format!("RX slots of {} B", self.slot_stride())
+        } else {
+            format!("{} B per message", r.size)
+        };
+        let _ = writeln!(
+            s,
+            "  run       {stop}, {load}, {size}, {} warm-up {unit}, timeout {}",
+            r.warmup,
+            r.timeout
+                .map_or("none (gives up after 10 s without an answer)".into(), |t| format!("{} s", t.as_secs_f64()))
+        );
         if let Some(q) = &self.qec {
             match &q.replay {
                 Some(rp) => {
@@ -823,21 +1050,50 @@ impl fmt::Display for Plan {
         }
         let chain: Vec<String> = self.chain.iter().map(|(n, spec)| format!("{n} ({spec:?})")).collect();
         let t = &self.transceiver.0;
-        let _ = writeln!(s, "\nfused stage chain (one transceiver loop, no queue between stages):\n  {t}.rx -> {} -> {t}.tx", chain.join(" -> "));
+        let _ = writeln!(
+            s,
+            "\nfused stage chain (one transceiver loop, no queue between stages):\n  {t}.rx -> {} -> {t}.tx",
+            chain.join(" -> ")
+        );
         let _ = writeln!(s, "  StageSpecs: {:?}", self.chain.iter().map(|(_, s)| s).collect::<Vec<_>>());
-        let _ = writeln!(s, "\nthreads (spin mode {}{}):", self.spin_mode(), if self.spin == Spin::Auto { ", chosen from the cores available" } else { "" });
+        let _ = writeln!(
+            s,
+            "\nthreads (spin mode {}{}):",
+            self.spin_mode(),
+            if self.spin == Spin::Auto { ", chosen from the cores available" } else { "" }
+        );
         for (name, what, core) in self.threads() {
             let _ = writeln!(s, "  {name:<20} {:<10} {what}", core_name(core));
         }
         let tc = &self.transceiver.1;
         let stride = self.slot_stride();
         let _ = writeln!(s, "\nrings:");
-        let _ = writeln!(s, "  RX slots        {} x {stride} B (the peer writes slot k with RDMA WRITE with immediate)", tc.slots);
-        let _ = writeln!(s, "  send/receive    128 WQEs each, 128 CQEs each (mlx5 layout), TX slots 128 x {} B", stride.max(64));
+        let _ = writeln!(
+            s,
+            "  RX slots        {} x {stride} B (the peer writes slot k with RDMA WRITE with immediate)",
+            tc.slots
+        );
+        let _ = writeln!(
+            s,
+            "  send/receive    128 WQEs each, 128 CQEs each (mlx5 layout), TX slots 128 x {} B",
+            stride.max(64)
+        );
         let rec = std::mem::size_of::<crate::abi::rl_msg_timestamp>() as u64;
-        let _ = writeln!(s, "  tap ring        {} records x {rec} B ({} KiB), written by the data path without waiting", tc.tap_ring, u64::from(tc.tap_ring) * rec / 1024);
+        let _ = writeln!(
+            s,
+            "  tap ring        {} records x {rec} B ({} KiB), written by the data path without waiting",
+            tc.tap_ring,
+            u64::from(tc.tap_ring) * rec / 1024
+        );
         for fl in &self.host_flows {
-            let _ = writeln!(s, "  flow            {}: channel of {} messages, policy {}{}", fl.name(), fl.capacity, fl.policy.as_str(), if fl.from_tap { " (from the tap)" } else { "" });
+            let _ = writeln!(
+                s,
+                "  flow            {}: channel of {} messages, policy {}{}",
+                fl.name(),
+                fl.capacity,
+                fl.policy.as_str(),
+                if fl.from_tap { " (from the tap)" } else { "" }
+            );
         }
         let _ = writeln!(s, "\nhost operators:");
         if self.host_ops.is_empty() {
@@ -845,9 +1101,20 @@ impl fmt::Display for Plan {
         }
         for h in &self.host_ops {
             let params: Vec<String> = h.params.iter().map(|(n, v)| format!("{n}: {v}")).collect();
-            let _ = writeln!(s, "  {} ({}) {}", h.name, h.decl.kind, if params.is_empty() { String::new() } else { format!("({})", params.join(", ")) });
+            let _ = writeln!(
+                s,
+                "  {} ({}) {}",
+                h.name,
+                h.decl.kind,
+                if params.is_empty() { String::new() } else { format!("({})", params.join(", ")) }
+            );
         }
-        let _ = writeln!(s, "\noutputs: folder {}{}", self.out_dir.display(), self.json.as_ref().map(|j| format!(", run report {}", j.display())).unwrap_or_default());
+        let _ = writeln!(
+            s,
+            "\noutputs: folder {}{}",
+            self.out_dir.display(),
+            self.json.as_ref().map(|j| format!(", run report {}", j.display())).unwrap_or_default()
+        );
         for w in &self.warnings {
             let _ = writeln!(s, "warning: {w}");
         }

@@ -26,7 +26,11 @@ pub fn dot(plan: &Plan) -> String {
         let kind = by_name.get(name).copied().unwrap_or("");
         quote(&format!("{name}\n{kind}"))
     };
-    let _ = writeln!(s, "  subgraph cluster_data_path {{\n    label={};\n    style=dashed;", quote(&format!("data path: one transceiver loop ({:?} backend)", plan.backend.asked)));
+    let _ = writeln!(
+        s,
+        "  subgraph cluster_data_path {{\n    label={};\n    style=dashed;",
+        quote(&format!("data path: one transceiver loop ({:?} backend)", plan.backend.asked))
+    );
     for o in &g.operators {
         match domain(&o.name) {
             Some(Domain::Transceiver) => {
@@ -40,9 +44,15 @@ pub fn dot(plan: &Plan) -> String {
     }
     let _ = writeln!(s, "  }}");
     for h in &plan.host_ops {
-        let _ = writeln!(s, "  {} [label={}, style=\"rounded,filled\", fillcolor=\"#eef3fb\"];", quote(&h.name), label(&h.name));
+        let _ = writeln!(
+            s,
+            "  {} [label={}, style=\"rounded,filled\", fillcolor=\"#eef3fb\"];",
+            quote(&h.name),
+            label(&h.name)
+        );
     }
-    let host_flows: HashMap<(&str, &str, &str, &str), _> = plan.host_flows.iter().map(|x| ((x.from.0.as_str(), x.from.1, x.to.0.as_str(), x.to.1), x)).collect();
+    let host_flows: HashMap<(&str, &str, &str, &str), _> =
+        plan.host_flows.iter().map(|x| ((x.from.0.as_str(), x.from.1, x.to.0.as_str(), x.to.1), x)).collect();
     for f in &g.flows {
         let (Some((a, ap)), Some((b, bp))) = (f.from.split_once('.'), f.to.split_once('.')) else { continue };
         let host = domain(b) == Some(Domain::Host);
@@ -53,7 +63,8 @@ pub fn dot(plan: &Plan) -> String {
             String::new()
         };
         let style = if host { ", style=dashed" } else { ", penwidth=2" };
-        let _ = writeln!(s, "  {} -> {} [label={}{style}];", quote(a), quote(b), quote(&format!("{ap} -> {bp}{queue}")));
+        let _ =
+            writeln!(s, "  {} -> {} [label={}{style}];", quote(a), quote(b), quote(&format!("{ap} -> {bp}{queue}")));
     }
     let _ = writeln!(s, "}}");
     s

@@ -26,9 +26,9 @@ use hdrhistogram::Histogram;
 use rocelink_wire::hsb::{reg, CaptureRecord};
 
 use super::compile::RunPlan;
+use super::error::RunError;
 use super::model::Stop;
 use super::qec::{self, QecDriven, QecRun};
-use super::error::RunError;
 use crate::hsb::{DataPlaneConfig, EcbClient, EcbError, HsbHost, PeerStats, PlayerConfig, QecPlayerConfig};
 use crate::latency::Analyzer;
 use crate::peer::HOST_MAC;
@@ -142,8 +142,18 @@ pub(crate) const OPEN_LOOP_WINDOW: u64 = 64;
 /// `failure` says whether the data path has died (a failed kernel): the run then stops with a
 /// fault.
 #[allow(clippy::too_many_arguments)]
-pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&QecRun>, progress: bool, fault: &Fault, failure: &dyn Fn() -> Option<String>, tap: Option<&TapStats>) -> Result<Driven, RunError> {
-    let client = EcbClient::connect(ecb).map_err(|e| RunError::Start { what: "the ECB client".into(), detail: e.to_string() })?;
+pub fn drive(
+    ecb: SocketAddrV4,
+    target: &Target,
+    run: &RunPlan,
+    qec: Option<&QecRun>,
+    progress: bool,
+    fault: &Fault,
+    failure: &dyn Fn() -> Option<String>,
+    tap: Option<&TapStats>,
+) -> Result<Driven, RunError> {
+    let client = EcbClient::connect(ecb)
+        .map_err(|e| RunError::Start { what: "the ECB client".into(), detail: e.to_string() })?;
     let mut host = HsbHost::new(client);
     host.check_version().map_err(RunError::Peer)?;
     let driven = drive_peer(&mut host, target, run, qec, progress, fault, failure, tap);
@@ -154,7 +164,8 @@ pub fn drive(ecb: SocketAddrV4, target: &Target, run: &RunPlan, qec: Option<&Qec
     let peer_gone = driven.as_ref().is_ok_and(|d| d.peer_lost);
     if !peer_gone {
         if let Err(e) = unconfigure(&mut host) {
-            let what = format!("the peer could not be unconfigured at the end of the run (its player may still run): {e}");
+            let what =
+                format!("the peer could not be unconfigured at the end of the run (its player may still run): {e}");
             match &driven {
                 Ok(_) => fault.raise(what),
                 Err(_) => tracing::warn!("{what}"),
@@ -175,7 +186,16 @@ fn unconfigure(host: &mut HsbHost) -> Result<(), EcbError> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&QecRun>, progress: bool, fault: &Fault, failure: &dyn Fn() -> Option<String>, tap: Option<&TapStats>) -> Result<Driven, RunError> {
+fn drive_peer(
+    host: &mut HsbHost,
+    target: &Target,
+    run: &RunPlan,
+    qec: Option<&QecRun>,
+    progress: bool,
+    fault: &Fault,
+    failure: &dyn Fn() -> Option<String>,
+    tap: Option<&TapStats>,
+) -> Result<Driven, RunError> {
     // The replay first: its largest message sizes the frames configured below.
     let qec_info = match qec {
         None => {
@@ -188,7 +208,12 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
             None
         }
         Some(q) => {
-            let info = host.set_qec(true, q.rounds_per_message)?.ok_or_else(|| RunError::Peer("the peer has no QEC replay registers (QEC_CTRL): a QEC graph needs a peer in fpga-sim's QEC mode".into()))?;
+            let info = host.set_qec(true, q.rounds_per_message)?.ok_or_else(|| {
+                RunError::Peer(
+                    "the peer has no QEC replay registers (QEC_CTRL): a QEC graph needs a peer in fpga-sim's QEC mode"
+                        .into(),
+                )
+            })?;
             qec::check_peer(q, &info, target.slot_stride).map_err(RunError::Peer)?;
             Some(info)
         }
@@ -230,7 +255,14 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
     let mut interval_clocks = 0;
     if let Some(q) = qec {
         interval_clocks = run.round_cycle_us.map_or(0, |us| qec::cycle_clocks(us) as u32);
-        host.program_qec_player(&QecPlayerConfig { shots: count, interval_clocks, closed_loop, first_request_id, response_timeout, peer_qpn: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP })?;
+        host.program_qec_player(&QecPlayerConfig {
+            shots: count,
+            interval_clocks,
+            closed_loop,
+            first_request_id,
+            response_timeout,
+            peer_qpn: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP,
+        })?;
         host.arm_capture()?;
         host.start_qec_player()?;
         tracing::debug!(decoder = %q.decoder, shots = count, interval_clocks, "QEC run started");
@@ -320,7 +352,8 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
     // What was sent is at least what the peer last said, and every request answered: a gap
     // before the last answer is a loss, not answers to requests never sent.
     let lost = |stopped_by: StopReason, capture: CaptureReader, host: &HsbHost, peer_lost: bool| {
-        let sent = capture.analyzer.answered_upto().min(u64::from(messages)).max(capture.analyzer_records()).max(sent_seen);
+        let sent =
+            capture.analyzer.answered_upto().min(u64::from(messages)).max(capture.analyzer_records()).max(sent_seen);
         capture.into_driven(Driven {
             sent,
             stats: None,
@@ -337,7 +370,9 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
     if peer_lost {
         return Ok(lost(stopped_by, capture, host, true));
     }
-    let finish = |host: &mut HsbHost, capture: &mut CaptureReader| -> Result<(Option<PeerStats>, Option<QecDriven>, Duration), EcbError> {
+    let finish = |host: &mut HsbHost,
+                  capture: &mut CaptureReader|
+     -> Result<(Option<PeerStats>, Option<QecDriven>, Duration), EcbError> {
         if stopped_by != StopReason::Count {
             host.stop_player()?;
             // The data plane finishes the run it was in and marks the capture done; wait for
@@ -366,7 +401,12 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
         Ok(x) => x,
         Err(e) => {
             fault.raise(format!("peer control (ECB) failed at the end of the run: {e}"));
-            return Ok(lost(if stopped_by == StopReason::Count { StopReason::Fault } else { stopped_by }, capture, host, true));
+            return Ok(lost(
+                if stopped_by == StopReason::Count { StopReason::Fault } else { stopped_by },
+                capture,
+                host,
+                true,
+            ));
         }
     };
     if stopped_by == StopReason::Timeout {
@@ -374,8 +414,21 @@ fn drive_peer(host: &mut HsbHost, target: &Target, run: &RunPlan, qec: Option<&Q
     }
     // A peer without the counters extension (a real FPGA) does not say how many it sent: a
     // finished run sent them all; of a run cut short we know only the answers.
-    let sent = stats.map_or(if stopped_by == StopReason::Count { u64::from(messages) } else { capture.analyzer_records() }, |s| u64::from(s.sent));
-    Ok(capture.into_driven(Driven { stats, missing_extensions: host.missing_extensions.clone(), sent, first_request_id, window, stopped_by, elapsed, qec, ..Driven::empty() }))
+    let sent = stats
+        .map_or(if stopped_by == StopReason::Count { u64::from(messages) } else { capture.analyzer_records() }, |s| {
+            u64::from(s.sent)
+        });
+    Ok(capture.into_driven(Driven {
+        stats,
+        missing_extensions: host.missing_extensions.clone(),
+        sent,
+        first_request_id,
+        window,
+        stopped_by,
+        elapsed,
+        qec,
+        ..Driven::empty()
+    }))
 }
 
 /// Reads the peer's capture ring as the run goes on (the module's doc): every record into the
@@ -449,10 +502,15 @@ fn read_capture_range(host: &mut HsbHost, from: u32, to: u32) -> Result<Vec<Capt
     if to <= from {
         return Ok(Vec::new());
     }
-    let addrs: Vec<u32> = (from..to).flat_map(|i| (0..CaptureRecord::WORDS as u32).map(move |w| CaptureRecord::address(i) + 4 * w)).collect();
+    let addrs: Vec<u32> = (from..to)
+        .flat_map(|i| (0..CaptureRecord::WORDS as u32).map(move |w| CaptureRecord::address(i) + 4 * w))
+        .collect();
     let mut words = Vec::with_capacity(addrs.len());
     host.ecb().read_block(&addrs, &mut words)?;
-    Ok(words.chunks_exact(CaptureRecord::WORDS).map(|c| CaptureRecord::from_words(&[c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect())
+    Ok(words
+        .chunks_exact(CaptureRecord::WORDS)
+        .map(|c| CaptureRecord::from_words(&[c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .collect())
 }
 
 /// The progress line on stderr: rewritten in place a few times a second on a terminal, one
@@ -476,7 +534,18 @@ impl Progress {
     fn new(on: bool, count: u32, duration: Option<Duration>, window: u64, per_shot: u32, qec: bool) -> Progress {
         let tty = std::io::stderr().is_terminal();
         let every = if tty { Duration::from_millis(250) } else { Duration::from_secs(1) };
-        Progress { on, tty, every, last: Instant::now(), count, duration, window, per_shot: per_shot.max(1), qec, printed: false }
+        Progress {
+            on,
+            tty,
+            every,
+            last: Instant::now(),
+            count,
+            duration,
+            window,
+            per_shot: per_shot.max(1),
+            qec,
+            printed: false,
+        }
     }
 
     fn due(&self) -> bool {
@@ -495,9 +564,17 @@ impl Progress {
             line += &format!(" (~{} shots)", answered / self.per_shot);
         }
         // Sent but not answered, beyond what may still be in flight: lost (or very late).
-        line += &format!("  {:.0} msg/s  lost {}", f64::from(answered) / secs, sent.saturating_sub(u64::from(answered) + self.window));
+        line += &format!(
+            "  {:.0} msg/s  lost {}",
+            f64::from(answered) / secs,
+            sent.saturating_sub(u64::from(answered) + self.window)
+        );
         if !rtt.is_empty() {
-            line += &format!("  rtt p50 {:.2} us  p99 {:.2} us", us(rtt.value_at_quantile(0.5)), us(rtt.value_at_quantile(0.99)));
+            line += &format!(
+                "  rtt p50 {:.2} us  p99 {:.2} us",
+                us(rtt.value_at_quantile(0.5)),
+                us(rtt.value_at_quantile(0.99))
+            );
         }
         if let Some(h) = tap.and_then(|t| t.loop_ns.lock().ok()).filter(|h| !h.is_empty()) {
             line += &format!("  loop p50 {:.2} us", us(h.value_at_quantile(0.5)));

@@ -18,7 +18,9 @@ fn options() -> ron::Options {
 
 /// Reads and parses the graph file at `path` with `sets` applied.
 pub fn load_file(path: &Path, sets: &[Override]) -> Result<Graph, GraphErrors> {
-    let cannot = |e: &dyn std::fmt::Display| GraphError::new(At::Nowhere, format!("cannot read graph file {}: {e}", path.display()));
+    let cannot = |e: &dyn std::fmt::Display| {
+        GraphError::new(At::Nowhere, format!("cannot read graph file {}: {e}", path.display()))
+    };
     // Not read at all when it is too big (a file that grows meanwhile is caught below).
     if let Ok(m) = std::fs::metadata(path) {
         if m.is_file() && m.len() > MAX_FILE_BYTES as u64 {
@@ -35,7 +37,10 @@ pub const MAX_FILE_BYTES: usize = 16 << 20;
 pub const MAX_ENTRIES: usize = 100_000;
 
 fn too_big(file: &str, len: u64) -> GraphError {
-    GraphError::new(At::Nowhere, format!("graph file {file} is {len} bytes; graph files are read up to {} MiB", MAX_FILE_BYTES >> 20))
+    GraphError::new(
+        At::Nowhere,
+        format!("graph file {file} is {len} bytes; graph files are read up to {} MiB", MAX_FILE_BYTES >> 20),
+    )
 }
 
 /// Maps offsets of the edited text back to the file (or to a `--set`).
@@ -88,7 +93,8 @@ pub fn load_str(file: &str, text: &str, sets: &[Override]) -> Result<Graph, Grap
             let loc = Locator { original: &original, patched: &unpatched, sets };
             return Err(match options().from_str::<ron::Value>(text) {
                 Err(e) => loc.ron_error(&e).into(),
-                Ok(_) => GraphError::new(loc.at(scan.offset), format!("cannot follow the file here: {}", scan.message)).into(),
+                Ok(_) => GraphError::new(loc.at(scan.offset), format!("cannot follow the file here: {}", scan.message))
+                    .into(),
             });
         }
         // Too many entries are refused before `ron` reads them all.
@@ -120,7 +126,8 @@ pub fn load_str(file: &str, text: &str, sets: &[Override]) -> Result<Graph, Grap
         }
     };
     let loc = Locator { original: &original, patched: &patched, sets };
-    let tree = source::parse(&patched.text).map_err(|e| GraphError::new(loc.at(e.offset), format!("cannot follow the file here: {}", e.message)))?;
+    let tree = source::parse(&patched.text)
+        .map_err(|e| GraphError::new(loc.at(e.offset), format!("cannot follow the file here: {}", e.message)))?;
     too_many(&tree, &|o| loc.at(o))?;
     build(file, parsed, &tree, &loc)
 }
@@ -129,7 +136,10 @@ pub fn load_str(file: &str, text: &str, sets: &[Override]) -> Result<Graph, Grap
 fn too_many(tree: &Node, at: &dyn Fn(usize) -> At) -> Result<(), GraphError> {
     for list in ["operators", "flows"] {
         if let Some(extra) = tree.field(list).and_then(|f| f.value.unwrap_some().items().get(MAX_ENTRIES)) {
-            return Err(GraphError::new(at(extra.span.start), format!("more than {MAX_ENTRIES} {list}: a graph has at most {MAX_ENTRIES}")));
+            return Err(GraphError::new(
+                at(extra.span.start),
+                format!("more than {MAX_ENTRIES} {list}: a graph has at most {MAX_ENTRIES}"),
+            ));
         }
     }
     Ok(())
@@ -139,7 +149,9 @@ fn too_many(tree: &Node, at: &dyn Fn(usize) -> At) -> Result<(), GraphError> {
 fn build(file: &str, g: GraphFile, tree: &Node, loc: &Locator<'_>) -> Result<Graph, GraphErrors> {
     let mut places = Places::new(loc.at(tree.span.start));
     record_places(tree, "", &mut places, loc);
-    let name = g.name.clone().unwrap_or_else(|| Path::new(file).file_stem().map_or_else(|| "graph".into(), |s| s.to_string_lossy().into_owned()));
+    let name = g.name.clone().unwrap_or_else(|| {
+        Path::new(file).file_stem().map_or_else(|| "graph".into(), |s| s.to_string_lossy().into_owned())
+    });
     let mut errors = Vec::new();
 
     let op_nodes = tree.field("operators").map_or(&[][..], |f| f.value.items());
@@ -167,7 +179,15 @@ fn build(file: &str, g: GraphFile, tree: &Node, loc: &Locator<'_>) -> Result<Gra
             let node = flow_nodes.get(i);
             let at = node.map_or(At::Nowhere, |n| loc.at(n.span.start));
             let value_at = |k: &str| node.and_then(|n| n.field(k)).map_or(at.clone(), |f| loc.at(f.value.span.start));
-            FlowDef { from_at: value_at("from"), to_at: value_at("to"), from: f.from, to: f.to, capacity: f.capacity, policy: f.policy, at }
+            FlowDef {
+                from_at: value_at("from"),
+                to_at: value_at("to"),
+                from: f.from,
+                to: f.to,
+                capacity: f.capacity,
+                policy: f.policy,
+                at,
+            }
         })
         .collect();
 
@@ -213,7 +233,8 @@ fn params_of(node: &Node, loc: &Locator<'_>) -> Result<Vec<ParamDef>, (At, Strin
     match &node.kind {
         NodeKind::Group { body: Body::Fields(fields), name: None, .. } => {
             for f in fields {
-                let value = param_value(&f.value).map_err(|e| (loc.at(f.value.span.start), format!("parameter `{}`: {e}", f.key)))?;
+                let value = param_value(&f.value)
+                    .map_err(|e| (loc.at(f.value.span.start), format!("parameter `{}`: {e}", f.key)))?;
                 if let Some(value) = value {
                     out.push(ParamDef { name: f.key.clone(), value, at: loc.at(f.key_span.start) });
                 }
@@ -222,7 +243,8 @@ fn params_of(node: &Node, loc: &Locator<'_>) -> Result<Vec<ParamDef>, (At, Strin
         NodeKind::Group { body: Body::Items(items), name: None, .. } if items.is_empty() => {}
         NodeKind::Map(entries) => {
             for (k, v) in entries {
-                let key = k.as_str().ok_or_else(|| (loc.at(k.span.start), "parameter names are strings".to_string()))?;
+                let key =
+                    k.as_str().ok_or_else(|| (loc.at(k.span.start), "parameter names are strings".to_string()))?;
                 let value = param_value(v).map_err(|e| (loc.at(v.span.start), format!("parameter `{key}`: {e}")))?;
                 if let Some(value) = value {
                     out.push(ParamDef { name: key, value, at: loc.at(k.span.start) });
@@ -240,10 +262,16 @@ fn param_value(node: &Node) -> Result<Option<ParamValue>, String> {
     let n = node.unwrap_some();
     let bad = || "expected a number, a string, true, false or a name".to_string();
     Ok(Some(match &n.kind {
-        NodeKind::Atom(Atom::Str(t)) | NodeKind::Atom(Atom::Char(t)) => ParamValue::Str(ron::from_str::<String>(t).or_else(|_| ron::from_str::<char>(t).map(String::from)).map_err(|e| e.to_string())?),
+        NodeKind::Atom(Atom::Str(t)) | NodeKind::Atom(Atom::Char(t)) => ParamValue::Str(
+            ron::from_str::<String>(t)
+                .or_else(|_| ron::from_str::<char>(t).map(String::from))
+                .map_err(|e| e.to_string())?,
+        ),
         NodeKind::Atom(Atom::Number(t)) => match ron::from_str::<i64>(t) {
             Ok(v) => ParamValue::Int(v),
-            Err(_) => ParamValue::Float(ron::from_str::<f64>(t).map_err(|_| format!("`{t}` is not a number rocelink reads"))?),
+            Err(_) => {
+                ParamValue::Float(ron::from_str::<f64>(t).map_err(|_| format!("`{t}` is not a number rocelink reads"))?)
+            }
         },
         NodeKind::Atom(Atom::Ident(s)) => match s.as_str() {
             "true" => ParamValue::Bool(true),
@@ -307,7 +335,8 @@ Graph(
         assert_eq!(e.first().location().as_deref(), Some("t.ron:2:24"), "{e}");
         let e = load_str("t.ron", "Graph(\n  bogus: 1,\n)", &[]).unwrap_err();
         assert!(e.to_string().contains("t.ron:2:3: Unexpected field named `bogus`"), "{e}");
-        let e = load_str("t.ron", "Graph(\n  operators: [(name: \"a\", kind: \"K\", params: [1])],\n)", &[]).unwrap_err();
+        let e =
+            load_str("t.ron", "Graph(\n  operators: [(name: \"a\", kind: \"K\", params: [1])],\n)", &[]).unwrap_err();
         assert!(e.to_string().contains("t.ron:2:46: operator `a`: params must be written"), "{e}");
     }
 
@@ -333,7 +362,9 @@ Graph(
     #[test]
     fn sets_apply_quote_when_needed_and_are_named_in_errors() {
         let s = |t: &str| Override::parse(t).unwrap();
-        let g = load_str("t.ron", G, &[s("run.size=256"), s("outputs.dir=/tmp/x y"), s("operators.rec.path=out.jsonl")]).unwrap();
+        let g =
+            load_str("t.ron", G, &[s("run.size=256"), s("outputs.dir=/tmp/x y"), s("operators.rec.path=out.jsonl")])
+                .unwrap();
         assert_eq!(g.run.size, 256);
         assert_eq!(g.outputs.dir, "/tmp/x y");
         assert_eq!(g.operators[1].params[0].value, ParamValue::Str("out.jsonl".into()));

@@ -438,7 +438,10 @@ impl Graph {
         self.operators.push(OperatorDef {
             name: name.into(),
             kind: kind.into(),
-            params: params.iter().map(|(n, v)| ParamDef { name: (*n).into(), value: v.clone(), at: At::Nowhere }).collect(),
+            params: params
+                .iter()
+                .map(|(n, v)| ParamDef { name: (*n).into(), value: v.clone(), at: At::Nowhere })
+                .collect(),
             core: None,
             at: At::Nowhere,
             kind_at: At::Nowhere,
@@ -448,7 +451,15 @@ impl Graph {
 
     /// Adds a flow (in memory).
     pub fn flow(&mut self, from: &str, to: &str) -> &mut Self {
-        self.flows.push(FlowDef { from: from.into(), to: to.into(), capacity: None, policy: None, at: At::Nowhere, from_at: At::Nowhere, to_at: At::Nowhere });
+        self.flows.push(FlowDef {
+            from: from.into(),
+            to: to.into(),
+            capacity: None,
+            policy: None,
+            at: At::Nowhere,
+            from_at: At::Nowhere,
+            to_at: At::Nowhere,
+        });
         self
     }
 }

@@ -30,9 +30,9 @@ use rocelink_wire::{roce, rpc};
 use super::error::{At, GraphError, GraphErrors};
 use super::model::{Graph, Load, PeerSpec, Stop};
 use crate::hsb::{QecCounters, QecInfo};
+use crate::latency::{new_histogram, Summary};
 pub use crate::peer::Replay;
 pub use crate::report::qec::{markdown, summary_text, QecReport};
-use crate::latency::{new_histogram, Summary};
 use crate::stage::StageSpec;
 
 /// Most messages a run may send: what the peer's capture RAM holds (as `drive` bounds echo
@@ -81,9 +81,19 @@ pub fn clocks_ns(clocks: u32) -> f64 {
 
 /// Checks the QEC side of `g` (module docs); `Some` for a QEC graph. Called once `g`'s
 /// settings are valid (`run.load` among them), with its compiled chain.
-pub fn check(g: &Graph, chain: &[(String, StageSpec)], warnings: &mut Vec<String>) -> Result<Option<QecRun>, GraphErrors> {
+pub fn check(
+    g: &Graph,
+    chain: &[(String, StageSpec)],
+    warnings: &mut Vec<String>,
+) -> Result<Option<QecRun>, GraphErrors> {
     let op_at = |name: &str| g.operators.iter().find(|o| o.name == name).map_or(At::Nowhere, |o| o.at.clone());
-    let param_at = |name: &str, param: &str| g.operators.iter().find(|o| o.name == name).and_then(|o| o.params.iter().find(|p| p.name == param)).map_or_else(|| op_at(name), |p| p.at.clone());
+    let param_at = |name: &str, param: &str| {
+        g.operators
+            .iter()
+            .find(|o| o.name == name)
+            .and_then(|o| o.params.iter().find(|p| p.name == param))
+            .map_or_else(|| op_at(name), |p| p.at.clone())
+    };
     let line_of = |at: &At| match at {
         At::File { line, .. } => format!(" (line {line})"),
         _ => String::new(),
@@ -133,13 +143,22 @@ pub fn check(g: &Graph, chain: &[(String, StageSpec)], warnings: &mut Vec<String
         }
         (Some(spec), _) => {
             let mut missing = false;
-            let files = [("dem", Some(&spec.dem)), ("dets", Some(&spec.dets)), ("obs", Some(&spec.obs)), ("pred", spec.pred.as_ref())];
+            let files = [
+                ("dem", Some(&spec.dem)),
+                ("dets", Some(&spec.dets)),
+                ("obs", Some(&spec.obs)),
+                ("pred", spec.pred.as_ref()),
+            ];
             for (field, path) in files {
                 let Some(path) = path else { continue };
                 if !Path::new(path).is_file() {
                     missing = true;
-                    let cwd = std::env::current_dir().map(|d| format!(" (relative to {})", d.display())).unwrap_or_default();
-                    errors.push(GraphError::new(g.places.at(&format!("peer.qec.{field}")), format!("peer.qec.{field}: no file at `{path}`{cwd}")));
+                    let cwd =
+                        std::env::current_dir().map(|d| format!(" (relative to {})", d.display())).unwrap_or_default();
+                    errors.push(GraphError::new(
+                        g.places.at(&format!("peer.qec.{field}")),
+                        format!("peer.qec.{field}: no file at `{path}`{cwd}"),
+                    ));
                 }
             }
             let rpm_at = g.places.at("peer.qec.rounds_per_message");
@@ -156,7 +175,11 @@ pub fn check(g: &Graph, chain: &[(String, StageSpec)], warnings: &mut Vec<String
                 ));
             }
             if !same_file(Path::new(&spec.dem), dem) {
-                warnings.push(format!("peer.qec.dem `{}` is not the decoder's DEM `{}`: the decoder matches on its own model", spec.dem, dem.display()));
+                warnings.push(format!(
+                    "peer.qec.dem `{}` is not the decoder's DEM `{}`: the decoder matches on its own model",
+                    spec.dem,
+                    dem.display()
+                ));
             }
             if missing || spec.rounds_per_message == 0 {
                 None
@@ -178,7 +201,9 @@ pub fn check(g: &Graph, chain: &[(String, StageSpec)], warnings: &mut Vec<String
                             errors.push(GraphError::new(rpm_at, format!("peer.qec.rounds_per_message {}: messages of up to {max} bytes do not fit one {}-byte packet; send fewer rounds per message", spec.rounds_per_message, roce::PMTU)));
                         }
                         if let Some(d) = &decoder_dem {
-                            if (d.num_detectors, d.num_observables) != (loaded.num_detectors(), loaded.num_observables()) {
+                            if (d.num_detectors, d.num_observables)
+                                != (loaded.num_detectors(), loaded.num_observables())
+                            {
                                 errors.push(GraphError::new(
                                     param_at(name, "dem"),
                                     format!(
@@ -230,17 +255,31 @@ pub struct QecDriven {
 }
 
 /// Names of the QEC_STATUS_COUNTS words 1..=7.
-const STATUS_NAMES: [&str; 7] = ["INVALID_DECODER", "BAD_REQUEST", "INTERNAL_ERROR", "NOT_READY", "BUSY", "SYNDROMES_DROPPED", "other"];
+const STATUS_NAMES: [&str; 7] =
+    ["INVALID_DECODER", "BAD_REQUEST", "INTERNAL_ERROR", "NOT_READY", "BUSY", "SYNDROMES_DROPPED", "other"];
 
 /// The `qec` section of a run of `q`: the peer's counters, the capture's final-round records
 /// (request ids from `first_request_id`; shots before `warmup` left out of the latency) and
 /// the data path's record ring.
-pub fn report(q: &QecRun, d: &QecDriven, records: &[CaptureRecord], first_request_id: u32, warmup: u32, ring: &[crate::abi::rl_msg_timestamp]) -> QecReport {
+pub fn report(
+    q: &QecRun,
+    d: &QecDriven,
+    records: &[CaptureRecord],
+    first_request_id: u32,
+    warmup: u32,
+    ring: &[crate::abi::rl_msg_timestamp],
+) -> QecReport {
     let info = &d.info;
     let mps = info.messages_per_shot.max(1);
     let shot_of = |request_id: u32| request_id.wrapping_sub(first_request_id) / mps;
     let is_final = |request_id: u32| request_id.wrapping_sub(first_request_id) % mps == mps - 1;
-    let decoded: Vec<&CaptureRecord> = records.iter().filter(|r| r.flags & (cf::FINAL_ROUND | cf::PAYLOAD_OK) == cf::FINAL_ROUND | cf::PAYLOAD_OK && r.flags & cf::DUPLICATE == 0).collect();
+    let decoded: Vec<&CaptureRecord> = records
+        .iter()
+        .filter(|r| {
+            r.flags & (cf::FINAL_ROUND | cf::PAYLOAD_OK) == cf::FINAL_ROUND | cf::PAYLOAD_OK
+                && r.flags & cf::DUPLICATE == 0
+        })
+        .collect();
 
     let mut reaction = new_histogram();
     for r in decoded.iter().filter(|r| shot_of(r.request_id) >= warmup) {
@@ -270,20 +309,31 @@ pub fn report(q: &QecRun, d: &QecDriven, records: &[CaptureRecord], first_reques
                 .count() as u64,
         )
     } else if info.observables == 1 {
-        Some(decoded.iter().filter(|r| (r.flags & cf::MATCHES_REFERENCE != 0) != (r.flags & cf::LOGICAL_OK != 0)).count() as u64)
+        Some(
+            decoded.iter().filter(|r| (r.flags & cf::MATCHES_REFERENCE != 0) != (r.flags & cf::LOGICAL_OK != 0)).count()
+                as u64,
+        )
     } else {
         None
     };
 
-    let disagreements_on_overflow = has_reference.then(|| decoded.iter().filter(|r| r.flags & cf::OVERFLOW != 0 && r.flags & cf::MATCHES_REFERENCE == 0).count() as u64);
+    let disagreements_on_overflow = has_reference.then(|| {
+        decoded.iter().filter(|r| r.flags & cf::OVERFLOW != 0 && r.flags & cf::MATCHES_REFERENCE == 0).count() as u64
+    });
     let c = d.counters.unwrap_or_default();
     let shots_decoded = u64::from(c.shots_decoded);
     let span = c.last_correction_ns.saturating_sub(c.first_send_ns);
-    let throughput = (shots_decoded > 0 && span > 0).then(|| 1000.0 * shots_decoded as f64 * f64::from(info.rounds_per_shot) / span as f64);
+    let throughput = (shots_decoded > 0 && span > 0)
+        .then(|| 1000.0 * shots_decoded as f64 * f64::from(info.rounds_per_shot) / span as f64);
     let cycle_ns = (!d.closed_loop && d.interval_clocks > 0).then(|| clocks_ns(d.interval_clocks));
     let offered = cycle_ns.map(|ns| 1000.0 / ns);
     let keeps_up = offered.map(|o| throughput.is_some_and(|t| t >= KEEP_UP_SHARE * o));
-    let status = c.status[1..].iter().zip(STATUS_NAMES).filter(|(n, _)| **n > 0).map(|(n, name)| (name.to_string(), u64::from(*n))).collect();
+    let status = c.status[1..]
+        .iter()
+        .zip(STATUS_NAMES)
+        .filter(|(n, _)| **n > 0)
+        .map(|(n, name)| (name.to_string(), u64::from(*n)))
+        .collect();
     QecReport {
         decoder: q.decoder.clone(),
         dem: q.dem.display().to_string(),
@@ -333,14 +383,23 @@ pub fn check_peer(q: &QecRun, info: &QecInfo, slot_stride: u32) -> Result<(), St
         let want = (l.shots() as u64, l.num_detectors() as u64, u64::from(l.rounds_per_shot()));
         let got = (u64::from(info.loaded_shots), u64::from(info.detectors), u64::from(info.rounds_per_shot));
         if want != got {
-            return Err(format!("the peer's replay (shots, detectors, rounds) is {got:?}, not the {want:?} of `{}`", r.config.dets.display()));
+            return Err(format!(
+                "the peer's replay (shots, detectors, rounds) is {got:?}, not the {want:?} of `{}`",
+                r.config.dets.display()
+            ));
         }
     }
     if info.max_message_bytes > slot_stride {
-        return Err(format!("the peer's messages are up to {} bytes but the RX slots hold {slot_stride}: raise run.size to at least {}", info.max_message_bytes, info.max_message_bytes));
+        return Err(format!(
+            "the peer's messages are up to {} bytes but the RX slots hold {slot_stride}: raise run.size to at least {}",
+            info.max_message_bytes, info.max_message_bytes
+        ));
     }
     if (info.max_message_bytes as usize) < rpc::HEADER_LEN {
-        return Err(format!("the peer reports messages of {} bytes, shorter than an RPC header", info.max_message_bytes));
+        return Err(format!(
+            "the peer reports messages of {} bytes, shorter than an RPC header",
+            info.max_message_bytes
+        ));
     }
     Ok(())
 }
@@ -351,7 +410,14 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn rec(id: u32, rtt: u64, flags: u32) -> CaptureRecord {
-        CaptureRecord { request_id: id, echoed_timestamp: 1000, arrival_timestamp: 1000 + rtt, flags, result_len: 0, rpc_status: 0 }
+        CaptureRecord {
+            request_id: id,
+            echoed_timestamp: 1000,
+            arrival_timestamp: 1000 + rtt,
+            flags,
+            result_len: 0,
+            rpc_status: 0,
+        }
     }
 
     #[test]
@@ -367,8 +433,28 @@ mod tests {
             rec(10, 9000, ok | cf::FINAL_ROUND | cf::LOGICAL_OK | cf::OVERFLOW), // ours right, reference wrong
             rec(10, 9999, ok | cf::FINAL_ROUND | cf::DUPLICATE),
         ];
-        let info = QecInfo { loaded: true, has_reference: true, messages_per_shot: 2, rounds_per_shot: 4, observables: 1, ..QecInfo::default() };
-        let counters = QecCounters { peer: rocelink_wire::hsb::QecCounters { shots_sent: 3, shots_decoded: 3, logical_errors: 1, disagreements: 1, overflows: 1, first_send_ns: 1_000, last_correction_ns: 13_000, status: [2, 0, 0, 0, 0, 0, 2, 0], ..Default::default() }, ..QecCounters::default() };
+        let info = QecInfo {
+            loaded: true,
+            has_reference: true,
+            messages_per_shot: 2,
+            rounds_per_shot: 4,
+            observables: 1,
+            ..QecInfo::default()
+        };
+        let counters = QecCounters {
+            peer: rocelink_wire::hsb::QecCounters {
+                shots_sent: 3,
+                shots_decoded: 3,
+                logical_errors: 1,
+                disagreements: 1,
+                overflows: 1,
+                first_send_ns: 1_000,
+                last_correction_ns: 13_000,
+                status: [2, 0, 0, 0, 0, 0, 2, 0],
+                ..Default::default()
+            },
+            ..QecCounters::default()
+        };
         let q = QecRun { decoder: "decoder".into(), dem: "m.dem".into(), rounds_per_message: 2, replay: None };
         let mut d = QecDriven { info, counters: Some(counters), interval_clocks: 0, closed_loop: true };
         let r = report(&q, &d, &records, 5, 1, &[]);

@@ -24,20 +24,20 @@ use crossbeam_channel::Receiver;
 use rocelink_wire::hsb::ext::DEFAULT_HOST_QP;
 
 use super::compile::{NicPlan, Plan};
-use crate::settings::PeerMode;
 use super::drive::{drive, StopReason, Target};
 pub use super::error::RunError;
 use crate::backend::{spawn_backend, LoopConfig, RunningBackend};
 use crate::env::Environment;
 use crate::gpu::kernels::KernelOptions;
-pub use crate::report::{summary_text, FlowReport, RunReport, TapReport};
 use crate::latency::{Analysis, Summary};
 use crate::mem::SharedMem;
 use crate::nic::{DoorbellMode, MrTable, NicCounters, NicEngine, NicEngineConfig, NicOptions, QpRegions, SoftNic};
 use crate::ops::host::{self, HostThread};
 use crate::ops::{Build, Finished, HostContext, HostOperator, Live, Message, Outputs};
 use crate::peer::{self, RunningPeer};
+pub use crate::report::{summary_text, FlowReport, RunReport, TapReport};
 use crate::rings::{QpMemory, QpSizes};
+use crate::settings::PeerMode;
 use crate::tap::{self, Fault, FlowCounters, TapReader, TapStats};
 
 /// How long each part gets to stop.
@@ -87,7 +87,11 @@ pub fn verdict(r: &RunReport, analysis: &Analysis, stopped_by: StopReason) -> Ve
             r.host_side_ns.as_ref().map_or(String::new(), |h| format!("; the host side measured request in -> answer out p50 {:.2} us over {} messages", h.p50 as f64 / 1000.0, h.count))
         ));
     } else if c.received == 0 && !r.interrupted {
-        why.push(if c.sent == 0 { "the peer sent no request".to_string() } else { format!("no answer came back: 0 of {} requests answered", c.sent) });
+        why.push(if c.sent == 0 {
+            "the peer sent no request".to_string()
+        } else {
+            format!("no answer came back: 0 of {} requests answered", c.sent)
+        });
     }
     if r.peer.is_none() {
         why.push("the peer has no counters (rocelink's STAT_* registers, absent or reading 0): how many requests it sent is not known, so losses are not counted".into());
@@ -124,7 +128,10 @@ fn join_by<T>(t: JoinHandle<T>, deadline: Instant) -> Result<T, &'static str> {
 /// Runs `stop` on a helper thread, waiting at most `timeout` (for stops without a timeout of
 /// their own).
 fn stop_within(what: &str, timeout: Duration, stop: impl FnOnce() + Send + 'static) -> Result<(), String> {
-    let t = std::thread::Builder::new().name("rocelink-stop".into()).spawn(stop).map_err(|e| format!("{what}: cannot stop: {e}"))?;
+    let t = std::thread::Builder::new()
+        .name("rocelink-stop".into())
+        .spawn(stop)
+        .map_err(|e| format!("{what}: cannot stop: {e}"))?;
     join_by(t, Instant::now() + timeout).map_err(|e| format!("{what} {e}"))
 }
 
@@ -194,10 +201,16 @@ fn verbs_nic(plan: &Plan, device: &str, port: u8, gid_index: u32) -> RunError {
     {
         let ip = match &plan.peer {
             PeerMode::Remote { roce, .. } => *roce.ip(),
-            _ => return RunError::Config(format!("{asked}: the verbs NIC talks to an FPGA on the network: `peer: Fpga(address: ..)`")),
+            _ => {
+                return RunError::Config(format!(
+                    "{asked}: the verbs NIC talks to an FPGA on the network: `peer: Fpga(address: ..)`"
+                ))
+            }
         };
         let Ok(gid_index) = u8::try_from(gid_index) else {
-            return RunError::Config(format!("{asked}: GID index {gid_index} is past what a queue pair's route can name (0..=255)"));
+            return RunError::Config(format!(
+                "{asked}: GID index {gid_index} is past what a queue pair's route can name (0..=255)"
+            ));
         };
         let peer = crate::nic::verbs::Peer { qpn: rocelink_wire::hsb::ext::DEFAULT_FPGA_QP, ip, psn: 0 };
         let stride = plan.slot_stride() as usize;
@@ -219,7 +232,11 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     for w in &plan.warnings {
         tracing::warn!("{w}");
     }
-    let backend = plan.backend.backend.clone().map_err(|why| RunError::Start { what: "the backend".into(), detail: format!("GPU backend: {why}") })?;
+    let backend = plan
+        .backend
+        .backend
+        .clone()
+        .map_err(|why| RunError::Start { what: "the backend".into(), detail: format!("GPU backend: {why}") })?;
     if let Some(why) = &plan.backend.fallback {
         // The one line saying why (shown at the default log level: a user who expected the
         // GPU learns at once why it is not used).
@@ -231,7 +248,13 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // Memory: one slot per page of the peer's buffer, the tap ring sized by the transceiver.
     let tc = plan.transceiver.1;
     let stride = plan.slot_stride();
-    let sizes = QpSizes { rx_slots: tc.slots, rx_slot_stride: stride, tx_slot_stride: stride.max(64), timestamp_entries: tc.tap_ring, ..QpSizes::default() };
+    let sizes = QpSizes {
+        rx_slots: tc.slots,
+        rx_slot_stride: stride,
+        tx_slot_stride: stride.max(64),
+        timestamp_entries: tc.tap_ring,
+        ..QpSizes::default()
+    };
     let q = QpMemory::new(sizes, SharedMem::new).map_err(RunError::Config)?;
     let QpRegions { table: mrs, rx: rx_mr, tx: tx_mr } = MrTable::for_queue_pair(&q);
     let counters = Arc::new(NicCounters::default());
@@ -243,8 +266,18 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     let mut built: Vec<Box<dyn HostOperator>> = Vec::new();
     for h in &plan.host_ops {
         let Build::Host(build) = h.decl.build else { continue };
-        let ctx = HostContext { name: h.name.clone(), graph: plan.graph.name.clone(), out_dir: plan.out_dir.clone(), live: live.clone() };
-        built.push(build(&h.params, &ctx).map_err(|detail| RunError::Start { what: format!("operator `{}` ({})", h.name, h.decl.kind), detail })?);
+        let ctx = HostContext {
+            name: h.name.clone(),
+            graph: plan.graph.name.clone(),
+            out_dir: plan.out_dir.clone(),
+            live: live.clone(),
+        };
+        built.push(
+            build(&h.params, &ctx).map_err(|detail| RunError::Start {
+                what: format!("operator `{}` ({})", h.name, h.decl.kind),
+                detail,
+            })?,
+        );
     }
 
     let mut running = Running::default();
@@ -258,32 +291,58 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     };
 
     // 1. The peer and its wire.
-    let NicPlan::Soft { wire, bind } = plan.nic else { return Err(RunError::Config("the verbs NIC has no peer wire to start".into())) };
-    let pw = peer::start(wire, bind, &plan.peer, plan.qec.as_ref().and_then(|q| q.replay.as_ref()), plan.cores.peer, spin)?;
+    let NicPlan::Soft { wire, bind } = plan.nic else {
+        return Err(RunError::Config("the verbs NIC has no peer wire to start".into()));
+    };
+    let pw =
+        peer::start(wire, bind, &plan.peer, plan.qec.as_ref().and_then(|q| q.replay.as_ref()), plan.cores.peer, spin)?;
     let attrs = pw.host_qp();
     running.peer = Some(pw.peer);
     // SIGINT from here on ends the run as an interrupt with its report: the drive below sees
     // it at its first look, stops and unconfigures the peer.
 
     // 2. The NIC, connected to the peer's QP.
-    let mut nic = SoftNic::new(attrs, NicOptions { doorbell: opts.doorbell, ..NicOptions::default() }, mrs, q.clone(), counters.clone());
+    let mut nic = SoftNic::new(
+        attrs,
+        NicOptions { doorbell: opts.doorbell, ..NicOptions::default() },
+        mrs,
+        q.clone(),
+        counters.clone(),
+    );
     // when each answer left, for the report's breakdown (read after the engine stopped)
     let send_trace = std::sync::Arc::new(crate::nic::SendTrace::new(crate::nic::trace::DEFAULT_ENTRIES));
     nic.set_send_trace(send_trace.clone());
     match NicEngine::spawn(nic, pw.nic_link, NicEngineConfig { core: plan.cores.nic, spin }) {
         Ok(e) => running.engine = Some(e),
-        Err(e) => return Err(fail(&mut running, RunError::Start { what: "the NIC engine".into(), detail: e.to_string() })),
+        Err(e) => {
+            return Err(fail(&mut running, RunError::Start { what: "the NIC engine".into(), detail: e.to_string() }))
+        }
     }
 
     // 3. The backend, running the fused chain.
     let chain: Vec<_> = plan.chain.iter().map(|(_, s)| s.clone()).collect();
-    match spawn_backend(&backend, q.clone(), &chain, LoopConfig { qpn: DEFAULT_HOST_QP, tx_lkey: tx_mr.lkey, core: plan.cores.backend, spin, doorbell: opts.doorbell, kernel: opts.kernel.clone() }) {
+    match spawn_backend(
+        &backend,
+        q.clone(),
+        &chain,
+        LoopConfig {
+            qpn: DEFAULT_HOST_QP,
+            tx_lkey: tx_mr.lkey,
+            core: plan.cores.backend,
+            spin,
+            doorbell: opts.doorbell,
+            kernel: opts.kernel.clone(),
+        },
+    ) {
         Ok(b) => running.backend = Some(b),
-        Err(e) => return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() })),
+        Err(e) => {
+            return Err(fail(&mut running, RunError::Start { what: "the backend".into(), detail: e.to_string() }))
+        }
     }
 
     // 4. Host operators and the tap: one bounded channel per flow.
-    let mut inputs: Vec<Vec<(&'static str, Receiver<Message>)>> = (0..plan.host_ops.len()).map(|_| Vec::new()).collect();
+    let mut inputs: Vec<Vec<(&'static str, Receiver<Message>)>> =
+        (0..plan.host_ops.len()).map(|_| Vec::new()).collect();
     let mut outputs: Vec<Outputs> = (0..plan.host_ops.len()).map(|_| Outputs::default()).collect();
     let mut tap_outs = Vec::new();
     let mut flow_counters: Vec<Arc<FlowCounters>> = Vec::new();
@@ -303,22 +362,59 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     for (((h, op), ins), outs) in plan.host_ops.iter().zip(built).zip(inputs).zip(outputs) {
         match host::spawn(&h.name, op, ins, outs, h.core, fault.clone()) {
             Ok(t) => running.host.push((h.name.clone(), t)),
-            Err(e) => return Err(fail(&mut running, RunError::Start { what: format!("operator `{}`", h.name), detail: e.to_string() })),
+            Err(e) => {
+                return Err(fail(
+                    &mut running,
+                    RunError::Start { what: format!("operator `{}`", h.name), detail: e.to_string() },
+                ))
+            }
         }
     }
     let tapped = !tap_outs.is_empty();
     if tapped {
-        let on_overflow = plan.host_flows.iter().any(|f| f.from_tap && f.policy == super::model::Policy::Fault).then(|| fault.clone());
+        let on_overflow = plan
+            .host_flows
+            .iter()
+            .any(|f| f.from_tap && f.policy == super::model::Policy::Fault)
+            .then(|| fault.clone());
         match TapReader::spawn(q.clone(), tap_outs, plan.host_core, on_overflow, tap_stats.clone()) {
             Ok(t) => running.tap = Some(t),
-            Err(e) => return Err(fail(&mut running, RunError::Start { what: "the tap reader".into(), detail: e.to_string() })),
+            Err(e) => {
+                return Err(fail(
+                    &mut running,
+                    RunError::Start { what: "the tap reader".into(), detail: e.to_string() },
+                ))
+            }
         }
     }
 
     // 5. The run.
-    let target = Target { qpn: DEFAULT_HOST_QP, rkey: rx_mr.rkey, buffer_addr: rx_mr.addr, slot_stride: stride, slots: tc.slots, host_ip: pw.host_ip, host_port: pw.host_port };
-    let backend_failure = || running.backend.as_ref().and_then(|b| b.failure()).map(|f| format!("the transceiver loop failed during the run: {f}"));
-    let driven = drive(pw.ecb, &target, &plan.run, plan.qec.as_ref(), opts.progress, &fault, &backend_failure, tapped.then_some(&*tap_stats));
+    let target = Target {
+        qpn: DEFAULT_HOST_QP,
+        rkey: rx_mr.rkey,
+        buffer_addr: rx_mr.addr,
+        slot_stride: stride,
+        slots: tc.slots,
+        host_ip: pw.host_ip,
+        host_port: pw.host_port,
+    };
+    let backend_failure = || {
+        running
+            .backend
+            .as_ref()
+            .and_then(|b| b.failure())
+            .map(|f| format!("the transceiver loop failed during the run: {f}"))
+    };
+    let driven = drive(
+        pw.ecb,
+        &target,
+        &plan.run,
+        plan.qec.as_ref(),
+        opts.progress,
+        &fault,
+        &backend_failure,
+        tapped.then_some(&*tap_stats),
+    );
 
     // 6. Stop, in reverse.
     let backend_processed = live.processed();
@@ -336,13 +432,21 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     // A QEC run's warm-up is in shots; the per-message figures leave out the same messages.
     let per_shot = driven.qec.as_ref().map_or(1, |d| u64::from(d.info.messages_per_shot.max(1)));
     let warmup_messages = u64::from(plan.run.warmup) * per_shot;
-    let breakdown_ns = same_host_clock.then(|| crate::latency::breakdown(&driven.tail, &ring, driven.first_request_id, warmup_messages, Some(&send_trace)));
+    let breakdown_ns = same_host_clock.then(|| {
+        crate::latency::breakdown(&driven.tail, &ring, driven.first_request_id, warmup_messages, Some(&send_trace))
+    });
     let mut analysis = driven.analyzer.clone().finish(driven.sent, driven.uncaptured);
     let qec_report = match (&plan.qec, &driven.qec) {
-        (Some(q), Some(d)) => Some(super::qec::report(q, d, &driven.records, driven.first_request_id, plan.run.warmup, &ring)),
+        (Some(q), Some(d)) => {
+            Some(super::qec::report(q, d, &driven.records, driven.first_request_id, plan.run.warmup, &ring))
+        }
         _ => None,
     };
-    let in_flight_at_stop = if matches!(driven.stopped_by, StopReason::Count) { 0 } else { unanswered_tail(&driven.tail, driven.sent, driven.first_request_id, driven.window) };
+    let in_flight_at_stop = if matches!(driven.stopped_by, StopReason::Count) {
+        0
+    } else {
+        unanswered_tail(&driven.tail, driven.sent, driven.first_request_id, driven.window)
+    };
     analysis.counts.lost -= in_flight_at_stop.min(analysis.counts.lost);
     if analysis.capture_missing() {
         // Without records nothing is known of the answers: not lost, unverified (the verdict).
@@ -371,7 +475,13 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
             .host_flows
             .iter()
             .zip(&flow_counters)
-            .map(|(f, c)| FlowReport { flow: f.name(), capacity: f.capacity, policy: f.policy.as_str(), offered: c.offered.load(std::sync::atomic::Ordering::Relaxed), dropped: c.dropped.load(std::sync::atomic::Ordering::Relaxed) })
+            .map(|(f, c)| FlowReport {
+                flow: f.name(),
+                capacity: f.capacity,
+                policy: f.policy.as_str(),
+                offered: c.offered.load(std::sync::atomic::Ordering::Relaxed),
+                dropped: c.dropped.load(std::sync::atomic::Ordering::Relaxed),
+            })
             .collect(),
     });
     let mut report = RunReport {
@@ -384,7 +494,11 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
         backend_dropped,
         breakdown_ns,
         peer_missing_extensions: driven.missing_extensions.clone(),
-        mode: if plan.run.rate.is_some() || plan.run.round_cycle_us.is_some() { "open-loop".into() } else { "closed-loop".into() },
+        mode: if plan.run.rate.is_some() || plan.run.round_cycle_us.is_some() {
+            "open-loop".into()
+        } else {
+            "closed-loop".into()
+        },
         rate: plan.run.rate,
         rate_achieved: plan.run.rate.and_then(|r| crate::report::OpenLoopRate::of(r, analysis.answers_per_us())),
         warmup: plan.run.warmup,
@@ -410,10 +524,20 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, RunError> {
     report.not_verified = verdict(&report, &analysis, driven.stopped_by);
 
     // 8. Files: host operators, then the JSON report.
-    let same_clock = matches!(plan.peer, PeerMode::InProcess { .. } | PeerMode::Process { .. }) && backend.loop_on_cpu();
+    let same_clock =
+        matches!(plan.peer, PeerMode::InProcess { .. } | PeerMode::Process { .. }) && backend.loop_on_cpu();
     {
         let reaction = reaction_samples(&driven.records, driven.first_request_id, per_shot, u64::from(plan.run.warmup));
-        let finished = Finished { report: &report, capture: &driven.records, first_request_id: driven.first_request_id, rtt_samples: &analysis.samples, qec_reaction_samples: &reaction, same_clock, nic_clock: same_host_clock, send_trace: Some(&send_trace) };
+        let finished = Finished {
+            report: &report,
+            capture: &driven.records,
+            first_request_id: driven.first_request_id,
+            rtt_samples: &analysis.samples,
+            qec_reaction_samples: &reaction,
+            same_clock,
+            nic_clock: same_host_clock,
+            send_trace: Some(&send_trace),
+        };
         let mut files = Vec::new();
         for (name, op) in ops.iter_mut() {
             match op.finish(&finished) {
@@ -443,7 +567,13 @@ fn ring_records(q: &QpMemory, processed: u64) -> Vec<crate::abi::rl_msg_timestam
         return Vec::new();
     }
     let first = processed.saturating_sub(entries);
-    (first..processed).map(|i| q.mem.read_struct(l.timestamps + (i % entries) as usize * std::mem::size_of::<crate::abi::rl_msg_timestamp>())).collect()
+    (first..processed)
+        .map(|i| {
+            q.mem.read_struct(
+                l.timestamps + (i % entries) as usize * std::mem::size_of::<crate::abi::rl_msg_timestamp>(),
+            )
+        })
+        .collect()
 }
 
 /// A QEC run's reaction latencies (ns) in arrival order, for plots: the round trips of the
@@ -451,14 +581,26 @@ fn ring_records(q: &QpMemory, processed: u64) -> Vec<crate::abi::rl_msg_timestam
 fn reaction_samples(records: &[rocelink_wire::hsb::CaptureRecord], first: u32, per_shot: u64, warmup: u64) -> Vec<u64> {
     use rocelink_wire::hsb::capture_flags as cf;
     let want = cf::FINAL_ROUND | cf::PAYLOAD_OK;
-    records.iter().filter(|r| r.flags & want == want && r.flags & cf::DUPLICATE == 0 && u64::from(r.request_id.wrapping_sub(first)) / per_shot >= warmup).map(|r| r.round_trip().max(1)).collect()
+    records
+        .iter()
+        .filter(|r| {
+            r.flags & want == want
+                && r.flags & cf::DUPLICATE == 0
+                && u64::from(r.request_id.wrapping_sub(first)) / per_shot >= warmup
+        })
+        .map(|r| r.round_trip().max(1))
+        .collect()
 }
 
 /// Requests among the last `window` sent that have no answer: in flight when a run was cut
 /// short, not lost.
 fn unanswered_tail(records: &[rocelink_wire::hsb::CaptureRecord], sent: u64, first: u32, window: u64) -> u64 {
     let from = sent.saturating_sub(window);
-    let answered: HashSet<u64> = records.iter().map(|r| u64::from(r.request_id.wrapping_sub(first))).filter(|&i| i >= from && i < sent).collect();
+    let answered: HashSet<u64> = records
+        .iter()
+        .map(|r| u64::from(r.request_id.wrapping_sub(first)))
+        .filter(|&i| i >= from && i < sent)
+        .collect();
     (sent - from) - answered.len() as u64
 }
 

@@ -24,7 +24,9 @@ pub struct Override {
 impl Override {
     /// Parses `path=value`.
     pub fn parse(s: &str) -> Result<Override, String> {
-        let (path, value) = s.split_once('=').ok_or_else(|| format!("--set {s}: expected path=value (for example run.stop=Count(1000))"))?;
+        let (path, value) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--set {s}: expected path=value (for example run.stop=Count(1000))"))?;
         let (path, value) = (path.trim(), value.trim());
         if path.is_empty() || path.split('.').any(str::is_empty) {
             return Err(format!("--set {s}: `{path}` is not a path (fields separated by dots, for example run.size)"));
@@ -159,7 +161,8 @@ pub fn apply(text: &str, sets: &[Override]) -> Result<Patched, String> {
             format!("--set {}={}: the text cannot be followed at {l}:{c}: {}", set.path, set.value, e.message)
         })?;
         let segs: Vec<&str> = set.path.split('.').collect();
-        let (span, with) = edit(&tree, &segs, &set.value).map_err(|e| format!("--set {}={}: {e}", set.path, set.value))?;
+        let (span, with) =
+            edit(&tree, &segs, &set.value).map_err(|e| format!("--set {}={}: {e}", set.path, set.value))?;
         p.splice(span, &with, i);
     }
     Ok(p)
@@ -174,7 +177,9 @@ fn edit(node: &Node, segs: &[&str], value: &str) -> Result<(Span, String), Strin
     match &inner.kind {
         NodeKind::List(items) => {
             let item = match seg.parse::<usize>() {
-                Ok(i) => items.get(i).ok_or_else(|| format!("the list has {} entries; there is no entry {i}", items.len()))?,
+                Ok(i) => items
+                    .get(i)
+                    .ok_or_else(|| format!("the list has {} entries; there is no entry {i}", items.len()))?,
                 Err(_) => items
                     .iter()
                     .find(|it| it.field("name").and_then(|f| f.value.as_str()).as_deref() == Some(seg))
@@ -199,7 +204,9 @@ fn edit(node: &Node, segs: &[&str], value: &str) -> Result<(Span, String), Strin
             Body::Items(items) if items.is_empty() => Ok(insertion(*open, segs, value)),
             Body::Items(_) => Err(format!("`{seg}` cannot be set inside a tuple; set the whole value instead")),
         },
-        NodeKind::Map(_) | NodeKind::Atom(_) => Err(format!("`{seg}` cannot be set inside a value that is not a struct; set the whole value instead")),
+        NodeKind::Map(_) | NodeKind::Atom(_) => {
+            Err(format!("`{seg}` cannot be set inside a value that is not a struct; set the whole value instead"))
+        }
     }
 }
 
@@ -225,7 +232,16 @@ mod tests {
 
     #[test]
     fn replaces_inserts_and_maps_back() {
-        let p = apply(G, &[set("run.stop=Count(5)"), set("operators.rec.path=\"b.csv\""), set("operators.m.period_ms=10"), set("outputs.dir=\"x\"")]).unwrap();
+        let p = apply(
+            G,
+            &[
+                set("run.stop=Count(5)"),
+                set("operators.rec.path=\"b.csv\""),
+                set("operators.m.period_ms=10"),
+                set("outputs.dir=\"x\""),
+            ],
+        )
+        .unwrap();
         assert!(p.text.contains("stop: Count(5)"), "{}", p.text);
         assert!(p.text.contains("path: \"b.csv\""), "{}", p.text);
         assert!(p.text.contains("(params: (period_ms: 10), name: \"m\""), "{}", p.text);
@@ -240,7 +256,9 @@ mod tests {
 
     #[test]
     fn later_sets_win_and_missing_parents_are_created() {
-        let p = apply(G, &[set("peer.mode=Process"), set("peer.ip=\"1.2.3.4\""), set("run.size=128"), set("run.size=256")]).unwrap();
+        let p =
+            apply(G, &[set("peer.mode=Process"), set("peer.ip=\"1.2.3.4\""), set("run.size=128"), set("run.size=256")])
+                .unwrap();
         assert!(p.text.contains("peer: (ip: \"1.2.3.4\", mode: Process)"), "{}", p.text);
         assert!(p.text.contains("size: 256"), "{}", p.text);
     }

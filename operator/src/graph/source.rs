@@ -96,7 +96,9 @@ impl Node {
     /// `Some(x)` as `x`; anything else as itself.
     pub fn unwrap_some(&self) -> &Node {
         match &self.kind {
-            NodeKind::Group { name: Some(n), body: Body::Items(items), .. } if n == "Some" && items.len() == 1 => items[0].unwrap_some(),
+            NodeKind::Group { name: Some(n), body: Body::Items(items), .. } if n == "Some" && items.len() == 1 => {
+                items[0].unwrap_some()
+            }
             _ => self,
         }
     }
@@ -203,7 +205,8 @@ impl SourceFile {
             return offset;
         }
         let k = offset / CHAR_MARK;
-        self.char_marks[k] + self.text.as_bytes()[k * CHAR_MARK..offset].iter().filter(|&&c| !is_continuation(c)).count()
+        self.char_marks[k]
+            + self.text.as_bytes()[k * CHAR_MARK..offset].iter().filter(|&&c| !is_continuation(c)).count()
     }
 
     /// Line and column (both from 1; columns in characters) of byte `offset`, as
@@ -370,7 +373,9 @@ impl Scanner<'_> {
                                 self.pos += 2;
                             }
                             (Some(_), _) => self.pos += 1,
-                            (None, _) => return Err(ScanError { offset: start, message: "unterminated block comment".into() }),
+                            (None, _) => {
+                                return Err(ScanError { offset: start, message: "unterminated block comment".into() })
+                            }
                         }
                     }
                 }
@@ -645,8 +650,13 @@ impl Scanner<'_> {
         let mut prev = 0u8;
         while let Some(c) = self.peek() {
             let sign = c == b'+' || c == b'-';
-            let hex = self.text.get(start..self.pos).is_some_and(|t| t.trim_start_matches(['+', '-']).starts_with("0x"));
-            let ok = c.is_ascii_alphanumeric() || c == b'_' || c == b'.' || (sign && self.pos == start) || (sign && matches!(prev, b'e' | b'E') && !hex);
+            let hex =
+                self.text.get(start..self.pos).is_some_and(|t| t.trim_start_matches(['+', '-']).starts_with("0x"));
+            let ok = c.is_ascii_alphanumeric()
+                || c == b'_'
+                || c == b'.'
+                || (sign && self.pos == start)
+                || (sign && matches!(prev, b'e' | b'E') && !hex);
             if !ok {
                 break;
             }
@@ -692,7 +702,9 @@ Graph(
         let run = &n.field("run").unwrap().value;
         assert_eq!(run.field("rate").unwrap().value.kind, NodeKind::Atom(Atom::Number("-1.5e-3".into())));
         assert_eq!(run.field("raw").unwrap().value.kind, NodeKind::Atom(Atom::Str("r#\"a\"b\"#".into())));
-        assert!(matches!(n.field("empty").unwrap().value.kind, NodeKind::Group { body: Body::Items(ref v), .. } if v.is_empty()));
+        assert!(
+            matches!(n.field("empty").unwrap().value.kind, NodeKind::Group { body: Body::Items(ref v), .. } if v.is_empty())
+        );
     }
 
     #[test]
@@ -711,7 +723,13 @@ Graph(
         // Lines longer than a mark, characters of 1 to 4 bytes across marks, `\r\n`, an empty
         // last line.
         let long: String = (0..3000).map(|i| ['a', 'ç', '€', '😀', '\t'][i % 5]).collect();
-        let texts = [String::new(), "x".into(), "ab\nçd(\n  x".into(), format!("{long}\r\n{long}\n\n{long}\n"), "a".repeat(5000)];
+        let texts = [
+            String::new(),
+            "x".into(),
+            "ab\nçd(\n  x".into(),
+            format!("{long}\r\n{long}\n\n{long}\n"),
+            "a".repeat(5000),
+        ];
         for t in &texts {
             let f = SourceFile::new("t", t);
             for off in (0..=t.len()).chain([t.len() + 7]) {

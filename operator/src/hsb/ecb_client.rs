@@ -87,7 +87,12 @@ impl EcbClient {
     }
 
     /// One request/reply exchange. Returns the reply's pairs.
-    fn transact(&mut self, command: Command, pairs: &[(u32, u32)], what: &'static str) -> Result<Vec<(u32, u32)>, EcbError> {
+    fn transact(
+        &mut self,
+        command: Command,
+        pairs: &[(u32, u32)],
+        what: &'static str,
+    ) -> Result<Vec<(u32, u32)>, EcbError> {
         let addr0 = pairs.first().map(|p| p.0).unwrap_or(0);
         let mut tries = 0;
         loop {
@@ -183,7 +188,12 @@ impl EcbClient {
             req.extend(chunk.iter().map(|a| (*a, 0)));
             let pairs = self.transact(Command::RdBlock, &req, "block read")?;
             if pairs.len() < chunk.len() {
-                return Err(EcbError::Status { peer: self.peer, what: "block read (short reply)", addr: chunk[0], status: Status::Unknown(0xff) });
+                return Err(EcbError::Status {
+                    peer: self.peer,
+                    what: "block read (short reply)",
+                    addr: chunk[0],
+                    status: Status::Unknown(0xff),
+                });
             }
             out.extend(pairs[..chunk.len()].iter().map(|p| p.1));
         }
@@ -209,17 +219,20 @@ mod tests {
             for _ in 0..requests {
                 let Ok((n, from)) = sock.recv_from(&mut req) else { break };
                 let r = Request::new_checked(&req[..n]).expect("request");
-                let pairs: Vec<(u32, u32)> = r.pairs().map(|(a, _)| (a, if r.command().is_read() { !a } else { 0 })).collect();
+                let pairs: Vec<(u32, u32)> =
+                    r.pairs().map(|(a, _)| (a, if r.command().is_read() { !a } else { 0 })).collect();
                 let cmd = u8::from(r.command()) | ecb::REPLY_BIT;
                 let len = if emulator {
                     // Header, pairs, 4 zero bytes (PROTOCOLS.md 2.1).
                     let len = ecb::emulator_reply_len(pairs.len());
                     rep[..len].fill(0);
-                    let n = ecb::emit_reply(cmd, r.flags(), r.sequence(), Status::Ok, &pairs, 0, &mut rep).expect("fits");
+                    let n =
+                        ecb::emit_reply(cmd, r.flags(), r.sequence(), Status::Ok, &pairs, 0, &mut rep).expect("fits");
                     rep[n - 2..len].fill(0);
                     len
                 } else {
-                    ecb::emit_reply(cmd, r.flags(), r.sequence(), Status::Ok, &pairs, r.sequence(), &mut rep).expect("fits")
+                    ecb::emit_reply(cmd, r.flags(), r.sequence(), Status::Ok, &pairs, r.sequence(), &mut rep)
+                        .expect("fits")
                 };
                 sock.send_to(&rep[..len], from).expect("send");
                 lens.push(len);
@@ -265,7 +278,8 @@ mod tests {
     fn hsb_host_reports_a_player_that_cannot_play() {
         use crate::hsb::{DataPlaneConfig, HsbHost, PlayerConfig, QecPlayerConfig};
         let (_nic, wire) = rocelink_link::inproc::pair(16);
-        let config = rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), ..Default::default() };
+        let config =
+            rocelink_fpga_sim::SimConfig { ecb_bind: SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), ..Default::default() };
         let sim = rocelink_fpga_sim::start(config, Box::new(wire)).expect("fpga-sim");
         // A lost reply would take 5 s: an answer within 1 s is the peer's, not a timeout.
         let mut client = EcbClient::connect(sim.ecb_addr()).expect("client");
@@ -323,7 +337,15 @@ mod tests {
         host.program_player(&big).expect("program");
         assert_eq!(reason(start(&mut host, &big)), Some(PlayerRefusal::FrameBeyondSlot { bytes: 200, slot: 128 }));
         // A QEC start on a peer with no replay is a template run with window 0.
-        host.program_qec_player(&QecPlayerConfig { shots: 1, interval_clocks: 0, closed_loop: true, first_request_id: 1, response_timeout: Duration::from_millis(100), peer_qpn: 2 }).expect("program");
+        host.program_qec_player(&QecPlayerConfig {
+            shots: 1,
+            interval_clocks: 0,
+            closed_loop: true,
+            first_request_id: 1,
+            response_timeout: Duration::from_millis(100),
+            peer_qpn: 2,
+        })
+        .expect("program");
         host.ecb().write(rocelink_wire::hsb::reg::PLAYER_WINDOW_SIZE, 0).expect("window");
         let t0 = Instant::now();
         let r = host.start_qec_player();

@@ -265,7 +265,10 @@ impl HsbHost {
         match self.ecb.write(reg::PLAYER_ENABLE, enable) {
             Err(EcbError::Status { peer, status: Status::Refused, .. }) => {
                 let mut w = Vec::new();
-                let reason = match self.ecb.read_block(&[ext::PLAYER_START_ERROR, ext::PLAYER_START_DETAIL, ext::PLAYER_START_DETAIL + 4], &mut w) {
+                let reason = match self.ecb.read_block(
+                    &[ext::PLAYER_START_ERROR, ext::PLAYER_START_DETAIL, ext::PLAYER_START_DETAIL + 4],
+                    &mut w,
+                ) {
                     Ok(()) => PlayerRefusal::from_words(w[0], [w[1], w[2]]),
                     // A peer without the register (0x03, or another status): no reason.
                     Err(EcbError::Status { .. }) => None,
@@ -399,7 +402,10 @@ impl HsbHost {
             Err(e) => return Err(e),
         };
         let mut decode = Vec::new();
-        match self.ecb.read_block(&[ext::QEC_DECODE_COUNT, ext::QEC_DECODE_P50_NS, ext::QEC_DECODE_P99_NS, ext::QEC_DECODE_MAX_NS], &mut decode) {
+        match self.ecb.read_block(
+            &[ext::QEC_DECODE_COUNT, ext::QEC_DECODE_P50_NS, ext::QEC_DECODE_P99_NS, ext::QEC_DECODE_MAX_NS],
+            &mut decode,
+        ) {
             Ok(()) => {}
             Err(e) if e.is_invalid_address() => decode.clear(),
             Err(e) => return Err(e),
@@ -407,19 +413,19 @@ impl HsbHost {
         let dw = |i: usize| decode.get(i).copied().unwrap_or(0);
         Ok(Some(QecCounters {
             peer: rocelink_wire::hsb::QecCounters {
-            shots_sent: word(ext::QEC_SHOTS_SENT),
-            shots_decoded: word(ext::QEC_SHOTS_DECODED),
-            logical_errors: word(ext::QEC_LOGICAL_ERRORS),
-            disagreements: word(ext::QEC_DISAGREEMENTS),
-            overflows: word(ext::QEC_OVERFLOWS),
-            unmatchable: word(ext::QEC_UNMATCHABLE),
-            rounds_sent: word(ext::QEC_ROUNDS_SENT),
-            bad_answers: word(ext::QEC_BAD_ANSWERS),
-            first_send_ns: time(ext::QEC_FIRST_SEND_LO),
-            last_send_ns: time(ext::QEC_LAST_SEND_LO),
-            last_correction_ns: time(ext::QEC_LAST_CORRECTION_LO),
-            status,
-            decode: DecoderTime { count: dw(0), p50_ns: dw(1), p99_ns: dw(2), max_ns: dw(3) },
+                shots_sent: word(ext::QEC_SHOTS_SENT),
+                shots_decoded: word(ext::QEC_SHOTS_DECODED),
+                logical_errors: word(ext::QEC_LOGICAL_ERRORS),
+                disagreements: word(ext::QEC_DISAGREEMENTS),
+                overflows: word(ext::QEC_OVERFLOWS),
+                unmatchable: word(ext::QEC_UNMATCHABLE),
+                rounds_sent: word(ext::QEC_ROUNDS_SENT),
+                bad_answers: word(ext::QEC_BAD_ANSWERS),
+                first_send_ns: time(ext::QEC_FIRST_SEND_LO),
+                last_send_ns: time(ext::QEC_LAST_SEND_LO),
+                last_correction_ns: time(ext::QEC_LAST_CORRECTION_LO),
+                status,
+                decode: DecoderTime { count: dw(0), p50_ns: dw(1), p99_ns: dw(2), max_ns: dw(3) },
             },
             timeouts,
         }))
@@ -427,10 +433,17 @@ impl HsbHost {
 
     /// The peer's counters, if it has the extension block.
     pub fn read_stats(&mut self) -> Result<Option<PeerStats>, EcbError> {
-        let addrs: Vec<u32> = [ext::STAT_SENT, ext::STAT_RECEIVED, ext::STAT_ICRC_FAILURES, ext::STAT_MALFORMED, ext::STAT_STALLS, ext::STAT_UNEXPECTED]
-            .iter()
-            .map(|o| ext::STATS_BASE + o)
-            .collect();
+        let addrs: Vec<u32> = [
+            ext::STAT_SENT,
+            ext::STAT_RECEIVED,
+            ext::STAT_ICRC_FAILURES,
+            ext::STAT_MALFORMED,
+            ext::STAT_STALLS,
+            ext::STAT_UNEXPECTED,
+        ]
+        .iter()
+        .map(|o| ext::STATS_BASE + o)
+        .collect();
         let mut v = Vec::new();
         match self.ecb.read_block(&addrs, &mut v) {
             Ok(()) => Ok(Some(PeerStats {

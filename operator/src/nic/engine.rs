@@ -47,11 +47,21 @@ impl NicEngine {
 
     /// [`NicEngine::spawn`], running `data_path` on the engine thread each turn, between the
     /// receive burst and the send side (module docs).
-    pub fn spawn_with_data_path(nic: SoftNic, link: Box<dyn Link>, cfg: NicEngineConfig, data_path: DataPath) -> std::io::Result<NicEngine> {
+    pub fn spawn_with_data_path(
+        nic: SoftNic,
+        link: Box<dyn Link>,
+        cfg: NicEngineConfig,
+        data_path: DataPath,
+    ) -> std::io::Result<NicEngine> {
         Self::spawn_inner(nic, link, cfg, Some(data_path))
     }
 
-    fn spawn_inner(mut nic: SoftNic, mut link: Box<dyn Link>, cfg: NicEngineConfig, mut data_path: Option<DataPath>) -> std::io::Result<NicEngine> {
+    fn spawn_inner(
+        mut nic: SoftNic,
+        mut link: Box<dyn Link>,
+        cfg: NicEngineConfig,
+        mut data_path: Option<DataPath>,
+    ) -> std::io::Result<NicEngine> {
         let stop = Arc::new(AtomicBool::new(false));
         let counters = nic.counters().clone();
         let describe = link.describe();

@@ -99,7 +99,13 @@ impl std::str::FromStr for DoorbellMode {
 impl Default for NicOptions {
     /// The defaults, the proxy doorbell among them; nothing is read from the environment.
     fn default() -> Self {
-        NicOptions { cqe_inline_scatter: true, pmtu: roce::PMTU, wqe_check_deadline: WQE_CHECK_DEADLINE, prefetch_next_receive: true, doorbell: DoorbellMode::Proxy }
+        NicOptions {
+            cqe_inline_scatter: true,
+            pmtu: roce::PMTU,
+            wqe_check_deadline: WQE_CHECK_DEADLINE,
+            prefetch_next_receive: true,
+            doorbell: DoorbellMode::Proxy,
+        }
     }
 }
 
@@ -303,7 +309,11 @@ impl SoftNic {
         let psn = bth.psn & PSN_MASK;
         let starts_message = matches!(
             op,
-            Opcode::UcWriteOnly | Opcode::UcWriteOnlyImm | Opcode::UcWriteFirst | Opcode::UcSendOnly | Opcode::UcSendOnlyImm
+            Opcode::UcWriteOnly
+                | Opcode::UcWriteOnlyImm
+                | Opcode::UcWriteFirst
+                | Opcode::UcSendOnly
+                | Opcode::UcSendOnlyImm
         );
         if starts_message {
             if let Some(e) = self.expected_psn {
@@ -395,7 +405,8 @@ impl SoftNic {
                     if !mr.access.contains(Access::LOCAL_WRITE) || !Arc::ptr_eq(&mr.mem, &self.q.mem) {
                         return Err(DropReason::BadRkey);
                     }
-                    let off = mr.resolve(u64::from_be(wqe.addr), payload.len() as u64).ok_or(DropReason::OutOfBounds)?;
+                    let off =
+                        mr.resolve(u64::from_be(wqe.addr), payload.len() as u64).ok_or(DropReason::OutOfBounds)?;
                     self.q.mem.write(off, payload);
                 }
                 let (opcode, imm) = match f.repr.immdt {
@@ -494,7 +505,9 @@ impl SoftNic {
         // Acquire pairs with the data path's store of the doorbell: Release (or after a
         // system-scope release fence) for an unchecked one.
         let db = match self.opts.doorbell {
-            DoorbellMode::Proxy => abi::ProxyDoorbell::decode(self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).load(Acquire)),
+            DoorbellMode::Proxy => {
+                abi::ProxyDoorbell::decode(self.q.mem.atomic_u64(self.q.layout.proxy_doorbell).load(Acquire))
+            }
             DoorbellMode::Mmio => self.mmio_doorbell(),
         };
         if self.sq_ci as u16 == db.pi {
@@ -542,7 +555,8 @@ impl SoftNic {
             // bytes 4..7 of the control segment: qpn_ds, big-endian (qpn << 8 | ds)
             let qpn = u32::from_be_bytes(uar.to_le_bytes()[4..8].try_into().expect("4 bytes")) >> 8;
             if qpn == self.attrs.qpn {
-                self.mmio_pi = u32::from_be(self.q.mem.atomic_u32(self.q.layout.sq_dbrec_counter()).load(Acquire)) as u16;
+                self.mmio_pi =
+                    u32::from_be(self.q.mem.atomic_u32(self.q.layout.sq_dbrec_counter()).load(Acquire)) as u16;
             } else {
                 self.counters.unusual.fetch_add(1, Relaxed);
             }

@@ -26,7 +26,10 @@ impl SendTrace {
     /// A trace of `entries` slots (rounded up to a power of two, at least 1).
     pub fn new(entries: usize) -> SendTrace {
         let n = entries.max(1).next_power_of_two();
-        SendTrace { tags: (0..n).map(|_| AtomicU32::new(0)).collect(), sent_ns: (0..n).map(|_| AtomicU64::new(0)).collect() }
+        SendTrace {
+            tags: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            sent_ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
     }
 
     fn slot(&self, wqebb: u32) -> usize {

@@ -1,7 +1,7 @@
 //! `Echo`: the device stage that answers each request with a CUQS response echoing its
 //! `request_id`, `ptp_timestamp` and argument bytes (`crate::stage::Echo` on the CPU).
 
-use super::{Build, OperatorDecl, Params, PortDecl, PortDir, MsgType};
+use super::{Build, MsgType, OperatorDecl, Params, PortDecl, PortDir};
 use crate::stage::StageSpec;
 
 pub static DECL: OperatorDecl = OperatorDecl {

@@ -16,8 +16,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Select};
 use rocelink_wire::hsb::CaptureRecord;
 
 use super::MsgType;
-use crate::report::RunReport;
 use crate::nic::NicCounters;
+use crate::report::RunReport;
 use crate::rings::QpMemory;
 use crate::tap::{Fault, FlowSender, TapStats};
 pub use crate::tap::{Message, MsgRecord};
@@ -157,7 +157,14 @@ const BURST: usize = 256;
 /// Runs `op` on a thread named after it until all of `inputs` have ended. An error from the
 /// operator raises `fault` and ends the thread (its inputs are dropped: upstream flows then
 /// fill up and follow their policy).
-pub fn spawn(name: &str, mut op: Box<dyn HostOperator>, mut inputs: Vec<(&'static str, Receiver<Message>)>, mut out: Outputs, core: Option<usize>, fault: Fault) -> std::io::Result<HostThread> {
+pub fn spawn(
+    name: &str,
+    mut op: Box<dyn HostOperator>,
+    mut inputs: Vec<(&'static str, Receiver<Message>)>,
+    mut out: Outputs,
+    core: Option<usize>,
+    fault: Fault,
+) -> std::io::Result<HostThread> {
     let op_name = name.to_string();
     std::thread::Builder::new().name(format!("op:{name}")).spawn(move || {
         rocelink_link::affinity::pin_current_thread(core);
@@ -173,7 +180,17 @@ pub fn spawn(name: &str, mut op: Box<dyn HostOperator>, mut inputs: Vec<(&'stati
             if let Ok(i) = ready {
                 let (port, rx) = (inputs[i].0, inputs[i].1.clone());
                 for n in 0..BURST {
-                    let got = if n == 0 { rx.recv_timeout(Duration::ZERO) } else { rx.try_recv().map_err(|e| if e.is_empty() { RecvTimeoutError::Timeout } else { RecvTimeoutError::Disconnected }) };
+                    let got = if n == 0 {
+                        rx.recv_timeout(Duration::ZERO)
+                    } else {
+                        rx.try_recv().map_err(|e| {
+                            if e.is_empty() {
+                                RecvTimeoutError::Timeout
+                            } else {
+                                RecvTimeoutError::Disconnected
+                            }
+                        })
+                    };
                     match got {
                         Ok(m) => {
                             if let Err(e) = op.on_message(port, m, &mut out) {

@@ -15,15 +15,29 @@ use std::path::PathBuf;
 
 use hdrhistogram::Histogram;
 
-use super::{Build, Finished, HostContext, HostOperator, Message, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
-use crate::report::RunReport;
+use super::{
+    Build, Finished, HostContext, HostOperator, Message, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault,
+    ParamKind, Params, PortDecl, PortDir,
+};
 use crate::latency::{new_histogram, Summary};
+use crate::report::RunReport;
 
 pub static DECL: OperatorDecl = OperatorDecl {
     kind: "LatencyReport",
     doc: "host: writes the run's report as Markdown, JSON and SVG",
-    ports: &[PortDecl { name: "in", dir: PortDir::In, ty: MsgType::MsgRecord, required: false, doc: "tap records, for the loop-time split" }],
-    params: &[ParamDecl { name: "name", kind: ParamKind::Str, default: ParamDefault::Unset, doc: "file name stem (default: the graph's name)" }],
+    ports: &[PortDecl {
+        name: "in",
+        dir: PortDir::In,
+        ty: MsgType::MsgRecord,
+        required: false,
+        doc: "tap records, for the loop-time split",
+    }],
+    params: &[ParamDecl {
+        name: "name",
+        kind: ParamKind::Str,
+        default: ParamDefault::Unset,
+        doc: "file name stem (default: the graph's name)",
+    }],
     build: Build::Host(build),
 };
 
@@ -67,8 +81,14 @@ impl HostOperator for LatencyReport {
         let svg_name = format!("{}.svg", self.name);
         let label = format!("{} backend", r.env.backend);
         let (title, samples) = match &r.qec {
-            Some(_) => (format!("{}: {} wire, reaction latency (final round sent to correction back)", r.graph, r.env.wire), run.qec_reaction_samples),
-            None => (format!("{}: {} wire, {} B, full round trips", r.graph, r.env.wire, r.env.payload_size), run.rtt_samples),
+            Some(_) => (
+                format!("{}: {} wire, reaction latency (final round sent to correction back)", r.graph, r.env.wire),
+                run.qec_reaction_samples,
+            ),
+            None => (
+                format!("{}: {} wire, {} B, full round trips", r.graph, r.env.wire, r.env.payload_size),
+                run.rtt_samples,
+            ),
         };
         let svg = crate::chart::svg(&title, &[(&label, samples)])?;
         let svg_path = self.dir.join(&svg_name);
@@ -90,7 +110,9 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
     let e = &r.env;
     let _ = writeln!(s, "# rocelink run: {}\n", r.graph);
     let warmup = match &r.qec {
-        Some(q) => format!("{} warm-up shots ({} messages)", r.warmup, u64::from(r.warmup) * u64::from(q.messages_per_shot)),
+        Some(q) => {
+            format!("{} warm-up shots ({} messages)", r.warmup, u64::from(r.warmup) * u64::from(q.messages_per_shot))
+        }
         None => format!("{} warm-up messages", r.warmup),
     };
     let _ = writeln!(
@@ -115,25 +137,61 @@ pub fn markdown(r: &RunReport, loop_ns: Option<&Summary>, svg: &str) -> String {
     }
     let t = &r.rtt_ns;
     let _ = writeln!(s, "\n## Round trips (us)\n\n| count | min | p50 | p90 | p99 | p99.9 | max |\n|---:|---:|---:|---:|---:|---:|---:|");
-    let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} |", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
+    let _ = writeln!(
+        s,
+        "| {} | {} | {} | {} | {} | {} | {} |",
+        t.count,
+        us(t.min),
+        us(t.p50),
+        us(t.p90),
+        us(t.p99),
+        us(t.p999),
+        us(t.max)
+    );
     if let Some(b) = &r.breakdown_ns {
-        let _ = writeln!(s, "\nWhere the round trip went (p50, from the data path's timestamps, {} messages): {}.", b.matched, b.p50_text());
+        let _ = writeln!(
+            s,
+            "\nWhere the round trip went (p50, from the data path's timestamps, {} messages): {}.",
+            b.matched,
+            b.p50_text()
+        );
     }
     if let Some(l) = loop_ns {
         let _ = writeln!(s, "\nTransceiver loop per message (CQE seen to doorbell rung, from the tap, {} messages): min {}  p50 {}  p99 {}  max {} us.", l.count, us(l.min), us(l.p50), us(l.p99), us(l.max));
     }
     let c = &r.counts;
     let _ = writeln!(s, "\n## Messages\n\n| sent | received | lost | duplicated | reordered | corrupted | in flight at stop |\n|---:|---:|---:|---:|---:|---:|---:|");
-    let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} | {} |", c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted, r.in_flight_at_stop);
+    let _ = writeln!(
+        s,
+        "| {} | {} | {} | {} | {} | {} | {} |",
+        c.sent, c.received, c.lost, c.duplicated, c.reordered, c.corrupted, r.in_flight_at_stop
+    );
     if let Some(a) = &r.rate_achieved {
-        let _ = writeln!(s, "\nOpen-loop rate: {} (answers over the first send to the last arrival, warm-up included).", a.text());
+        let _ = writeln!(
+            s,
+            "\nOpen-loop rate: {} (answers over the first send to the last arrival, warm-up included).",
+            a.text()
+        );
     }
     let drops: Vec<String> = r.nic_drops.iter().filter(|(_, v)| **v > 0).map(|(k, v)| format!("{k} {v}")).collect();
-    let _ = writeln!(s, "\nNIC: {} frames in, {} out; drops: {}. Transceiver loop: {} answered, {} refused.", r.nic.rx_packets, r.nic.tx_packets, if drops.is_empty() { "none".into() } else { drops.join(", ") }, r.backend_processed, r.backend_dropped);
+    let _ = writeln!(
+        s,
+        "\nNIC: {} frames in, {} out; drops: {}. Transceiver loop: {} answered, {} refused.",
+        r.nic.rx_packets,
+        r.nic.tx_packets,
+        if drops.is_empty() { "none".into() } else { drops.join(", ") },
+        r.backend_processed,
+        r.backend_dropped
+    );
     if let Some(tap) = &r.tap {
-        let _ = writeln!(s, "\nTap: {} records copied, {} overwritten before they were read.", tap.records, tap.overflow);
+        let _ =
+            writeln!(s, "\nTap: {} records copied, {} overwritten before they were read.", tap.records, tap.overflow);
         for f in &tap.flows {
-            let _ = writeln!(s, "- flow {} (capacity {}, {}): {} offered, {} dropped", f.flow, f.capacity, f.policy, f.offered, f.dropped);
+            let _ = writeln!(
+                s,
+                "- flow {} (capacity {}, {}): {} offered, {} dropped",
+                f.flow, f.capacity, f.policy, f.offered, f.dropped
+            );
         }
     }
     if !r.problems.is_empty() {

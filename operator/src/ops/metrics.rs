@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use super::{Build, Finished, HostContext, HostOperator, Live, Message, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
+use super::{
+    Build, Finished, HostContext, HostOperator, Live, Message, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault,
+    ParamKind, Params, PortDecl, PortDir,
+};
 use crate::latency::new_histogram;
 
 pub static DECL: OperatorDecl = OperatorDecl {
@@ -16,9 +19,20 @@ pub static DECL: OperatorDecl = OperatorDecl {
     doc: "host: logs message rate, loop time and drop counters every period (tracing target rocelink::metrics)",
     ports: &[
         PortDecl { name: "in", dir: PortDir::In, ty: MsgType::MsgRecord, required: true, doc: "records to count" },
-        PortDecl { name: "out", dir: PortDir::Out, ty: MsgType::MsgRecord, required: false, doc: "the same records, passed on" },
+        PortDecl {
+            name: "out",
+            dir: PortDir::Out,
+            ty: MsgType::MsgRecord,
+            required: false,
+            doc: "the same records, passed on",
+        },
     ],
-    params: &[ParamDecl { name: "period_ms", kind: ParamKind::Int { min: 10, max: 3_600_000 }, default: ParamDefault::Int(1000), doc: "milliseconds between two log lines" }],
+    params: &[ParamDecl {
+        name: "period_ms",
+        kind: ParamKind::Int { min: 10, max: 3_600_000 },
+        default: ParamDefault::Int(1000),
+        doc: "milliseconds between two log lines",
+    }],
     build: Build::Host(build),
 };
 
@@ -47,7 +61,11 @@ struct Metrics {
 impl Metrics {
     fn log(&mut self) {
         let secs = self.since.elapsed().as_secs_f64().max(1e-9);
-        let (p50, p99) = if self.loop_ns.is_empty() { (0, 0) } else { (self.loop_ns.value_at_quantile(0.5), self.loop_ns.value_at_quantile(0.99)) };
+        let (p50, p99) = if self.loop_ns.is_empty() {
+            (0, 0)
+        } else {
+            (self.loop_ns.value_at_quantile(0.5), self.loop_ns.value_at_quantile(0.99))
+        };
         tracing::info!(
             target: "rocelink::metrics",
             operator = %self.name,

@@ -31,11 +31,20 @@ impl fmt::Display for ParamValue {
 #[derive(Debug, Clone, Copy)]
 pub enum ParamKind {
     /// An integer in `min..=max`.
-    Int { min: i64, max: i64 },
+    Int {
+        min: i64,
+        max: i64,
+    },
     /// An integer in `min..=max` that is 0 or a power of two.
-    Pow2 { min: i64, max: i64 },
+    Pow2 {
+        min: i64,
+        max: i64,
+    },
     /// A number (integers accepted) in `min..=max`.
-    Float { min: f64, max: f64 },
+    Float {
+        min: f64,
+        max: f64,
+    },
     Str,
     /// A file or folder path; relative paths are relative to the graph's `outputs.dir`.
     Path,
@@ -63,7 +72,9 @@ impl ParamKind {
                     Ok(v.clone())
                 }
             }
-            (ParamKind::Float { min, max }, ParamValue::Int(n)) => ParamKind::Float { min: *min, max: *max }.check(&ParamValue::Float(*n as f64)),
+            (ParamKind::Float { min, max }, ParamValue::Int(n)) => {
+                ParamKind::Float { min: *min, max: *max }.check(&ParamValue::Float(*n as f64))
+            }
             (ParamKind::Float { min, max }, ParamValue::Float(x)) => {
                 if !x.is_finite() || x < min || x > max {
                     Err(format!("{x} is out of range {min}..={max}"))
@@ -157,7 +168,11 @@ impl Params {
             }
             let Some(d) = decls.iter().find(|d| d.name == name) else {
                 let known: Vec<&str> = decls.iter().map(|d| d.name).collect();
-                let known = if known.is_empty() { "it takes none".to_string() } else { format!("it takes {}", known.join(", ")) };
+                let known = if known.is_empty() {
+                    "it takes none".to_string()
+                } else {
+                    format!("it takes {}", known.join(", "))
+                };
                 return Err((Some(i), format!("unknown parameter `{name}` ({known})")));
             };
             let v = d.kind.check(v).map_err(|e| (Some(i), format!("parameter `{name}`: {e}")))?;
@@ -168,7 +183,9 @@ impl Params {
                 continue;
             }
             match d.default {
-                ParamDefault::Required => return Err((None, format!("parameter `{}` is required ({})", d.name, d.doc))),
+                ParamDefault::Required => {
+                    return Err((None, format!("parameter `{}` is required ({})", d.name, d.doc)))
+                }
                 ParamDefault::Unset => {}
                 _ => values.extend(d.default.value().map(|v| (d.name, v))),
             }
@@ -215,9 +232,19 @@ mod tests {
 
     static DECLS: &[ParamDecl] = &[
         ParamDecl { name: "n", kind: ParamKind::Int { min: 1, max: 10 }, default: ParamDefault::Int(3), doc: "" },
-        ParamDecl { name: "ring", kind: ParamKind::Pow2 { min: 0, max: 1024 }, default: ParamDefault::Int(64), doc: "" },
+        ParamDecl {
+            name: "ring",
+            kind: ParamKind::Pow2 { min: 0, max: 1024 },
+            default: ParamDefault::Int(64),
+            doc: "",
+        },
         ParamDecl { name: "x", kind: ParamKind::Float { min: 0.0, max: 1.0 }, default: ParamDefault::Unset, doc: "" },
-        ParamDecl { name: "fmt", kind: ParamKind::Choice(&["csv", "jsonl"]), default: ParamDefault::Str("csv"), doc: "" },
+        ParamDecl {
+            name: "fmt",
+            kind: ParamKind::Choice(&["csv", "jsonl"]),
+            default: ParamDefault::Str("csv"),
+            doc: "",
+        },
         ParamDecl { name: "path", kind: ParamKind::Path, default: ParamDefault::Required, doc: "where" },
     ];
 
@@ -227,7 +254,15 @@ mod tests {
 
     #[test]
     fn defaults_fill_in_and_values_are_normalised() {
-        let p = Params::resolve(DECLS, &given(&[("path", ParamValue::Str("a".into())), ("fmt", ParamValue::Ident("JsonL".into())), ("x", ParamValue::Int(1))])).unwrap();
+        let p = Params::resolve(
+            DECLS,
+            &given(&[
+                ("path", ParamValue::Str("a".into())),
+                ("fmt", ParamValue::Ident("JsonL".into())),
+                ("x", ParamValue::Int(1)),
+            ]),
+        )
+        .unwrap();
         assert_eq!(p.int("n"), Ok(3));
         assert_eq!(p.str("fmt"), Some("jsonl"));
         assert_eq!(p.float("x"), Ok(1.0));

@@ -32,7 +32,10 @@ use std::path::PathBuf;
 
 use rocelink_wire::hsb::{capture_flags, CaptureRecord};
 
-use super::{Build, Finished, HostContext, HostOperator, Message, MsgRecord, MsgType, OperatorDecl, Outputs, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
+use super::{
+    Build, Finished, HostContext, HostOperator, Message, MsgRecord, MsgType, OperatorDecl, Outputs, ParamDecl,
+    ParamDefault, ParamKind, Params, PortDecl, PortDir,
+};
 
 pub static DECL: OperatorDecl = OperatorDecl {
     kind: "Recorder",
@@ -67,7 +70,14 @@ fn build(p: &Params, ctx: &HostContext) -> Result<Box<dyn HostOperator>, String>
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let file = File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    Ok(Box::new(Recorder { path, format, file: Some(file), max: p.int("max_records")? as usize, records: Vec::new(), left_out: 0 }))
+    Ok(Box::new(Recorder {
+        path,
+        format,
+        file: Some(file),
+        max: p.int("max_records")? as usize,
+        records: Vec::new(),
+        left_out: 0,
+    }))
 }
 
 struct Recorder {
@@ -118,8 +128,27 @@ impl HostOperator for Recorder {
 }
 
 const COLUMNS: [&str; 21] = [
-    "request_id", "status", "warmup", "seq", "slot", "byte_count", "sq_index", "cqe_seen_ns", "doorbell_ns", "loop_ns", "sent_ns", "arrival_ns", "rtt_ns", "peer_to_host_ns", "host_to_peer_ns", "rpc_status", "result_len",
-    "nic_cqe_ns", "nic_sent_ns", "wire_nic_in_ns", "wire_out_ns",
+    "request_id",
+    "status",
+    "warmup",
+    "seq",
+    "slot",
+    "byte_count",
+    "sq_index",
+    "cqe_seen_ns",
+    "doorbell_ns",
+    "loop_ns",
+    "sent_ns",
+    "arrival_ns",
+    "rtt_ns",
+    "peer_to_host_ns",
+    "host_to_peer_ns",
+    "rpc_status",
+    "result_len",
+    "nic_cqe_ns",
+    "nic_sent_ns",
+    "wire_nic_in_ns",
+    "wire_out_ns",
 ];
 
 /// One message's row.
@@ -164,7 +193,9 @@ impl Row {
             s(c.map(|c| u64::from(c.result_len))),
             s(t.map(|t| t.nic_cqe_ns).filter(|&v| v != 0)),
             s(self.nic_sent),
-            t.zip(c).filter(|(t, _)| self.nic_clock && t.nic_cqe_ns != 0).map(|(t, c)| signed(t.nic_cqe_ns, c.echoed_timestamp)),
+            t.zip(c)
+                .filter(|(t, _)| self.nic_clock && t.nic_cqe_ns != 0)
+                .map(|(t, c)| signed(t.nic_cqe_ns, c.echoed_timestamp)),
             self.nic_sent.zip(c).filter(|_| self.nic_clock).map(|(sent, c)| signed(c.arrival_timestamp, sent)),
         ]
     }
@@ -180,7 +211,11 @@ impl Row {
             let value = match *k {
                 "status" => serde_json::Value::String(v),
                 "warmup" => serde_json::Value::Bool(v == "true"),
-                _ => v.parse::<i64>().map(serde_json::Value::from).or_else(|_| v.parse::<u64>().map(serde_json::Value::from)).unwrap_or(serde_json::Value::String(v)),
+                _ => v
+                    .parse::<i64>()
+                    .map(serde_json::Value::from)
+                    .or_else(|_| v.parse::<u64>().map(serde_json::Value::from))
+                    .unwrap_or(serde_json::Value::String(v)),
             };
             m.insert((*k).to_string(), value);
         }
@@ -221,16 +256,39 @@ fn join(tap: &[MsgRecord], run: &Finished<'_>, max_rows: u64) -> Vec<Row> {
         let capture = answers.get(&id).copied();
         let status = match capture {
             None => "lost",
-            Some(c) if c.flags & (capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK) != (capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK) => "corrupted",
+            Some(c)
+                if c.flags & (capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK)
+                    != (capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK) =>
+            {
+                "corrupted"
+            }
             Some(_) => "ok",
         };
         let tap = by_id.get(&id).copied();
-        rows.push(Row { request_id: id, status, warmup: i < warmup, tap, capture, same_clock, nic_clock, nic_sent: nic_sent(tap) });
+        rows.push(Row {
+            request_id: id,
+            status,
+            warmup: i < warmup,
+            tap,
+            capture,
+            same_clock,
+            nic_clock,
+            nic_sent: nic_sent(tap),
+        });
     }
     let mut listed: std::collections::HashSet<u32> = stale.iter().map(|c| c.request_id).collect();
     for c in stale {
         let tap = by_id.get(&c.request_id).copied();
-        rows.push(Row { request_id: c.request_id, status: "stale", warmup: false, tap, capture: Some(c), same_clock, nic_clock, nic_sent: nic_sent(tap) });
+        rows.push(Row {
+            request_id: c.request_id,
+            status: "stale",
+            warmup: false,
+            tap,
+            capture: Some(c),
+            same_clock,
+            nic_clock,
+            nic_sent: nic_sent(tap),
+        });
     }
     // Messages the data path answered that the peer's counts do not cover (a run whose peer
     // went away before its capture was read: `sent` is then what was read): listed, with
@@ -239,7 +297,16 @@ fn join(tap: &[MsgRecord], run: &Finished<'_>, max_rows: u64) -> Vec<Row> {
         let idx = u64::from(r.request_id.wrapping_sub(first));
         if idx >= all_sent && listed.insert(r.request_id) {
             let t = Some(*r);
-            rows.push(Row { request_id: r.request_id, status: "uncaptured", warmup: idx < warmup, tap: t, capture: None, same_clock, nic_clock, nic_sent: nic_sent(t) });
+            rows.push(Row {
+                request_id: r.request_id,
+                status: "uncaptured",
+                warmup: idx < warmup,
+                tap: t,
+                capture: None,
+                same_clock,
+                nic_clock,
+                nic_sent: nic_sent(t),
+            });
         }
     }
     rows
@@ -251,17 +318,36 @@ mod tests {
     use crate::report::RunReport;
 
     fn cap(id: u32, sent: u64, arrival: u64, flags: u32) -> CaptureRecord {
-        CaptureRecord { request_id: id, echoed_timestamp: sent, arrival_timestamp: arrival, flags, result_len: 40, rpc_status: 0 }
+        CaptureRecord {
+            request_id: id,
+            echoed_timestamp: sent,
+            arrival_timestamp: arrival,
+            flags,
+            result_len: 40,
+            rpc_status: 0,
+        }
     }
 
     #[test]
     fn answers_beyond_the_peers_count_are_listed_as_uncaptured() {
         // the peer went away: its count (what was read of its capture) is 1, the tap saw 3
-        let tap: Vec<MsgRecord> = (1..=3).map(|id| MsgRecord { seq: u64::from(id), request_id: id, ..Default::default() }).chain([MsgRecord { seq: 9, request_id: 3, ..Default::default() }]).collect();
+        let tap: Vec<MsgRecord> = (1..=3)
+            .map(|id| MsgRecord { seq: u64::from(id), request_id: id, ..Default::default() })
+            .chain([MsgRecord { seq: 9, request_id: 3, ..Default::default() }])
+            .collect();
         let capture = vec![cap(1, 1_000, 1_500, capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK)];
         let mut report = RunReport::empty();
         report.counts.sent = 1;
-        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: true, nic_clock: false, send_trace: None };
+        let run = Finished {
+            report: &report,
+            capture: &capture,
+            first_request_id: 1,
+            rtt_samples: &[],
+            qec_reaction_samples: &[],
+            same_clock: true,
+            nic_clock: false,
+            send_trace: None,
+        };
         let status: Vec<(u32, &str)> = join(&tap, &run, u64::MAX).iter().map(|r| (r.request_id, r.status)).collect();
         assert_eq!(status, vec![(1, "ok"), (2, "uncaptured"), (3, "uncaptured")]);
     }
@@ -270,8 +356,22 @@ mod tests {
     fn joins_by_request_id_with_a_row_per_request() {
         let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
         let tap = vec![
-            MsgRecord { seq: 0, request_id: 1, cqe_seen_ns: 1_100, doorbell_ns: 1_300, nic_cqe_ns: 1_050, ..Default::default() },
-            MsgRecord { seq: 1, request_id: 2, sq_index: 2, cqe_seen_ns: 2_100, doorbell_ns: 2_300, ..Default::default() },
+            MsgRecord {
+                seq: 0,
+                request_id: 1,
+                cqe_seen_ns: 1_100,
+                doorbell_ns: 1_300,
+                nic_cqe_ns: 1_050,
+                ..Default::default()
+            },
+            MsgRecord {
+                seq: 1,
+                request_id: 2,
+                sq_index: 2,
+                cqe_seen_ns: 2_100,
+                doorbell_ns: 2_300,
+                ..Default::default()
+            },
         ];
         let trace = crate::nic::SendTrace::new(8);
         trace.record(0, 1_350); // request 1's answer (sq_index 0) left the NIC
@@ -279,7 +379,16 @@ mod tests {
         let mut report = RunReport::empty();
         report.counts.sent = 4;
         report.warmup = 1;
-        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: true, nic_clock: true, send_trace: Some(&trace) };
+        let run = Finished {
+            report: &report,
+            capture: &capture,
+            first_request_id: 1,
+            rtt_samples: &[],
+            qec_reaction_samples: &[],
+            same_clock: true,
+            nic_clock: true,
+            send_trace: Some(&trace),
+        };
         let rows = join(&tap, &run, u64::MAX);
         let status: Vec<(u32, &str)> = rows.iter().map(|r| (r.request_id, r.status)).collect();
         assert_eq!(status, vec![(1, "ok"), (2, "lost"), (3, "corrupted"), (4, "lost"), (99, "stale")]);
@@ -297,17 +406,39 @@ mod tests {
     #[test]
     fn nic_splits_only_where_the_peer_shares_the_nics_clock() {
         let ok = capture_flags::PAYLOAD_OK | capture_flags::HEADER_OK;
-        let tap = vec![MsgRecord { seq: 0, request_id: 1, cqe_seen_ns: 9_000_100, doorbell_ns: 9_000_600, nic_cqe_ns: 1_050, ..Default::default() }];
+        let tap = vec![MsgRecord {
+            seq: 0,
+            request_id: 1,
+            cqe_seen_ns: 9_000_100,
+            doorbell_ns: 9_000_600,
+            nic_cqe_ns: 1_050,
+            ..Default::default()
+        }];
         let trace = crate::nic::SendTrace::new(8);
         trace.record(0, 1_350);
         let capture = vec![cap(1, 1_000, 1_500, ok)];
         let mut report = RunReport::empty();
         report.counts.sent = 1;
         // a GPU run with fpga-sim on this host: the data path's clock is the GPU's, the NIC's is the peer's
-        let run = Finished { report: &report, capture: &capture, first_request_id: 1, rtt_samples: &[], qec_reaction_samples: &[], same_clock: false, nic_clock: true, send_trace: Some(&trace) };
-        assert_eq!(join(&tap, &run, u64::MAX)[0].csv(), "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,50,150");
+        let run = Finished {
+            report: &report,
+            capture: &capture,
+            first_request_id: 1,
+            rtt_samples: &[],
+            qec_reaction_samples: &[],
+            same_clock: false,
+            nic_clock: true,
+            send_trace: Some(&trace),
+        };
+        assert_eq!(
+            join(&tap, &run, u64::MAX)[0].csv(),
+            "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,50,150"
+        );
         // a remote FPGA: its clock is its own; the NIC's stamps stay, the splits go
         let run = Finished { nic_clock: false, ..run };
-        assert_eq!(join(&tap, &run, u64::MAX)[0].csv(), "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,,");
+        assert_eq!(
+            join(&tap, &run, u64::MAX)[0].csv(),
+            "1,ok,false,0,0,0,0,9000100,9000600,500,1000,1500,500,,,0,40,1050,1350,,"
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! last stage's answer; everything in between is fused into one loop. Its `tap` port gives
 //! host operators a copy of every answered message's record (see `crate::tap`).
 
-use super::{Build, OperatorDecl, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir, MsgType};
+use super::{Build, MsgType, OperatorDecl, ParamDecl, ParamDefault, ParamKind, Params, PortDecl, PortDir};
 
 /// The queue pair's sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use super::{Build, Finished, HostContext, HostOperator, Message, MsgType, Outputs, OperatorDecl, Params, PortDecl, PortDir};
+use super::{
+    Build, Finished, HostContext, HostOperator, Message, MsgType, OperatorDecl, Outputs, Params, PortDecl, PortDir,
+};
 
 pub static DECL: OperatorDecl = OperatorDecl {
     kind: "Sink",

@@ -315,9 +315,14 @@ mod tests {
         let mut a = vec![0u8; r.buffer_len()];
         r.emit_with(&bits, &mut a).unwrap();
         let mut b = vec![0u8; rpc::HEADER_LEN + a.len()];
-        RequestRepr { function_id: function_id::ENQUEUE_SYNDROMES, arg_len: a.len() as u32, request_id: counter as u32, ptp_timestamp: 7 }
-            .emit(&mut b)
-            .unwrap();
+        RequestRepr {
+            function_id: function_id::ENQUEUE_SYNDROMES,
+            arg_len: a.len() as u32,
+            request_id: counter as u32,
+            ptp_timestamp: 7,
+        }
+        .emit(&mut b)
+        .unwrap();
         b[rpc::HEADER_LEN..].copy_from_slice(&a);
         b
     }
@@ -357,7 +362,11 @@ mod tests {
                     // Only a tie may differ: same status, defects and weight, another correction.
                     let ra = rocelink_wire::qec::DecodeReportRepr::parse(&a[la - 16..la]).unwrap();
                     let rb = rocelink_wire::qec::DecodeReportRepr::parse(&b[lb - 16..lb]).unwrap();
-                    assert_eq!((ra.status, ra.defects, ra.weight), (rb.status, rb.defects, rb.weight), "{name} shot {s}");
+                    assert_eq!(
+                        (ra.status, ra.defects, ra.weight),
+                        (rb.status, rb.defects, rb.weight),
+                        "{name} shot {s}"
+                    );
                     assert_eq!(ResponseRepr::parse(&a[..la]).unwrap().status, 0);
                     finals += 1;
                     ties += 1;

@@ -236,7 +236,8 @@ pub fn predict_threads(
     let mut decoders: Vec<MatchingDecoder> = (0..threads.max(1)).map(|_| MatchingDecoder::new(graph.clone())).collect();
     let input = File::open(in_path).map_err(|e| QecError::io(in_path, e))?;
     write_atomically(out_path, |writer| -> Result<PredictStats, QecError> {
-        let stats = predict_stream_on(&mut decoders, BufReader::new(input), in_format, writer, out_format, in_path, out_path)?;
+        let stats =
+            predict_stream_on(&mut decoders, BufReader::new(input), in_format, writer, out_format, in_path, out_path)?;
         if let Some(shots) = expected_shots.filter(|&s| s != stats.shots) {
             return Err(QecError::Input {
                 path: in_path.to_path_buf(),
@@ -340,7 +341,15 @@ pub fn predict_stream_on<D: BatchDecoder + Send>(
         // a batch read whole first: a malformed shot stops the run before any of it is decoded
         let mut got = 0;
         while got < batch
-            && read_shot(&mut input, in_format, n, stats.shots + got as u64, &mut shots[got * per..(got + 1) * per], &mut line, in_name)?
+            && read_shot(
+                &mut input,
+                in_format,
+                n,
+                stats.shots + got as u64,
+                &mut shots[got * per..(got + 1) * per],
+                &mut line,
+                in_name,
+            )?
         {
             got += 1;
         }
@@ -587,14 +596,23 @@ mod tests {
             for outf in [ShotFormat::B8, ShotFormat::Zero1] {
                 let mut one = Vec::new();
                 let mut d1 = [MatchingDecoder::new(graph.clone())];
-                let s1 = predict_stream_on(&mut d1, &bytes[..], inf, &mut one, outf, Path::new("in"), Path::new("out")).unwrap();
+                let s1 = predict_stream_on(&mut d1, &bytes[..], inf, &mut one, outf, Path::new("in"), Path::new("out"))
+                    .unwrap();
                 let mut many = Vec::new();
                 let mut d3: Vec<MatchingDecoder> = (0..3).map(|_| MatchingDecoder::new(graph.clone())).collect();
-                let s3 = predict_stream_on(&mut d3, &bytes[..], inf, &mut many, outf, Path::new("in"), Path::new("out")).unwrap();
+                let s3 =
+                    predict_stream_on(&mut d3, &bytes[..], inf, &mut many, outf, Path::new("in"), Path::new("out"))
+                        .unwrap();
                 assert_eq!(one, many, "{inf:?} -> {outf:?}");
                 assert_eq!(s1.shots, shots as u64);
-                assert_eq!((s1.shots, s1.unmatchable, &s1.defect_histogram, &s1.weights), (s3.shots, s3.unmatchable, &s3.defect_histogram, &s3.weights));
-                assert!(s1.weights.iter().filter(|&&w| w > 0.0).count() > shots / 2, "most shots have defects to match");
+                assert_eq!(
+                    (s1.shots, s1.unmatchable, &s1.defect_histogram, &s1.weights),
+                    (s3.shots, s3.unmatchable, &s3.defect_histogram, &s3.weights)
+                );
+                assert!(
+                    s1.weights.iter().filter(|&&w| w > 0.0).count() > shots / 2,
+                    "most shots have defects to match"
+                );
             }
         }
         // a short line in the second batch
@@ -604,12 +622,28 @@ mod tests {
         let bad = lines.join("\n") + "\n";
         let mut d3: Vec<MatchingDecoder> = (0..3).map(|_| MatchingDecoder::new(graph.clone())).collect();
         let mut out = Vec::new();
-        let want = predict_stream(&mut MatchingDecoder::new(graph.clone()), bad.as_bytes(), ShotFormat::Zero1, &mut Vec::new(), ShotFormat::Zero1, Path::new("in"), Path::new("o"))
-            .unwrap_err()
-            .to_string();
-        let got = predict_stream_on(&mut d3, bad.as_bytes(), ShotFormat::Zero1, &mut out, ShotFormat::Zero1, Path::new("in"), Path::new("o"))
-            .unwrap_err()
-            .to_string();
+        let want = predict_stream(
+            &mut MatchingDecoder::new(graph.clone()),
+            bad.as_bytes(),
+            ShotFormat::Zero1,
+            &mut Vec::new(),
+            ShotFormat::Zero1,
+            Path::new("in"),
+            Path::new("o"),
+        )
+        .unwrap_err()
+        .to_string();
+        let got = predict_stream_on(
+            &mut d3,
+            bad.as_bytes(),
+            ShotFormat::Zero1,
+            &mut out,
+            ShotFormat::Zero1,
+            Path::new("in"),
+            Path::new("o"),
+        )
+        .unwrap_err()
+        .to_string();
         assert_eq!(got, want);
         assert!(got.contains(&format!("line {}", bad_at + 1)), "{got}");
     }

@@ -227,7 +227,9 @@ impl QecSession<IdleSettled> {
     /// The CPU stage with each round's settle in the loop's idle time ([`IdleSettled`]).
     pub fn idle_settled(graph: Arc<SparseGraph>, config: SessionConfig) -> Result<Self, ConfigError> {
         let (n, obs) = (graph.num_detectors(), graph.num_observables());
-        Self::with_decoders(config, n, obs, || Ok(IdleSettled { decoder: MatchingDecoder::new(Arc::clone(&graph)), due: None }))
+        Self::with_decoders(config, n, obs, || {
+            Ok(IdleSettled { decoder: MatchingDecoder::new(Arc::clone(&graph)), due: None })
+        })
     }
 }
 
@@ -411,7 +413,12 @@ impl<D: SessionDecoder> QecSession<D> {
     /// [`handle`](Self::handle) where `waiting()` says whether the next message is already
     /// waiting: the decoder's streaming work for this round is given up then
     /// ([`SessionDecoder::round`]); the answer is the same.
-    pub fn handle_polled(&mut self, request: &[u8], out: &mut [u8], waiting: &mut dyn FnMut() -> bool) -> Option<usize> {
+    pub fn handle_polled(
+        &mut self,
+        request: &[u8],
+        out: &mut [u8],
+        waiting: &mut dyn FnMut() -> bool,
+    ) -> Option<usize> {
         let req = RequestRepr::parse(request).ok()?;
         if !matches!(
             req.function_id,

@@ -89,19 +89,28 @@ fn us(ns: u64) -> String {
 /// The lines `rocelink run` prints for the `qec` section.
 pub fn summary_text(q: &QecReport) -> String {
     let mut s = String::new();
-    let cycle = q.round_cycle_ns.map_or_else(|| "closed loop".to_string(), |ns| format!("syndrome cycle {:.3} us per round", ns / 1000.0));
+    let cycle = q
+        .round_cycle_ns
+        .map_or_else(|| "closed loop".to_string(), |ns| format!("syndrome cycle {:.3} us per round", ns / 1000.0));
     let _ = writeln!(
         s,
         "  qec: decoder `{}`, {} detectors in {} rounds, rounds per message {} ({} messages per shot), {cycle}",
         q.decoder, q.detectors, q.rounds_per_shot, q.rounds_per_message, q.messages_per_shot
     );
-    let on_overflow = q.disagreements_on_overflow.filter(|n| *n > 0).map_or_else(String::new, |n| format!(" ({n} on overflow shots)"));
+    let on_overflow = q
+        .disagreements_on_overflow
+        .filter(|n| *n > 0)
+        .map_or_else(String::new, |n| format!(" ({n} on overflow shots)"));
     let reference = match (q.reference_logical_errors, q.disagreements) {
         (Some(e), Some(d)) => format!("; reference (PyMatching) {e} on the same shots, {d} disagreements{on_overflow}"),
         (None, Some(d)) => format!("; {d} disagreements with the reference{on_overflow}"),
         _ => "; no reference loaded".into(),
     };
-    let _ = writeln!(s, "  shots sent {}  decoded {}  logical errors {} ({:.2e} per shot){reference}", q.shots_sent, q.shots_decoded, q.logical_errors, q.logical_error_rate);
+    let _ = writeln!(
+        s,
+        "  shots sent {}  decoded {}  logical errors {} ({:.2e} per shot){reference}",
+        q.shots_sent, q.shots_decoded, q.logical_errors, q.logical_error_rate
+    );
     let status: Vec<String> = q.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(
         s,
@@ -122,7 +131,14 @@ pub fn summary_text(q: &QecReport) -> String {
     let l = &q.final_round_loop_ns;
     let _ = writeln!(s, "  throughput {thr} rounds/us{keep}; loop time per final message (decode) p50 {} p99 {} us, other messages p50 {} us", us(l.p50), us(l.p99), us(q.other_rounds_loop_ns.p50));
     if let Some(d) = &q.decoder_time {
-        let _ = writeln!(s, "  decode time, the decoder's own (its reports, {} shots): p50 {} p99 {} max {} us", d.count, us(d.p50_ns.into()), us(d.p99_ns.into()), us(d.max_ns.into()));
+        let _ = writeln!(
+            s,
+            "  decode time, the decoder's own (its reports, {} shots): p50 {} p99 {} max {} us",
+            d.count,
+            us(d.p50_ns.into()),
+            us(d.p99_ns.into()),
+            us(d.max_ns.into())
+        );
     }
     s
 }
@@ -166,16 +182,37 @@ pub fn markdown(q: &QecReport) -> String {
         let st: Vec<String> = q.status.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(s, "\nAnswers with a non-OK status: {}.", st.join(", "));
     }
-    let _ = writeln!(s, "\n| us | count | min | p50 | p90 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (what, t) in [("reaction latency (final round sent to correction back)", &q.reaction_ns), ("loop time, final message (decode)", &q.final_round_loop_ns), ("loop time, other messages", &q.other_rounds_loop_ns)] {
-        let _ = writeln!(s, "| {what} | {} | {} | {} | {} | {} | {} | {} |", t.count, us(t.min), us(t.p50), us(t.p90), us(t.p99), us(t.p999), us(t.max));
+    let _ =
+        writeln!(s, "\n| us | count | min | p50 | p90 | p99 | p99.9 | max |\n|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (what, t) in [
+        ("reaction latency (final round sent to correction back)", &q.reaction_ns),
+        ("loop time, final message (decode)", &q.final_round_loop_ns),
+        ("loop time, other messages", &q.other_rounds_loop_ns),
+    ] {
+        let _ = writeln!(
+            s,
+            "| {what} | {} | {} | {} | {} | {} | {} | {} |",
+            t.count,
+            us(t.min),
+            us(t.p50),
+            us(t.p90),
+            us(t.p99),
+            us(t.p999),
+            us(t.max)
+        );
     }
     let thr = q.throughput_rounds_per_us.map_or_else(|| "n/a".to_string(), |t| format!("{t:.3}"));
     let keep = match (q.offered_rounds_per_us, q.keeps_up) {
-        (Some(o), Some(k)) => format!(" against {o:.3} offered by the cycle: {}", if k { "keeps up" } else { "**falls behind**" }),
+        (Some(o), Some(k)) => {
+            format!(" against {o:.3} offered by the cycle: {}", if k { "keeps up" } else { "**falls behind**" })
+        }
         _ => " (closed loop: no cycle to keep up with)".into(),
     };
-    let _ = writeln!(s, "\nThroughput: {thr} rounds per microsecond{keep}. {} warm-up shots left out of the latency figures.", q.warmup_shots);
+    let _ = writeln!(
+        s,
+        "\nThroughput: {thr} rounds per microsecond{keep}. {} warm-up shots left out of the latency figures.",
+        q.warmup_shots
+    );
     if let Some(d) = &q.decoder_time {
         let _ = writeln!(
             s,

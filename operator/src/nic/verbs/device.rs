@@ -74,7 +74,10 @@ impl Device {
         // SAFETY: the list holds `n` device pointers (then a NULL).
         let devices: Vec<*mut ibv_device> = (0..count).map(|i| unsafe { *list.add(i) }).collect();
         // SAFETY: each device's name is a NUL-terminated string owned by the list.
-        let names: Vec<String> = devices.iter().map(|&d| unsafe { CStr::from_ptr(ibv_get_device_name(d)) }.to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = devices
+            .iter()
+            .map(|&d| unsafe { CStr::from_ptr(ibv_get_device_name(d)) }.to_string_lossy().into_owned())
+            .collect();
         let opened = names.iter().position(|n| n == name).map(|i| {
             // SAFETY: a device of the live list.
             let ctx = unsafe { ibv_open_device(devices[i]) };
@@ -89,7 +92,15 @@ impl Device {
             return Err(VerbsError::NotFound { name: name.to_string(), available: names.join(", ") });
         };
         let ctx = NonNull::new(ctx).ok_or(VerbsError::Call { call: "ibv_open_device", err })?;
-        let mut dev = Device { ctx, name: name.to_string(), port, gid_index, gid: [0; 16], mtu: 0, mtu_enum: ibv_mtu::IBV_MTU_1024 };
+        let mut dev = Device {
+            ctx,
+            name: name.to_string(),
+            port,
+            gid_index,
+            gid: [0; 16],
+            mtu: 0,
+            mtu_enum: ibv_mtu::IBV_MTU_1024,
+        };
         dev.query()?;
         Ok(dev)
     }
@@ -108,12 +119,16 @@ impl Device {
         // SAFETY: an open context and a valid out-pointer.
         let rc = unsafe { ___ibv_query_port(self.ctx(), self.port, &mut attr) };
         if rc != 0 {
-            return Err(self.port_error(format!("ibv_query_port: {} (ports are numbered from 1)", std::io::Error::from_raw_os_error(rc.abs()))));
+            return Err(self.port_error(format!(
+                "ibv_query_port: {} (ports are numbered from 1)",
+                std::io::Error::from_raw_os_error(rc.abs())
+            )));
         }
         self.mtu = check_port(attr.state, attr.link_layer, attr.active_mtu).map_err(|w| self.port_error(w))?;
         self.mtu_enum = attr.active_mtu;
         if i32::from(self.gid_index) >= attr.gid_tbl_len {
-            return Err(self.port_error(format!("GID index {} is past the port's table of {}", self.gid_index, attr.gid_tbl_len)));
+            return Err(self
+                .port_error(format!("GID index {} is past the port's table of {}", self.gid_index, attr.gid_tbl_len)));
         }
         // SAFETY: a zeroed GID is a valid out-value.
         let mut gid: ibv_gid = unsafe { std::mem::zeroed() };
@@ -125,7 +140,10 @@ impl Device {
         // SAFETY: both views of the union are plain bytes.
         self.gid = unsafe { gid.raw };
         if self.gid == [0; 16] {
-            return Err(self.port_error(format!("GID index {} is empty (RoCEv2 with IPv4 is usually index 3; `show_gids` lists the table)", self.gid_index)));
+            return Err(self.port_error(format!(
+                "GID index {} is empty (RoCEv2 with IPv4 is usually index 3; `show_gids` lists the table)",
+                self.gid_index
+            )));
         }
         Ok(())
     }
@@ -184,9 +202,15 @@ mod tests {
     #[test]
     fn a_port_must_be_active_ethernet() {
         assert_eq!(check_port(ibv_port_state::IBV_PORT_ACTIVE, LINK_LAYER_ETHERNET, ibv_mtu::IBV_MTU_4096), Ok(4096));
-        assert!(check_port(ibv_port_state::IBV_PORT_DOWN, LINK_LAYER_ETHERNET, ibv_mtu::IBV_MTU_4096).unwrap_err().contains("down"));
-        assert!(check_port(ibv_port_state::IBV_PORT_ACTIVE, 1, ibv_mtu::IBV_MTU_4096).unwrap_err().contains("InfiniBand"));
-        assert!(check_port(ibv_port_state::IBV_PORT_ACTIVE, LINK_LAYER_ETHERNET, 9).unwrap_err().contains("unknown MTU"));
+        assert!(check_port(ibv_port_state::IBV_PORT_DOWN, LINK_LAYER_ETHERNET, ibv_mtu::IBV_MTU_4096)
+            .unwrap_err()
+            .contains("down"));
+        assert!(check_port(ibv_port_state::IBV_PORT_ACTIVE, 1, ibv_mtu::IBV_MTU_4096)
+            .unwrap_err()
+            .contains("InfiniBand"));
+        assert!(check_port(ibv_port_state::IBV_PORT_ACTIVE, LINK_LAYER_ETHERNET, 9)
+            .unwrap_err()
+            .contains("unknown MTU"));
         assert_eq!(mtu_bytes(ibv_mtu::IBV_MTU_1024), Some(1024));
     }
 
@@ -210,7 +234,9 @@ mod tests {
                 let e = Device::open("mlx5_0", 1, 3).err().expect("no devices").to_string();
                 assert!(e.contains("no RDMA device") && e.contains("ConnectX") && e.contains("`verbs` feature"), "{e}");
             }
-            Err(VerbsError::NotFound { name, available }) => assert!(name.ends_with("missing") && !available.is_empty()),
+            Err(VerbsError::NotFound { name, available }) => {
+                assert!(name.ends_with("missing") && !available.is_empty())
+            }
             Err(e) => panic!("{e}"),
             Ok(_) => panic!("a device with the test's made-up name"),
         }

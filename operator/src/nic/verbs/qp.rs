@@ -53,7 +53,10 @@ pub(crate) fn init_attr(port: u8) -> (ibv_qp_attr, c_int) {
     a.pkey_index = 0;
     a.port_num = port;
     a.qp_access_flags = (ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0 | ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0) as _;
-    let mask = ibv_qp_attr_mask::IBV_QP_STATE.0 | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0 | ibv_qp_attr_mask::IBV_QP_PORT.0 | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
+    let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
+        | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
+        | ibv_qp_attr_mask::IBV_QP_PORT.0
+        | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0;
     (a, mask as c_int)
 }
 
@@ -72,7 +75,11 @@ pub(crate) fn rtr_attr(peer: &Peer, port: u8, gid_index: u8, mtu: ibv_mtu::Type)
     a.ah_attr.grh.dgid.raw = gid_of_ipv4(peer.ip);
     a.ah_attr.grh.sgid_index = gid_index;
     a.ah_attr.grh.hop_limit = 64;
-    let mask = ibv_qp_attr_mask::IBV_QP_STATE.0 | ibv_qp_attr_mask::IBV_QP_AV.0 | ibv_qp_attr_mask::IBV_QP_PATH_MTU.0 | ibv_qp_attr_mask::IBV_QP_DEST_QPN.0 | ibv_qp_attr_mask::IBV_QP_RQ_PSN.0;
+    let mask = ibv_qp_attr_mask::IBV_QP_STATE.0
+        | ibv_qp_attr_mask::IBV_QP_AV.0
+        | ibv_qp_attr_mask::IBV_QP_PATH_MTU.0
+        | ibv_qp_attr_mask::IBV_QP_DEST_QPN.0
+        | ibv_qp_attr_mask::IBV_QP_RQ_PSN.0;
     (a, mask as c_int)
 }
 
@@ -120,7 +127,12 @@ impl MlxRings {
         if self.scq_cqe_size != 64 || self.rcq_cqe_size != 64 {
             return bad(format!("CQEs of {} / {} bytes, not 64", self.scq_cqe_size, self.rcq_cqe_size));
         }
-        for (what, n) in [("send queue", self.sq_wqe_cnt), ("receive queue", self.rq_wqe_cnt), ("send CQ", self.scq_cqe_cnt), ("receive CQ", self.rcq_cqe_cnt)] {
+        for (what, n) in [
+            ("send queue", self.sq_wqe_cnt),
+            ("receive queue", self.rq_wqe_cnt),
+            ("send CQ", self.scq_cqe_cnt),
+            ("receive CQ", self.rcq_cqe_cnt),
+        ] {
             if n == 0 || !n.is_power_of_two() {
                 return bad(format!("a {what} of {n} entries (not a power of two)"));
             }
@@ -169,9 +181,18 @@ impl<'d> VerbsQp<'d> {
         let pd = NonNull::new(unsafe { ibv_alloc_pd(dev.ctx()) }).ok_or_else(|| VerbsError::null("ibv_alloc_pd"))?;
         let cq = |what| {
             // SAFETY: an open context; no completion channel (the data path polls).
-            NonNull::new(unsafe { ibv_create_cq(dev.ctx(), cfg.cq_entries as c_int, null_mut(), null_mut(), 0) }).ok_or_else(|| VerbsError::null(what))
+            NonNull::new(unsafe { ibv_create_cq(dev.ctx(), cfg.cq_entries as c_int, null_mut(), null_mut(), 0) })
+                .ok_or_else(|| VerbsError::null(what))
         };
-        let mut made = VerbsQp { pd, scq: NonNull::dangling(), rcq: NonNull::dangling(), qp: None, mrs: Vec::new(), max_inline: 0, _borrows: std::marker::PhantomData };
+        let mut made = VerbsQp {
+            pd,
+            scq: NonNull::dangling(),
+            rcq: NonNull::dangling(),
+            qp: None,
+            mrs: Vec::new(),
+            max_inline: 0,
+            _borrows: std::marker::PhantomData,
+        };
         // (dangling CQs are never destroyed: `qp` None and the CQs set before it is made)
         let scq = match cq("ibv_create_cq (send)") {
             Ok(c) => c,
@@ -202,7 +223,13 @@ impl<'d> VerbsQp<'d> {
         init.recv_cq = rcq.as_ptr();
         init.qp_type = ibv_qp_type::IBV_QPT_UC;
         init.sq_sig_all = 0;
-        init.cap = ibv_qp_cap { max_send_wr: cfg.send_wrs, max_recv_wr: cfg.recv_wrs, max_send_sge: 1, max_recv_sge: 1, max_inline_data: cfg.max_inline };
+        init.cap = ibv_qp_cap {
+            max_send_wr: cfg.send_wrs,
+            max_recv_wr: cfg.recv_wrs,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: cfg.max_inline,
+        };
         // SAFETY: a live PD and a filled init attribute.
         let qp = unsafe { ibv_create_qp(pd.as_ptr(), &mut init) };
         made.qp = Some(NonNull::new(qp).ok_or_else(|| VerbsError::null("ibv_create_qp (UC)"))?);
@@ -331,7 +358,13 @@ mod tests {
         let (a, mask) = init_attr(1);
         assert_eq!((a.qp_state, a.port_num, a.pkey_index), (ibv_qp_state::IBV_QPS_INIT, 1, 0));
         assert_ne!(a.qp_access_flags & ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0, 0);
-        assert_eq!(mask as u32, ibv_qp_attr_mask::IBV_QP_STATE.0 | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0 | ibv_qp_attr_mask::IBV_QP_PORT.0 | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0);
+        assert_eq!(
+            mask as u32,
+            ibv_qp_attr_mask::IBV_QP_STATE.0
+                | ibv_qp_attr_mask::IBV_QP_PKEY_INDEX.0
+                | ibv_qp_attr_mask::IBV_QP_PORT.0
+                | ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS.0
+        );
 
         let peer = Peer { qpn: 0x1_000_002, ip: Ipv4Addr::new(192, 168, 0, 2), psn: 0x1_234_567 };
         let (a, mask) = rtr_attr(&peer, 1, 3, ibv_mtu::IBV_MTU_4096);
@@ -339,11 +372,20 @@ mod tests {
         assert_eq!(a.dest_qp_num, 0x2, "24-bit QPN");
         assert_eq!(a.rq_psn, 0x234_567, "24-bit PSN");
         assert_eq!(a.path_mtu, ibv_mtu::IBV_MTU_4096);
-        assert_eq!((a.ah_attr.is_global, a.ah_attr.port_num, a.ah_attr.grh.sgid_index, a.ah_attr.grh.hop_limit), (1, 1, 3, 64));
+        assert_eq!(
+            (a.ah_attr.is_global, a.ah_attr.port_num, a.ah_attr.grh.sgid_index, a.ah_attr.grh.hop_limit),
+            (1, 1, 3, 64)
+        );
         // SAFETY: plain bytes.
         assert_eq!(unsafe { a.ah_attr.grh.dgid.raw }, gid_of_ipv4(peer.ip));
         // UC: no RDMA-read, timeout or retry attributes in the masks
-        assert_eq!(mask as u32 & (ibv_qp_attr_mask::IBV_QP_TIMEOUT.0 | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC.0 | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0), 0);
+        assert_eq!(
+            mask as u32
+                & (ibv_qp_attr_mask::IBV_QP_TIMEOUT.0
+                    | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC.0
+                    | ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0),
+            0
+        );
         assert_ne!(mask as u32 & ibv_qp_attr_mask::IBV_QP_AV.0, 0);
 
         let (a, mask) = rts_attr(0x1_000_005);
@@ -352,7 +394,23 @@ mod tests {
     }
 
     fn rings() -> MlxRings {
-        MlxRings { sq_buf: 0x1000, sq_wqe_cnt: 128, sq_stride: 64, rq_buf: 0x3000, rq_wqe_cnt: 256, rq_stride: 16, dbrec: 0x5000, bf_reg: 0x7000_0800, bf_size: 256, scq_buf: 0x6000, scq_cqe_cnt: 512, scq_cqe_size: 64, rcq_buf: 0x8000, rcq_cqe_cnt: 512, rcq_cqe_size: 64 }
+        MlxRings {
+            sq_buf: 0x1000,
+            sq_wqe_cnt: 128,
+            sq_stride: 64,
+            rq_buf: 0x3000,
+            rq_wqe_cnt: 256,
+            rq_stride: 16,
+            dbrec: 0x5000,
+            bf_reg: 0x7000_0800,
+            bf_size: 256,
+            scq_buf: 0x6000,
+            scq_cqe_cnt: 512,
+            scq_cqe_size: 64,
+            rcq_buf: 0x8000,
+            rcq_cqe_cnt: 512,
+            rcq_cqe_size: 64,
+        }
     }
 
     #[test]
