@@ -57,6 +57,8 @@ def run_rocelink(exe, backend, dem, dets, out, shots):
     line = [l for l in p.stderr.splitlines() if l.startswith("decoded ")]
     m = re.search(r"mean (\d+) ns, p50 (\d+) ns, p99 (\d+) ns, max (\d+) ns", line[-1] if line else "")
     over = re.search(r" (\d+) over the GPU decoder", line[-1] if line else "")
+    # the GPU batch's kernel time over all its blocks and launches: the throughput a user gets
+    kernel = re.search(r" launches, ([0-9.]+) ms\)", line[-1] if line else "")
     stats = {
         "mean_ns": int(m.group(1)) if m else None,
         "p50_ns": int(m.group(2)) if m else None,
@@ -64,6 +66,7 @@ def run_rocelink(exe, backend, dem, dets, out, shots):
         "max_ns": int(m.group(4)) if m else None,
         "overflows": int(over.group(1)) if over else 0,
         "wall_s": wall,
+        "kernel_ms": float(kernel.group(1)) if kernel else None,
         "summary": line[-1] if line else "",
     }
     return stats, None
@@ -165,15 +168,21 @@ def main():
              "PyMatching %s `decode_batch` (best of two passes) and `rocelink decode` on the same shots. "
              "Logical errors: count (rate; 95%% Wilson interval). Differs: shots whose prediction is not "
              "PyMatching's, and of them the ties (a matching of the same weight). Decode times are the decoder's own "
-             "(rocelink: per shot, no I/O; PyMatching: the batch call divided by the shots)."
+             "(rocelink: per shot, no I/O; PyMatching: the batch call divided by the shots); a GPU batch's "
+             "us/shot (all blocks) is its kernels' time over all the shots, many blocks decoding side by side: the "
+             "throughput a user of `rocelink decode --backend gpu` gets, beside PyMatching's one core."
              % (meta["stim"], a.seed, meta["pymatching"]), "",
              "Machine: %s, %s, %d cores; %s UTC; both decoders single-threaded, one after the other."
              % (meta["host"], meta["cpu"], meta["cores"] or 0, meta["date"]), ""]
     head = "| d | p | shots | mean defects | PyMatching errors | PyMatching us/shot |"
     sep = "|---|---|---|---|---|---|"
+    batch = [b for b in backends if any(r.get(b, {}).get("kernel_ms") for r in rows)]
     for b in backends:
         head += f" {b} errors | {b} differs | {b} us/shot mean (p50, p99) | {b} / PyMatching |"
         sep += "---|---|---|---|"
+        if b in batch:
+            head += f" {b} batch us/shot (all blocks) | {b} batch / PyMatching |"
+            sep += "---|---|"
     lines += [head, sep]
     for r in rows:
         pmr = r["pymatching"]
@@ -182,7 +191,7 @@ def main():
         for b in backends:
             s = r.get(b, {})
             if "error" in s or not s:
-                line += f" {s.get('error', '-')} | | | |"
+                line += f" {s.get('error', '-')} | | | |" + (" | |" if b in batch else "")
                 continue
             mean = (s["mean_ns"] or 0) / 1000
             extra = f"; {s['overflows']} decoded on the CPU (over the GPU scratch)" if s.get("overflows") else ""
@@ -191,6 +200,9 @@ def main():
             line += (f" {fmt_rate(s['logical_errors'], r['shots'])} | {differs}{extra} | "
                      f"{mean:.2f} ({(s['p50_ns'] or 0) / 1000:.2f}, {(s['p99_ns'] or 0) / 1000:.2f}) | "
                      f"{mean / pmr['us_per_shot']:.2f}x |")
+            if b in batch:
+                per = (s.get("kernel_ms") or 0) * 1000 / r["shots"]
+                line += f" {per:.3f} | {per / pmr['us_per_shot']:.2f}x |"
         lines.append(line)
     with open(os.path.join(a.out_dir, a.name + ".md"), "w") as f:
         f.write("\n".join(lines) + "\n")
