@@ -157,7 +157,9 @@ def main():
             cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    meta = {"stim": stim.__version__, "pymatching": pymatching.__version__, "seed": a.seed,
+    gpus = [m.group(1) for r in rows for b in backends
+            for m in [re.search(r"GPU \d+ (.+?) \((\d+ blocks)", r.get(b, {}).get("summary", ""))] if m]
+    meta = {"gpu": gpus[0] if gpus else None, "stim": stim.__version__, "pymatching": pymatching.__version__, "seed": a.seed,
             "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "backends": backends,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     with open(os.path.join(a.out_dir, a.name + ".json"), "w") as f:
@@ -174,6 +176,8 @@ def main():
              % (meta["stim"], a.seed, meta["pymatching"]), "",
              "Machine: %s, %s, %d cores; %s UTC; both decoders single-threaded, one after the other."
              % (meta["host"], meta["cpu"], meta["cores"] or 0, meta["date"]), ""]
+    if meta["gpu"]:
+        lines[-1:-1] = ["GPU (the gpu backend's batch kernel): %s." % meta["gpu"]]
     head = "| d | p | shots | mean defects | PyMatching errors | PyMatching us/shot |"
     sep = "|---|---|---|---|---|---|"
     batch = [b for b in backends if any(r.get(b, {}).get("kernel_ms") for r in rows)]
