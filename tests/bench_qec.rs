@@ -48,7 +48,7 @@ fn bench_qec_tiny_run_writes_reports_without_disagreements() {
         "## Environment",
         "## Latency (us)",
         "## Decoding",
-        "## PyMatching single-shot decode()",
+        "## Offline decode on the same shots (CPU, one core)",
         "## Keeping up with a fixed syndrome cycle",
         "echo (transport floor)",
         "qec decoder, cpu backend",
@@ -72,9 +72,21 @@ fn bench_qec_tiny_run_writes_reports_without_disagreements() {
     assert!(q["final_round_loop_ns"]["p50"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(rows[1]["svg"], "tiny-d3_p0.001-inproc-cpu.svg", "{r}");
     assert!(dir.join("tiny-d3_p0.001-inproc-cpu.svg").is_file(), "{shown}");
-    // PyMatching's row is there, measured or "not available".
-    let py = &r["pymatching"][0];
-    assert!(py["available"].as_bool().unwrap() || py["note"].as_str().unwrap().starts_with("not available"), "{r}");
+    // The offline row: PyMatching's, measured or "not available", and rocelink's exact CPU
+    // decoder on every one of the fixture's shots, timed.
+    let off = &r["offline"][0];
+    assert!(off["available"].as_bool().unwrap() || off["note"].as_str().unwrap().starts_with("not available"), "{r}");
+    if off["available"].as_bool().unwrap() {
+        assert!(off["batch_ns_per_shot"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let meta: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("operator/tests/fixtures/qec/d3_p0.001/meta.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(off["cpu_shots"], meta["shots"], "{r}");
+    assert!(off["cpu_mean_ns"].as_f64().unwrap() > 0.0, "{r}");
+    // logical errors with their 95% intervals
+    assert!(md.contains(&format!("| {} (", q["logical_errors"])), "{md}");
     // The fixed-cycle runs (4 us a round: slow enough for any machine), each with its floor:
     // the echo of the same size at the same message rate, both measured.
     let cycles = r["cycles"].as_array().unwrap();

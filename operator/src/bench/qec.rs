@@ -190,17 +190,32 @@ pub struct CycleRow {
     pub status: std::collections::BTreeMap<String, u64>,
 }
 
-/// PyMatching's single-shot `decode()` on the same shots.
+/// The offline decoders on one fixture's shots, on this machine's CPU, one core each, one
+/// after the other: PyMatching's single-shot `decode()` and its `decode_batch` (timed in
+/// Python), and rocelink's exact CPU decoder on the whole shots (in this process, the path of
+/// `rocelink decode`): the CPU decoder's time per shot beside PyMatching's in the same run.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct PyMatchingRow {
+pub struct OfflineRow {
     pub distance: u32,
     pub p: String,
     pub available: bool,
     /// Why not, or the version.
     pub note: String,
+    /// `decode()` calls timed (the fixture's shots in turn, as many as the run's shots).
     pub shots: u64,
     pub p50_ns: Option<u64>,
     pub p99_ns: Option<u64>,
+    /// PyMatching's `decode_batch` over the fixture's shots (`batch_shots`), the best of two
+    /// passes, per shot.
+    pub batch_shots: u64,
+    pub batch_ns_per_shot: Option<f64>,
+    /// rocelink's exact CPU decoder on the fixture's shots, each decoded whole: its own time
+    /// per shot (no I/O), or why not.
+    pub cpu_shots: u64,
+    pub cpu_mean_ns: Option<f64>,
+    pub cpu_p50_ns: Option<u64>,
+    pub cpu_p99_ns: Option<u64>,
+    pub cpu_note: String,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -225,7 +240,8 @@ pub struct QecBenchEnv {
 pub struct QecBenchReport {
     pub env: QecBenchEnv,
     pub rows: Vec<QecRow>,
-    pub pymatching: Vec<PyMatchingRow>,
+    /// The offline decoders on each fixture's shots (CPU).
+    pub offline: Vec<OfflineRow>,
     /// The fixed-cycle runs, each with its echo floor.
     pub cycles: Vec<CycleRow>,
     /// Targets at d=5 and d=11, p=0.1% (value in `ratio`, limit in `max_ratio`).
@@ -409,7 +425,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
     ));
 
     let mut rows = Vec::new();
-    let mut pymatching = Vec::new();
+    let mut offline = Vec::new();
     let mut interrupted = false;
     let mut svgs = Vec::new();
     'all: for &d in &cfg.distances {
@@ -502,7 +518,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
                     });
                 }
             }
-            pymatching.push(pymatching_row(cfg, d, p, &fixture));
+            offline.push(offline_row(cfg, d, p, &fixture, &scratch));
         }
     }
     let mut cycles = Vec::new();
@@ -541,7 +557,7 @@ pub fn run_bench_qec(cfg: &QecBenchConfig) -> Result<QecBenchReport, QecBenchErr
             },
         },
         rows,
-        pymatching,
+        offline,
         cycles,
         targets,
         interrupted,
@@ -734,7 +750,8 @@ fn targets(rows: &[QecRow], cycles: &[CycleRow]) -> Vec<Target> {
     out
 }
 
-/// PyMatching's single-shot decode() over the fixture's shots, timed in Python.
+/// PyMatching's single-shot decode() over the fixture's shots and its decode_batch over all of
+/// them (best of two passes), timed in Python.
 const PY_SNIPPET: &str = r#"
 import sys, time
 import numpy as np
@@ -755,11 +772,17 @@ for k in range(n):
     ts.append(time.perf_counter_ns() - t0)
 ts.sort()
 q = lambda f: ts[min(len(ts) - 1, int(f * len(ts)))]
-print(pymatching.__version__, len(ts), q(0.5), q(0.99))
+best = None
+for _ in range(2):
+    t0 = time.perf_counter_ns()
+    m.decode_batch(shots)
+    t = time.perf_counter_ns() - t0
+    best = t if best is None else min(best, t)
+print(pymatching.__version__, len(ts), q(0.5), q(0.99), len(shots), best)
 "#;
 
-fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMatchingRow {
-    let mut row = PyMatchingRow {
+fn offline_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path, scratch: &Path) -> OfflineRow {
+    let mut row = OfflineRow {
         distance: d,
         p: p.into(),
         available: false,
@@ -767,7 +790,38 @@ fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMa
         shots: 0,
         p50_ns: None,
         p99_ns: None,
+        batch_shots: 0,
+        batch_ns_per_shot: None,
+        cpu_shots: 0,
+        cpu_mean_ns: None,
+        cpu_p50_ns: None,
+        cpu_p99_ns: None,
+        cpu_note: String::new(),
     };
+    // rocelink's exact decoder first, alone on the machine (the graphs' threads are gone)
+    let out = scratch.join(format!("offline-d{d}_p{p}.01"));
+    let decoded = std::fs::create_dir_all(scratch).map_err(|e| e.to_string()).and_then(|_| {
+        crate::qec::predict(
+            &fixture.join("model.dem"),
+            &fixture.join("dets.b8"),
+            crate::qec::ShotFormat::B8,
+            &out,
+            crate::qec::ShotFormat::Zero1,
+            None,
+        )
+        .map_err(|e| e.to_string())
+    });
+    let _ = std::fs::remove_file(&out);
+    match decoded {
+        Ok(st) => {
+            row.cpu_shots = st.shots;
+            row.cpu_mean_ns = Some(st.mean_decode_ns());
+            row.cpu_p50_ns = Some(st.decode_ns_p50);
+            row.cpu_p99_ns = Some(st.decode_ns_p99);
+            row.cpu_note = "rocelink exact CPU decoder, whole shots, its own time per shot".into();
+        }
+        Err(why) => row.cpu_note = format!("not measured ({why})"),
+    }
     let Some(py) = &cfg.python else {
         row.note = "not available (skipped)".into();
         return row;
@@ -788,12 +842,18 @@ fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMa
         Ok(o) if o.status.success() => {
             let text = String::from_utf8_lossy(&o.stdout);
             let f: Vec<&str> = text.split_whitespace().collect();
-            if f.len() == 4 {
+            if f.len() == 6 {
                 row.available = true;
-                row.note = format!("pymatching {}, Matching.decode per shot, time.perf_counter_ns", f[0]);
+                row.note = format!(
+                    "pymatching {}, Matching.decode per shot and decode_batch (best of two), time.perf_counter_ns",
+                    f[0]
+                );
                 row.shots = f[1].parse().unwrap_or(0);
                 row.p50_ns = f[2].parse().ok();
                 row.p99_ns = f[3].parse().ok();
+                row.batch_shots = f[4].parse().unwrap_or(0);
+                row.batch_ns_per_shot =
+                    f[5].parse::<f64>().ok().filter(|_| row.batch_shots > 0).map(|t| t / row.batch_shots as f64);
             } else {
                 row.note = format!("not available (unexpected output `{}`)", text.trim());
             }
@@ -805,6 +865,25 @@ fn pymatching_row(cfg: &QecBenchConfig, d: u32, p: &str, fixture: &Path) -> PyMa
         Err(e) => row.note = format!("not available ({e})"),
     }
     row
+}
+
+/// The 95% Wilson score interval of `k` events in `n` trials.
+pub fn wilson95(k: u64, n: u64) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (z, n, ph) = (1.96f64, n as f64, k as f64 / n as f64);
+    let den = 1.0 + z * z / n;
+    let centre = (ph + z * z / (2.0 * n)) / den;
+    let half = z * (ph * (1.0 - ph) / n + z * z / (4.0 * n * n)).sqrt() / den;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// `k` with its rate's 95% interval, as the Decoding table shows it.
+fn with_interval(k: u64, n: u64) -> String {
+    let (lo, hi) = wilson95(k, n);
+    let e = |x: f64| if x == 0.0 { "0".to_string() } else { format!("{x:.1e}") };
+    format!("{k} ({}-{})", e(lo), e(hi))
 }
 
 use crate::latency::us;
@@ -868,21 +947,21 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
     }
 
     let _ = writeln!(s, "\n## Decoding\n");
-    let _ = writeln!(s, "Decode time: the decoder's own (its decode reports' decode_ns: %globaltimer inside the GPU stage, the clock in the CPU stage; every decoded shot). In-loop: the transceiver loop's time for the message (CQE seen to doorbell), the decode plus the loop's own work.\n");
-    let _ = writeln!(s, "| d | p | wire | backend | shots | logical errors | PyMatching's | disagreements | on overflow | ties | overflows | throughput (rounds/us) | decode time p50 / p99 / max (us) | in-loop final msg p50 / p99 (us) | other msgs p50 (us) |");
+    let _ = writeln!(s, "Logical errors: against the shots' true observables, rocelink's and PyMatching's on the same shots, each with its rate's 95% (Wilson) interval. Decode time: the decoder's own for the final round (its decode reports' decode_ns: %globaltimer inside the GPU stage, the clock in the CPU stage; every decoded shot). In-loop: the transceiver loop's time for the message (CQE seen to doorbell), the decode plus the loop's own work: for a shot's final message, and for each other message (a round's streaming work, per round at a round a message).\n");
+    let _ = writeln!(s, "| d | p | wire | backend | shots | logical errors | PyMatching's | disagreements | on overflow | ties | overflows | throughput (rounds/us) | decode time p50 / p99 / max (us) | in-loop final msg p50 / p99 (us) | in-loop other msgs p50 / p99 (us) |");
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for row in &r.rows {
         let Some(q) = &row.qec else { continue };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
             row.distance,
             row.p,
             row.wire,
             row.backend,
             q.shots_decoded,
-            q.logical_errors,
-            opt(&q.pymatching_logical_errors),
+            with_interval(q.logical_errors, q.shots_decoded),
+            q.pymatching_logical_errors.map_or("-".into(), |k| with_interval(k, q.shots_decoded)),
             opt(&q.disagreements),
             opt(&q.disagreements_on_overflow),
             opt(&q.disagreements_ties),
@@ -896,22 +975,46 @@ pub fn markdown(r: &QecBenchReport, name: &str) -> String {
             )),
             us(q.final_round_loop_ns.p50),
             us(q.final_round_loop_ns.p99),
-            us(q.other_rounds_loop_ns.p50)
+            us(q.other_rounds_loop_ns.p50),
+            us(q.other_rounds_loop_ns.p99)
         );
     }
 
-    let _ = writeln!(s, "\n## PyMatching single-shot decode() (us, same shots, CPU, from Python)\n");
-    let _ = writeln!(s, "| d | p | shots | p50 | p99 | note |\n|---|---|---|---|---|---|");
-    for p in &r.pymatching {
+    let _ = writeln!(s, "\n## Offline decode on the same shots (CPU, one core)\n");
+    let _ = writeln!(
+        s,
+        "Each fixture's shots decoded whole, one decoder after the other on this machine's CPU: PyMatching's single-shot \
+         `decode()` from Python and its `decode_batch` (the best of two passes, per shot), and rocelink's exact CPU decoder \
+         (`rocelink decode`'s path, its own time per shot, no I/O). In us.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| d | p | PyMatching decode() shots | p50 | p99 | PyMatching decode_batch shots | per shot | rocelink cpu shots | mean | p50 | p99 | rocelink mean / decode_batch | note |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let f2 = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2}", v / 1000.0));
+    for o in &r.offline {
+        let ratio = match (o.cpu_mean_ns, o.batch_ns_per_shot) {
+            (Some(c), Some(b)) if b > 0.0 => format!("{:.2}x", c / b),
+            _ => "-".into(),
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} |",
-            p.distance,
-            p.p,
-            p.shots,
-            p.p50_ns.map_or("-".into(), us),
-            p.p99_ns.map_or("-".into(), us),
-            p.note
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}; {} |",
+            o.distance,
+            o.p,
+            o.shots,
+            o.p50_ns.map_or("-".into(), us),
+            o.p99_ns.map_or("-".into(), us),
+            o.batch_shots,
+            f2(o.batch_ns_per_shot),
+            o.cpu_shots,
+            f2(o.cpu_mean_ns),
+            o.cpu_p50_ns.map_or("-".into(), us),
+            o.cpu_p99_ns.map_or("-".into(), us),
+            ratio,
+            o.note,
+            o.cpu_note
         );
     }
 
@@ -1001,4 +1104,23 @@ pub fn write(r: &QecBenchReport, dir: &Path, name: &str) -> std::io::Result<Vec<
     let json = dir.join(format!("{name}.json"));
     std::fs::write(&json, serde_json::to_string_pretty(r).map_err(std::io::Error::other)? + "\n")?;
     Ok(vec![md, json])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wilson95;
+
+    #[test]
+    fn wilson_intervals_as_the_decoder_benchmark_prints_them() {
+        // scripts/bench_decoders.py's figures for the same counts (qec-decoders.md)
+        let (lo, hi) = wilson95(12, 10_000);
+        assert_eq!((format!("{lo:.1e}"), format!("{hi:.1e}")), ("6.9e-4".into(), "2.1e-3".into()));
+        let (lo, hi) = wilson95(0, 5000);
+        assert_eq!((lo, format!("{hi:.1e}")), (0.0, "7.7e-4".into()));
+        // no trials: nothing known
+        assert_eq!(wilson95(0, 0), (0.0, 1.0));
+        // the interval holds the rate
+        let (lo, hi) = wilson95(445, 100_000);
+        assert!(lo < 445e-5 && 445e-5 < hi && hi - lo < 1e-3);
+    }
 }
