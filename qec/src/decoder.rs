@@ -141,6 +141,40 @@ struct Pair {
 
 const NONE: u32 = u32::MAX;
 
+/// A Dijkstra heap entry: a distance and a node packed in one integer that orders as the pair
+/// `(distance, node)` does, so that nodes leave the heap in one fixed order (ties by index)
+/// whichever width holds them.
+trait HeapKey: Ord + Copy {
+    /// `dist` must fit the width (below 2^32 for `u64`).
+    fn key(dist: u64, node: u32) -> Self;
+    fn parts(self) -> (u64, u32);
+}
+
+/// Distances below 2^32: one word, compared and moved at half the cost of the pair.
+impl HeapKey for u64 {
+    #[inline]
+    fn key(dist: u64, node: u32) -> Self {
+        debug_assert!(dist < 1 << 32);
+        dist << 32 | u64::from(node)
+    }
+    #[inline]
+    fn parts(self) -> (u64, u32) {
+        (self >> 32, self as u32)
+    }
+}
+
+/// Any distance.
+impl HeapKey for u128 {
+    #[inline]
+    fn key(dist: u64, node: u32) -> Self {
+        u128::from(dist) << 32 | u128::from(node)
+    }
+    #[inline]
+    fn parts(self) -> (u64, u32) {
+        ((self >> 32) as u64, self as u32)
+    }
+}
+
 /// The largest dirty cluster [`MatchingDecoder::settle`] solves; larger ones wait for
 /// `finish` (latency-reports/decisions.md).
 pub const SETTLE_MAX_CLUSTER: usize = 32;
@@ -167,7 +201,11 @@ pub struct MatchingDecoder {
     stamp: Vec<u32>,
     settled: Vec<u32>,
     ball: u32,
-    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    /// The ball's Dijkstra heap, keys packed in one word ([`HeapKey`]): 64-bit while the
+    /// radius is below 2^32 (every ball of PyMatching's integer weights in practice), else
+    /// 128-bit.
+    heap: BinaryHeap<Reverse<u64>>,
+    wide_heap: BinaryHeap<Reverse<u128>>,
     ball_nodes: Vec<u32>,
     // Visits of every ball of the shot, listed per node.
     head: Vec<u32>,
@@ -239,6 +277,7 @@ impl MatchingDecoder {
             settled: vec![0; n],
             ball: 0,
             heap: BinaryHeap::new(),
+            wide_heap: BinaryHeap::new(),
             ball_nodes: Vec::new(),
             head: vec![NONE; n],
             visited: Vec::new(),
@@ -376,6 +415,50 @@ impl MatchingDecoder {
         self.finish()
     }
 
+    /// The ball of `source` out to `new_radius` (stamped `self.ball`): every node's distance
+    /// and observables along its shortest path, and in `ball_nodes` the nodes beyond `old`
+    /// (all of them when `first`). Nodes leave the heap by (distance, node index).
+    fn dijkstra<K: HeapKey>(
+        &mut self,
+        g: &SparseGraph,
+        heap: &mut BinaryHeap<Reverse<K>>,
+        source: u32,
+        new_radius: u64,
+        old: u64,
+        first: bool,
+    ) {
+        let ball = self.ball;
+        heap.clear();
+        self.dist[source as usize] = 0;
+        self.obs[source as usize] = 0;
+        self.stamp[source as usize] = ball;
+        heap.push(Reverse(K::key(0, source)));
+        while let Some(Reverse(key)) = heap.pop() {
+            let (d, u) = key.parts();
+            let ui = u as usize;
+            if self.settled[ui] == ball || d > self.dist[ui] {
+                continue;
+            }
+            self.settled[ui] = ball;
+            if first || d > old {
+                self.ball_nodes.push(u);
+            }
+            for a in g.arcs(u) {
+                let v = a.to as usize;
+                let nd = d + u64::from(a.weight);
+                if nd > new_radius || self.settled[v] == ball {
+                    continue;
+                }
+                if self.stamp[v] != ball || nd < self.dist[v] {
+                    self.stamp[v] = ball;
+                    self.dist[v] = nd;
+                    self.obs[v] = self.obs[ui] ^ a.observables;
+                    heap.push(Reverse(K::key(nd, a.to)));
+                }
+            }
+        }
+    }
+
     /// Grows defect `index`'s ball to `new_radius` (module docs, step 1): the nodes beyond
     /// its old radius are recorded, and give candidates with the other balls' visits.
     fn grow_ball(&mut self, index: u32, new_radius: u64, first: bool) {
@@ -395,36 +478,17 @@ impl MatchingDecoder {
             self.offer_stamp.resize(self.defects.len(), 0);
             self.offer_slot.resize(self.defects.len(), 0);
         }
-        let ball = self.ball;
         self.ball_nodes.clear();
-        self.heap.clear();
-        self.dist[source as usize] = 0;
-        self.obs[source as usize] = 0;
-        self.stamp[source as usize] = ball;
-        self.heap.push(Reverse((0, source)));
-        while let Some(Reverse((d, u))) = self.heap.pop() {
-            let ui = u as usize;
-            if self.settled[ui] == ball || d > self.dist[ui] {
-                continue;
-            }
-            self.settled[ui] = ball;
-            if first || d > old {
-                self.ball_nodes.push(u);
-            }
-            for a in g.arcs(u) {
-                let v = a.to as usize;
-                let nd = d + u64::from(a.weight);
-                if nd > new_radius || self.settled[v] == ball {
-                    continue;
-                }
-                if self.stamp[v] != ball || nd < self.dist[v] {
-                    self.stamp[v] = ball;
-                    self.dist[v] = nd;
-                    self.obs[v] = self.obs[ui] ^ a.observables;
-                    self.heap.push(Reverse((nd, a.to)));
-                }
-            }
+        if new_radius < 1 << 32 {
+            let mut heap = std::mem::take(&mut self.heap);
+            self.dijkstra(&g, &mut heap, source, new_radius, old, first);
+            self.heap = heap;
+        } else {
+            let mut heap = std::mem::take(&mut self.wide_heap);
+            self.dijkstra(&g, &mut heap, source, new_radius, old, first);
+            self.wide_heap = heap;
         }
+        let ball = self.ball;
 
         // Candidates with the other balls: at a node both hold, and across an edge leaving
         // this ball (one into it is never shorter than the node candidate at its head, which
@@ -872,6 +936,25 @@ fn find(parent: &mut [u32], mut x: u32) -> u32 {
 mod tests {
     use super::*;
     use crate::graph::MatchingGraph;
+
+    #[test]
+    fn heap_keys_order_as_distance_then_node() {
+        let pairs = [(0u64, 0u32), (0, 7), (1, 0), (5, u32::MAX), (6, 1), ((1 << 32) - 1, 0), ((1 << 32) - 1, 9)];
+        for w in pairs.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            assert!(u64::key(a.0, a.1) < u64::key(b.0, b.1), "{a:?} {b:?}");
+            assert!(u128::key(a.0, a.1) < u128::key(b.0, b.1), "{a:?} {b:?}");
+        }
+        for (d, n) in pairs {
+            assert_eq!(u64::key(d, n).parts(), (d, n));
+            assert_eq!(u128::key(d, n).parts(), (d, n));
+        }
+        let wide = [(1u64 << 32, 0u32), (u64::MAX - 1, 3), (u64::MAX, 0)];
+        for (d, n) in wide {
+            assert_eq!(u128::key(d, n).parts(), (d, n));
+            assert!(u128::key((1 << 32) - 1, u32::MAX) < u128::key(d, n));
+        }
+    }
 
     /// A small random DEM: a grid of detectors with random edge probabilities, some boundary
     /// edges, random observables.
