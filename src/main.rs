@@ -217,6 +217,8 @@ enum Cmd {
     },
     /// Decode detection events offline with the exact-matching decoder, like
     /// `pymatching predict`: one prediction (the flipped logical observables) per shot.
+    /// PyMatching's spellings of the options (`--in_format`, `--out_format`,
+    /// `--in_includes_appended_observables`) are accepted too.
     Decode {
         /// stim detector error model (flattened or not; `repeat` blocks are flattened).
         #[arg(long)]
@@ -224,21 +226,27 @@ enum Cmd {
         /// Detection events, one shot per record.
         #[arg(long = "in")]
         input: PathBuf,
-        /// `b8` (stim's bit-packed, LSB first) or `01` (a line of 0/1 per shot).
-        #[arg(long, default_value = "b8")]
+        /// stim's result format of the input: `b8` (bit-packed, LSB first), `01` (a line of
+        /// 0/1 per shot), `r8` (run lengths), `hits` (the 1 bits' indices) or `dets`
+        /// (`shot D<i> ...`).
+        #[arg(long, alias = "in_format", default_value = "b8")]
         in_format: rocelink_operator::qec::ShotFormat,
+        /// Each input shot holds the DEM's observables after its detectors (ignored), as
+        /// `stim detect --append_observables` writes them.
+        #[arg(long, alias = "in_includes_appended_observables")]
+        in_includes_appended_observables: bool,
         /// Where the predictions go.
         #[arg(long)]
         out: PathBuf,
-        /// `01` or `b8`.
-        #[arg(long, default_value = "01")]
+        /// The predictions' format: `01`, `b8`, `r8`, `hits` or `dets` (`shot L<k> ...`).
+        #[arg(long, alias = "out_format", default_value = "01")]
         out_format: rocelink_operator::qec::ShotFormat,
         /// The shots the input must hold: a b8 file of any other size is refused before
         /// decoding (a b8 file written for another DEM reads as valid shots otherwise).
-        #[arg(long)]
+        #[arg(long, alias = "num_shots")]
         num_shots: Option<u64>,
-        /// GPU backend only: its decoder's defect cap (above it the GPU's fallback answers,
-        /// counted). The CPU decoder is exact for any number of defects.
+        /// GPU backend only: its subset DP's defect cap (above it, the clusters proved by
+        /// their duals; both exact). The CPU decoder has no cap.
         #[arg(long, default_value_t = 12)]
         max_defects: usize,
         /// Where to decode: `cpu` (the reference), or `gpu` / `gpu:N` (GPU N): the device
@@ -578,6 +586,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             dem,
             input,
             in_format,
+            in_includes_appended_observables,
             out,
             out_format,
             num_shots,
@@ -586,6 +595,10 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             weights_out,
             threads,
         } => {
+            let in_format = rocelink_operator::qec::InputFormat {
+                format: in_format,
+                appended_observables: in_includes_appended_observables,
+            };
             let threads =
                 if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
             // `parse_cpu_or_gpu` leaves `cpu` and `gpu:N` only.

@@ -1,5 +1,7 @@
 //! `rocelink decode` mirrors `pymatching predict`: on the committed stim/PyMatching fixtures,
-//! its predictions (the exact decoder's) equal PyMatching's on every shot, in both formats;
+//! its predictions (the exact decoder's) equal PyMatching's on every shot; it reads every
+//! input format stim writes and writes every prediction format PyMatching writes, byte for
+//! byte as PyMatching's command line does, under PyMatching's option spellings;
 //! `--num-shots` refuses a file of another size and leaves no predictions behind.
 
 use std::path::{Path, PathBuf};
@@ -42,6 +44,38 @@ fn predictions_equal_pymatching_on_every_shot() {
         let differ = ours.iter().zip(&theirs).filter(|(a, b)| a != b).count();
         assert_eq!(differ, 0, "{name}: {differ} predictions differ, {report}");
     }
+}
+
+/// `operator/tests/fixtures/qec/formats` (scripts/format_vectors.py): stim wrote the shots in
+/// each format, with and without the observables appended, and PyMatching's command line
+/// wrote its predictions in each format. Every input, every output format, the bytes equal.
+#[test]
+fn every_format_pymatching_reads_and_writes_byte_for_byte() {
+    let dir = fixture("formats");
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-formats-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let formats = ["b8", "01", "r8", "hits", "dets"];
+    let mut runs = 0;
+    for (shots, appended) in [("shots", false), ("shots_obs", true)] {
+        for input in formats {
+            for output in formats {
+                let out = tmp.join(format!("{shots}.{input}.{output}"));
+                let mut c = Command::new(env!("CARGO_BIN_EXE_rocelink"));
+                c.args(["decode", "--dem"]).arg(dir.join("model.dem"));
+                c.arg("--in").arg(dir.join(format!("{shots}.{input}"))).args(["--in_format", input]);
+                c.arg("--out").arg(&out).args(["--out_format", output]);
+                if appended {
+                    c.arg("--in_includes_appended_observables");
+                }
+                let o = c.output().unwrap();
+                assert!(o.status.success(), "{shots}.{input} -> {output}: {}", String::from_utf8_lossy(&o.stderr));
+                let want = std::fs::read(dir.join(format!("pred.{output}"))).unwrap();
+                assert_eq!(std::fs::read(&out).unwrap(), want, "{shots}.{input} -> {output}");
+                runs += 1;
+            }
+        }
+    }
+    assert_eq!(runs, 50);
 }
 
 #[test]

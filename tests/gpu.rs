@@ -228,6 +228,20 @@ fn gpu_decode_equals_cpu_decode_on_every_fixture() {
             assert!(files[0] == files[1], "{name} ({format}): the GPU's predictions differ from the CPU's");
         }
     }
+    // stim's other formats on the GPU backend too: PyMatching's own predictions, byte for byte.
+    let formats = tree::qec_fixtures().join("formats");
+    let out = tmp.join("formats.r8");
+    let o = Command::new(rocelink())
+        .args(["decode", "--backend", "gpu", "--dem"])
+        .arg(formats.join("model.dem"))
+        .arg("--in")
+        .arg(formats.join("shots_obs.dets"))
+        .args(["--in_format", "dets", "--in_includes_appended_observables", "--out_format", "r8", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run rocelink");
+    assert!(o.status.success(), "formats: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(formats.join("pred.r8")).unwrap(), "formats: GPU r8");
 }
 
 /// The d=5 QEC graph through the persistent kernel at p = 0.3%: most answers come from warp 0

@@ -38,10 +38,8 @@ use thiserror::Error;
 use super::driver::{DeviceBuffer, Gpu, GpuError, GpuInfo, StreamState};
 use super::qec_state::{QecState, QecStateError};
 use super::{kernels, nvrtc};
-use crate::qec::predict::{
-    check_format, check_shot_count, finish_stats, read_shot, write_atomically, write_prediction,
-};
-use crate::qec::{PredictStats, QecError, SessionConfig, ShotFormat};
+use crate::qec::predict::{check_shot_count, finish_stats, write_atomically, PredictionWriter, ShotReader};
+use crate::qec::{InputFormat, PredictStats, QecError, SessionConfig, ShotFormat};
 
 /// Threads per block (a multiple of 32, as the stage requires).
 pub const THREADS: u32 = kernels::TRANSCEIVER_THREADS;
@@ -182,15 +180,16 @@ pub fn decode_file(
     ordinal: usize,
     dem_path: &Path,
     in_path: &Path,
-    in_format: ShotFormat,
+    in_format: impl Into<InputFormat>,
     out_path: &Path,
     out_format: ShotFormat,
     max_defects: usize,
     expected_shots: Option<u64>,
 ) -> Result<GpuDecodeReport, GpuDecodeError> {
+    let in_format = in_format.into();
     let table = crate::qec::fine_table_from_file(dem_path)?;
     if let Some(shots) = expected_shots {
-        check_shot_count(in_path, in_format, table.num_detectors, shots)?;
+        check_shot_count(in_path, in_format, table.num_detectors, table.num_observables, shots)?;
     }
     // Refuse what the device stage cannot hold before looking for a GPU.
     let config = |decoders| SessionConfig {
@@ -270,13 +269,14 @@ fn decode_stream(
     n: usize,
     num_obs: usize,
     mut input: impl BufRead,
-    in_format: ShotFormat,
+    in_format: InputFormat,
     mut output: impl Write,
     out_format: ShotFormat,
     in_name: &Path,
     out_name: &Path,
 ) -> Result<PredictStats, GpuDecodeError> {
-    check_format(in_format, n, in_name)?;
+    let mut reader = ShotReader::new(in_format, n, num_obs, in_name)?;
+    let mut writer = PredictionWriter::new(out_format, num_obs);
     let len = request_len(n);
     if len > MAX_REQUEST {
         return Err(GpuDecodeError::Answer(format!(
@@ -289,9 +289,6 @@ fn decode_stream(
     let mut outs = vec![0u8; per_launch * OUT_STRIDE];
     let mut lens = vec![0i32; per_launch];
     let mut shot = vec![0u8; wq::packed_len(n)];
-    let mut line = String::new();
-    let mut out_bytes = vec![0u8; wq::packed_len(num_obs)];
-    let mut out_line = String::with_capacity(num_obs + 1);
     let mut stats = PredictStats { defect_histogram: vec![0; n + 1], ..PredictStats::default() };
     let mut times: Vec<u64> = Vec::new();
     loop {
@@ -301,7 +298,7 @@ fn decode_stream(
         let mut count = 0;
         let mut failed = None;
         while count < per_launch {
-            match read_shot(&mut input, in_format, n, first + count as u64, &mut shot, &mut line, in_name) {
+            match reader.read(&mut input, first + count as u64, &mut shot) {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(e) => {
@@ -348,8 +345,7 @@ fn decode_stream(
                 *h += 1;
             }
             stats.weights.push(weight);
-            write_prediction(&mut output, out_format, obs, num_obs, &mut out_bytes, &mut out_line)
-                .map_err(|e| QecError::Io { path: out_name.to_path_buf(), source: e })?;
+            writer.write(&mut output, obs).map_err(|e| QecError::Io { path: out_name.to_path_buf(), source: e })?;
         }
         if let Some(e) = failed {
             return Err(e.into());
@@ -579,7 +575,7 @@ mod tests {
             n,
             nobs,
             input,
-            inf,
+            inf.into(),
             &mut gpu_out,
             outf,
             Path::new("in"),

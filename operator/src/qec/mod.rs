@@ -34,7 +34,7 @@ pub use beside::BesideDecoder;
 pub use dem::{DemError, DetectorErrorModel};
 pub use exact::{DecodeStatus, Decoded, ExactDecoder, DEFAULT_MAX_DEFECTS};
 pub use graph::{DistanceTable, GraphError, MatchingGraph, TableWeight};
-pub use predict::{predict, predict_threads, write_weights, PredictStats, ShotFormat};
+pub use predict::{predict, predict_threads, write_weights, InputFormat, PredictStats, ShotFormat};
 pub use session::{QecSession, SessionConfig, SessionDecoder};
 
 /// Any failure of loading a DEM and building its decoder.

@@ -2,11 +2,19 @@
 //! --in_format b8 --out pred.01 --out_format 01` (docs/qec.md, "Oracles"), so
 //! users check rocelink's decoder with the files and tools they already have.
 //!
-//! Formats (stim's result formats, the subset PyMatching's `predict` reads and writes):
+//! Formats (stim's result formats, those PyMatching's `predict` reads and writes):
 //! - `b8`: each shot is ceil(n/8) bytes, bit i of the shot is bit `i % 8` of byte `i / 8`;
-//! - `01`: each shot is one line of n characters `0`/`1` (`\n`, or `\r\n`).
+//! - `01`: each shot is one line of n characters `0`/`1` (`\n`, or `\r\n`);
+//! - `r8`: each byte the count of 0 bits before the next 1 (255: 255 zeros and no 1 yet),
+//!   every shot ending with a 1 just past its n bits, which its last byte reaches;
+//! - `hits`: each shot one line, the indices of its 1 bits, comma-separated (empty: none);
+//! - `dets`: each shot one line, `shot` and then a token per 1 bit: `D<i>` for detector i,
+//!   `L<k>` for observable k (predictions are observables only).
 //!
-//! Input shots have n = the DEM's detector count, output shots n = its observable count.
+//! Input shots have n = the DEM's detector count, and its observable count more with
+//! [`InputFormat::appended_observables`] (`pymatching predict
+//! --in_includes_appended_observables`: the shot's observables after its detectors, which
+//! the decoder ignores); output shots n = its observable count.
 //!
 //! Guarantees:
 //! - output shot k is the decoder's prediction for input shot k, in order, by the exact
@@ -39,32 +47,79 @@ use super::graph::TableWeight;
 use super::session::{SessionDecoder, ShotOutcome};
 use super::QecError;
 
-/// A detection-event or prediction file format.
+/// A detection-event or prediction file format (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ShotFormat {
     /// stim `b8`: bit-packed, LSB first, each shot padded to whole bytes.
     B8,
     /// stim `01`: one line of '0'/'1' per shot.
     Zero1,
+    /// stim `r8`: run lengths of zeros, a byte each.
+    R8,
+    /// stim `hits`: the 1 bits' indices, comma-separated, a line per shot.
+    Hits,
+    /// stim `dets`: `shot D<i> ... L<k> ...`, a line per shot.
+    Dets,
+}
+
+impl ShotFormat {
+    /// Every format, by its stim name.
+    pub const ALL: [ShotFormat; 5] =
+        [ShotFormat::B8, ShotFormat::Zero1, ShotFormat::R8, ShotFormat::Hits, ShotFormat::Dets];
+
+    /// stim's name of the format.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ShotFormat::B8 => "b8",
+            ShotFormat::Zero1 => "01",
+            ShotFormat::R8 => "r8",
+            ShotFormat::Hits => "hits",
+            ShotFormat::Dets => "dets",
+        }
+    }
 }
 
 impl FromStr for ShotFormat {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "b8" => Ok(ShotFormat::B8),
-            "01" => Ok(ShotFormat::Zero1),
-            other => Err(format!("unknown shot format `{other}` (expected `b8` or `01`)")),
-        }
+        ShotFormat::ALL.into_iter().find(|f| f.name() == s).ok_or_else(|| {
+            if s == "ptb64" {
+                "the `ptb64` format (64 shots transposed) is not read or written here: \
+                 `stim convert` turns it into `b8`"
+                    .to_string()
+            } else {
+                format!("unknown shot format `{s}` (expected b8, 01, r8, hits or dets)")
+            }
+        })
     }
 }
 
 impl fmt::Display for ShotFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ShotFormat::B8 => "b8",
-            ShotFormat::Zero1 => "01",
-        })
+        f.write_str(self.name())
+    }
+}
+
+/// How the input's shots are laid out: their format, and whether each shot carries its
+/// observables after its detectors (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InputFormat {
+    /// The file format.
+    pub format: ShotFormat,
+    /// Each shot is the DEM's detectors and then its observables (ignored).
+    pub appended_observables: bool,
+}
+
+impl From<ShotFormat> for InputFormat {
+    fn from(format: ShotFormat) -> Self {
+        InputFormat { format, appended_observables: false }
+    }
+}
+
+impl InputFormat {
+    /// Bits of one input shot for a DEM of `detectors` and `observables`.
+    pub fn record_bits(self, detectors: usize, observables: usize) -> usize {
+        detectors + if self.appended_observables { observables } else { 0 }
     }
 }
 
@@ -181,23 +236,33 @@ pub fn write_weights(path: &Path, weights: &[f64]) -> Result<(), QecError> {
     })
 }
 
-/// Refuses a b8 input whose size is not `shots` shots of `n` detectors (module docs).
-pub fn check_shot_count(in_path: &Path, in_format: ShotFormat, n: usize, shots: u64) -> Result<(), QecError> {
-    if in_format != ShotFormat::B8 {
+/// Refuses a b8 input whose size is not `shots` shots of the DEM's `n` detectors and
+/// `num_obs` observables (counted when `in_format` appends them; module docs).
+pub fn check_shot_count(
+    in_path: &Path,
+    in_format: impl Into<InputFormat>,
+    n: usize,
+    num_obs: usize,
+    shots: u64,
+) -> Result<(), QecError> {
+    let in_format = in_format.into();
+    if in_format.format != ShotFormat::B8 {
         return Ok(());
     }
+    let bits = in_format.record_bits(n, num_obs);
+    let what = if bits == n { format!("{n} detectors") } else { format!("{n} detectors and {num_obs} observables") };
     let len = std::fs::metadata(in_path).map_err(|e| QecError::io(in_path, e))?.len();
-    let per_shot = packed_len(n) as u64;
+    let per_shot = packed_len(bits) as u64;
     if len != shots.saturating_mul(per_shot) {
         let fits = if per_shot > 0 && len % per_shot == 0 {
-            format!("{} shots of {n} detectors", len / per_shot)
+            format!("{} shots of {what}", len / per_shot)
         } else {
-            format!("not a whole number of {n}-detector shots")
+            format!("not a whole number of shots of {what}")
         };
         return Err(QecError::Input {
             path: in_path.to_path_buf(),
             reason: format!(
-                "{len} bytes, but {shots} shots of the DEM's {n} detectors are {} bytes ({fits}): \
+                "{len} bytes, but {shots} shots of the DEM's {what} are {} bytes ({fits}): \
                  the file was written for another shot count or another DEM",
                 shots.saturating_mul(per_shot)
             ),
@@ -211,7 +276,7 @@ pub fn check_shot_count(in_path: &Path, in_format: ShotFormat, n: usize, shots: 
 pub fn predict(
     dem_path: &Path,
     in_path: &Path,
-    in_format: ShotFormat,
+    in_format: impl Into<InputFormat>,
     out_path: &Path,
     out_format: ShotFormat,
     expected_shots: Option<u64>,
@@ -223,15 +288,16 @@ pub fn predict(
 pub fn predict_threads(
     dem_path: &Path,
     in_path: &Path,
-    in_format: ShotFormat,
+    in_format: impl Into<InputFormat>,
     out_path: &Path,
     out_format: ShotFormat,
     expected_shots: Option<u64>,
     threads: usize,
 ) -> Result<PredictStats, QecError> {
+    let in_format = in_format.into();
     let graph = super::sparse_graph_from_file(dem_path)?;
     if let Some(shots) = expected_shots {
-        check_shot_count(in_path, in_format, graph.num_detectors(), shots)?;
+        check_shot_count(in_path, in_format, graph.num_detectors(), graph.num_observables(), shots)?;
     }
     let mut decoders: Vec<MatchingDecoder> = (0..threads.max(1)).map(|_| MatchingDecoder::new(graph.clone())).collect();
     let input = File::open(in_path).map_err(|e| QecError::io(in_path, e))?;
@@ -253,7 +319,7 @@ pub fn predict_threads(
 pub fn predict_stream<D: BatchDecoder>(
     decoder: &mut D,
     mut input: impl BufRead,
-    in_format: ShotFormat,
+    in_format: impl Into<InputFormat>,
     mut output: impl Write,
     out_format: ShotFormat,
     in_name: &Path,
@@ -261,18 +327,15 @@ pub fn predict_stream<D: BatchDecoder>(
 ) -> Result<PredictStats, QecError> {
     let n = decoder.num_detectors();
     let num_obs = decoder.num_observables();
-    check_format(in_format, n, in_name)?;
+    let mut reader = ShotReader::new(in_format.into(), n, num_obs, in_name)?;
+    let mut writer = PredictionWriter::new(out_format, num_obs);
     let mut shot = vec![0u8; packed_len(n)];
-    let mut line = String::new();
-    let mut out_bytes = vec![0u8; packed_len(num_obs)];
-    let mut out_line = String::with_capacity(num_obs + 1);
     let mut stats = PredictStats { defect_histogram: vec![0; n + 1], ..PredictStats::default() };
     let mut times: Vec<u64> = Vec::new();
-    while read_shot(&mut input, in_format, n, stats.shots, &mut shot, &mut line, in_name)? {
+    while reader.read(&mut input, stats.shots, &mut shot)? {
         let (d, ns) = timed_decode(decoder, &shot);
         tally(&mut stats, &mut times, &d, ns);
-        write_prediction(&mut output, out_format, d.observables, num_obs, &mut out_bytes, &mut out_line)
-            .map_err(|e| QecError::io(out_name, e))?;
+        writer.write(&mut output, d.observables).map_err(|e| QecError::io(out_name, e))?;
     }
     finish_stats(&mut stats, &mut times);
     Ok(stats)
@@ -314,7 +377,7 @@ const BATCH_BYTES: usize = 64 << 20;
 pub fn predict_stream_on<D: BatchDecoder + Send>(
     decoders: &mut [D],
     mut input: impl BufRead,
-    in_format: ShotFormat,
+    in_format: impl Into<InputFormat>,
     mut output: impl Write,
     out_format: ShotFormat,
     in_name: &Path,
@@ -328,28 +391,18 @@ pub fn predict_stream_on<D: BatchDecoder + Send>(
     }
     let n = first.num_detectors();
     let num_obs = first.num_observables();
-    check_format(in_format, n, in_name)?;
+    let mut reader = ShotReader::new(in_format.into(), n, num_obs, in_name)?;
+    let mut writer = PredictionWriter::new(out_format, num_obs);
     let per = packed_len(n).max(1);
     let batch = (BATCH_SHOTS_PER_THREAD * decoders.len()).min((BATCH_BYTES / per).max(decoders.len()));
     let mut shots = vec![0u8; batch * per];
-    let mut line = String::new();
-    let mut out_bytes = vec![0u8; packed_len(num_obs)];
-    let mut out_line = String::with_capacity(num_obs + 1);
     let mut stats = PredictStats { defect_histogram: vec![0; n + 1], ..PredictStats::default() };
     let mut times: Vec<u64> = Vec::new();
     loop {
         // a batch read whole first: a malformed shot stops the run before any of it is decoded
         let mut got = 0;
         while got < batch
-            && read_shot(
-                &mut input,
-                in_format,
-                n,
-                stats.shots + got as u64,
-                &mut shots[got * per..(got + 1) * per],
-                &mut line,
-                in_name,
-            )?
+            && reader.read(&mut input, stats.shots + got as u64, &mut shots[got * per..(got + 1) * per])?
         {
             got += 1;
         }
@@ -370,8 +423,7 @@ pub fn predict_stream_on<D: BatchDecoder + Send>(
         });
         for (d, ns) in answers.into_iter().flatten() {
             tally(&mut stats, &mut times, &d, ns);
-            write_prediction(&mut output, out_format, d.observables, num_obs, &mut out_bytes, &mut out_line)
-                .map_err(|e| QecError::io(out_name, e))?;
+            writer.write(&mut output, d.observables).map_err(|e| QecError::io(out_name, e))?;
         }
         if got < batch {
             break;
@@ -381,103 +433,263 @@ pub fn predict_stream_on<D: BatchDecoder + Send>(
     Ok(stats)
 }
 
-/// `b8` shots of a DEM without detectors have no length: refused before reading.
-pub(crate) fn check_format(in_format: ShotFormat, n: usize, in_name: &Path) -> Result<(), QecError> {
-    if in_format == ShotFormat::B8 && n == 0 {
-        return Err(QecError::Input {
-            path: in_name.to_path_buf(),
-            reason: "the DEM has no detectors, so b8 shots have no length".into(),
-        });
-    }
-    Ok(())
-}
-
-/// Reads shot `index` (n detection bits) into `shot` (`packed_len(n)` bytes, b8 order);
-/// false at the end of the input; [`QecError::Input`] for a malformed shot. `line` is
-/// scratch for `01`.
-pub(crate) fn read_shot(
-    input: &mut impl BufRead,
-    in_format: ShotFormat,
+/// Reads input shots (module docs) into b8 order, the DEM's detectors only.
+pub(crate) struct ShotReader {
+    format: ShotFormat,
+    /// Detectors, and bits of one input shot (the detectors, then any appended observables).
     n: usize,
-    index: u64,
-    shot: &mut [u8],
-    line: &mut String,
-    in_name: &Path,
-) -> Result<bool, QecError> {
-    let bad = |reason: String| QecError::Input { path: in_name.to_path_buf(), reason };
-    match in_format {
-        ShotFormat::B8 => {
-            let mut got = 0;
-            while got < shot.len() {
-                match input.read(&mut shot[got..]) {
-                    Ok(0) => break,
-                    Ok(k) => got += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(QecError::io(in_name, e)),
-                }
-            }
-            if got == 0 {
-                return Ok(false);
-            }
-            if got < shot.len() {
-                return Err(bad(format!(
-                    "shot {index}: the file ends inside the shot ({got} of {} bytes)",
-                    shot.len()
-                )));
-            }
-        }
-        ShotFormat::Zero1 => {
-            line.clear();
-            if input.read_line(line).map_err(|e| QecError::io(in_name, e))? == 0 {
-                return Ok(false);
-            }
-            let text = line.trim_end_matches('\n').trim_end_matches('\r');
-            if text.len() != n {
-                return Err(bad(format!(
-                    "line {}: {} characters, the DEM has {n} detectors",
-                    index + 1,
-                    text.chars().count()
-                )));
-            }
-            shot.fill(0);
-            for (i, c) in text.bytes().enumerate() {
-                match c {
-                    b'0' => {}
-                    b'1' => set_bit(shot, i, true),
-                    _ => return Err(bad(format!("line {}: character {} is not 0 or 1", index + 1, i + 1))),
-                }
-            }
-        }
-    }
-    Ok(true)
+    bits: usize,
+    /// Observables a `dets` line may name (appended ones only).
+    observables: usize,
+    /// The whole input shot, b8 order.
+    record: Vec<u8>,
+    line: String,
+    in_name: std::path::PathBuf,
 }
 
-/// Writes one prediction (the low `num_obs` bits of `observables`); `out_bytes`
-/// (`packed_len(num_obs)` bytes) and `out_line` are scratch.
-pub(crate) fn write_prediction(
-    output: &mut impl Write,
-    out_format: ShotFormat,
-    observables: u64,
+impl ShotReader {
+    /// A reader of `in_format` shots for a DEM of `n` detectors and `num_obs` observables;
+    /// refuses b8 shots of no bits (they have no length).
+    pub(crate) fn new(in_format: InputFormat, n: usize, num_obs: usize, in_name: &Path) -> Result<Self, QecError> {
+        let bits = in_format.record_bits(n, num_obs);
+        if in_format.format == ShotFormat::B8 && bits == 0 {
+            return Err(QecError::Input {
+                path: in_name.to_path_buf(),
+                reason: "the DEM has no detectors, so b8 shots have no length".into(),
+            });
+        }
+        Ok(ShotReader {
+            format: in_format.format,
+            n,
+            bits,
+            observables: bits - n,
+            record: vec![0; packed_len(bits)],
+            line: String::new(),
+            in_name: in_name.to_path_buf(),
+        })
+    }
+
+    /// Reads shot `index` and leaves its n detection bits in `shot` (`packed_len(n)` bytes,
+    /// b8 order, the bits past n clear); false at the end of the input; [`QecError::Input`]
+    /// naming the shot for a malformed one.
+    pub(crate) fn read(&mut self, input: &mut impl BufRead, index: u64, shot: &mut [u8]) -> Result<bool, QecError> {
+        self.record.fill(0);
+        let more = match self.format {
+            ShotFormat::B8 => self.read_b8(input, index)?,
+            ShotFormat::R8 => self.read_r8(input, index)?,
+            ShotFormat::Zero1 | ShotFormat::Hits | ShotFormat::Dets => self.read_line(input, index)?,
+        };
+        if more {
+            let len = shot.len();
+            shot.copy_from_slice(&self.record[..len]);
+            if !self.n.is_multiple_of(8) {
+                shot[len - 1] &= (1u8 << (self.n % 8)) - 1;
+            }
+        }
+        Ok(more)
+    }
+
+    fn bad(&self, reason: String) -> QecError {
+        QecError::Input { path: self.in_name.clone(), reason }
+    }
+
+    fn read_b8(&mut self, input: &mut impl BufRead, index: u64) -> Result<bool, QecError> {
+        let mut got = 0;
+        while got < self.record.len() {
+            match input.read(&mut self.record[got..]) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(QecError::io(&self.in_name, e)),
+            }
+        }
+        if got == 0 {
+            return Ok(false);
+        }
+        if got < self.record.len() {
+            return Err(
+                self.bad(format!("shot {index}: the file ends inside the shot ({got} of {} bytes)", self.record.len()))
+            );
+        }
+        Ok(true)
+    }
+
+    /// Runs of zeros until the 1 just past the shot's bits.
+    fn read_r8(&mut self, input: &mut impl BufRead, index: u64) -> Result<bool, QecError> {
+        let mut at = 0usize;
+        let mut first = true;
+        loop {
+            let mut byte = [0u8];
+            match input.read(&mut byte) {
+                Ok(0) if first => return Ok(false),
+                Ok(0) => return Err(self.bad(format!("shot {index}: the file ends inside the shot (bit {at})"))),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(QecError::io(&self.in_name, e)),
+            }
+            first = false;
+            at += usize::from(byte[0]);
+            if byte[0] == 255 {
+                continue;
+            }
+            match at.cmp(&self.bits) {
+                std::cmp::Ordering::Less => set_bit(&mut self.record, at, true),
+                std::cmp::Ordering::Equal => return Ok(true),
+                std::cmp::Ordering::Greater => {
+                    return Err(
+                        self.bad(format!("shot {index}: a run reaches bit {at}, past the shot's {} bits", self.bits))
+                    )
+                }
+            }
+            at += 1;
+        }
+    }
+
+    /// One line: `01`, `hits` or `dets`.
+    fn read_line(&mut self, input: &mut impl BufRead, index: u64) -> Result<bool, QecError> {
+        self.line.clear();
+        if input.read_line(&mut self.line).map_err(|e| QecError::io(&self.in_name, e))? == 0 {
+            return Ok(false);
+        }
+        let line = std::mem::take(&mut self.line);
+        let text = line.trim_end_matches('\n').trim_end_matches('\r');
+        let at = index + 1;
+        let result = match self.format {
+            ShotFormat::Zero1 => self.parse_01(text, at),
+            ShotFormat::Hits => self.parse_hits(text, at),
+            _ => self.parse_dets(text, at),
+        };
+        self.line = line;
+        result.map(|()| true)
+    }
+
+    fn parse_01(&mut self, text: &str, at: u64) -> Result<(), QecError> {
+        if text.len() != self.bits {
+            return Err(self.bad(format!("line {at}: {} characters, {}", text.chars().count(), self.expect())));
+        }
+        for (i, c) in text.bytes().enumerate() {
+            match c {
+                b'0' => {}
+                b'1' => set_bit(&mut self.record, i, true),
+                _ => return Err(self.bad(format!("line {at}: character {} is not 0 or 1", i + 1))),
+            }
+        }
+        Ok(())
+    }
+
+    fn parse_hits(&mut self, text: &str, at: u64) -> Result<(), QecError> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        for item in text.split(',') {
+            let i = item.trim();
+            match i.parse::<usize>() {
+                Ok(i) if i < self.bits => set_bit(&mut self.record, i, true),
+                Ok(i) => return Err(self.bad(format!("line {at}: bit {i} is past the shot's {} bits", self.bits))),
+                Err(_) => return Err(self.bad(format!("line {at}: `{i}` is not a bit index"))),
+            }
+        }
+        Ok(())
+    }
+
+    fn parse_dets(&mut self, text: &str, at: u64) -> Result<(), QecError> {
+        let mut tokens = text.split_ascii_whitespace();
+        if tokens.next() != Some("shot") {
+            return Err(self.bad(format!("line {at}: a dets line starts with `shot`")));
+        }
+        for t in tokens {
+            let (kind, index) = t.split_at(t.len().min(1));
+            let Ok(i) = index.parse::<usize>() else {
+                return Err(self.bad(format!("line {at}: `{t}` is not D<index> or L<index>")));
+            };
+            let bit = match kind {
+                "D" if i < self.n => i,
+                "D" => return Err(self.bad(format!("line {at}: {t} is past the DEM's {} detectors", self.n))),
+                "L" if i < self.observables => self.n + i,
+                "L" if self.observables == 0 => {
+                    return Err(self.bad(format!(
+                        "line {at}: {t} is an observable: shots that carry them need \
+                         --in-includes-appended-observables"
+                    )))
+                }
+                "L" => {
+                    return Err(self.bad(format!("line {at}: {t} is past the DEM's {} observables", self.observables)))
+                }
+                _ => return Err(self.bad(format!("line {at}: `{t}` is not D<index> or L<index>"))),
+            };
+            set_bit(&mut self.record, bit, true);
+        }
+        Ok(())
+    }
+
+    fn expect(&self) -> String {
+        if self.observables == 0 {
+            format!("the DEM has {} detectors", self.n)
+        } else {
+            format!("the DEM has {} detectors and {} observables", self.n, self.observables)
+        }
+    }
+}
+
+/// Writes predictions (the flipped observables) in a format (module docs).
+pub(crate) struct PredictionWriter {
+    format: ShotFormat,
     num_obs: usize,
-    out_bytes: &mut [u8],
-    out_line: &mut String,
-) -> std::io::Result<()> {
-    match out_format {
-        ShotFormat::B8 => {
-            out_bytes.fill(0);
-            for k in 0..num_obs.min(64) {
-                set_bit(out_bytes, k, observables >> k & 1 == 1);
+    bytes: Vec<u8>,
+    line: String,
+}
+
+impl PredictionWriter {
+    pub(crate) fn new(format: ShotFormat, num_obs: usize) -> Self {
+        PredictionWriter { format, num_obs, bytes: vec![0; packed_len(num_obs)], line: String::new() }
+    }
+
+    /// Writes one prediction: the low `num_obs` bits of `observables`.
+    pub(crate) fn write(&mut self, output: &mut impl Write, observables: u64) -> std::io::Result<()> {
+        use std::fmt::Write as _;
+        let set = |k: usize| k < 64 && observables >> k & 1 == 1;
+        self.line.clear();
+        match self.format {
+            ShotFormat::B8 => {
+                self.bytes.fill(0);
+                for k in 0..self.num_obs.min(64) {
+                    set_bit(&mut self.bytes, k, set(k));
+                }
+                return output.write_all(&self.bytes);
             }
-            output.write_all(out_bytes)
-        }
-        ShotFormat::Zero1 => {
-            out_line.clear();
-            for k in 0..num_obs {
-                out_line.push(if k < 64 && observables >> k & 1 == 1 { '1' } else { '0' });
+            ShotFormat::R8 => {
+                self.bytes.clear();
+                let mut run = 0usize;
+                for k in 0..=self.num_obs {
+                    if k < self.num_obs && !set(k) {
+                        run += 1;
+                        continue;
+                    }
+                    while run >= 255 {
+                        self.bytes.push(255);
+                        run -= 255;
+                    }
+                    self.bytes.push(run as u8);
+                    run = 0;
+                }
+                return output.write_all(&self.bytes);
             }
-            out_line.push('\n');
-            output.write_all(out_line.as_bytes())
+            ShotFormat::Zero1 => (0..self.num_obs).for_each(|k| self.line.push(if set(k) { '1' } else { '0' })),
+            ShotFormat::Hits => {
+                for k in (0..self.num_obs).filter(|&k| set(k)) {
+                    let sep = if self.line.is_empty() { "" } else { "," };
+                    let _ = write!(self.line, "{sep}{k}");
+                }
+            }
+            ShotFormat::Dets => {
+                self.line.push_str("shot");
+                for k in (0..self.num_obs).filter(|&k| set(k)) {
+                    let _ = write!(self.line, " L{k}");
+                }
+            }
         }
+        self.line.push('\n');
+        output.write_all(self.line.as_bytes())
     }
 }
 
@@ -521,9 +733,80 @@ mod tests {
         assert_eq!(out, [1, 0, 0, 0]);
         let (_, out) = run(&[0b001, 0b100], ShotFormat::B8, ShotFormat::Zero1).unwrap();
         assert_eq!(out, b"1\n0\n");
-        assert_eq!("b8".parse::<ShotFormat>(), Ok(ShotFormat::B8));
-        assert_eq!("01".parse::<ShotFormat>(), Ok(ShotFormat::Zero1));
+        for f in ShotFormat::ALL {
+            assert_eq!(f.name().parse::<ShotFormat>(), Ok(f));
+        }
         assert!("bits".parse::<ShotFormat>().is_err());
+        assert!("ptb64".parse::<ShotFormat>().unwrap_err().contains("stim convert"));
+    }
+
+    /// The same four shots (`100`, `001`, `110`, `000`) in every format stim writes, and their
+    /// predictions (`1`, `0`, `0`, `0`) in every format; with the observable appended too.
+    #[test]
+    fn every_stim_format_reads_and_writes() {
+        let inputs: [(ShotFormat, &[u8], &[u8]); 5] = [
+            (ShotFormat::B8, &[0b001, 0b100, 0b011, 0], &[0b1001, 0b100, 0b011, 0]),
+            (ShotFormat::Zero1, b"100\n001\n110\n000\n", b"1001\n0010\n1100\n0000\n"),
+            (ShotFormat::R8, &[0, 2, 2, 0, 0, 0, 1, 3], &[0, 2, 0, 2, 1, 0, 0, 2, 4]),
+            (ShotFormat::Hits, b"0\n2\n0,1\n\n", b"0,3\n2\n0,1\n\n"),
+            (ShotFormat::Dets, b"shot D0\nshot D2\nshot D0 D1\nshot\n", b"shot D0 L0\nshot D2\nshot D1 D0\nshot\n"),
+        ];
+        let outputs: [(ShotFormat, &[u8]); 5] = [
+            (ShotFormat::B8, &[1, 0, 0, 0]),
+            (ShotFormat::Zero1, b"1\n0\n0\n0\n"),
+            (ShotFormat::R8, &[0, 0, 1, 1, 1]),
+            (ShotFormat::Hits, b"0\n\n\n\n"),
+            (ShotFormat::Dets, b"shot L0\nshot\nshot\nshot\n"),
+        ];
+        for (inf, plain, appended) in inputs {
+            for (outf, want) in outputs {
+                let (s, out) = run(plain, inf, outf).unwrap();
+                assert_eq!((s.shots, out.as_slice()), (4, want), "{inf} -> {outf}");
+                let with = InputFormat { format: inf, appended_observables: true };
+                let mut out = Vec::new();
+                predict_stream(&mut decoder(), appended, with, &mut out, outf, Path::new("in"), Path::new("out"))
+                    .unwrap();
+                assert_eq!(out, want, "{inf} with the observable -> {outf}");
+            }
+        }
+    }
+
+    /// r8 runs of 255 and more, read bit for bit; a run past the shot, a shot cut short and
+    /// bad lines are named.
+    #[test]
+    fn r8_runs_and_malformed_lines() {
+        let read = |format: ShotFormat, n: usize, bytes: &[u8]| -> Result<Vec<Vec<usize>>, String> {
+            let mut r = ShotReader::new(format.into(), n, 0, Path::new("in")).map_err(|e| e.to_string())?;
+            let (mut input, mut shot, mut shots) = (bytes, vec![0u8; packed_len(n)], Vec::new());
+            while r.read(&mut input, shots.len() as u64, &mut shot).map_err(|e| e.to_string())? {
+                shots.push((0..n).filter(|&i| shot[i / 8] >> (i % 8) & 1 == 1).collect());
+            }
+            Ok(shots)
+        };
+        let got = read(ShotFormat::R8, 300, &[255, 44, 0, 255, 45, 255, 0, 44]).unwrap();
+        assert_eq!(got, [vec![299], vec![], vec![255]]);
+        assert_eq!(read(ShotFormat::R8, 600, &[0, 255, 255, 89]).unwrap(), [vec![0]]);
+        assert_eq!(
+            read(ShotFormat::R8, 3, &[5]).unwrap_err(),
+            "in: shot 0: a run reaches bit 5, past the shot's 3 bits"
+        );
+        assert_eq!(
+            read(ShotFormat::R8, 300, &[3, 255]).unwrap_err(),
+            "in: shot 0: the file ends inside the shot (bit 259)"
+        );
+        assert_eq!(read(ShotFormat::Hits, 3, b"1,3\n").unwrap_err(), "in: line 1: bit 3 is past the shot's 3 bits");
+        assert_eq!(read(ShotFormat::Hits, 3, b"\n1,,2\n").unwrap_err(), "in: line 2: `` is not a bit index");
+        assert_eq!(read(ShotFormat::Dets, 3, b"D1\n").unwrap_err(), "in: line 1: a dets line starts with `shot`");
+        assert_eq!(
+            read(ShotFormat::Dets, 3, b"shot D3\n").unwrap_err(),
+            "in: line 1: D3 is past the DEM's 3 detectors"
+        );
+        assert_eq!(
+            read(ShotFormat::Dets, 3, b"shot M1\n").unwrap_err(),
+            "in: line 1: `M1` is not D<index> or L<index>"
+        );
+        assert!(read(ShotFormat::Dets, 3, b"shot L0\n").unwrap_err().contains("--in-includes-appended-observables"));
+        assert_eq!(read(ShotFormat::Hits, 3, b"2,0\n\n").unwrap(), [vec![0, 2], vec![]]);
     }
 
     /// Each shot's weight, in order, as PyMatching counts it: every edge here weighs
