@@ -1,7 +1,9 @@
 //! `rocelink decode` mirrors `pymatching predict`: on the committed stim/PyMatching fixtures,
 //! its predictions (the exact decoder's) equal PyMatching's on every shot; it reads every
 //! input format stim writes and writes every prediction format PyMatching writes, byte for
-//! byte as PyMatching's command line does, under PyMatching's option spellings;
+//! byte as PyMatching's command line does, under PyMatching's option spellings; a DEM with
+//! negative edge weights (probabilities above 0.5) decodes to PyMatching's predictions and
+//! weights;
 //! `--num-shots` refuses a file of another size and leaves no predictions behind.
 
 use std::path::{Path, PathBuf};
@@ -76,6 +78,49 @@ fn every_format_pymatching_reads_and_writes_byte_for_byte() {
         }
     }
     assert_eq!(runs, 50);
+}
+
+/// `operator/tests/fixtures/qec/negative` (scripts/negative_vectors.py): 239 of the DEM's 502
+/// edges negative. Every prediction is PyMatching's, every weight too; the GPU backend (its
+/// all-pairs table) refuses the DEM in one line.
+#[test]
+fn negative_weights_decode_as_pymatching_does() {
+    let dir = fixture("negative");
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-negative-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let (out, weights) = (tmp.join("pred.01"), tmp.join("weights.txt"));
+    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["decode", "--dem"])
+        .arg(dir.join("model.dem"))
+        .arg("--in")
+        .arg(dir.join("shots.b8"))
+        .arg("--out")
+        .arg(&out)
+        .arg("--weights-out")
+        .arg(&weights)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(dir.join("pred.01")).unwrap(), "predictions");
+    let read =
+        |p: &Path| -> Vec<f64> { std::fs::read_to_string(p).unwrap().lines().map(|l| l.parse().unwrap()).collect() };
+    let (ours, theirs) = (read(&weights), read(&dir.join("weights.txt")));
+    assert_eq!(ours.len(), 600);
+    assert!(theirs.iter().any(|&w| w < 0.0), "some shots weigh less than nothing");
+    for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+        assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "shot {i}: weight {a} against PyMatching's {b}");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .args(["decode", "--backend", "gpu", "--dem"])
+        .arg(dir.join("model.dem"))
+        .arg("--in")
+        .arg(dir.join("shots.b8"))
+        .arg("--out")
+        .arg(tmp.join("gpu.01"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("negative weight") && err.contains("decode on the CPU"), "{err}");
 }
 
 #[test]

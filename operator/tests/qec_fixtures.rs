@@ -63,12 +63,12 @@ fn load(dir: &Path) -> Fixture {
     Fixture { dir: dir.to_path_buf(), dem, shots, predictions, weights, truth }
 }
 
-/// Folders under `root` that hold a fixture (a model.dem), sorted.
+/// Folders under `root` that hold a decoder fixture (a model.dem and its dets.b8), sorted.
 fn fixture_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = fs::read_dir(root)
         .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.dem").is_file())
+        .filter(|p| p.join("model.dem").is_file() && p.join("dets.b8").is_file())
         .collect();
     dirs.sort();
     dirs

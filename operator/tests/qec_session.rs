@@ -2,7 +2,8 @@
 //! `enqueue_syndromes` (what fpga-sim's QEC mode sends; PROTOCOLS.md 3). The stage streams
 //! (each round's defects are worked on as the round arrives), so its matching weights must
 //! equal the whole-shot decode's exactly, and its corrections the whole shot's and
-//! PyMatching's but for ties.
+//! PyMatching's but for ties; on a DEM with negative edge weights too (each round's events
+//! flipped where the negative edges end).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -36,7 +37,8 @@ fn replay(fixture: &str, rounds_per_message: usize) {
     let mut session = QecSession::new(Arc::clone(&graph), cfg).unwrap();
     let mut whole = MatchingDecoder::new(graph);
     let n = dem.num_detectors;
-    let dets = std::fs::read(dir.join("dets.b8")).unwrap();
+    let shots = if dir.join("dets.b8").exists() { "dets.b8" } else { "shots.b8" };
+    let dets = std::fs::read(dir.join(shots)).unwrap();
     let preds: Vec<u8> =
         std::fs::read_to_string(dir.join("pred.01")).unwrap().lines().map(|l| u8::from(l == "1")).collect();
     let per_shot = n.div_ceil(8);
@@ -134,4 +136,9 @@ fn d5_two_rounds_per_message() {
 #[test]
 fn d5_whole_shot_in_one_message() {
     replay("d5_p0.001", 6);
+}
+
+#[test]
+fn negative_weights_round_by_round() {
+    replay("negative", 1);
 }

@@ -380,29 +380,64 @@ impl MatchingDecoder {
         self.grow_ball(index, self.first_radius.min(c), true);
     }
 
-    /// Adds the set bits of `bits` (LSB first, stim b8 order) as defects, bit `i` being
-    /// detector `first + i`; bits at or beyond `count` or the detector count are ignored. For
-    /// a round of a stream, or a whole shot with `first = 0`.
+    /// Adds the detection events `bits` (LSB first, stim b8 order), bit `i` being detector
+    /// `first + i`, as defects (those of the graph's negative edges flipped:
+    /// `SparseGraph::negative_detectors`); bits at or beyond `count` or the detector count
+    /// are ignored. For a round of a stream, or a whole shot with `first = 0`.
     pub fn add_bits(&mut self, first: u32, bits: &[u8], count: usize) {
+        let first = first as usize;
         let n = self.graph.num_detectors();
-        for (byte_index, &byte) in bits.iter().enumerate().take(count.div_ceil(8)) {
-            let mut b = byte;
-            while b != 0 {
-                let i = byte_index * 8 + b.trailing_zeros() as usize;
-                b &= b - 1;
-                let det = first as usize + i;
-                if i < count && det < n {
-                    self.add_defect(det as u32);
+        if self.graph.negative_detectors().is_empty() {
+            for (byte_index, &byte) in bits.iter().enumerate().take(count.div_ceil(8)) {
+                let mut b = byte;
+                while b != 0 {
+                    let i = byte_index * 8 + b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    if i < count && first + i < n {
+                        self.add_defect((first + i) as u32);
+                    }
                 }
             }
+            return;
         }
+        // Flipped events: the bits placed at their detectors' positions first.
+        let end = (first + count).min(n);
+        let mut shot = vec![0u8; end.div_ceil(8)];
+        for i in 0..end.saturating_sub(first) {
+            if bits.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1) {
+                shot[(first + i) / 8] |= 1 << ((first + i) % 8);
+            }
+        }
+        self.add_events(&shot, first, end);
     }
 
-    /// Decodes one shot given as its defects (detector indices, any order, each once).
+    /// Adds the detection events of detectors `first..end` of `shot` (a shot's events so far,
+    /// b8 order, bit i detector i) as defects, those of the negative edges flipped (as
+    /// [`add_bits`](Self::add_bits)): a stream's round, given the shot it belongs to.
+    pub fn add_events(&mut self, shot: &[u8], first: usize, end: usize) {
+        let graph = Arc::clone(&self.graph);
+        graph.for_each_defect(shot, first, end, |d| self.add_defect(d));
+    }
+
+    /// Decodes one shot given as its detection events (detector indices, any order, each
+    /// once); those of the negative edges are flipped as [`add_bits`](Self::add_bits) does.
     pub fn decode_defects(&mut self, defects: &[u32]) -> Decoded {
         self.begin_shot();
-        for &d in defects {
-            self.add_defect(d);
+        if self.graph.negative_detectors().is_empty() {
+            for &d in defects {
+                self.add_defect(d);
+            }
+        } else {
+            let mut events: Vec<u32> = defects.iter().chain(self.graph.negative_detectors()).copied().collect();
+            events.sort_unstable();
+            let mut i = 0;
+            while i < events.len() {
+                let same = events[i..].iter().take_while(|&&e| e == events[i]).count();
+                if same % 2 == 1 {
+                    self.add_defect(events[i]);
+                }
+                i += same;
+            }
         }
         self.finish()
     }
@@ -411,7 +446,7 @@ impl MatchingDecoder {
     /// beyond the detector count are ignored and a short buffer reads as zeros.
     pub fn decode_b8(&mut self, shot: &[u8]) -> Decoded {
         self.begin_shot();
-        self.add_bits(0, shot, self.graph.num_detectors());
+        self.add_events(shot, 0, self.graph.num_detectors());
         self.finish()
     }
 
@@ -581,7 +616,9 @@ impl MatchingDecoder {
         if out.status == DecodeStatus::Unmatchable {
             self.counters.unmatchable += 1;
         }
-        out.weight = out.weight_units as f64 / self.graph.scale();
+        // The negative edges (SparseGraph's module docs), in the answer.
+        out.observables ^= self.graph.negative_observables();
+        out.weight = (out.weight_units as f64 + self.graph.negative_units() as f64) / self.graph.scale();
         self.begin_shot();
         out
     }

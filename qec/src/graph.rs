@@ -133,16 +133,27 @@ pub enum GraphError {
         /// Detectors in the component.
         detectors: usize,
     },
-    /// p > 0.5.
+    /// An edge of merged probability above 0.5 (a negative weight), where a table is asked
+    /// for: the all-pairs tables and their decoders (the GPU stage) take no negative weight;
+    /// the sparse decoder does.
     #[error(
-        "DEM line {line}: probability {p} > 0.5 gives a negative edge weight, which the exact \
-         matcher does not support"
+        "the edge {edge} has probability {p} > 0.5, a negative weight: the all-pairs tables (the \
+         GPU stage) take none; decode on the CPU (the sparse exact decoder takes them)"
     )]
     NegativeWeight {
+        /// The edge, `D<a>-D<b>` or `D<a>-boundary`.
+        edge: String,
+        /// Its merged probability.
+        p: f64,
+    },
+    /// p = 1: an error that always happens weighs minus infinity (PyMatching refuses it too).
+    #[error(
+        "DEM line {line}: probability 1 is an error that always happens, an infinite negative \
+         weight; a matching decoder cannot weigh it"
+    )]
+    CertainError {
         /// 1-based DEM line.
         line: usize,
-        /// The probability.
-        p: f64,
     },
     /// Too many detectors for all-pairs tables.
     #[error("{0} detectors: all-pairs tables are built for at most {MAX_TABLE_DETECTORS}")]
@@ -205,8 +216,8 @@ impl MatchingGraph {
                 stats.zero_probability += 1;
                 continue;
             }
-            if p > 0.5 {
-                return Err(GraphError::NegativeWeight { line: e.line, p });
+            if p >= 1.0 {
+                return Err(GraphError::CertainError { line: e.line });
             }
             let w = edge_weight(p);
             for c in &e.components {
@@ -262,17 +273,23 @@ impl MatchingGraph {
         }
     }
 
-    /// Every edge's weight in PyMatching's integer units, `round(w * pymatching_scale())`
-    /// (at most `u32::MAX`), in edge order: what the sparse decoding graph and the oracles in
-    /// the tests match on.
+    /// Every edge's weight magnitude in PyMatching's integer units, `round(|w| *
+    /// pymatching_scale())` (at most `u32::MAX`), in edge order: what the sparse decoding
+    /// graph and the oracles in the tests match on (a negative edge's sign is
+    /// [`Edge::weight`]'s).
     pub fn integer_weights(&self) -> Vec<u64> {
         let scale = self.pymatching_scale();
-        self.edges.iter().map(|e| (e.weight * scale).round().clamp(0.0, u32::MAX as f64) as u64).collect()
+        self.edges.iter().map(|e| (e.weight.abs() * scale).round().min(u32::MAX as f64) as u64).collect()
     }
 
+    /// The tables' checks: their size, and no negative weight.
     fn check_size(&self) -> Result<(), GraphError> {
         if self.num_detectors > MAX_TABLE_DETECTORS {
             return Err(GraphError::TooManyDetectors(self.num_detectors));
+        }
+        if let Some(e) = self.edges.iter().find(|e| e.weight < 0.0) {
+            let b = if e.b == BOUNDARY { "boundary".to_string() } else { format!("D{}", e.b) };
+            return Err(GraphError::NegativeWeight { edge: format!("D{}-{b}", e.a), p: e.probability });
         }
         Ok(())
     }
@@ -690,12 +707,17 @@ mod tests {
     }
 
     #[test]
-    fn negative_weights_refused_zero_probability_skipped() {
-        let dem = DetectorErrorModel::parse("error(0) D0\nerror(0.6) D0 D1\n").unwrap();
-        assert_eq!(
-            MatchingGraph::from_dem(&dem, GraphOptions::default()),
-            Err(GraphError::NegativeWeight { line: 2, p: 0.6 })
-        );
+    fn negative_weights_only_off_the_tables_zero_probability_skipped() {
+        // 0.6 and 0.3 in parallel merge to 0.6 * 0.7 + 0.4 * 0.3 = 0.54: still negative.
+        let g = graph("error(0) D0\nerror(0.6) D0 D1\nerror(0.3) D1 D0\nerror(0.1) D1\n");
+        assert_eq!(g.edges.len(), 2);
+        assert!((g.edges[0].probability - 0.54).abs() < 1e-12 && g.edges[0].weight < 0.0);
+        assert_eq!(g.integer_weights()[0], (g.edges[0].weight.abs() * g.pymatching_scale()).round() as u64);
+        let refused = Err(GraphError::NegativeWeight { edge: "D0-D1".into(), p: g.edges[0].probability });
+        assert_eq!(g.fine_table().map(|_| ()), refused);
+        assert!(g.float_table().is_err() && g.compact_table().is_err());
+        let dem = DetectorErrorModel::parse("error(0.2) D0\nerror(1) D0 D1\n").unwrap();
+        assert_eq!(MatchingGraph::from_dem(&dem, GraphOptions::default()), Err(GraphError::CertainError { line: 2 }));
         let g = graph("error(0) D0\nerror(0.5) D0\n");
         assert_eq!(g.stats.zero_probability, 1);
         assert_eq!(g.edges[0].weight, 0.0);

@@ -13,6 +13,13 @@
 //!   (one multi-source Dijkstra at build time), with the observables flipped along it.
 //! - Every path weight fits [`MAX_PATH_UNITS`] (checked at build): the exact matcher takes
 //!   sums of them as `i64`.
+//! - A negative edge (merged probability above 0.5) is handled as PyMatching handles it: the
+//!   graph holds its magnitude, and a shot is decoded with the detection events of every
+//!   negative edge's ends flipped ([`SparseGraph::negative_detectors`], applied by
+//!   [`SparseGraph::for_each_defect`]); the negative edges' observables and weights are
+//!   added to the answer. A set of edges whose ends are the flipped events is, XORed with the
+//!   negative edges, one whose ends are the shot's, and weighs its magnitudes plus the
+//!   negative weights, so the minimum of one is the other's.
 
 use thiserror::Error;
 
@@ -67,6 +74,11 @@ pub struct SparseGraph {
     /// Shortest distance to the boundary ([`UNREACHABLE`] when none) and its observables.
     boundary_dist: Vec<u64>,
     boundary_obs: Vec<u64>,
+    /// Negative edges (module docs): the detectors an odd number of them touch, ascending;
+    /// their observables; their weights' sum in integer units (at most 0).
+    negative_detectors: Vec<u32>,
+    negative_observables: u64,
+    negative_units: i64,
 }
 
 impl SparseGraph {
@@ -85,6 +97,17 @@ impl SparseGraph {
 
         let mut deg = vec![0u32; n + 1];
         let mut boundary_edge = vec![(UNREACHABLE, 0u64); n];
+        let (mut flipped, mut negative_observables, mut negative_units) = (vec![false; n], 0u64, 0i64);
+        for (e, &w) in graph.edges.iter().zip(&units).filter(|(e, _)| e.weight < 0.0) {
+            for v in [e.a, e.b] {
+                if let Some(f) = flipped.get_mut(v as usize) {
+                    *f ^= true;
+                }
+            }
+            negative_observables ^= e.observables;
+            negative_units -= w as i64;
+        }
+        let negative_detectors = (0..n as u32).filter(|&v| flipped[v as usize]).collect();
         for (e, &w) in graph.edges.iter().zip(&units) {
             if e.b == BOUNDARY {
                 // A merged graph has one boundary edge per detector; keep the lightest anyway.
@@ -141,7 +164,54 @@ impl SparseGraph {
             arcs,
             boundary_dist: dist,
             boundary_obs: obs,
+            negative_detectors,
+            negative_observables,
+            negative_units,
         })
+    }
+
+    /// The detectors whose detection events a shot's decode flips (module docs): those an
+    /// odd number of negative edges touch, ascending. Empty without negative edges.
+    pub fn negative_detectors(&self) -> &[u32] {
+        &self.negative_detectors
+    }
+
+    /// The observables of the negative edges, XORed into every answer.
+    pub fn negative_observables(&self) -> u64 {
+        self.negative_observables
+    }
+
+    /// The negative edges' weights' sum in integer units (0 without), added to every answer.
+    pub fn negative_units(&self) -> i64 {
+        self.negative_units
+    }
+
+    /// Calls `f` with the defects among detectors `first..end` (below the detector count) of
+    /// `bits` (a shot's detection events, b8 order, bit i detector i): the set bits with the
+    /// [`negative_detectors`](Self::negative_detectors) flipped, ascending.
+    pub fn for_each_defect(&self, bits: &[u8], first: usize, end: usize, mut f: impl FnMut(u32)) {
+        let end = end.min(self.num_detectors);
+        let flips = &self.negative_detectors;
+        let mut t = flips.partition_point(|&v| (v as usize) < first);
+        let bit = |i: usize| bits.get(i / 8).is_some_and(|b| b >> (i % 8) & 1 == 1);
+        let mut i = first;
+        while i < end {
+            let byte = bits.get(i / 8).map_or(0, |b| b >> (i % 8));
+            let next_bit = if byte == 0 { (i / 8 + 1) * 8 } else { i + byte.trailing_zeros() as usize };
+            let next_flip = flips.get(t).map_or(usize::MAX, |&v| v as usize);
+            let at = next_bit.min(next_flip);
+            if at >= end {
+                break;
+            }
+            let on = (at == next_bit && bit(at)) != (at == next_flip);
+            if at == next_flip {
+                t += 1;
+            }
+            if on {
+                f(at as u32);
+            }
+            i = at + 1;
+        }
     }
 
     /// Detectors.
@@ -212,6 +282,31 @@ mod tests {
             assert_eq!(g.boundary_distance(v), (UNREACHABLE, 0));
         }
         assert!(g.arcs(3).is_empty());
+    }
+
+    /// Defects of every range, with and without negative edges: the set bits, the negative
+    /// edges' ends flipped, ascending; bits past the buffer read as zeros.
+    #[test]
+    fn defects_of_any_range_flip_the_negative_edges_ends() {
+        let text = "error(0.1) D0 D1\nerror(0.7) D1 D2 L0\nerror(0.6) D2 D9\nerror(0.8) D12\nerror(0.1) D33\n";
+        let g = sparse(text);
+        assert_eq!(g.negative_detectors(), &[1, 9, 12][..]);
+        assert_eq!(g.negative_observables(), 1);
+        let w = |p: f64| (g.scale() * ((1.0 - p) / p).ln().abs()).round() as i64;
+        assert_eq!(g.negative_units(), -(w(0.7) + w(0.6) + w(0.8)));
+        let plain = sparse("error(0.1) D0 D1\nerror(0.1) D33\n");
+        let bits = [0b1000_0011u8, 0b0001_0010, 0b0001_0000, 0xFF];
+        for (graph, flips) in [(&g, &[1u32, 9, 12][..]), (&plain, &[][..])] {
+            for first in 0..36 {
+                for end in first..36 {
+                    let mut got = Vec::new();
+                    graph.for_each_defect(&bits, first, end, |i| got.push(i));
+                    let on = |i: usize| (i < 32 && bits[i / 8] >> (i % 8) & 1 == 1) != flips.contains(&(i as u32));
+                    let want: Vec<u32> = (first..end.min(34)).filter(|&i| on(i)).map(|i| i as u32).collect();
+                    assert_eq!(got, want, "{first}..{end}");
+                }
+            }
+        }
     }
 
     #[test]

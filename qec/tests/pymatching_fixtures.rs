@@ -32,7 +32,7 @@ fn fixture_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = fs::read_dir(root)
         .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("model.dem").is_file() && p.join("weights.txt").is_file())
+        .filter(|p| p.join("model.dem").is_file() && p.join("dets.b8").is_file() && p.join("weights.txt").is_file())
         .collect();
     dirs.sort();
     dirs

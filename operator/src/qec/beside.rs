@@ -37,7 +37,7 @@ use rocelink_qec::{MatchingDecoder, SparseGraph};
 use rocelink_wire::qec as wq;
 
 use super::exact::ConfigError;
-use super::session::{for_each_set_bit, round_left, QecSession, RoundLeft, SessionConfig, SessionDecoder, ShotOutcome};
+use super::session::{round_left, QecSession, RoundLeft, SessionConfig, SessionDecoder, ShotOutcome};
 
 /// Defects one command carries (a round with more takes several).
 const DEFECTS_PER_CMD: usize = 14;
@@ -103,6 +103,8 @@ impl Drop for Link {
 pub struct BesideDecoder {
     slot: u32,
     num_detectors: usize,
+    /// The graph: its negative edges flip events before they go to the worker.
+    graph: Arc<SparseGraph>,
     /// What the next command carries: a new shot's start, the final round's last defects.
     begin: bool,
     held: (u8, [u32; DEFECTS_PER_CMD]),
@@ -165,8 +167,9 @@ impl SessionDecoder for BesideDecoder {
     fn round(&mut self, shot: &[u8], first: usize, n: usize, _waiting: &mut dyn FnMut() -> bool) {
         let mut d = [0u32; DEFECTS_PER_CMD];
         let mut k = 0usize;
-        for_each_set_bit(shot, first, (first + n).min(self.num_detectors), |at| {
-            d[k] = at as u32;
+        let graph = Arc::clone(&self.graph);
+        graph.for_each_defect(shot, first, first + n, |at| {
+            d[k] = at;
             k += 1;
             if k == DEFECTS_PER_CMD {
                 self.push(Then::More, k, d);
@@ -280,6 +283,7 @@ impl QecSession<BesideDecoder> {
             Ok(BesideDecoder {
                 slot,
                 num_detectors: n,
+                graph: Arc::clone(&graph),
                 begin: false,
                 held: (0, [0; DEFECTS_PER_CMD]),
                 link: Arc::clone(&link),

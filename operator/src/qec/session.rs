@@ -125,7 +125,7 @@ impl SessionDecoder for MatchingDecoder {
     }
 
     fn round(&mut self, shot: &[u8], first: usize, n: usize, waiting: &mut dyn FnMut() -> bool) {
-        for_each_set_bit(shot, first, first + n, |i| self.add_defect(i as u32));
+        self.add_events(shot, first, first + n);
         // Not after the final round: finish() does that work on the answer's path anyway.
         // In a closed loop nothing waits while a round is settled, and the settle is whole; a
         // loop behind a fixed cycle gives it up and catches up, and finish() does the rest.
@@ -166,27 +166,6 @@ pub(super) fn round_left(first: usize, n: usize, total: usize) -> RoundLeft {
     }
 }
 
-/// Calls `f` with each set bit of `bits` (LSB first) in `first..end`, in order; bits past
-/// the buffer read as zeros. A byte at a time where it is zero (most are: a round's bits are
-/// mostly quiet).
-pub(super) fn for_each_set_bit(bits: &[u8], first: usize, end: usize, mut f: impl FnMut(usize)) {
-    let end = end.min(bits.len() * 8);
-    let mut i = first;
-    while i < end {
-        let b = bits[i / 8] >> (i % 8);
-        if b == 0 {
-            i = (i / 8 + 1) * 8;
-            continue;
-        }
-        let at = i + b.trailing_zeros() as usize;
-        if at >= end {
-            return;
-        }
-        f(at);
-        i = at + 1;
-    }
-}
-
 /// The CPU decoder with each round's settle left for the loop's idle time (`settle: idle`):
 /// a round adds its defects (and grows their first balls) on the answer's path, and the
 /// settle runs after the acknowledgement went out, while no message waits
@@ -205,7 +184,7 @@ impl SessionDecoder for IdleSettled {
     }
 
     fn round(&mut self, shot: &[u8], first: usize, n: usize, _waiting: &mut dyn FnMut() -> bool) {
-        for_each_set_bit(shot, first, first + n, |i| self.decoder.add_defect(i as u32));
+        self.decoder.add_events(shot, first, first + n);
         self.due = Some(round_left(first, n, self.decoder.graph().num_detectors())).filter(|&l| l != RoundLeft::Final);
     }
 
@@ -867,19 +846,6 @@ mod tests {
         assert!(ties <= 40, "{ties} corrections differ (only ties may)");
         assert_eq!(inloop.counters(0), idle.counters(0));
         assert_eq!(inloop.counters(0), polled.counters(0));
-    }
-
-    #[test]
-    fn set_bits_in_any_range() {
-        let bits = [0b1000_0001u8, 0, 0b0001_0000, 0xFF];
-        for first in 0..34 {
-            for end in first..34 {
-                let mut got = Vec::new();
-                for_each_set_bit(&bits, first, end, |i| got.push(i));
-                let want: Vec<usize> = (first..end.min(32)).filter(|&i| bits[i / 8] >> (i % 8) & 1 == 1).collect();
-                assert_eq!(got, want, "{first}..{end}");
-            }
-        }
     }
 
     #[test]
