@@ -28,6 +28,15 @@ struct Cli {
     command: Cmd,
 }
 
+/// `decode --hyperedges`: an error component that flips more than 2 detectors.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Hyperedges {
+    /// Dropped, with a warning, as PyMatching drops them.
+    Drop,
+    /// The DEM refused, naming the line.
+    Refuse,
+}
+
 /// `bench-qec --cpu-settle`: where the CPU stage does each round's streaming work.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum CpuSettle {
@@ -235,6 +244,11 @@ enum Cmd {
         /// `stim detect --append_observables` writes them.
         #[arg(long, alias = "in_includes_appended_observables")]
         in_includes_appended_observables: bool,
+        /// An error component of the DEM that flips more than 2 detectors (a DEM not
+        /// decomposed for matching): `drop` it with a warning, as PyMatching does, or
+        /// `refuse` the DEM.
+        #[arg(long, value_enum, default_value = "drop")]
+        hyperedges: Hyperedges,
         /// Where the predictions go.
         #[arg(long)]
         out: PathBuf,
@@ -587,6 +601,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             input,
             in_format,
             in_includes_appended_observables,
+            hyperedges,
             out,
             out_format,
             num_shots,
@@ -598,6 +613,13 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let in_format = rocelink_operator::qec::InputFormat {
                 format: in_format,
                 appended_observables: in_includes_appended_observables,
+            };
+            use rocelink_operator::qec::graph::{GraphOptions, HyperedgePolicy};
+            let options = GraphOptions {
+                hyperedges: match hyperedges {
+                    Hyperedges::Drop => HyperedgePolicy::Ignore,
+                    Hyperedges::Refuse => HyperedgePolicy::Refuse,
+                },
             };
             let threads =
                 if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
@@ -616,6 +638,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                         out_format,
                         max_defects,
                         num_shots,
+                        options,
                     )?;
                     let cap = format!(" {} over the GPU decoder's scratch (decoded on the CPU),", r.stats.overflows);
                     (
@@ -628,8 +651,14 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                     )
                 }
                 _ => (
-                    rocelink_operator::qec::predict_threads(
-                        &dem, &input, in_format, &out, out_format, num_shots, threads,
+                    rocelink_operator::qec::predict_on(
+                        rocelink_operator::qec::sparse_graph_with(&dem, options)?.0,
+                        &input,
+                        in_format,
+                        &out,
+                        out_format,
+                        num_shots,
+                        threads,
                     )?,
                     if threads == 1 {
                         "CPU exact decoder, decode time per shot".to_string()

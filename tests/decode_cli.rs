@@ -3,7 +3,8 @@
 //! input format stim writes and writes every prediction format PyMatching writes, byte for
 //! byte as PyMatching's command line does, under PyMatching's option spellings; a DEM with
 //! negative edge weights (probabilities above 0.5) decodes to PyMatching's predictions and
-//! weights;
+//! weights; components of more than 2 detectors are dropped as PyMatching drops them, or
+//! refused;
 //! `--num-shots` refuses a file of another size and leaves no predictions behind.
 
 use std::path::{Path, PathBuf};
@@ -121,6 +122,41 @@ fn negative_weights_decode_as_pymatching_does() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("negative weight") && err.contains("decode on the CPU"), "{err}");
+}
+
+/// A DEM not decomposed for matching: its components of more than 2 detectors are dropped
+/// with a warning, as PyMatching drops them (the predictions are those of the DEM without
+/// them), or, with `--hyperedges refuse`, the DEM is refused naming the line.
+#[test]
+fn hyperedges_are_dropped_as_pymatching_drops_them_or_refused() {
+    let tmp = std::env::temp_dir().join(format!("rocelink-decode-hyper-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let plain = "error(0.1) D0 L0\nerror(0.1) D0 D1\nerror(0.2) D1 D2\nerror(0.1) D2\n";
+    std::fs::write(tmp.join("plain.dem"), plain).unwrap();
+    std::fs::write(tmp.join("hyper.dem"), format!("{plain}error(0.3) D0 D1 D2 L0 ^ D2\n")).unwrap();
+    // the last component, D2 alone, stays: as an edge merged into D2's boundary edge
+    std::fs::write(tmp.join("plain2.dem"), format!("{plain}error(0.3) D2\n")).unwrap();
+    std::fs::write(tmp.join("in.01"), "100\n110\n011\n111\n001\n").unwrap();
+    let run = |dem: &str, extra: &[&str]| {
+        let out = tmp.join(format!("{dem}.out"));
+        let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
+            .args(["decode", "--in-format", "01", "--dem"])
+            .arg(tmp.join(dem))
+            .arg("--in")
+            .arg(tmp.join("in.01"))
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string(), std::fs::read(&out).unwrap_or_default())
+    };
+    let (ok, err, dropped) = run("hyper.dem", &[]);
+    assert!(ok && err.contains("1 error components flip more than 2 detectors") && err.contains("line 5"), "{err}");
+    assert_eq!(dropped, run("plain2.dem", &[]).2);
+    assert_ne!(dropped, run("plain.dem", &[]).2, "the D2 component is kept");
+    let (ok, err, _) = run("hyper.dem", &["--hyperedges", "refuse"]);
+    assert!(!ok && err.contains("DEM line 5: an error component flips 3 detectors"), "{err}");
 }
 
 #[test]

@@ -114,6 +114,8 @@ pub struct GraphStats {
     pub observable_conflicts: usize,
     /// Components with more than 2 detectors dropped under [`HyperedgePolicy::Ignore`].
     pub hyperedges_ignored: usize,
+    /// The DEM line of the first of them.
+    pub first_hyperedge_line: Option<usize>,
     /// Error mechanisms with p = 0 (skipped).
     pub zero_probability: usize,
 }
@@ -231,6 +233,7 @@ impl MatchingGraph {
                         }
                         HyperedgePolicy::Ignore => {
                             stats.hyperedges_ignored += 1;
+                            stats.first_hyperedge_line.get_or_insert(e.line);
                             continue;
                         }
                     },
@@ -676,7 +679,7 @@ mod tests {
         assert_eq!(e, GraphError::Hyperedge { line: 2, detectors: 3 });
         assert!(e.to_string().starts_with("DEM line 2: an error component flips 3 detectors"));
         let g = MatchingGraph::from_dem(&dem, GraphOptions { hyperedges: HyperedgePolicy::Ignore }).unwrap();
-        assert_eq!(g.stats.hyperedges_ignored, 1);
+        assert_eq!((g.stats.hyperedges_ignored, g.stats.first_hyperedge_line), (1, Some(2)));
         assert_eq!(g.edges.len(), 2); // D0-D1 and D3-boundary
     }
 

@@ -185,9 +185,10 @@ pub fn decode_file(
     out_format: ShotFormat,
     max_defects: usize,
     expected_shots: Option<u64>,
+    options: crate::qec::graph::GraphOptions,
 ) -> Result<GpuDecodeReport, GpuDecodeError> {
     let in_format = in_format.into();
-    let table = crate::qec::fine_table_from_file(dem_path)?;
+    let table = crate::qec::fine_table_with(dem_path, options)?.0;
     if let Some(shots) = expected_shots {
         check_shot_count(in_path, in_format, table.num_detectors, table.num_observables, shots)?;
     }

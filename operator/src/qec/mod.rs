@@ -34,7 +34,7 @@ pub use beside::BesideDecoder;
 pub use dem::{DemError, DetectorErrorModel};
 pub use exact::{DecodeStatus, Decoded, ExactDecoder, DEFAULT_MAX_DEFECTS};
 pub use graph::{DistanceTable, GraphError, MatchingGraph, TableWeight};
-pub use predict::{predict, predict_threads, write_weights, InputFormat, PredictStats, ShotFormat};
+pub use predict::{predict, predict_on, predict_threads, write_weights, InputFormat, PredictStats, ShotFormat};
 pub use session::{QecSession, SessionConfig, SessionDecoder};
 
 /// Any failure of loading a DEM and building its decoder.
@@ -94,14 +94,47 @@ pub fn load_dem(path: &Path) -> Result<DetectorErrorModel, QecError> {
 
 /// The decoding graph of a DEM file (what the CPU stage and `predict` decode on).
 pub fn sparse_graph_from_file(path: &Path) -> Result<Arc<SparseGraph>, QecError> {
+    Ok(sparse_graph_with(path, graph::GraphOptions::default())?.0)
+}
+
+/// [`sparse_graph_from_file`] built with `options`, and what the build did (the components
+/// it dropped, say).
+pub fn sparse_graph_with(
+    path: &Path,
+    options: graph::GraphOptions,
+) -> Result<(Arc<SparseGraph>, graph::GraphStats), QecError> {
     let dem = load_dem(path)?;
-    let graph = MatchingGraph::from_dem(&dem, graph::GraphOptions::default())?;
-    Ok(Arc::new(SparseGraph::new(&graph)?))
+    let graph = MatchingGraph::from_dem(&dem, options)?;
+    warn_dropped(path, &graph.stats);
+    Ok((Arc::new(SparseGraph::new(&graph)?), graph.stats))
+}
+
+/// A DEM's components dropped under `HyperedgePolicy::Ignore` are said on the log: the
+/// decode is of the rest.
+fn warn_dropped(path: &Path, stats: &graph::GraphStats) {
+    if let Some(line) = stats.first_hyperedge_line {
+        tracing::warn!(
+            "{}: {} error components flip more than 2 detectors and were dropped, as PyMatching \
+             drops them (the first at line {line}); decompose the DEM (stim's \
+             decompose_errors=True) to decode them",
+            path.display(),
+            stats.hyperedges_ignored
+        );
+    }
 }
 
 /// The PyMatching-exact table of a DEM file (what the GPU stage and its model use).
 pub fn fine_table_from_file(path: &Path) -> Result<Arc<DistanceTable<u32>>, QecError> {
+    Ok(fine_table_with(path, graph::GraphOptions::default())?.0)
+}
+
+/// [`fine_table_from_file`] built with `options`, and what the build did.
+pub fn fine_table_with(
+    path: &Path,
+    options: graph::GraphOptions,
+) -> Result<(Arc<DistanceTable<u32>>, graph::GraphStats), QecError> {
     let dem = load_dem(path)?;
-    let graph = MatchingGraph::from_dem(&dem, graph::GraphOptions::default())?;
-    Ok(Arc::new(graph.fine_table()?))
+    let graph = MatchingGraph::from_dem(&dem, options)?;
+    warn_dropped(path, &graph.stats);
+    Ok((Arc::new(graph.fine_table()?), graph.stats))
 }

@@ -36,11 +36,12 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rocelink_wire::qec::{packed_len, set_bit};
 
-use rocelink_qec::MatchingDecoder;
+use rocelink_qec::{MatchingDecoder, SparseGraph};
 
 use super::exact::ExactDecoder;
 use super::graph::TableWeight;
@@ -294,8 +295,21 @@ pub fn predict_threads(
     expected_shots: Option<u64>,
     threads: usize,
 ) -> Result<PredictStats, QecError> {
-    let in_format = in_format.into();
     let graph = super::sparse_graph_from_file(dem_path)?;
+    predict_on(graph, in_path, in_format, out_path, out_format, expected_shots, threads)
+}
+
+/// [`predict_threads`] on a graph already built (a DEM's, with its own options).
+pub fn predict_on(
+    graph: Arc<SparseGraph>,
+    in_path: &Path,
+    in_format: impl Into<InputFormat>,
+    out_path: &Path,
+    out_format: ShotFormat,
+    expected_shots: Option<u64>,
+    threads: usize,
+) -> Result<PredictStats, QecError> {
+    let in_format = in_format.into();
     if let Some(shots) = expected_shots {
         check_shot_count(in_path, in_format, graph.num_detectors(), graph.num_observables(), shots)?;
     }
