@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The sinter decoder against PyMatching, as `tests/sinter_decoder.rs` runs it.
+
+1. `RocelinkDecoder.decode_via_files` on stim shots of the d = 5, p = 0.5% memory circuit:
+   its predictions are PyMatching's but for ties (equal-weight matchings), at most 1%.
+2. `sinter.collect` with `rocelink` beside `pymatching` on the d = 3 circuit, as a user runs
+   it: every shot decoded, the logical errors of the two within 5 sigma of each other.
+
+Exit 3 when stim, PyMatching or sinter is missing (the Rust test then skips, or fails in CI).
+"""
+
+import os
+import pathlib
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import pymatching
+    import sinter
+    import stim
+except ImportError as e:
+    print(f"missing: {e}", file=sys.stderr)
+    sys.exit(3)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rocelink_sinter  # noqa: E402
+
+
+def circuit(d, p):
+    return stim.Circuit.generated(
+        "surface_code:rotated_memory_z",
+        distance=d,
+        rounds=d,
+        after_clifford_depolarization=p,
+        before_round_data_depolarization=p,
+        before_measure_flip_probability=p,
+        after_reset_flip_probability=p,
+    )
+
+
+def via_files():
+    c = circuit(5, 0.005)
+    dem = c.detector_error_model(decompose_errors=True)
+    shots = 2000
+    dets, obs = c.compile_detector_sampler(seed=int.from_bytes(os.urandom(4), "little")).sample(
+        shots, separate_observables=True
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        dem.to_file(tmp / "model.dem")
+        np.packbits(dets, axis=1, bitorder="little").tofile(tmp / "dets.b8")
+        rocelink_sinter.RocelinkDecoder().decode_via_files(
+            num_shots=shots,
+            num_dets=dem.num_detectors,
+            num_obs=dem.num_observables,
+            dem_path=tmp / "model.dem",
+            dets_b8_in_path=tmp / "dets.b8",
+            obs_predictions_b8_out_path=tmp / "pred.b8",
+            tmp_dir=tmp,
+        )
+        raw = np.fromfile(tmp / "pred.b8", dtype=np.uint8).reshape(shots, -1)
+    ours = np.unpackbits(raw, axis=1, bitorder="little")[:, : dem.num_observables].astype(bool)
+    theirs = pymatching.Matching.from_detector_error_model(dem).decode_batch(dets).astype(bool)
+    differ = int(np.any(ours != theirs, axis=1).sum())
+    print(f"decode_via_files: {shots} shots, {differ} predictions differ from PyMatching's (ties)")
+    assert differ <= shots // 100, differ
+
+
+def collect():
+    shots = 20000
+    stats = sinter.collect(
+        num_workers=2,
+        tasks=[sinter.Task(circuit=circuit(3, 0.005), json_metadata={"d": 3})],
+        decoders=["rocelink", "pymatching"],
+        custom_decoders=rocelink_sinter.sinter_decoders(),
+        max_shots=shots,
+        max_errors=10**9,
+    )
+    errors = {s.decoder: s.errors for s in stats}
+    got = {s.decoder: s.shots for s in stats}
+    print(f"sinter.collect, d = 3, p = 0.5%: shots {got}, logical errors {errors}")
+    assert got == {"rocelink": shots, "pymatching": shots}, got
+    a, b = errors["rocelink"], errors["pymatching"]
+    assert a > 0 and abs(a - b) <= 5 * (a + b) ** 0.5, errors
+
+
+if __name__ == "__main__":
+    via_files()
+    collect()
