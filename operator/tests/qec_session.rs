@@ -3,12 +3,15 @@
 //! (each round's defects are worked on as the round arrives), so its matching weights must
 //! equal the whole-shot decode's exactly, and its corrections the whole shot's and
 //! PyMatching's but for ties; on a DEM with negative edge weights too (each round's events
-//! flipped where the negative edges end).
+//! flipped where the negative edges end), and wherever the stage settles (in the loop, in its
+//! idle form, beside it on a worker).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use rocelink_operator::qec::{load_dem, sparse_graph_from_file, MatchingDecoder, QecSession, SessionConfig};
+use rocelink_operator::qec::{
+    load_dem, sparse_graph_from_file, MatchingDecoder, QecSession, SessionConfig, SessionDecoder,
+};
 use rocelink_wire::qec::{self as wq, DecodeReportRepr, EnqueueSyndromesRepr, GetCorrectionsRepr, REPORT_OK};
 use rocelink_wire::rpc::{self, function_id, status, RequestRepr, ResponseRepr};
 
@@ -26,15 +29,43 @@ fn request(function: u32, id: u32, args: &[u8], buf: &mut Vec<u8>) {
     buf[rpc::HEADER_LEN..].copy_from_slice(args);
 }
 
+/// Where the CPU stage settles (its `settle` setting).
+#[derive(Debug, Clone, Copy)]
+enum Settle {
+    InLoop,
+    Idle,
+    Beside,
+}
+
 /// Replays every shot of a fixture, `rounds_per_message` time slices per message, and
-/// checks the final answers against pred.01.
+/// checks the final answers against pred.01, with the stage settling in the loop.
 fn replay(fixture: &str, rounds_per_message: usize) {
+    replay_settled(fixture, rounds_per_message, Settle::InLoop);
+}
+
+fn replay_settled(fixture: &str, rounds_per_message: usize, settle: Settle) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qec").join(fixture);
-    let dem = load_dem(&dir.join("model.dem")).unwrap();
-    let rounds = dem.detectors_per_round().unwrap();
     let graph = sparse_graph_from_file(&dir.join("model.dem")).unwrap();
     let cfg = SessionConfig { rounds_per_message: rounds_per_message as u32, ..SessionConfig::default() };
-    let mut session = QecSession::new(Arc::clone(&graph), cfg).unwrap();
+    let g = Arc::clone(&graph);
+    match settle {
+        Settle::InLoop => replay_on(&dir, fixture, rounds_per_message, QecSession::new(g, cfg).unwrap(), graph),
+        Settle::Idle => replay_on(&dir, fixture, rounds_per_message, QecSession::idle_settled(g, cfg).unwrap(), graph),
+        Settle::Beside => {
+            replay_on(&dir, fixture, rounds_per_message, QecSession::beside(g, cfg, None).unwrap(), graph)
+        }
+    }
+}
+
+fn replay_on<D: SessionDecoder>(
+    dir: &Path,
+    fixture: &str,
+    rounds_per_message: usize,
+    mut session: QecSession<D>,
+    graph: Arc<rocelink_operator::qec::SparseGraph>,
+) {
+    let dem = load_dem(&dir.join("model.dem")).unwrap();
+    let rounds = dem.detectors_per_round().unwrap();
     let mut whole = MatchingDecoder::new(graph);
     let n = dem.num_detectors;
     let shots = if dir.join("dets.b8").exists() { "dets.b8" } else { "shots.b8" };
@@ -72,6 +103,8 @@ fn replay(fixture: &str, rounds_per_message: usize) {
             id += 1;
             request(function_id::ENQUEUE_SYNDROMES, id, &args, &mut req);
             let len = session.handle(&req, &mut out).expect("answered");
+            // The idle form's settle, as the loop runs it between messages.
+            session.idle(&mut || false);
             let resp = ResponseRepr::parse(&out[..len]).unwrap();
             assert_eq!((resp.status, resp.request_id, resp.ptp_timestamp), (status::OK, id, u64::from(id) << 8));
             let result = &out[rpc::HEADER_LEN..len];
@@ -105,9 +138,10 @@ fn replay(fixture: &str, rounds_per_message: usize) {
     assert!(ties * 100 <= agree, "{ties} corrections differ from PyMatching's");
     assert!(stream_ties * 100 <= agree, "{stream_ties} streamed corrections differ from the whole shot's");
     println!(
-        "{fixture}, {rounds_per_message} round(s) per message ({} messages a shot): {agree} corrections equal \
-         PyMatching's, {ties} ties",
-        cuts.len() - 1
+        "{fixture}, {rounds_per_message} round(s) per message ({} messages a shot), {}: {agree} corrections \
+         equal PyMatching's, {ties} ties",
+        cuts.len() - 1,
+        std::any::type_name::<D>().rsplit("::").next().unwrap_or("?")
     );
 
     // The accumulated corrections are the XOR of all shots' corrections.
@@ -141,4 +175,12 @@ fn d5_whole_shot_in_one_message() {
 #[test]
 fn negative_weights_round_by_round() {
     replay("negative", 1);
+}
+
+#[test]
+fn idle_and_beside_settles_answer_as_in_the_loop() {
+    for settle in [Settle::Idle, Settle::Beside] {
+        replay_settled("d5_p0.003", 1, settle);
+        replay_settled("negative", 2, settle);
+    }
 }
