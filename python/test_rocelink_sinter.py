@@ -6,6 +6,9 @@
 2. `sinter.collect` with `rocelink` beside `pymatching` on the d = 3 circuit, as a user runs
    it: every shot decoded, the logical errors of the two within 5 sigma of each other.
 
+With `--gpu` (on the GPU machine: `bash scripts/gpu-tests.sh run` runs it), the same for
+`rocelink-gpu`, the GPU stage's batch kernel, beside the CPU decoder.
+
 Exit 3 when stim, PyMatching or sinter is missing (the Rust test then skips, or fails in CI).
 """
 
@@ -39,7 +42,7 @@ def circuit(d, p):
     )
 
 
-def via_files():
+def via_files(backend):
     c = circuit(5, 0.005)
     dem = c.detector_error_model(decompose_errors=True)
     shots = 2000
@@ -50,7 +53,7 @@ def via_files():
         tmp = pathlib.Path(tmp)
         dem.to_file(tmp / "model.dem")
         np.packbits(dets, axis=1, bitorder="little").tofile(tmp / "dets.b8")
-        rocelink_sinter.RocelinkDecoder().decode_via_files(
+        rocelink_sinter.RocelinkDecoder(backend=backend).decode_via_files(
             num_shots=shots,
             num_dets=dem.num_detectors,
             num_obs=dem.num_observables,
@@ -63,16 +66,16 @@ def via_files():
     ours = np.unpackbits(raw, axis=1, bitorder="little")[:, : dem.num_observables].astype(bool)
     theirs = pymatching.Matching.from_detector_error_model(dem).decode_batch(dets).astype(bool)
     differ = int(np.any(ours != theirs, axis=1).sum())
-    print(f"decode_via_files: {shots} shots, {differ} predictions differ from PyMatching's (ties)")
+    print(f"decode_via_files ({backend}): {shots} shots, {differ} predictions differ from PyMatching's (ties)")
     assert differ <= shots // 100, differ
 
 
-def collect():
+def collect(decoders):
     shots = 20000
     stats = sinter.collect(
         num_workers=2,
         tasks=[sinter.Task(circuit=circuit(3, 0.005), json_metadata={"d": 3})],
-        decoders=["rocelink", "pymatching"],
+        decoders=decoders + ["pymatching"],
         custom_decoders=rocelink_sinter.sinter_decoders(),
         max_shots=shots,
         max_errors=10**9,
@@ -80,11 +83,14 @@ def collect():
     errors = {s.decoder: s.errors for s in stats}
     got = {s.decoder: s.shots for s in stats}
     print(f"sinter.collect, d = 3, p = 0.5%: shots {got}, logical errors {errors}")
-    assert got == {"rocelink": shots, "pymatching": shots}, got
-    a, b = errors["rocelink"], errors["pymatching"]
-    assert a > 0 and abs(a - b) <= 5 * (a + b) ** 0.5, errors
+    assert got == {d: shots for d in decoders + ["pymatching"]}, got
+    for d in decoders:
+        a, b = errors[d], errors["pymatching"]
+        assert a > 0 and abs(a - b) <= 5 * (a + b) ** 0.5, errors
 
 
 if __name__ == "__main__":
-    via_files()
-    collect()
+    gpu = "--gpu" in sys.argv[1:]
+    for backend in ["cpu", "gpu"] if gpu else ["cpu"]:
+        via_files(backend)
+    collect(["rocelink", "rocelink-gpu"] if gpu else ["rocelink"])

@@ -54,6 +54,9 @@ for l in sys.stdin:
     ls .carry/wheels/stim-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: \
         --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .carry/wheels 'stim==1.16.*' \
         || echo "no stim wheel: the decoder benchmark cannot run there" >&2
+    # sinter (pure Python), for the sinter decoder's test on the GPU backend
+    ls .carry/wheels/sinter-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: \
+        -d .carry/wheels 'sinter==1.16.*' || echo "no sinter wheel: its GPU test cannot run there" >&2
     ls -la .carry
     ;;
   run)
@@ -83,6 +86,16 @@ for l in sys.stdin:
     run_bin verbs-gpu-tests --ignored --test-threads 1
     run_bin transceiver-gpu-tests --ignored --test-threads 1
     run_bin cudaq-gpu-tests --ignored --test-threads 1 --nocapture
+    # rocelink as a sinter decoder on the GPU stage (python/test_rocelink_sinter.py --gpu)
+    echo "== sinter-gpu"
+    if ! python3 -c 'import pymatching, stim, sinter' 2>/dev/null && ls .carry/wheels/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/rl-site .carry/wheels/*.whl
+    fi
+    if PYTHONPATH=/tmp/rl-site${PYTHONPATH:+:$PYTHONPATH} python3 python/test_rocelink_sinter.py --gpu; then
+      results+=("pass  sinter-gpu")
+    else
+      results+=("FAIL  sinter-gpu"); failed=1
+    fi
     echo "== results"
     printf '%s\n' "${results[@]}"
     exit "$failed"
