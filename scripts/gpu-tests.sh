@@ -54,9 +54,10 @@ for l in sys.stdin:
     ls .carry/wheels/stim-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: \
         --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d .carry/wheels 'stim==1.16.*' \
         || echo "no stim wheel: the decoder benchmark cannot run there" >&2
-    # sinter (pure Python), for the sinter decoder's test on the GPU backend
-    ls .carry/wheels/sinter-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: \
-        -d .carry/wheels 'sinter==1.16.*' || echo "no sinter wheel: its GPU test cannot run there" >&2
+    # sinter (pure Python, published as source only: built into a wheel here), for the sinter
+    # decoder's test on the GPU backend
+    ls .carry/wheels/sinter-*.whl >/dev/null 2>&1 || python3 -m pip wheel -q --no-deps -w .carry/wheels 'sinter==1.16.*' \
+        || echo "no sinter wheel: its GPU test cannot run there" >&2
     ls -la .carry
     ;;
   run)
