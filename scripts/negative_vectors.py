@@ -38,16 +38,10 @@ def main():
     ap.add_argument("--shots", type=int, default=600)
     a = ap.parse_args()
 
+    from qec_fixtures import memory_circuit
+
     d, p, every = 5, 0.003, 7
-    circuit = stim.Circuit.generated(
-        "surface_code:rotated_memory_z",
-        distance=d,
-        rounds=d,
-        after_clifford_depolarization=p,
-        before_round_data_depolarization=p,
-        before_measure_flip_probability=p,
-        after_reset_flip_probability=p,
-    )
+    circuit = memory_circuit(d, p)
     rng = random.Random(a.seed)
     lines, k = [], 0
     for line in str(circuit.detector_error_model(decompose_errors=True).flattened()).split("\n"):

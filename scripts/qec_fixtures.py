@@ -37,12 +37,11 @@ import os
 import sys
 
 
-def generate(d, p, shots, seed, out_dir, rounds=None, flatten=True):
-    import numpy as np
-    import pymatching
+def memory_circuit(d, p, rounds=None):
+    """The recipe (docs/qec.md): rotated memory-Z, `rounds` (default d), p on all four noise channels."""
     import stim
 
-    circuit = stim.Circuit.generated(
+    return stim.Circuit.generated(
         "surface_code:rotated_memory_z",
         distance=d,
         rounds=rounds or d,
@@ -51,6 +50,14 @@ def generate(d, p, shots, seed, out_dir, rounds=None, flatten=True):
         before_measure_flip_probability=p,
         after_reset_flip_probability=p,
     )
+
+
+def generate(d, p, shots, seed, out_dir, rounds=None, flatten=True):
+    import numpy as np
+    import pymatching
+    import stim
+
+    circuit = memory_circuit(d, p, rounds)
     dem = circuit.detector_error_model(decompose_errors=True)
     if flatten:
         dem = dem.flattened()

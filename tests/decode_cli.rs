@@ -14,17 +14,28 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("operator/tests/fixtures/qec").join(name)
 }
 
-fn decode(dir: &Path, out: &Path, out_format: &str) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
-        .args(["decode", "--dem"])
-        .arg(dir.join("model.dem"))
+/// `rocelink decode --dem DEM --in INPUT --out OUT ARGS...`, run to its end.
+fn rocelink_decode(dem: &Path, input: &Path, out: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rocelink"))
+        .arg("decode")
+        .arg("--dem")
+        .arg(dem)
         .arg("--in")
-        .arg(dir.join("dets.b8"))
-        .args(["--in-format", "b8", "--out"])
+        .arg(input)
+        .arg("--out")
         .arg(out)
-        .args(["--out-format", out_format])
+        .args(args)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn decode(dir: &Path, out: &Path, out_format: &str) -> String {
+    let o = rocelink_decode(
+        &dir.join("model.dem"),
+        &dir.join("dets.b8"),
+        out,
+        &["--in-format", "b8", "--out-format", out_format],
+    );
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(o.status.success(), "{err}");
     err
@@ -63,14 +74,11 @@ fn every_format_pymatching_reads_and_writes_byte_for_byte() {
         for input in formats {
             for output in formats {
                 let out = tmp.join(format!("{shots}.{input}.{output}"));
-                let mut c = Command::new(env!("CARGO_BIN_EXE_rocelink"));
-                c.args(["decode", "--dem"]).arg(dir.join("model.dem"));
-                c.arg("--in").arg(dir.join(format!("{shots}.{input}"))).args(["--in_format", input]);
-                c.arg("--out").arg(&out).args(["--out_format", output]);
+                let mut args = vec!["--in_format", input, "--out_format", output];
                 if appended {
-                    c.arg("--in_includes_appended_observables");
+                    args.push("--in_includes_appended_observables");
                 }
-                let o = c.output().unwrap();
+                let o = rocelink_decode(&dir.join("model.dem"), &dir.join(format!("{shots}.{input}")), &out, &args);
                 assert!(o.status.success(), "{shots}.{input} -> {output}: {}", String::from_utf8_lossy(&o.stderr));
                 let want = std::fs::read(dir.join(format!("pred.{output}"))).unwrap();
                 assert_eq!(std::fs::read(&out).unwrap(), want, "{shots}.{input} -> {output}");
@@ -90,17 +98,8 @@ fn negative_weights_decode_as_pymatching_does() {
     let tmp = std::env::temp_dir().join(format!("rocelink-decode-negative-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let (out, weights) = (tmp.join("pred.01"), tmp.join("weights.txt"));
-    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
-        .args(["decode", "--dem"])
-        .arg(dir.join("model.dem"))
-        .arg("--in")
-        .arg(dir.join("shots.b8"))
-        .arg("--out")
-        .arg(&out)
-        .arg("--weights-out")
-        .arg(&weights)
-        .output()
-        .unwrap();
+    let (dem, shots) = (dir.join("model.dem"), dir.join("shots.b8"));
+    let o = rocelink_decode(&dem, &shots, &out, &["--weights-out", weights.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(std::fs::read(&out).unwrap() == std::fs::read(dir.join("pred.01")).unwrap(), "predictions");
     let read =
@@ -111,15 +110,7 @@ fn negative_weights_decode_as_pymatching_does() {
     for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
         assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "shot {i}: weight {a} against PyMatching's {b}");
     }
-    let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
-        .args(["decode", "--backend", "gpu", "--dem"])
-        .arg(dir.join("model.dem"))
-        .arg("--in")
-        .arg(dir.join("shots.b8"))
-        .arg("--out")
-        .arg(tmp.join("gpu.01"))
-        .output()
-        .unwrap();
+    let o = rocelink_decode(&dem, &shots, &tmp.join("gpu.01"), &["--backend", "gpu"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("negative weight") && err.contains("decode on the CPU"), "{err}");
 }
@@ -139,16 +130,8 @@ fn hyperedges_are_dropped_as_pymatching_drops_them_or_refused() {
     std::fs::write(tmp.join("in.01"), "100\n110\n011\n111\n001\n").unwrap();
     let run = |dem: &str, extra: &[&str]| {
         let out = tmp.join(format!("{dem}.out"));
-        let o = Command::new(env!("CARGO_BIN_EXE_rocelink"))
-            .args(["decode", "--in-format", "01", "--dem"])
-            .arg(tmp.join(dem))
-            .arg("--in")
-            .arg(tmp.join("in.01"))
-            .arg("--out")
-            .arg(&out)
-            .args(extra)
-            .output()
-            .unwrap();
+        let args: Vec<&str> = ["--in-format", "01"].iter().chain(extra).copied().collect();
+        let o = rocelink_decode(&tmp.join(dem), &tmp.join("in.01"), &out, &args);
         (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string(), std::fs::read(&out).unwrap_or_default())
     };
     let (ok, err, dropped) = run("hyper.dem", &[]);
