@@ -153,6 +153,15 @@ def main():
     put("fuzz_dem", b"error(0.4999999999999999) D0\nerror(0.4999999999999999) D0 D1\n"
                     b"error(0.4999999999999999) D1\nerror(1e-300) D1 D2\nerror(0.4999999999999999) D2\n")
 
+    # Shot files in every format (fuzz_shot_files: format byte, then the file) and a DEM
+    # with negative edges.
+    put("fuzz_dem", b"error(0.7) D0 D1 L0\nerror(0.1) D1 D2\nerror(0.9) D2\nerror(0.2) D0\n")
+    put("fuzz_shot_files", bytes([0]) + bytes([0b101, 0, 0x0F]) * 3)
+    put("fuzz_shot_files", bytes([1 | 1 << 3]) + (b"1" * 20 + b"\n") + (b"0" * 20 + b"\n"))
+    put("fuzz_shot_files", bytes([2 | 2 << 3]) + bytes([0, 3, 15, 0, 20]))
+    put("fuzz_shot_files", bytes([3 | 3 << 3]) + b"0,5,19\n\n7\n")
+    put("fuzz_shot_files", bytes([4 | 4 << 3 | 64]) + b"shot D0 D7 L0\nshot\nshot D19\n")
+
     put("fuzz_qec_payloads", bytes([0]) + enq_args(0, 3, [1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1]))
     put("fuzz_qec_payloads", bytes([1]) + struct.pack("<qqB", 0, 1, 1))
     put("fuzz_qec_payloads", bytes([2]) + struct.pack("<q", 2))
