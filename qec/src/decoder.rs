@@ -415,8 +415,27 @@ impl MatchingDecoder {
     /// b8 order, bit i detector i) as defects, those of the negative edges flipped (as
     /// [`add_bits`](Self::add_bits)): a stream's round, given the shot it belongs to.
     pub fn add_events(&mut self, shot: &[u8], first: usize, end: usize) {
-        let graph = Arc::clone(&self.graph);
-        graph.for_each_defect(shot, first, end, |d| self.add_defect(d));
+        if !self.graph.negative_detectors().is_empty() {
+            let graph = Arc::clone(&self.graph);
+            graph.for_each_defect(shot, first, end, |d| self.add_defect(d));
+            return;
+        }
+        // No negative edge (the common case): the set bits, a byte at a time where it is zero.
+        let end = end.min(self.graph.num_detectors()).min(shot.len() * 8);
+        let mut i = first;
+        while i < end {
+            let b = shot[i / 8] >> (i % 8);
+            if b == 0 {
+                i = (i / 8 + 1) * 8;
+                continue;
+            }
+            let at = i + b.trailing_zeros() as usize;
+            if at >= end {
+                return;
+            }
+            self.add_defect(at as u32);
+            i = at + 1;
+        }
     }
 
     /// Decodes one shot given as its detection events (detector indices, any order, each
