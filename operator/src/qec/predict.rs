@@ -548,7 +548,7 @@ impl ShotReader {
             }
             first = false;
             at += usize::from(byte[0]);
-            if byte[0] == 255 {
+            if byte[0] == 255 && at <= self.bits {
                 continue;
             }
             match at.cmp(&self.bits) {
@@ -813,6 +813,9 @@ mod tests {
             read(ShotFormat::R8, 300, &[3, 255]).unwrap_err(),
             "in: shot 0: the file ends inside the shot (bit 259)"
         );
+        let past = "in: shot 0: a run reaches bit 510, past the shot's 300 bits";
+        assert_eq!(read(ShotFormat::R8, 300, &[255, 255]).unwrap_err(), past);
+        assert_eq!(read(ShotFormat::R8, 255, &[255, 0]).unwrap(), [Vec::<usize>::new()]);
         assert_eq!(read(ShotFormat::Hits, 3, b"1,3\n").unwrap_err(), "in: line 1: bit 3 is past the shot's 3 bits");
         assert_eq!(read(ShotFormat::Hits, 3, b"\n1,,2\n").unwrap_err(), "in: line 2: `` is not a bit index");
         assert_eq!(read(ShotFormat::Dets, 3, b"D1\n").unwrap_err(), "in: line 1: a dets line starts with `shot`");
