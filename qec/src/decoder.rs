@@ -360,8 +360,10 @@ impl MatchingDecoder {
         self.ahead = None;
     }
 
-    /// Adds one defect (detection event) to the shot and grows its first ball now (module
-    /// docs).
+    /// Adds one defect to the shot and grows its first ball now (module docs). A defect is a
+    /// detection event as the matching sees it: where the DEM has negative edges, the events
+    /// at their ends are flipped first, which [`add_bits`](Self::add_bits),
+    /// [`add_events`](Self::add_events) and the `decode_*` calls do and this does not.
     pub fn add_defect(&mut self, detector: u32) {
         let n = self.graph.num_detectors();
         if (detector as usize) >= n || self.is_defect[detector as usize] || self.invalid {
