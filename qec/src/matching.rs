@@ -137,7 +137,7 @@ impl PerfectMatching {
     /// Minimum-weight perfect matching of the graph on `n` vertices (0..n) whose edges are
     /// `edges` (u, v, weight), u != v, weights non-negative integers (i64, each <= 2^40; the
     /// caller guarantees it). Parallel edges may appear: the lightest counts. Returns
-    /// Some(total weight) and fills `mate` (resized to n) with mate[v] = the vertex matched
+    /// Some(total weight) and fills `mate` (resized to n) with `mate[v]` = the vertex matched
     /// to v, or None when the graph has no perfect matching (n odd, or structurally
     /// impossible). On `None`, `mate` is filled with `u32::MAX`.
     pub fn solve(&mut self, n: usize, edges: &[(u32, u32, i64)], mate: &mut Vec<u32>) -> Option<i64> {
