@@ -12,18 +12,16 @@
 //!    node of a shortest path within `rho_a` of `a` has its successor within `rho_b` of `b`).
 //! 2. **Clusters.** Candidates with `d < c_a + c_b` link defects (a pair at least that long
 //!    is never better than both going to the boundary); linked defects form clusters.
-//! 3. **Matching.** Each cluster is solved exactly as a minimum-weight perfect matching of
-//!    its doubled graph `H`: two copies of the cluster's defects and candidate pairs, and an
-//!    edge of weight `2 c_a` between the two copies of each defect (both copies "go to the
-//!    boundary"). A matching `M` with boundary set `X` maps to `M`, its mirror and `X`'s
-//!    cross edges, of twice the weight, and every perfect matching of `H` is at least twice
-//!    the best one, so `H`'s optimum is the cluster's. `H` is sparse (no clique of boundary
-//!    copies), and its LP duals `y` make the proof below work across clusters, since
-//!    clusters share no edge of `H`. Clusters of one and two defects are solved in closed
-//!    form.
+//! 3. **Matching.** Each cluster is solved exactly as a minimum-weight matching of its
+//!    defects and candidate pairs in which each defect may instead go to the boundary at
+//!    its cost `c_a` ([`PerfectMatching::solve_with_boundary`]: the boundary is no vertex,
+//!    only the constraint `y_a <= c_a` on each defect's dual), so the matcher works on the
+//!    cluster itself, not on a doubled graph of twice the vertices and edges. Its LP duals
+//!    `y` make the proof below work across clusters, since clusters share no edge. Clusters
+//!    of one and two defects are solved in closed form.
 //! 4. **Proof.** The matching is optimal for the whole problem when every pair left out
-//!    has a non-negative reduced cost under the duals, that is `y_a + y_b <= d(a, b)` in
-//!    both copies (blossom duals only add to reduced costs). A pair never found has
+//!    has a non-negative reduced cost under the duals, that is `y_a + y_b <= d(a, b)`
+//!    (blossom duals only add to reduced costs, and no blossom spans two clusters). A pair never found has
 //!    `d(a, b) > rho_a + rho_b`, so `y_a <= rho_a` for every defect proves them all; a found
 //!    pair that was left out (`d >= c_a + c_b`) is checked directly. A defect with
 //!    `y_a > rho_a` grows its ball (to `max(y_a, 2 rho_a)`) and a failed pair is put in,
@@ -59,7 +57,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use crate::matching::PerfectMatching;
+use crate::matching::{PerfectMatching, BOUNDARY, NO_BOUNDARY};
 use crate::sparse::{SparseGraph, UNREACHABLE};
 
 /// How a shot was decoded.
@@ -228,8 +226,10 @@ pub struct MatchingDecoder {
     starts: Vec<u32>,
     order: Vec<u32>,
     local: Vec<u32>,
-    /// Per defect, the doubled duals of its two copies in `H` (`2 y`).
-    duals: Vec<(i64, i64)>,
+    /// Per defect, its LP dual in its cluster's matching, doubled (`2 y`).
+    duals: Vec<i64>,
+    /// Per defect of the cluster being matched, its boundary distance (the matcher's input).
+    boundary: Vec<i64>,
     /// Per defect: something that can change its cluster's matching happened since that
     /// cluster was last solved (the defect is new, its ball grew, it got a candidate).
     dirty: Vec<bool>,
@@ -292,6 +292,7 @@ impl MatchingDecoder {
             order: Vec::new(),
             local: Vec::new(),
             duals: Vec::new(),
+            boundary: Vec::new(),
             dirty: Vec::new(),
             solved: Vec::new(),
             deferred: Vec::new(),
@@ -753,7 +754,7 @@ impl MatchingDecoder {
             self.starts[r] += 1;
         }
         // Duals of clean clusters stay as their last solve left them.
-        self.duals.resize(k, (0, 0));
+        self.duals.resize(k, 0);
         self.solved.resize(k, (0, 0, 0, false));
 
         let mut out = Decoded { defects: k as u32, ..Decoded::default() };
@@ -818,7 +819,7 @@ impl MatchingDecoder {
             }
             let (ya, yb) = (self.duals[p.a as usize], self.duals[p.b as usize]);
             let d2 = 2 * p.dist as i64;
-            if ya.0 + yb.0 > d2 || ya.1 + yb.1 > d2 {
+            if ya + yb > d2 {
                 self.pairs[i].linked = true;
                 self.dirty[p.a as usize] = true;
                 self.dirty[p.b as usize] = true;
@@ -830,7 +831,7 @@ impl MatchingDecoder {
             if self.deferred[i] {
                 continue;
             }
-            let y2 = self.duals[i].0.max(self.duals[i].1);
+            let y2 = self.duals[i];
             let r = self.radius[i];
             if r == UNREACHABLE || y2 <= 0 || (y2 as u64) <= 2 * r {
                 continue;
@@ -862,7 +863,7 @@ impl MatchingDecoder {
             out.weight_units += d;
             out.observables ^= o;
             let y2 = 2 * d as i64;
-            self.duals[i as usize] = (y2, y2);
+            self.duals[i as usize] = y2;
             return true;
         }
         if size == 2 {
@@ -870,7 +871,7 @@ impl MatchingDecoder {
             let p = self.pairs[self.pair_index(a.min(b), a.max(b)).expect("a cluster of two is one pair")];
             out.weight_units += p.dist;
             out.observables ^= p.obs;
-            // Duals: y_a + y_b = d in both copies, y_a <= c_a, y_b <= c_b (the cross edges);
+            // Duals: y_a + y_b = d, y_a <= c_a, y_b <= c_b (the boundary edges);
             // within that, y_a <= rho_a and y_b <= rho_b when possible (the proof).
             let (ca, cb) = (c(a).0, c(b).0);
             let (ra, rb) = (self.radius[a as usize], self.radius[b as usize]);
@@ -881,45 +882,40 @@ impl MatchingDecoder {
             let hard_hi = ca.min(u64::MAX / 2) as i128;
             let t = if lo <= hi { lo } else { hi.clamp(hard_lo, hard_hi) };
             let (ya, yb) = ((2 * t) as i64, (2 * (d - t)) as i64);
-            self.duals[a as usize] = (ya, ya);
-            self.duals[b as usize] = (yb, yb);
+            self.duals[a as usize] = ya;
+            self.duals[b as usize] = yb;
             return true;
         }
         self.counters.blossom_clusters += 1;
-        // H: defects 0..size and their copies size..2*size (module docs, step 3).
+        // The cluster's defects 0..size, each with its boundary edge (module docs, step 3).
         self.local.clear();
         self.local.resize(self.defects.len(), NONE);
+        self.boundary.clear();
         for (x, &i) in self.order[start..end].iter().enumerate() {
             self.local[i as usize] = x as u32;
+            let (d, _) = c(i);
+            self.boundary.push(if d == UNREACHABLE { NO_BOUNDARY } else { d as i64 });
         }
         self.edges.clear();
-        let s = size as u32;
-        for x in 0..s {
-            let (d, _) = c(self.order[start + x as usize]);
-            if d != UNREACHABLE {
-                self.edges.push((x, s + x, 2 * d as i64));
-            }
-        }
         for p in &self.pairs {
             let (x, y) = (self.local[p.a as usize], self.local[p.b as usize]);
             if p.linked && x != NONE && y != NONE {
                 self.edges.push((x, y, p.dist as i64));
-                self.edges.push((s + x, s + y, p.dist as i64));
             }
         }
-        let Some(total) = self.matcher.solve(2 * size, &self.edges, &mut self.mate) else {
+        let Some(total) = self.matcher.solve_with_boundary(size, &self.edges, &self.boundary, &mut self.mate) else {
             self.unmatchable_cluster(start, end);
             return false;
         };
-        out.weight_units += total as u64 / 2;
-        for x in 0..s {
+        out.weight_units += total as u64;
+        for x in 0..size as u32 {
             let i = self.order[start + x as usize];
-            self.duals[i as usize] =
-                (self.matcher.vertex_dual_doubled(x as usize), self.matcher.vertex_dual_doubled((s + x) as usize));
+            let y2 = self.matcher.vertex_dual_doubled(x as usize);
+            self.duals[i as usize] = y2;
             let m = self.mate[x as usize];
-            if m == s + x {
+            if m == BOUNDARY {
                 out.observables ^= c(i).1;
-            } else if m < s && x < m {
+            } else if x < m {
                 let j = self.order[start + m as usize];
                 let p = self.pairs[self.pair_index(i.min(j), i.max(j)).expect("matched pairs are candidates")];
                 out.observables ^= p.obs;
@@ -934,7 +930,7 @@ impl MatchingDecoder {
         for x in start..end {
             let i = self.order[x] as usize;
             let big = if self.radius[i] == UNREACHABLE { 0 } else { i64::MAX };
-            self.duals[i] = (big, big);
+            self.duals[i] = big;
         }
     }
 

@@ -2,6 +2,9 @@
 //!
 //! [`PerfectMatching::solve`] returns the minimum total weight over all perfect matchings of an
 //! undirected multigraph given as an edge list, or `None` when the graph has no perfect matching.
+//! [`PerfectMatching::solve_with_boundary`] also lets a vertex go to a boundary at its own cost (any number of
+//! vertices may): the matching problem of a decoder, solved on the defects themselves rather than on a doubled
+//! graph, so with half the vertices and half the edges.
 //!
 //! # Guarantees
 //! - **Exact.** A primal-dual blossom algorithm in integer arithmetic only. Weights are doubled internally and
@@ -28,8 +31,22 @@
 //! vertex over tight edges. When the trees cannot grow, the duals move by the largest step that keeps
 //! feasibility; each step makes an edge tight (grow, shrink a blossom, or augment) or drives a blossom dual to
 //! zero (expand it). If no step is bounded, the trees certify a Tutte barrier and there is no perfect matching.
+//!
+//! With a boundary, vertex `v`'s edge to it (cost `c_v`, never inside a blossom) adds the constraint `y_v <= c_v`.
+//! A vertex matched to the boundary is covered (not a root) and keeps `y_v = c_v`. Two more events end a stage
+//! with an augmentation: an S vertex reaching `y_v = c_v` (the path from its root is flipped and `v` goes to the
+//! boundary), and a tight edge from an S vertex to an unlabelled blossom whose base is at the boundary (the
+//! path from the root is flipped through it, and the base leaves the boundary). Every other step is unchanged,
+//! so without a boundary the solver takes exactly the steps it took before.
 
 const NONE: u32 = u32::MAX;
+
+/// In a [`PerfectMatching::solve_with_boundary`] result: the vertex is matched to the boundary. Internally the
+/// same value marks `mate[v]` (no directed edge index reaches it).
+pub const BOUNDARY: u32 = u32::MAX - 1;
+
+/// In [`PerfectMatching::solve_with_boundary`]'s costs: the vertex has no edge to the boundary.
+pub const NO_BOUNDARY: i64 = i64::MAX;
 
 // Labels of top-level blossoms within a stage.
 const FREE: u8 = 0;
@@ -54,6 +71,10 @@ pub struct PerfectMatching {
     ends: Vec<u32>,
     /// Doubled edge weight, per undirected edge.
     wt: Vec<i64>,
+    /// Doubled cost of each vertex's edge to the boundary, `NO_BOUNDARY` without one.
+    cap: Vec<i64>,
+    /// Whether some vertex has a boundary edge (the boundary events are looked for only then).
+    has_caps: bool,
     adj_start: Vec<u32>,
     /// Directed edges grouped by tail.
     adj: Vec<u32>,
@@ -141,12 +162,38 @@ impl PerfectMatching {
     /// to v, or None when the graph has no perfect matching (n odd, or structurally
     /// impossible). On `None`, `mate` is filled with `u32::MAX`.
     pub fn solve(&mut self, n: usize, edges: &[(u32, u32, i64)], mate: &mut Vec<u32>) -> Option<i64> {
+        self.run(n, edges, None, mate)
+    }
+
+    /// Minimum-weight matching of the graph on `n` vertices (as in [`solve`](Self::solve)) in which every vertex
+    /// is matched either to another vertex or to the boundary at cost `boundary[v]` (`0 <= boundary[v] <= 2^40`,
+    /// or [`NO_BOUNDARY`]: that vertex must be matched to another). `boundary` has `n` entries. Returns Some(total
+    /// weight) and fills `mate` with `mate[v]` = its partner or [`BOUNDARY`], or None when no such matching
+    /// exists (then `mate` holds `u32::MAX`). Any number of vertices may go to the boundary, so `n` may be odd.
+    pub fn solve_with_boundary(
+        &mut self,
+        n: usize,
+        edges: &[(u32, u32, i64)],
+        boundary: &[i64],
+        mate: &mut Vec<u32>,
+    ) -> Option<i64> {
+        assert_eq!(boundary.len(), n, "one boundary cost per vertex");
+        self.run(n, edges, Some(boundary), mate)
+    }
+
+    fn run(
+        &mut self,
+        n: usize,
+        edges: &[(u32, u32, i64)],
+        boundary: Option<&[i64]>,
+        mate: &mut Vec<u32>,
+    ) -> Option<i64> {
         mate.clear();
         mate.resize(n, NONE);
         if n == 0 {
             return Some(0);
         }
-        if n % 2 == 1 || !self.setup(n, edges) {
+        if (boundary.is_none() && n % 2 == 1) || !self.setup(n, edges, boundary) {
             return None;
         }
         self.init_duals();
@@ -160,6 +207,11 @@ impl PerfectMatching {
         let mut total = 0i64;
         for (v, m) in mate.iter_mut().enumerate() {
             let d = self.mate[v];
+            if d == BOUNDARY {
+                *m = BOUNDARY;
+                total += self.cap[v] / 2;
+                continue;
+            }
             let u = self.head(d);
             *m = u;
             if (v as u32) < u {
@@ -169,10 +221,10 @@ impl PerfectMatching {
         Some(total)
     }
 
-    /// After a successful [`solve`](Self::solve): vertex `v`'s dual in doubled weight units
-    /// (`2 y_v`). The duals certify the matching: an edge `(u, v, w)` that was not given
-    /// leaves it optimal whenever `2 w >= 2 y_u + 2 y_v`, since every reduced cost is
-    /// `w - y_u - y_v` plus blossom duals, which are non-negative.
+    /// After a successful solve: vertex `v`'s dual in doubled weight units (`2 y_v`). The duals certify the
+    /// matching: an edge `(u, v, w)` that was not given leaves it optimal whenever `2 w >= 2 y_u + 2 y_v`, since
+    /// every reduced cost is `w - y_u - y_v` plus blossom duals, which are non-negative; with a boundary, also
+    /// `y_v <= c_v`.
     #[inline]
     pub fn vertex_dual_doubled(&self, v: usize) -> i64 {
         self.y.get(v).copied().unwrap_or(0)
@@ -221,9 +273,15 @@ impl PerfectMatching {
     }
 
     /// Loads the graph and resets all state. Returns false when some vertex has no edge at all.
-    fn setup(&mut self, n: usize, edges: &[(u32, u32, i64)]) -> bool {
+    fn setup(&mut self, n: usize, edges: &[(u32, u32, i64)], boundary: Option<&[i64]>) -> bool {
         assert!(n < (NONE / 2) as usize, "too many vertices");
         self.n = n;
+        self.cap.clear();
+        match boundary {
+            Some(b) => self.cap.extend(b.iter().map(|&c| if (0..=1 << 40).contains(&c) { 2 * c } else { NO_BOUNDARY })),
+            None => self.cap.resize(n, NO_BOUNDARY),
+        }
+        self.has_caps = self.cap.iter().any(|&c| c != NO_BOUNDARY);
         self.ends.clear();
         self.wt.clear();
         for &(u, v, w) in edges {
@@ -233,14 +291,14 @@ impl PerfectMatching {
                 self.wt.push(2 * w);
             }
         }
-        assert!(self.ends.len() < NONE as usize, "too many edges");
+        assert!(self.ends.len() < BOUNDARY as usize, "too many edges");
         self.adj_start.clear();
         self.adj_start.resize(n + 1, 0);
         for &t in &self.ends {
             self.adj_start[t as usize + 1] += 1;
         }
         for v in 0..n {
-            if self.adj_start[v + 1] == 0 {
+            if self.adj_start[v + 1] == 0 && self.cap[v] == NO_BOUNDARY {
                 return false;
             }
             self.adj_start[v + 1] += self.adj_start[v];
@@ -319,7 +377,7 @@ impl PerfectMatching {
                 m = m.min(self.wt[(d >> 1) as usize] / 2);
             }
             // Even duals keep every slack between two tree vertices even (see `delta_step`).
-            self.y[v] = m & !1;
+            self.y[v] = m.min(self.cap[v]) & !1;
         }
         for v in 0..n as u32 {
             if self.mate[v as usize] != NONE {
@@ -331,7 +389,7 @@ impl PerfectMatching {
                 let d = self.adj[idx];
                 m = m.min(self.wt[(d >> 1) as usize] - self.y[self.head(d) as usize]);
             }
-            self.y[v as usize] = m;
+            self.y[v as usize] = m.min(self.cap[v as usize]);
             for idx in self.adj_range(v) {
                 let d = self.adj[idx];
                 let u = self.head(d);
@@ -340,6 +398,9 @@ impl PerfectMatching {
                     self.mate[u as usize] = d ^ 1;
                     break;
                 }
+            }
+            if self.mate[v as usize] == NONE && self.y[v as usize] == self.cap[v as usize] {
+                self.mate[v as usize] = BOUNDARY;
             }
         }
     }
@@ -409,8 +470,8 @@ impl PerfectMatching {
                 if cur == NONE || s < self.slack(cur) {
                     self.best_to_s[w as usize] = d;
                 }
-                if s == 0 && self.label[bw as usize] == FREE {
-                    self.label_t(bw, d);
+                if s == 0 && self.label[bw as usize] == FREE && self.label_t(bw, d) {
+                    return true;
                 }
             }
         }
@@ -425,6 +486,18 @@ impl PerfectMatching {
         let mut delta = i64::MAX;
         let mut kind = 0u8;
         let mut arg = NONE;
+        if self.has_caps {
+            for v in 0..n {
+                if self.cap[v] != NO_BOUNDARY && self.label[self.top[v] as usize] == S {
+                    let s = self.cap[v] - self.y[v];
+                    if s < delta {
+                        delta = s;
+                        kind = 1;
+                        arg = v as u32;
+                    }
+                }
+            }
+        }
         for v in 0..n {
             let d = self.best_to_s[v];
             if d != NONE && self.label[self.top[v] as usize] == FREE {
@@ -491,10 +564,13 @@ impl PerfectMatching {
             }
         }
         match kind {
+            1 => {
+                self.augment_path(arg, BOUNDARY);
+                Some(true)
+            }
             2 => {
                 let bw = self.top[self.head(arg) as usize];
-                self.label_t(bw, arg);
-                Some(false)
+                Some(self.label_t(bw, arg))
             }
             3 => Some(self.tight_ss(arg)),
             _ => {
@@ -514,15 +590,26 @@ impl PerfectMatching {
         push_leaves(&self.first_child, &self.next, self.n, b, &mut self.stack, &mut self.queue);
     }
 
-    /// Labels an unlabelled top-level blossom T through `d`, and its matched partner S.
-    fn label_t(&mut self, b: u32, d: u32) {
-        self.label[b as usize] = T;
-        self.label_dir[b as usize] = d;
+    /// Labels an unlabelled top-level blossom T through `d`, and its matched partner S. When the blossom's base
+    /// is at the boundary, `d` ends an augmenting path instead: flips it and returns true.
+    fn label_t(&mut self, b: u32, d: u32) -> bool {
         // Unlabelled blossoms are always matched: every unmatched one is a tree root.
         let md = self.mate[self.base[b as usize] as usize];
         debug_assert!(md != NONE);
+        if md == BOUNDARY {
+            let w = self.head(d);
+            self.augment_path(self.tail(d), d);
+            if b as usize >= self.n {
+                self.augment_blossom(b, w);
+            }
+            self.mate[w as usize] = d ^ 1;
+            return true;
+        }
+        self.label[b as usize] = T;
+        self.label_dir[b as usize] = d;
         let partner = self.top[self.head(md) as usize];
         self.label_s(partner, md);
+        false
     }
 
     /// Next S-blossom up the tree from S-blossom `b`, or `NONE` at the root.
@@ -870,27 +957,32 @@ impl PerfectMatching {
 
     /// Augments along the path root(v) .. v - w .. root(w) given by tight S-S edge `d` between two trees.
     fn augment(&mut self, d: u32) {
-        for (mut s, mut e) in [(self.tail(d), d), (self.head(d), d ^ 1)] {
-            loop {
-                let bs = self.top[s as usize];
-                if bs as usize >= self.n {
-                    self.augment_blossom(bs, s);
-                }
-                self.mate[s as usize] = e;
-                let ld = self.label_dir[bs as usize];
-                if ld == NONE {
-                    break;
-                }
-                let bt = self.top[self.tail(ld) as usize];
-                let ld2 = self.label_dir[bt as usize];
-                let t2 = self.head(ld2);
-                if bt as usize >= self.n {
-                    self.augment_blossom(bt, t2);
-                }
-                self.mate[t2 as usize] = ld2 ^ 1;
-                s = self.tail(ld2);
-                e = ld2;
+        self.augment_path(self.tail(d), d);
+        self.augment_path(self.head(d), d ^ 1);
+    }
+
+    /// Flips the alternating path from S vertex `s` up to its tree's root, `s` taking `e` as its mate (a directed
+    /// edge with tail `s`, or [`BOUNDARY`]).
+    fn augment_path(&mut self, mut s: u32, mut e: u32) {
+        loop {
+            let bs = self.top[s as usize];
+            if bs as usize >= self.n {
+                self.augment_blossom(bs, s);
             }
+            self.mate[s as usize] = e;
+            let ld = self.label_dir[bs as usize];
+            if ld == NONE {
+                break;
+            }
+            let bt = self.top[self.tail(ld) as usize];
+            let ld2 = self.label_dir[bt as usize];
+            let t2 = self.head(ld2);
+            if bt as usize >= self.n {
+                self.augment_blossom(bt, t2);
+            }
+            self.mate[t2 as usize] = ld2 ^ 1;
+            s = self.tail(ld2);
+            e = ld2;
         }
     }
 }
@@ -915,6 +1007,17 @@ mod tests {
                 out
             };
             let chains: Vec<Vec<u32>> = (0..n).map(chain).collect();
+            for v in 0..n {
+                if self.cap[v] == NO_BOUNDARY {
+                    continue;
+                }
+                if self.y[v] > self.cap[v] {
+                    return Err(format!("vertex {v}'s dual {} above its boundary cost {}", self.y[v], self.cap[v]));
+                }
+                if self.mate[v] == BOUNDARY && self.y[v] != self.cap[v] {
+                    return Err(format!("vertex {v} at the boundary, not tight"));
+                }
+            }
             for k in 0..self.wt.len() {
                 let (u, v) = (self.ends[2 * k] as usize, self.ends[2 * k + 1] as usize);
                 let zsum: i64 = chains[u].iter().filter(|b| chains[v].contains(b)).map(|&b| self.z[b as usize]).sum();
@@ -941,7 +1044,12 @@ mod tests {
                 for &x in &lv {
                     inside[x as usize] = true;
                 }
-                let internal = lv.iter().filter(|&&x| inside[self.head(self.mate[x as usize]) as usize]).count();
+                let internal = lv
+                    .iter()
+                    .filter(|&&x| {
+                        self.mate[x as usize] != BOUNDARY && inside[self.head(self.mate[x as usize]) as usize]
+                    })
+                    .count();
                 if lv.len() % 2 == 0 || lv.len() < 3 {
                     return Err(format!("blossom {b} has {} vertices", lv.len()));
                 }
@@ -952,7 +1060,11 @@ mod tests {
             }
             for v in 0..n {
                 let d = self.mate[v];
-                if d == NONE || self.tail(d) as usize != v || self.mate[self.head(d) as usize] != d ^ 1 {
+                if d == BOUNDARY && self.cap[v] != NO_BOUNDARY {
+                    continue;
+                }
+                if d == NONE || d == BOUNDARY || self.tail(d) as usize != v || self.mate[self.head(d) as usize] != d ^ 1
+                {
                     return Err(format!("mate of {v} inconsistent"));
                 }
             }
@@ -1194,6 +1306,150 @@ mod tests {
         println!("boundary: {dp_checked} instances match the subset DP, {cert_checked} certificates verified");
     }
 
+    /// A matching with a boundary: defects `0..k` at `dist` (pairs), each at `bnd[i]` from the boundary
+    /// (`NO_BOUNDARY`: none). Returns the edges in random order.
+    fn direct_instance(rng: &mut Rng, k: usize, sparse: bool) -> (Vec<(u32, u32, i64)>, Vec<i64>, Dist) {
+        let pts: Vec<(i64, i64)> = (0..k).map(|_| (rng.below(30) as i64, rng.below(30) as i64)).collect();
+        let metric = rng.chance(0.5);
+        let none_chance = [0.0, 0.2, 0.9][rng.below(3) as usize];
+        let mut bnd = vec![0; k];
+        let mut dist = vec![vec![None; k]; k];
+        let mut edges = Vec::new();
+        for i in 0..k {
+            bnd[i] = if rng.chance(none_chance) {
+                NO_BOUNDARY
+            } else if metric {
+                pts[i].0.min(29 - pts[i].0) + 1
+            } else {
+                rng.below(20) as i64
+            };
+            for j in i + 1..k {
+                if sparse && rng.chance(0.6) {
+                    continue;
+                }
+                let d = if metric {
+                    (pts[i].0 - pts[j].0).abs() + (pts[i].1 - pts[j].1).abs()
+                } else {
+                    rng.below(20) as i64
+                };
+                dist[i][j] = Some(d);
+                dist[j][i] = Some(d);
+                edges.push(if rng.chance(0.5) { (i as u32, j as u32, d) } else { (j as u32, i as u32, d) });
+            }
+        }
+        for i in (1..edges.len()).rev() {
+            edges.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        (edges, bnd, dist)
+    }
+
+    /// The optimum of a direct instance by the subset DP, `None` when every way leaves a defect out.
+    fn direct_dp(bnd: &[i64], dist: &[Vec<Option<i64>>]) -> Option<i64> {
+        let k = bnd.len();
+        let full = (1usize << k) - 1;
+        let mut dp = vec![None; 1 << k];
+        dp[0] = Some(0i64);
+        for mask in 1..=full {
+            let i = mask.trailing_zeros() as usize;
+            let rest = mask & !(1 << i);
+            let mut best = match (bnd[i], dp[rest]) {
+                (c, Some(r)) if c != NO_BOUNDARY => Some(c + r),
+                _ => None,
+            };
+            let mut r = rest;
+            while r != 0 {
+                let j = r.trailing_zeros() as usize;
+                r &= r - 1;
+                if let (Some(d), Some(x)) = (dist[i][j], dp[rest & !(1 << j)]) {
+                    best = Some(best.map_or(d + x, |b: i64| b.min(d + x)));
+                }
+            }
+            dp[mask] = best;
+        }
+        dp[full]
+    }
+
+    /// Checks a boundary solve's `mate`: symmetric, on given edges or at the boundary where there is one, of
+    /// weight `total`.
+    fn check_boundary_mate(w: &[Vec<Option<i64>>], bnd: &[i64], mate: &[u32], total: i64) {
+        let mut sum = 0;
+        for v in 0..bnd.len() {
+            if mate[v] == BOUNDARY {
+                assert_ne!(bnd[v], NO_BOUNDARY, "vertex {v} at a boundary it has no edge to");
+                sum += bnd[v];
+                continue;
+            }
+            let u = mate[v] as usize;
+            assert!(u < bnd.len() && u != v && mate[u] as usize == v, "mate[{v}] = {u}");
+            let c = w[v][u].unwrap_or_else(|| panic!("matched non-edge ({v},{u})"));
+            if v < u {
+                sum += c;
+            }
+        }
+        assert_eq!(sum, total, "mate weight differs from returned total");
+    }
+
+    #[test]
+    fn boundary_equals_the_subset_dp_and_the_doubled_graph() {
+        let mut rng = Rng(12);
+        let (mut pm, mut doubled) = (PerfectMatching::new(), PerfectMatching::new());
+        let (mut mate, mut mate2) = (Vec::new(), Vec::new());
+        let (mut dp_checked, mut none, mut at_boundary, mut cert_checked) = (0, 0, 0, 0);
+        for it in 0..iterations(20_000) {
+            let k = if it % 5 == 0 { 15 + rng.below(40) as usize } else { rng.below(15) as usize };
+            let sparse = rng.chance(0.4);
+            let (edges, bnd, dist) = direct_instance(&mut rng, k, sparse);
+            let got = pm.solve_with_boundary(k, &edges, &bnd, &mut mate);
+            if k <= 14 {
+                assert_eq!(got, direct_dp(&bnd, &dist), "iteration {it}: k={k} bnd={bnd:?} edges={edges:?}");
+                dp_checked += 1;
+            }
+            // The doubled graph: two copies, each defect's copies joined by twice its boundary cost.
+            let mut h: Vec<(u32, u32, i64)> =
+                edges.iter().flat_map(|&(u, v, d)| [(u, v, d), (u + k as u32, v + k as u32, d)]).collect();
+            h.extend((0..k).filter(|&i| bnd[i] != NO_BOUNDARY).map(|i| (i as u32, (i + k) as u32, 2 * bnd[i])));
+            let twice = doubled.solve(2 * k, &h, &mut mate2);
+            assert_eq!(got.map(|t| 2 * t), twice, "iteration {it}: k={k}, against the doubled graph");
+            let Some(total) = got else {
+                assert!(mate.iter().all(|&m| m == NONE));
+                none += 1;
+                continue;
+            };
+            check_boundary_mate(&lightest(k, &edges), &bnd, &mate, total);
+            at_boundary += mate.iter().filter(|&&m| m == BOUNDARY).count();
+            if k > 0 {
+                pm.check_certificate(total)
+                    .unwrap_or_else(|e| panic!("iteration {it}: {e}; bnd={bnd:?} edges={edges:?}"));
+                cert_checked += 1;
+            }
+        }
+        println!("boundary: {dp_checked} equal the subset DP, {cert_checked} certificates, {none} infeasible");
+        assert!(none > 50 && at_boundary > 1000 && cert_checked > 1000);
+    }
+
+    #[test]
+    fn boundary_cases() {
+        let mut pm = PerfectMatching::new();
+        let mut mate = Vec::new();
+        // One vertex, no edge: its boundary, or nothing.
+        assert_eq!(pm.solve_with_boundary(1, &[], &[4], &mut mate), Some(4));
+        assert_eq!(mate, vec![BOUNDARY]);
+        assert_eq!(pm.solve_with_boundary(1, &[], &[NO_BOUNDARY], &mut mate), None);
+        // A pair cheaper than both boundaries, and one dearer.
+        assert_eq!(pm.solve_with_boundary(2, &[(0, 1, 5)], &[3, 3], &mut mate), Some(5));
+        assert_eq!(mate, vec![1, 0]);
+        assert_eq!(pm.solve_with_boundary(2, &[(0, 1, 7)], &[3, 3], &mut mate), Some(6));
+        assert_eq!(mate, vec![BOUNDARY, BOUNDARY]);
+        // An odd cycle whose cheapest cover takes one vertex to the boundary, inside a blossom.
+        let tri = [(0, 1, 2), (1, 2, 2), (0, 2, 2)];
+        assert_eq!(pm.solve_with_boundary(3, &tri, &[NO_BOUNDARY, 9, NO_BOUNDARY], &mut mate), Some(11));
+        assert_eq!(mate, vec![2, BOUNDARY, 0]);
+        pm.check_certificate(11).unwrap();
+        // Out-of-range costs mean no boundary.
+        assert_eq!(pm.solve_with_boundary(1, &[], &[-1], &mut mate), None);
+        assert_eq!(pm.solve_with_boundary(1, &[], &[(1 << 40) + 1], &mut mate), None);
+    }
+
     #[test]
     fn larger_random_certificates() {
         let mut rng = Rng(3);
@@ -1368,12 +1624,15 @@ mod tests {
             if edges.len() > warm.len() {
                 continue;
             }
+            let sparse = rng.chance(0.5);
+            let (direct, bnd, _) = direct_instance(&mut rng, n / 2, sparse);
             counting::COUNT.with(|c| c.set(0));
             counting::ENABLED.with(|e| e.set(true));
             let got = pm.solve(n, &edges, &mut mate);
+            let with_boundary = pm.solve_with_boundary(n / 2, &direct, &bnd, &mut mate);
             counting::ENABLED.with(|e| e.set(false));
             assert_eq!(counting::COUNT.with(|c| c.get()), 0, "solve allocated (n={n}, boundary={bnd_k:?})");
-            solved += got.is_some() as usize;
+            solved += got.is_some() as usize + with_boundary.is_some() as usize;
         }
         assert!(solved > iterations(300) / 6);
     }
