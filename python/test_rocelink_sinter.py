@@ -3,8 +3,12 @@
 
 1. `RocelinkDecoder.decode_via_files` on stim shots of the d = 5, p = 0.5% memory circuit:
    its predictions are PyMatching's but for ties (equal-weight matchings), at most 1%.
-2. `sinter.collect` with `rocelink` beside `pymatching` on the d = 3 circuit, as a user runs
-   it: every shot decoded, the logical errors of the two within 5 sigma of each other.
+2. `RocelinkDecoder.compile_decoder_for_dem` (one `rocelink decode --serve` process) on the
+   same kind of shots in batches of several sizes, an empty one among them: the same, batch
+   by batch; and a process that fails raises with rocelink's message.
+3. `sinter.collect` with `rocelink` beside `pymatching` on the d = 3 circuit, as a user runs
+   it (sinter compiles the decoder for the task's DEM): every shot decoded, the logical
+   errors of the two within 5 sigma of each other.
 
 With `--gpu` (on the GPU machine: `bash scripts/gpu-tests.sh run` runs it), the same for
 `rocelink-gpu`, the GPU stage's batch kernel, beside the CPU decoder.
@@ -42,13 +46,24 @@ def circuit(d, p):
     )
 
 
-def via_files(backend):
+def sample(shots):
     c = circuit(5, 0.005)
     dem = c.detector_error_model(decompose_errors=True)
-    shots = 2000
-    dets, obs = c.compile_detector_sampler(seed=int.from_bytes(os.urandom(4), "little")).sample(
+    dets, _ = c.compile_detector_sampler(seed=int.from_bytes(os.urandom(4), "little")).sample(
         shots, separate_observables=True
     )
+    return dem, dets
+
+
+def differ_from_pymatching(dem, dets, raw):
+    ours = np.unpackbits(raw, axis=1, bitorder="little")[:, : dem.num_observables].astype(bool)
+    theirs = pymatching.Matching.from_detector_error_model(dem).decode_batch(dets).astype(bool)
+    return int(np.any(ours != theirs, axis=1).sum())
+
+
+def via_files(backend):
+    shots = 2000
+    dem, dets = sample(shots)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
         dem.to_file(tmp / "model.dem")
@@ -63,11 +78,34 @@ def via_files(backend):
             tmp_dir=tmp,
         )
         raw = np.fromfile(tmp / "pred.b8", dtype=np.uint8).reshape(shots, -1)
-    ours = np.unpackbits(raw, axis=1, bitorder="little")[:, : dem.num_observables].astype(bool)
-    theirs = pymatching.Matching.from_detector_error_model(dem).decode_batch(dets).astype(bool)
-    differ = int(np.any(ours != theirs, axis=1).sum())
+    differ = differ_from_pymatching(dem, dets, raw)
     print(f"decode_via_files ({backend}): {shots} shots, {differ} predictions differ from PyMatching's (ties)")
     assert differ <= shots // 100, differ
+
+
+def compiled(backend):
+    shots = 2000
+    dem, dets = sample(shots)
+    packed = np.packbits(dets, axis=1, bitorder="little")
+    decoder = rocelink_sinter.RocelinkDecoder(backend=backend).compile_decoder_for_dem(dem=dem)
+    answers = []
+    for lo, hi in [(0, 1), (1, 1), (1, 700), (700, shots)]:
+        got = decoder.decode_shots_bit_packed(bit_packed_detection_event_data=packed[lo:hi])
+        assert got.shape == (hi - lo, (dem.num_observables + 7) // 8) and got.dtype == np.uint8, got.shape
+        answers.append(got)
+    decoder.close()
+    differ = differ_from_pymatching(dem, dets, np.concatenate(answers))
+    print(f"compile_decoder_for_dem ({backend}): {shots} shots in 4 requests, {differ} predictions differ from PyMatching's (ties)")
+    assert differ <= shots // 100, differ
+    # a DEM rocelink refuses: the process exits, and the batch raises with its message
+    bad = stim.DetectorErrorModel("error(1) D0 D1 L0")
+    decoder = rocelink_sinter.RocelinkDecoder(backend=backend).compile_decoder_for_dem(dem=bad)
+    try:
+        decoder.decode_shots_bit_packed(bit_packed_detection_event_data=np.zeros((3, 1), dtype=np.uint8))
+    except RuntimeError as e:
+        assert "probability 1" in str(e), e
+    else:
+        raise AssertionError("a refused DEM answered")
 
 
 def collect(decoders):
@@ -93,4 +131,5 @@ if __name__ == "__main__":
     gpu = "--gpu" in sys.argv[1:]
     for backend in ["cpu", "gpu"] if gpu else ["cpu"]:
         via_files(backend)
+        compiled(backend)
     collect(["rocelink", "rocelink-gpu"] if gpu else ["rocelink"])

@@ -233,8 +233,8 @@ enum Cmd {
         #[arg(long)]
         dem: PathBuf,
         /// Detection events, one shot per record.
-        #[arg(long = "in")]
-        input: PathBuf,
+        #[arg(long = "in", required_unless_present = "serve")]
+        input: Option<PathBuf>,
         /// stim's result format of the input: `b8` (bit-packed, LSB first), `01` (a line of
         /// 0/1 per shot), `r8` (run lengths), `hits` (the 1 bits' indices) or `dets`
         /// (`shot D<i> ...`).
@@ -250,8 +250,8 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "drop")]
         hyperedges: Hyperedges,
         /// Where the predictions go.
-        #[arg(long)]
-        out: PathBuf,
+        #[arg(long, required_unless_present = "serve")]
+        out: Option<PathBuf>,
         /// The predictions' format: `01`, `b8`, `r8`, `hits` or `dets` (`shot L<k> ...`).
         #[arg(long, alias = "out_format", default_value = "01")]
         out_format: rocelink_operator::qec::ShotFormat,
@@ -278,6 +278,12 @@ enum Cmd {
         /// own on its thread.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Instead of files: decode request after request on stdin, each an 8-byte
+        /// little-endian shot count and that many b8 shots, answering each with its
+        /// predictions in b8 on stdout, the DEM (and the GPU) set up once, until stdin ends
+        /// (what `python/rocelink_sinter.py` runs for sinter's `compile_decoder_for_dem`).
+        #[arg(long, conflicts_with_all = ["input", "out", "num_shots", "weights_out", "in_includes_appended_observables"])]
+        serve: bool,
     },
     /// Run the software FPGA peer (the same program as the `fpga-sim` binary; see
     /// `rocelink fpga-sim --help`).
@@ -609,6 +615,7 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             backend,
             weights_out,
             threads,
+            serve,
         } => {
             let in_format = rocelink_operator::qec::InputFormat {
                 format: in_format,
@@ -623,6 +630,12 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             };
             let threads =
                 if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+            if serve {
+                return serve_decode(&dem, options, backend, threads, max_defects);
+            }
+            let (Some(input), Some(out)) = (input, out) else {
+                anyhow::bail!("--in and --out name the files to decode (or --serve decodes stdin)");
+            };
             // `parse_cpu_or_gpu` leaves `cpu` and `gpu:N` only.
             let (st, timed, cap) = match backend {
                 BackendKind::Gpu(_) if threads != 1 => {
@@ -684,6 +697,42 @@ fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
         }
         Cmd::FpgaSim { .. } => unreachable!("handled before logging starts"),
     }
+}
+
+/// `rocelink decode --serve` (`rocelink_operator::qec::serve`): stdin to stdout until stdin
+/// ends, then a line of what was done on stderr.
+fn serve_decode(
+    dem: &std::path::Path,
+    options: rocelink_operator::qec::graph::GraphOptions,
+    backend: BackendKind,
+    threads: usize,
+    max_defects: usize,
+) -> anyhow::Result<ExitCode> {
+    let (input, output) = (std::io::stdin().lock(), std::io::BufWriter::new(std::io::stdout().lock()));
+    let (stats, on) = match backend {
+        BackendKind::Gpu(_) if threads != 1 => {
+            anyhow::bail!("--threads is the CPU backend's: the GPU decodes its batch in parallel blocks");
+        }
+        BackendKind::Gpu(n) => {
+            let (stats, run) = rocelink_operator::gpu::qec_batch::serve(n, dem, max_defects, options, input, output)?;
+            (
+                stats,
+                format!("GPU {} {} ({} launches, {:.1} ms)", run.gpu.ordinal, run.gpu.name, run.launches, run.gpu_ms),
+            )
+        }
+        _ => {
+            let graph = rocelink_operator::qec::sparse_graph_with(dem, options)?.0;
+            (
+                rocelink_operator::qec::serve::serve_cpu(graph, threads, input, output)?,
+                format!("CPU exact decoder on {threads} thread(s)"),
+            )
+        }
+    };
+    eprintln!(
+        "served {} requests, {} shots ({} over the GPU decoder's scratch, decoded on the CPU; {} unmatchable), {on}",
+        stats.requests, stats.shots, stats.overflows, stats.unmatchable
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn overrides(sets: &[String]) -> anyhow::Result<Vec<graph::Override>> {

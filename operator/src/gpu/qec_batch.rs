@@ -21,9 +21,10 @@
 //! bits, counter 0, so the stage decodes on it), for decoder id `i % decoders` where
 //! `decoders` = two per multiprocessor; the kernel runs one block per decoder id, block b
 //! taking the requests b, b + decoders, ... in order, and copies each answer (CUQS header,
-//! correction bits, 16-byte decode report) out. Shots go in launches of `decoders * 256`, so
-//! decoder `g % decoders` always decodes global shot g and its report's shot index is
-//! `g / decoders`, which is checked, as are the answer's status, length and request id.
+//! correction bits, 16-byte decode report) out. Shots go in launches of `decoders * 256`; each
+//! answer's report names the decoder's own shot index, which is checked against the shots
+//! that decoder was given before (of this file, or of the requests before with `--serve`), as
+//! are the answer's status, length and request id.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -39,6 +40,7 @@ use super::driver::{DeviceBuffer, Gpu, GpuError, GpuInfo, StreamState};
 use super::qec_state::{QecState, QecStateError};
 use super::{kernels, nvrtc};
 use crate::qec::predict::{check_shot_count, finish_stats, write_atomically, PredictionWriter, ShotReader};
+use crate::qec::serve::{self, ServeStats};
 use crate::qec::{InputFormat, PredictStats, QecError, SessionConfig, ShotFormat};
 
 /// Threads per block (a multiple of 32, as the stage requires).
@@ -192,6 +194,83 @@ pub fn decode_file(
     if let Some(shots) = expected_shots {
         check_shot_count(in_path, in_format, table.num_detectors, table.num_observables, shots)?;
     }
+    let input = File::open(in_path).map_err(|e| QecError::Io { path: in_path.to_path_buf(), source: e })?;
+    let (stats, run) = with_batch_decoder(ordinal, dem_path, &table, max_defects, |decode| {
+        // The predictions file appears only complete (crate::qec::predict module docs).
+        write_atomically(out_path, |writer| -> Result<PredictStats, GpuDecodeError> {
+            let r = decode(&mut BufReader::new(input), in_format, writer, out_format, in_path, out_path);
+            if let (Ok(stats), Some(shots)) = (&r, expected_shots) {
+                if stats.shots != shots {
+                    return Err(QecError::Input {
+                        path: in_path.to_path_buf(),
+                        reason: format!("{} shots, but {shots} were expected", stats.shots),
+                    }
+                    .into());
+                }
+            }
+            r
+        })
+    })?;
+    Ok(GpuDecodeReport { stats, gpu: run.gpu, decoders: run.decoders, launches: run.launches, gpu_ms: run.gpu_ms })
+}
+
+/// `rocelink decode --backend gpu --serve` (`crate::qec::serve`): the request loop over
+/// `input` and `output` with the batch decoder set up once, each request decoded as
+/// [`decode_file`] decodes a file.
+pub fn serve(
+    ordinal: usize,
+    dem_path: &Path,
+    max_defects: usize,
+    options: crate::qec::graph::GraphOptions,
+    input: impl std::io::Read,
+    output: impl Write,
+) -> Result<(ServeStats, BatchRun), GpuDecodeError> {
+    let table = crate::qec::fine_table_with(dem_path, options)?.0;
+    let (n, o) = (table.num_detectors, table.num_observables);
+    with_batch_decoder(ordinal, dem_path, &table, max_defects, |decode| {
+        let (i, out) = (Path::new(serve::INPUT_NAME), Path::new("<stdout>"));
+        serve::serve_requests(input, output, n, o, |shots, answer| {
+            let mut shots = shots;
+            decode(&mut shots, ShotFormat::B8.into(), answer, ShotFormat::B8, i, out)
+        })
+    })
+}
+
+/// What a batch decoder did on its GPU (over every stream it decoded).
+#[derive(Debug, Clone)]
+pub struct BatchRun {
+    /// The device.
+    pub gpu: GpuInfo,
+    /// Blocks (decoder ids) per launch.
+    pub decoders: usize,
+    /// Kernel launches.
+    pub launches: u64,
+    /// Wall time of the launches (upload, kernel, download), ms.
+    pub gpu_ms: f64,
+}
+
+/// Decodes a stream of shots (input, its format, output, its format, their names for errors).
+type DecodeStreamFn<'a> = dyn FnMut(
+        &mut dyn BufRead,
+        InputFormat,
+        &mut dyn Write,
+        ShotFormat,
+        &Path,
+        &Path,
+    ) -> Result<PredictStats, GpuDecodeError>
+    + 'a;
+
+/// Sets up the batch decoder for `table` (the DEM of `dem_path`) on GPU `ordinal` (what the
+/// device stage cannot hold is refused before a GPU is looked for) and hands it to `work`: it
+/// decodes stream after stream on the same device state (the decoders' shot counts carry
+/// over). Frees the device after `work`.
+fn with_batch_decoder<R>(
+    ordinal: usize,
+    dem_path: &Path,
+    table: &crate::qec::DistanceTable<u32>,
+    max_defects: usize,
+    work: impl FnOnce(&mut DecodeStreamFn<'_>) -> Result<R, GpuDecodeError>,
+) -> Result<(R, BatchRun), GpuDecodeError> {
     // Refuse what the device stage cannot hold before looking for a GPU.
     let config = |decoders| SessionConfig {
         decoders,
@@ -200,11 +279,10 @@ pub fn decode_file(
         syndrome_mapping_id: None,
         measure_time: true,
     };
-    QecState::build(&table, &config(1))?;
-    let input = File::open(in_path).map_err(|e| QecError::Io { path: in_path.to_path_buf(), source: e })?;
+    QecState::build(table, &config(1))?;
     let gpu = Gpu::open(ordinal)?;
     let decoders = decoders_for(gpu.info.multiprocessors);
-    let state = QecState::build(&table, &config(decoders))?;
+    let state = QecState::build(table, &config(decoders))?;
     let (main, headers, options) = kernels::qec_batch_program();
     let compiled = nvrtc::compile(&main, &headers, &gpu.info.arch(), &options, true)?;
     let module = gpu.load(&compiled.cubin, &["rl_qec_batch"])?;
@@ -222,51 +300,45 @@ pub fn decode_file(
             (r.observables, r.weight)
         }))
     };
-    // The predictions file appears only complete (crate::qec::predict module docs).
-    let result = write_atomically(out_path, |writer| -> Result<PredictStats, GpuDecodeError> {
-        let r = decode_stream(
+    let (n, num_obs) = (table.num_detectors, table.num_observables);
+    let mut done = vec![0u64; decoders];
+    let result = work(&mut |input, in_format, output, out_format, in_name, out_name| {
+        let stats = decode_stream(
             &mut exec,
             &mut redecode,
-            decoders,
-            table.num_detectors,
-            table.num_observables,
-            BufReader::new(input),
+            &mut done,
+            n,
+            num_obs,
+            input,
             in_format,
-            writer,
+            output,
             out_format,
-            in_path,
-            out_path,
-        );
-        if let (Ok(stats), Some(shots)) = (&r, expected_shots) {
-            if stats.shots != shots {
-                return Err(QecError::Input {
-                    path: in_path.to_path_buf(),
-                    reason: format!("{} shots, but {shots} were expected", stats.shots),
-                }
-                .into());
-            }
-        }
-        r
+            in_name,
+            out_name,
+        )?;
+        Ok(stats)
     });
     let (launches, gpu_ms) = (exec.launches, exec.millis);
     let freed = exec.free();
     if !exec.stuck {
         module.unload(); // waits for the module's kernels: not after one that did not finish
     }
-    let stats = result?;
+    let r = result?;
     freed?;
-    Ok(GpuDecodeReport { stats, gpu: gpu.info.clone(), decoders, launches, gpu_ms })
+    Ok((r, BatchRun { gpu: gpu.info.clone(), decoders, launches, gpu_ms }))
 }
 
 /// Decodes one shot (b8) the device could not, on the CPU: its observables and weight.
 type Redecode<'a> = dyn FnMut(&[u8]) -> Result<(u64, f64), GpuDecodeError> + 'a;
 
-/// The decode loop over open streams (module docs), with the stage behind `exec`.
+/// The decode loop over open streams (module docs), with the stage behind `exec`: one
+/// decoder id per entry of `done`, which counts the shots each has decoded (before this
+/// stream too: its report's shot index is checked against it).
 #[allow(clippy::too_many_arguments)]
 fn decode_stream(
     exec: &mut dyn Executor,
     redecode: &mut Redecode<'_>,
-    decoders: usize,
+    done: &mut [u64],
     n: usize,
     num_obs: usize,
     mut input: impl BufRead,
@@ -276,6 +348,7 @@ fn decode_stream(
     in_name: &Path,
     out_name: &Path,
 ) -> Result<PredictStats, GpuDecodeError> {
+    let decoders = done.len();
     let mut reader = ShotReader::new(in_format, n, num_obs, in_name)?;
     let mut writer = PredictionWriter::new(out_format, num_obs);
     let len = request_len(n);
@@ -320,13 +393,14 @@ fn decode_stream(
             let (mut obs, report) =
                 parse_answer(&outs[i * OUT_STRIDE..(i + 1) * OUT_STRIDE], lens[i], num_obs, g as u32)
                     .map_err(|e| GpuDecodeError::Answer(format!("shot {g}: {e}")))?;
-            if report.shot != (g / decoders as u64) as u32 {
+            let before = &mut done[i % decoders];
+            if report.shot != *before as u32 {
                 return Err(GpuDecodeError::Answer(format!(
-                    "shot {g}: decoded as shot {} of its decoder, not {}",
-                    report.shot,
-                    g / decoders as u64
+                    "shot {g}: decoded as shot {} of its decoder, not {before}",
+                    report.shot
                 )));
             }
+            *before += 1;
             let ns = u64::from(report.decode_ns);
             times.push(ns);
             stats.decode_ns_total = stats.decode_ns_total.saturating_add(ns);
@@ -572,7 +646,7 @@ mod tests {
         let gpu = decode_stream(
             &mut stage,
             &mut |_| Err(GpuDecodeError::Answer("the CPU stage answered OVERFLOW".into())),
-            decoders,
+            &mut vec![0; decoders],
             n,
             nobs,
             input,
@@ -619,6 +693,45 @@ mod tests {
         let ((_, cpu_out), (gpu, gpu_out)) = both(text.as_bytes(), ShotFormat::Zero1, ShotFormat::Zero1, 12, 2);
         assert_eq!(gpu_out, cpu_out);
         assert_eq!(gpu.unwrap().shots, 500);
+    }
+
+    #[test]
+    fn requests_in_turn_continue_the_decoders_shot_counts() {
+        // `serve`'s requests on one stage: each stream's shots go on from the shots its
+        // decoders decoded before, answered as one file is.
+        let t = table();
+        let (n, nobs) = (t.num_detectors, t.num_observables);
+        let input = shots(1000, 3);
+        let whole = both(&input, ShotFormat::B8, ShotFormat::B8, 2, 3).1 .1;
+        let config = SessionConfig {
+            decoders: 3,
+            rounds_per_message: 1,
+            max_defects: 2,
+            syndrome_mapping_id: None,
+            measure_time: false,
+        };
+        let mut stage = CpuStage(QecSession::with_table(t, config).unwrap());
+        let mut out = Vec::new();
+        let (mut done, mut base) = (vec![0; 3], 0);
+        for part in [&input[..2 * 5], &input[2 * 5..2 * 800], &input[2 * 800..]] {
+            let st = decode_stream(
+                &mut stage,
+                &mut |_| Err(GpuDecodeError::Answer("the CPU stage answered OVERFLOW".into())),
+                &mut done,
+                n,
+                nobs,
+                part,
+                ShotFormat::B8.into(),
+                &mut out,
+                ShotFormat::B8,
+                Path::new("in"),
+                Path::new("out"),
+            )
+            .unwrap();
+            base += st.shots;
+        }
+        assert_eq!(base, 1000);
+        assert_eq!(out, whole);
     }
 
     #[test]

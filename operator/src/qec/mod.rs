@@ -20,6 +20,7 @@ pub mod beside;
 pub mod dem;
 pub mod exact;
 pub mod predict;
+pub mod serve;
 pub mod session;
 
 use std::path::{Path, PathBuf};
