@@ -1226,29 +1226,13 @@ mod tests {
     }
 
     /// Defects 0..k, boundary copies k..2k: defect i to copy k+i at cost b[i], copies pairwise at 0, defect pairs
-    /// at their distance (all pairs, or a random subset).
+    /// at their distance (all pairs, or a random subset): a [`direct_instance`] with every boundary, doubled.
     fn boundary_instance(rng: &mut Rng, k: usize, sparse: bool) -> (Vec<(u32, u32, i64)>, Vec<i64>, Dist) {
-        let pts: Vec<(i64, i64)> = (0..k).map(|_| (rng.below(30) as i64, rng.below(30) as i64)).collect();
-        let mut bnd = vec![0; k];
-        let mut dist = vec![vec![None; k]; k];
-        let mut edges = Vec::new();
-        let metric = rng.chance(0.5);
-        for i in 0..k {
-            bnd[i] = if metric { pts[i].0.min(29 - pts[i].0) + 1 } else { rng.below(20) as i64 };
-            edges.push((i as u32, (k + i) as u32, bnd[i]));
+        let (mut edges, bnd, dist) = direct_instance_with(rng, k, sparse, 0.0);
+        for (i, &b) in bnd.iter().enumerate() {
+            edges.push((i as u32, (k + i) as u32, b));
             for j in i + 1..k {
                 edges.push(((k + i) as u32, (k + j) as u32, 0));
-                if sparse && rng.chance(0.6) {
-                    continue;
-                }
-                let d = if metric {
-                    (pts[i].0 - pts[j].0).abs() + (pts[i].1 - pts[j].1).abs()
-                } else {
-                    rng.below(20) as i64
-                };
-                dist[i][j] = Some(d);
-                dist[j][i] = Some(d);
-                edges.push((i as u32, j as u32, d));
             }
         }
         for i in (1..edges.len()).rev() {
@@ -1309,9 +1293,19 @@ mod tests {
     /// A matching with a boundary: defects `0..k` at `dist` (pairs), each at `bnd[i]` from the boundary
     /// (`NO_BOUNDARY`: none). Returns the edges in random order.
     fn direct_instance(rng: &mut Rng, k: usize, sparse: bool) -> (Vec<(u32, u32, i64)>, Vec<i64>, Dist) {
+        let none_chance = [0.0, 0.2, 0.9][rng.below(3) as usize];
+        direct_instance_with(rng, k, sparse, none_chance)
+    }
+
+    /// [`direct_instance`], each defect without a boundary with chance `none_chance`.
+    fn direct_instance_with(
+        rng: &mut Rng,
+        k: usize,
+        sparse: bool,
+        none_chance: f64,
+    ) -> (Vec<(u32, u32, i64)>, Vec<i64>, Dist) {
         let pts: Vec<(i64, i64)> = (0..k).map(|_| (rng.below(30) as i64, rng.below(30) as i64)).collect();
         let metric = rng.chance(0.5);
-        let none_chance = [0.0, 0.2, 0.9][rng.below(3) as usize];
         let mut bnd = vec![0; k];
         let mut dist = vec![vec![None; k]; k];
         let mut edges = Vec::new();
