@@ -57,6 +57,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
+use crate::balls::BallNode;
 use crate::matching::{PerfectMatching, BOUNDARY, NO_BOUNDARY};
 use crate::sparse::{SparseGraph, UNREACHABLE};
 
@@ -109,6 +110,9 @@ pub struct DecoderCounters {
     pub regrown_balls: u64,
     /// Solving rounds beyond the first.
     pub extra_rounds: u64,
+    /// Regrown balls read from the graph's complete balls ([`crate::balls`]) instead of
+    /// searched.
+    pub balls_read: u64,
     /// Clusters whose last solution was reused (streaming: solved in an earlier round).
     pub reused_clusters: u64,
     /// Shots `finish` answered from the last complete settle, no defect having come since
@@ -205,6 +209,8 @@ pub struct MatchingDecoder {
     heap: BinaryHeap<Reverse<u64>>,
     wide_heap: BinaryHeap<Reverse<u128>>,
     ball_nodes: Vec<u32>,
+    /// A complete ball just searched, before the graph's cache keeps it.
+    complete: Vec<BallNode>,
     // Visits of every ball of the shot, listed per node.
     head: Vec<u32>,
     visited: Vec<u32>,
@@ -279,6 +285,7 @@ impl MatchingDecoder {
             heap: BinaryHeap::new(),
             wide_heap: BinaryHeap::new(),
             ball_nodes: Vec::new(),
+            complete: Vec::new(),
             head: vec![NONE; n],
             visited: Vec::new(),
             visits: Vec::new(),
@@ -531,50 +538,55 @@ impl MatchingDecoder {
         let old = self.radius[index as usize];
         self.radius[index as usize] = new_radius;
         self.dirty[index as usize] = true;
-        self.ball = self.ball.wrapping_add(1);
-        if self.ball == 0 {
-            self.stamp.fill(0);
-            self.settled.fill(0);
-            self.offer_stamp.fill(0);
-            self.ball = 1;
-        }
+        self.next_ball();
         if self.offer_stamp.len() < self.defects.len() {
             self.offer_stamp.resize(self.defects.len(), 0);
             self.offer_slot.resize(self.defects.len(), 0);
         }
         self.ball_nodes.clear();
-        if new_radius < 1 << 32 {
-            let mut heap = std::mem::take(&mut self.heap);
-            self.dijkstra(&g, &mut heap, source, new_radius, old, first);
-            self.heap = heap;
-        } else {
-            let mut heap = std::mem::take(&mut self.wide_heap);
-            self.dijkstra(&g, &mut heap, source, new_radius, old, first);
-            self.wide_heap = heap;
+        // A regrown ball within the boundary distance (every one, the widening keeps to it)
+        // is a prefix of the detector's complete ball, read rather than searched once known.
+        let c = g.boundary_distance(source).0;
+        if first || c == UNREACHABLE || new_radius > c || !self.read_complete_ball(&g, source, c, new_radius, old) {
+            self.search(&g, source, new_radius, old, first);
         }
         let ball = self.ball;
 
         // Candidates with the other balls: at a node both hold, and across an edge leaving
         // this ball (one into it is never shorter than the node candidate at its head, which
         // whichever ball came second offers: `d(v) <= d(u) + w(u, v)` within the ball).
-        for k in 0..self.ball_nodes.len() {
-            let u = self.ball_nodes[k];
-            let (du, ou) = (self.dist[u as usize], self.obs[u as usize]);
-            let mut at = self.head[u as usize];
-            while at != NONE {
-                let v = self.visits[at as usize];
-                self.offer(v.defect, index, du + v.dist, ou ^ v.obs);
-                at = v.next;
-            }
-            for a in g.arcs(u) {
-                if self.settled[a.to as usize] == ball {
-                    continue;
+        // Walked from the smaller side: the new nodes and their arcs, or the nodes other
+        // balls visited and theirs (arcs come in both directions, and a pair keeps its best
+        // candidate whatever the order they are offered in).
+        let new = |me: &Self, u: usize| me.settled[u] == ball && (first || me.dist[u] > old);
+        if self.visited.len() < self.ball_nodes.len() {
+            for k in 0..self.visited.len() {
+                let x = self.visited[k] as usize;
+                if new(self, x) {
+                    self.offer_visits(x, index, self.dist[x], self.obs[x]);
+                } else if self.settled[x] != ball {
+                    for a in g.arcs(x as u32) {
+                        let u = a.to as usize;
+                        if new(self, u) {
+                            self.offer_visits(
+                                x,
+                                index,
+                                self.dist[u] + u64::from(a.weight),
+                                self.obs[u] ^ a.observables,
+                            );
+                        }
+                    }
                 }
-                let mut at = self.head[a.to as usize];
-                while at != NONE {
-                    let v = self.visits[at as usize];
-                    self.offer(v.defect, index, du + u64::from(a.weight) + v.dist, ou ^ a.observables ^ v.obs);
-                    at = v.next;
+            }
+        } else {
+            for k in 0..self.ball_nodes.len() {
+                let u = self.ball_nodes[k];
+                let (du, ou) = (self.dist[u as usize], self.obs[u as usize]);
+                self.offer_visits(u as usize, index, du, ou);
+                for a in g.arcs(u) {
+                    if self.settled[a.to as usize] != ball {
+                        self.offer_visits(a.to as usize, index, du + u64::from(a.weight), ou ^ a.observables);
+                    }
                 }
             }
         }
@@ -588,6 +600,91 @@ impl MatchingDecoder {
             self.head[u] = self.visits.len() as u32;
             self.visits.push(Visit { defect: index, dist: self.dist[u], obs: self.obs[u], next });
         }
+    }
+
+    /// Offers the growing ball `index` a candidate with every other ball that visited `node`,
+    /// `dist` and `obs` being the path from `index`'s defect to `node`.
+    #[inline(always)]
+    fn offer_visits(&mut self, node: usize, index: u32, dist: u64, obs: u64) {
+        let mut at = self.head[node];
+        while at != NONE {
+            let v = self.visits[at as usize];
+            self.offer(v.defect, index, dist + v.dist, obs ^ v.obs);
+            at = v.next;
+        }
+    }
+
+    /// A fresh stamp for the next ball's scratch.
+    fn next_ball(&mut self) {
+        self.ball = self.ball.wrapping_add(1);
+        if self.ball == 0 {
+            self.stamp.fill(0);
+            self.settled.fill(0);
+            self.offer_stamp.fill(0);
+            self.ball = 1;
+        }
+    }
+
+    /// Dijkstra from `source` to `radius` into the ball's scratch, with the heap its
+    /// distances fit.
+    fn search(&mut self, g: &SparseGraph, source: u32, radius: u64, old: u64, first: bool) {
+        if radius < 1 << 32 {
+            let mut heap = std::mem::take(&mut self.heap);
+            self.dijkstra(g, &mut heap, source, radius, old, first);
+            self.heap = heap;
+        } else {
+            let mut heap = std::mem::take(&mut self.wide_heap);
+            self.dijkstra(g, &mut heap, source, radius, old, first);
+            self.wide_heap = heap;
+        }
+    }
+
+    /// Reads `source`'s ball of radius `radius <= c` (its boundary distance) from its
+    /// complete ball into the scratch, the nodes beyond `old` listed as new; the complete
+    /// ball is searched first when the graph's cache lacks it and has room and `radius` is
+    /// at least half of `c`. False (nothing read) otherwise.
+    fn read_complete_ball(&mut self, g: &SparseGraph, source: u32, c: u64, radius: u64, old: u64) -> bool {
+        let mut fresh = std::mem::take(&mut self.complete);
+        let nodes = match g.balls().get(source) {
+            Some(nodes) => nodes,
+            // Searching the complete ball costs more than this one: done only for a ball at
+            // least half as wide, which most regrown balls are (a defect at the boundary
+            // asks for all of it).
+            None if g.balls().is_full() || radius.saturating_mul(2) < c => {
+                self.complete = fresh;
+                return false;
+            }
+            None => {
+                self.search(g, source, c, 0, true);
+                fresh.clear();
+                fresh.extend(self.ball_nodes.iter().map(|&u| BallNode {
+                    dist: self.dist[u as usize],
+                    obs: self.obs[u as usize],
+                    node: u,
+                }));
+                self.ball_nodes.clear();
+                self.next_ball();
+                // Not kept (the cache filled meanwhile): read from the search just made.
+                g.balls().insert(source, &fresh).unwrap_or(&fresh)
+            }
+        };
+        self.counters.balls_read += 1;
+        let ball = self.ball;
+        for n in nodes {
+            if n.dist > radius {
+                break;
+            }
+            let u = n.node as usize;
+            self.settled[u] = ball;
+            self.stamp[u] = ball;
+            self.dist[u] = n.dist;
+            self.obs[u] = n.obs;
+            if n.dist > old {
+                self.ball_nodes.push(n.node);
+            }
+        }
+        self.complete = fresh;
+        true
     }
 
     /// Records a candidate of the pair `(x, y)`; pairs never better than both defects going
@@ -837,7 +934,10 @@ impl MatchingDecoder {
                 continue;
             }
             // `i64::MAX`: an unmatchable cluster, whose balls cover the graph next.
-            let wanted = if y2 == i64::MAX { UNREACHABLE } else { (y2 as u64).div_ceil(2).max(2 * r).max(1) };
+            // Never beyond the boundary distance: a dual never exceeds it, so a ball that wide
+            // is never regrown (and is a prefix of the complete ball).
+            let c = self.graph.boundary_distance(self.defects[i]).0;
+            let wanted = if y2 == i64::MAX { UNREACHABLE } else { (y2 as u64).div_ceil(2).max(2 * r).max(1).min(c) };
             self.counters.regrown_balls += 1;
             self.grow_ball(i as u32, wanted, false);
             widened += 1;
@@ -1129,6 +1229,95 @@ mod tests {
             }
         }
         assert!(checked > 2000);
+    }
+
+    /// A grid of equal weights (many shortest paths of equal length, with different
+    /// observables) with boundary edges on its left and right columns.
+    fn uniform_dem(w: usize, h: usize) -> String {
+        let mut s = String::new();
+        for i in 0..w * h {
+            let (r, c) = (i / w, i % w);
+            let obs = |k: usize| if k.is_multiple_of(3) { " L0" } else { "" };
+            if c + 1 < w {
+                s += &format!("error(0.1) D{} D{}{}\n", i, i + 1, obs(i));
+            }
+            if r + 1 < h {
+                s += &format!("error(0.1) D{} D{}{}\n", i, i + w, obs(i + 1));
+            }
+            if c == 0 || c + 1 == w {
+                s += &format!("error(0.1) D{i}{}\n", obs(i + 2));
+            }
+        }
+        s
+    }
+
+    /// A complete ball's prefix to any radius is the ball the search grows to that radius:
+    /// the same nodes in the same order, with the same distances and observables.
+    #[test]
+    fn complete_ball_prefixes_are_the_searched_balls() {
+        let mut compared = 0;
+        for (seed, text) in (1..12u64)
+            .map(|s| (s, random_dem(s, 3 + s as usize % 5, 2 + s as usize % 4, 1 + s as usize % 3)))
+            .chain([(0, uniform_dem(7, 6)), (0, uniform_dem(3, 9))])
+        {
+            let g = crate::sparse_graph_from_dem_text(&text).unwrap();
+            let mut d = MatchingDecoder::new(Arc::clone(&g));
+            for v in 0..g.num_detectors() as u32 {
+                let c = g.boundary_distance(v).0;
+                if c == UNREACHABLE {
+                    continue;
+                }
+                d.next_ball();
+                d.ball_nodes.clear();
+                assert!(d.read_complete_ball(&g, v, c, c, 0));
+                let complete = g.balls().get(v).expect("kept").to_vec();
+                assert_eq!(complete[0], BallNode { dist: 0, obs: 0, node: v });
+                for radius in [0, c / 3, c / 2, c - 1, c] {
+                    d.next_ball();
+                    d.ball_nodes.clear();
+                    d.search(&g, v, radius, 0, true);
+                    let searched: Vec<BallNode> = d
+                        .ball_nodes
+                        .iter()
+                        .map(|&u| BallNode { dist: d.dist[u as usize], obs: d.obs[u as usize], node: u })
+                        .collect();
+                    let prefix: Vec<BallNode> = complete.iter().copied().take_while(|n| n.dist <= radius).collect();
+                    assert_eq!(searched, prefix, "seed {seed} detector {v} radius {radius}\n{text}");
+                    compared += 1;
+                }
+            }
+        }
+        assert!(compared > 500, "{compared}");
+    }
+
+    /// The balls' cache changes no answer: decoders of a graph without it and of one with it
+    /// (shared by both decoders, whole and streamed) give the same results shot for shot.
+    #[test]
+    fn decodes_the_same_with_and_without_complete_balls() {
+        let mut read = 0;
+        for seed in 1..30u64 {
+            let (graph, n) = stream_case_graph(seed);
+            let plain = Arc::new((*graph).clone().with_ball_cache_bytes(0));
+            let (mut a, mut b, mut s) =
+                (MatchingDecoder::new(plain), MatchingDecoder::new(Arc::clone(&graph)), MatchingDecoder::new(graph));
+            let mut x = seed;
+            for shot in 0..30 {
+                let defects = stream_case_shot(&mut x, n);
+                let want = a.decode_defects(&defects);
+                assert_eq!(b.decode_defects(&defects), want, "seed {seed} shot {shot}");
+                s.begin_shot();
+                for (i, &det) in defects.iter().enumerate() {
+                    s.add_defect(det);
+                    if i % 3 == 2 {
+                        s.settle();
+                    }
+                }
+                assert_eq!(s.finish().weight_units, want.weight_units, "seed {seed} shot {shot}, streamed");
+            }
+            assert_eq!(a.counters().balls_read, 0);
+            read += b.counters().balls_read + s.counters().balls_read;
+        }
+        assert!(read > 100, "{read}");
     }
 
     /// The streaming tests' graph for `seed` (a random DEM of 12 to 56 detectors) and its

@@ -8,6 +8,7 @@
 //! - [`graph`]: the matching graph as PyMatching builds it (merged edges, observables), and
 //!   the all-pairs tables the GPU stage copies for small codes;
 //! - [`sparse`]: the decoding graph in PyMatching's integer weights, linear in the DEM;
+//! - [`balls`]: the complete balls the decoder regrows, kept with the graph (bounded);
 //! - [`matching`]: the dense exact blossom matcher a cluster of defects is solved with;
 //! - [`decoder`]: the exact decoder, whole shots or streamed defect by defect.
 //!
@@ -31,6 +32,7 @@
 //! assert_eq!((s.observables, s.defects), (0, 2)); // D0 and D1 matched to each other
 //! ```
 
+pub mod balls;
 pub mod decoder;
 pub mod graph;
 pub mod matching;

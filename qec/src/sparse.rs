@@ -23,6 +23,7 @@
 
 use thiserror::Error;
 
+use crate::balls::{BallCache, BALL_CACHE_BYTES};
 use crate::graph::{MatchingGraph, BOUNDARY};
 
 /// "No path".
@@ -79,6 +80,8 @@ pub struct SparseGraph {
     negative_detectors: Vec<u32>,
     negative_observables: u64,
     negative_units: i64,
+    /// The decoders' complete balls, filled as they regrow them.
+    balls: BallCache,
 }
 
 impl SparseGraph {
@@ -167,6 +170,7 @@ impl SparseGraph {
             negative_detectors,
             negative_observables,
             negative_units,
+            balls: BallCache::new(n, BALL_CACHE_BYTES),
         })
     }
 
@@ -248,7 +252,20 @@ impl SparseGraph {
         (self.boundary_dist[v as usize], self.boundary_obs[v as usize])
     }
 
-    /// Bytes the graph holds.
+    /// The graph with its balls' cache bounded to `bytes` instead of [`BALL_CACHE_BYTES`]
+    /// (0: no cache, every ball searched), emptied.
+    pub fn with_ball_cache_bytes(mut self, bytes: usize) -> Self {
+        self.balls = BallCache::new(self.num_detectors, bytes);
+        self
+    }
+
+    /// The complete balls the decoders of this graph have regrown ([`crate::balls`]),
+    /// shared by them and bounded by [`BALL_CACHE_BYTES`].
+    pub fn balls(&self) -> &BallCache {
+        &self.balls
+    }
+
+    /// Bytes the graph holds (the balls' cache aside: [`BallCache::memory_bytes`]).
     pub fn memory_bytes(&self) -> usize {
         self.start.len() * 4 + self.arcs.len() * std::mem::size_of::<Arc>() + self.boundary_dist.len() * 16
     }
