@@ -92,6 +92,9 @@ impl StageSpec {
             StageSpec::Echo => Ok(Box::new(Echo)),
             StageSpec::QecDecoder { dem, rounds_per_message, max_defects, decoders, settle } => {
                 let graph = crate::qec::sparse_graph_from_file(dem).map_err(|e| e.to_string())?;
+                // The complete balls the decoders regrow, searched now rather than by the
+                // first shots that need them.
+                rocelink_qec::MatchingDecoder::new(std::sync::Arc::clone(&graph)).fill_complete_balls();
                 let config = crate::qec::SessionConfig {
                     decoders: *decoders as usize,
                     rounds_per_message: *rounds_per_message,

@@ -65,6 +65,11 @@ impl BallCache {
         self.used.load(Ordering::Relaxed) >= self.limit
     }
 
+    /// True when at least half the bound is taken.
+    pub fn is_half_full(&self) -> bool {
+        self.used.load(Ordering::Relaxed) >= self.limit / 2
+    }
+
     /// Keeps `ball` as detector `v`'s complete ball when it fits the bound and none is kept
     /// yet; the ball kept for `v` afterwards, if any (another thread's, equal to this one).
     /// A ball that does not fit leaves the cache full: nothing more is kept.
@@ -130,10 +135,11 @@ mod tests {
     fn keeps_the_first_ball_within_the_bound() {
         let size = std::mem::size_of::<BallNode>();
         let c = BallCache::new(4, 5 * size);
-        assert!(c.get(0).is_none() && c.is_empty());
+        assert!(c.get(0).is_none() && c.is_empty() && !c.is_half_full());
         assert_eq!(c.insert(0, &ball(3)).map(<[_]>::len), Some(3));
         // The first kept stays.
         assert_eq!(c.insert(0, &ball(1)).map(<[_]>::len), Some(3));
+        assert!(c.is_half_full());
         assert_eq!(c.insert(2, &ball(1)).map(<[_]>::len), Some(1));
         assert!(!c.is_full());
         // Beyond the bound: not kept, and nothing more is.
