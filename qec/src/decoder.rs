@@ -110,8 +110,8 @@ pub struct DecoderCounters {
     pub regrown_balls: u64,
     /// Solving rounds beyond the first.
     pub extra_rounds: u64,
-    /// Regrown balls read from the graph's complete balls ([`crate::balls`]) instead of
-    /// searched.
+    /// Regrown balls read from their detector's complete ball ([`crate::balls`]) instead of
+    /// searched (including those whose complete ball was searched then, the first time).
     pub balls_read: u64,
     /// Clusters whose last solution was reused (streaming: solved in an earlier round).
     pub reused_clusters: u64,
