@@ -24,8 +24,9 @@
 //!    (blossom duals only add to reduced costs, and no blossom spans two clusters). A pair never found has
 //!    `d(a, b) > rho_a + rho_b`, so `y_a <= rho_a` for every defect proves them all; a found
 //!    pair that was left out (`d >= c_a + c_b`) is checked directly. A defect with
-//!    `y_a > rho_a` grows its ball (to `max(y_a, 2 rho_a)`) and a failed pair is put in,
-//!    then the clusters are solved again. Each round adds pairs or grows balls, and with
+//!    `y_a > rho_a` grows its ball (to `max(y_a, 2 rho_a)`, at most `c_a`, which no dual
+//!    exceeds: a prefix of the detector's complete ball, [`crate::balls`]) and a failed pair
+//!    is put in, then the clusters are solved again. Each round adds pairs or grows balls, and with
 //!    every ball grown to the whole graph nothing is left out, so the loop ends. At low
 //!    noise most defects sit in tight pairs and stay at one edge; only what needs a wider
 //!    search gets one.
