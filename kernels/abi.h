@@ -452,14 +452,14 @@ struct rl_qec_header {
 
 /* A block's scratch, for a shot of more than K defects: the defects, their clusters and
  * duals, and the exact matchers of its clusters of three defects or more
- * (kernels/stages/blossom.cuh) on their doubled graphs (2 c vertices for c defects; up to
- * `scratch_edges` edges in all). The host sizes
- * scratch_stride as RL_QEC_SCRATCH_DEFECT_BYTES * n + RL_PM_VERTEX_BYTES * 2n +
+ * (kernels/stages/blossom.cuh: c vertices for c defects, the boundary a cost per vertex; up
+ * to `scratch_edges` edges in all). The host sizes
+ * scratch_stride as RL_QEC_SCRATCH_DEFECT_BYTES * n + RL_PM_VERTEX_BYTES * n +
  * RL_PM_EDGE_BYTES * scratch_edges + RL_PM_SLACK_BYTES, rounded up to 128; the stage checks
  * the matcher's own count (rl_pm_bytes) against it and, where it does not fit, answers such
  * a shot OVERFLOW rather than write past it. */
-#define RL_QEC_SCRATCH_DEFECT_BYTES 76
-#define RL_PM_VERTEX_BYTES 238
+#define RL_QEC_SCRATCH_DEFECT_BYTES 68
+#define RL_PM_VERTEX_BYTES 246
 #define RL_PM_EDGE_BYTES 40
 #define RL_PM_SLACK_BYTES 1024
 

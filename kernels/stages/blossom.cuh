@@ -1,8 +1,10 @@
 /*
- * kernels/stages/blossom.cuh — exact minimum-weight perfect matching on one GPU warp: the
- * device twin of qec/src/matching.rs (`PerfectMatching`), so that both pick the same
- * matching on the same edge list (ties included). The QEC stage uses it for a cluster of
- * three defects or more that enumeration does not settle (qec.cuh rl_qec_solve_cluster).
+ * kernels/stages/blossom.cuh — exact minimum-weight matching with a boundary on one GPU warp:
+ * the device twin of qec/src/matching.rs (`PerfectMatching::solve_with_boundary`), so that
+ * both pick the same matching on the same edge list and boundary costs (ties included). The
+ * QEC stage uses it for a cluster of three defects or more that enumeration does not settle
+ * (qec.cuh rl_qec_solve_cluster): the cluster's defects are the vertices, each with its
+ * boundary distance, and any number of them may go to the boundary.
  *
  * Read it beside matching.rs: every function here has the name of the method it mirrors
  * (rl_pm_<method>), and the Rust's Vec buffers are fixed arrays in a scratch area of shared
@@ -22,7 +24,8 @@
  *
  * Contract: vertices 0..n, the caller has written the edges into ends[2e], ends[2e+1] and
  * wt[e] = 2 * weight (weights in 0..2^40, u != v, both < n, no two edges on one pair), e < m,
- * and the struct, with n and m, at the head of the scratch area (rl_pm_place); then all 32
+ * each vertex's boundary cost into cap[v] = 2 * cost (RL_PM_NO_CAP: none), and the struct,
+ * with n and m, at the head of the scratch area (rl_pm_place); then all 32
  * lanes of a warp call rl_pm_solve with that one struct. Integer arithmetic only; no
  * recursion; no allocation.
  *
@@ -42,6 +45,9 @@
 #define RL_PM_S 1u
 #define RL_PM_T 2u
 #define RL_PM_I64_MAX 0x7FFFFFFFFFFFFFFFll
+/* mate[v] of a vertex matched to the boundary (matching.rs BOUNDARY); cap[v] without one */
+#define RL_PM_BOUNDARY 0xFFFFFFFEu
+#define RL_PM_NO_CAP RL_PM_I64_MAX
 
 /* rl_pm_stage's outcomes (matching.rs Stage) */
 #define RL_PM_PERFECT 0
@@ -56,6 +62,7 @@ struct rl_pm {
     uint32_t n, m;             /* vertices, undirected edges */
     uint32_t *ends;            /* [2 emax] */
     long long *wt;             /* [emax] doubled weights */
+    long long *cap;            /* [nmax] doubled boundary costs */
     uint32_t *adj_start;       /* [nmax + 1] */
     uint32_t *adj;             /* [2 emax] */
     long long *y;              /* [nmax] */
@@ -106,6 +113,7 @@ __host__ __device__ __forceinline__ unsigned long long rl_pm_carve(struct rl_pm 
     } while (0)
     RL_PM_TAKE(p->ends, uint32_t, 2 * e);
     RL_PM_TAKE(p->wt, long long, e);
+    RL_PM_TAKE(p->cap, long long, v);
     RL_PM_TAKE(p->adj_start, uint32_t, v + 1);
     RL_PM_TAKE(p->adj, uint32_t, 2 * e);
     RL_PM_TAKE(p->y, long long, v);
@@ -219,7 +227,8 @@ __device__ __forceinline__ uint32_t rl_pm_wmin32(uint32_t v) {
 __device__ __forceinline__ uint32_t rl_pm_below(uint32_t lane) { return (1u << lane) - 1u; }
 
 /** setup (warp): the adjacency from the edges already in ends/wt, each vertex's edges in the
- * order of their directed ids as the Rust's push order gives; false when a vertex has none. */
+ * order of their directed ids as the Rust's push order gives; false when a vertex has none
+ * and no boundary. */
 __device__ __noinline__ bool rl_pm_setup(struct rl_pm *__restrict__ p, uint32_t lane) {
     const uint32_t n = p->n, nb = 2u * n, m2 = 2u * p->m;
     for (uint32_t v = lane; v <= n; v += 32u) p->adj_start[v] = 0;
@@ -232,7 +241,7 @@ __device__ __noinline__ bool rl_pm_setup(struct rl_pm *__restrict__ p, uint32_t 
     for (uint32_t v0 = 0; v0 < n; v0 += 32u) {
         const uint32_t v = v0 + lane;
         const uint32_t c = v < n ? p->adj_start[v + 1u] : 0u;
-        empty |= __any_sync(RL_PM_WARP, v < n && c == 0u);
+        empty |= __any_sync(RL_PM_WARP, v < n && c == 0u && p->cap[v] == RL_PM_NO_CAP);
         uint32_t sum = c;
 #pragma unroll
         for (uint32_t o = 1; o < 32u; o <<= 1) {
@@ -301,7 +310,8 @@ __device__ __noinline__ void rl_pm_init_duals(struct rl_pm *__restrict__ p, uint
             const long long h = p->wt[p->adj[i] >> 1] / 2;
             m = h < m ? h : m;
         }
-        p->y[v] = m & ~1ll;
+        const long long cv = p->cap[v];
+        p->y[v] = (cv < m ? cv : m) & ~1ll;
     }
     __syncwarp();
     for (uint32_t v = 0; v < n; v++) {
@@ -314,6 +324,8 @@ __device__ __noinline__ void rl_pm_init_duals(struct rl_pm *__restrict__ p, uint
             m = r < m ? r : m;
         }
         m = rl_pm_wmin(m);
+        const long long cv = p->cap[v];
+        m = cv < m ? cv : m;
         /* the first edge, in adjacency order, to a free vertex that is tight once y[v] = m */
         uint32_t found = RL_PM_NONE;
         for (uint32_t j0 = i0; j0 < i1 && found == RL_PM_NONE; j0 += 32u) {
@@ -332,6 +344,8 @@ __device__ __noinline__ void rl_pm_init_duals(struct rl_pm *__restrict__ p, uint
                 const uint32_t d = p->adj[found];
                 p->mate[v] = d;
                 p->mate[rl_pm_head(p, d)] = d ^ 1u;
+            } else if (m == cv) {
+                p->mate[v] = RL_PM_BOUNDARY;
             }
         }
         __syncwarp();
@@ -346,12 +360,25 @@ __device__ __forceinline__ void rl_pm_label_s(struct rl_pm *__restrict__ p, uint
     rl_pm_push_leaves(p, b, p->queue, &p->nqueue);
 }
 
-__device__ __forceinline__ void rl_pm_label_t(struct rl_pm *__restrict__ p, uint32_t b, uint32_t d) {
+__device__ __noinline__ void rl_pm_augment_blossom(struct rl_pm *__restrict__ p, uint32_t b0, uint32_t v0);
+__device__ __noinline__ void rl_pm_augment_path(struct rl_pm *__restrict__ p, uint32_t s, uint32_t e);
+
+/** label_t: T through d, its partner S; or, when its base is at the boundary, the augmenting
+ * path through it flipped (true). */
+__device__ __forceinline__ bool rl_pm_label_t(struct rl_pm *__restrict__ p, uint32_t b, uint32_t d) {
+    const uint32_t md = p->mate[p->base[b]];
+    if (md == RL_PM_BOUNDARY) {
+        const uint32_t w = rl_pm_head(p, d);
+        rl_pm_augment_path(p, rl_pm_tail(p, d), d);
+        if (b >= p->n) rl_pm_augment_blossom(p, b, w);
+        p->mate[w] = d ^ 1u;
+        return true;
+    }
     p->label[b] = RL_PM_T;
     p->label_dir[b] = d;
-    const uint32_t md = p->mate[p->base[b]];
     const uint32_t partner = p->top[rl_pm_head(p, md)];
     rl_pm_label_s(p, partner, md);
+    return false;
 }
 
 __device__ __forceinline__ uint32_t rl_pm_s_parent(const struct rl_pm *__restrict__ p, uint32_t b) {
@@ -604,25 +631,28 @@ __device__ __noinline__ void rl_pm_augment_blossom(struct rl_pm *__restrict__ p,
     }
 }
 
-__device__ __noinline__ void rl_pm_augment(struct rl_pm *__restrict__ p, uint32_t d) {
-    for (int side = 0; side < 2; side++) {
-        uint32_t s = side == 0 ? rl_pm_tail(p, d) : rl_pm_head(p, d);
-        uint32_t e = side == 0 ? d : d ^ 1u;
-        for (;;) {
-            const uint32_t bs = p->top[s];
-            if (bs >= p->n) rl_pm_augment_blossom(p, bs, s);
-            p->mate[s] = e;
-            const uint32_t ld = p->label_dir[bs];
-            if (ld == RL_PM_NONE) break;
-            const uint32_t bt = p->top[rl_pm_tail(p, ld)];
-            const uint32_t ld2 = p->label_dir[bt];
-            const uint32_t t2 = rl_pm_head(p, ld2);
-            if (bt >= p->n) rl_pm_augment_blossom(p, bt, t2);
-            p->mate[t2] = ld2 ^ 1u;
-            s = rl_pm_tail(p, ld2);
-            e = ld2;
-        }
+/** augment_path: flips the path from S vertex s up to its root, s taking e (an edge from s,
+ * or RL_PM_BOUNDARY). */
+__device__ __noinline__ void rl_pm_augment_path(struct rl_pm *__restrict__ p, uint32_t s, uint32_t e) {
+    for (;;) {
+        const uint32_t bs = p->top[s];
+        if (bs >= p->n) rl_pm_augment_blossom(p, bs, s);
+        p->mate[s] = e;
+        const uint32_t ld = p->label_dir[bs];
+        if (ld == RL_PM_NONE) break;
+        const uint32_t bt = p->top[rl_pm_tail(p, ld)];
+        const uint32_t ld2 = p->label_dir[bt];
+        const uint32_t t2 = rl_pm_head(p, ld2);
+        if (bt >= p->n) rl_pm_augment_blossom(p, bt, t2);
+        p->mate[t2] = ld2 ^ 1u;
+        s = rl_pm_tail(p, ld2);
+        e = ld2;
     }
+}
+
+__device__ __noinline__ void rl_pm_augment(struct rl_pm *__restrict__ p, uint32_t d) {
+    rl_pm_augment_path(p, rl_pm_tail(p, d), d);
+    rl_pm_augment_path(p, rl_pm_head(p, d), d ^ 1u);
 }
 
 /** tight_ss: shrink if both ends are in one tree, else augment (true). */
@@ -706,7 +736,7 @@ __device__ __noinline__ bool rl_pm_scan(struct rl_pm *__restrict__ p, uint32_t v
                 } else {
                     const uint32_t cur = p->best_to_s[we];
                     if (cur == RL_PM_NONE || 0 < rl_pm_slack(p, cur)) p->best_to_s[we] = de;
-                    rl_pm_label_t(p, bw, de);
+                    aug = rl_pm_label_t(p, bw, de);
                 }
             }
         }
@@ -719,19 +749,32 @@ __device__ __noinline__ bool rl_pm_scan(struct rl_pm *__restrict__ p, uint32_t v
 }
 
 /** delta_step (warp): 1 augmented, 0 not, -1 no step is bounded. The Rust's scan order (the
- * vertices, then the blossoms) is each candidate's rank, so the least (delta, rank) over the
- * lanes is the one it picks; the duals move side by side; lane 0 takes the step. */
+ * vertices' boundary edges, the vertices, then the blossoms) is each candidate's rank, so the
+ * least (delta, rank) over the lanes is the one it picks; the duals move side by side; lane 0
+ * takes the step. */
 __device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p, uint32_t lane) {
     const uint32_t n = p->n, nb = 2u * n;
     long long delta = RL_PM_I64_MAX;
     uint32_t rank = RL_PM_NONE, kind = 0, arg = RL_PM_NONE;
+    for (uint32_t v = lane; v < n; v += 32u) {
+        const long long cv = p->cap[v];
+        if (cv != RL_PM_NO_CAP && p->label[p->top[v]] == RL_PM_S) {
+            const long long s = cv - p->y[v];
+            if (s < delta) {
+                delta = s;
+                rank = v;
+                kind = 1;
+                arg = v;
+            }
+        }
+    }
     for (uint32_t v = lane; v < n; v += 32u) {
         const uint32_t d = p->best_to_s[v];
         if (d != RL_PM_NONE && p->label[p->top[v]] == RL_PM_FREE) {
             const long long s = rl_pm_slack(p, d);
             if (s < delta) {
                 delta = s;
-                rank = v;
+                rank = n + v;
                 kind = 2;
                 arg = d;
             }
@@ -745,7 +788,7 @@ __device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p, uint3
                 const long long s = rl_pm_slack(p, d);
                 if (s / 2 < delta) {
                     delta = s / 2;
-                    rank = n + b;
+                    rank = 2u * n + b;
                     kind = 3;
                     arg = d;
                 }
@@ -754,7 +797,7 @@ __device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p, uint3
             const long long h = p->z[b] / 2;
             if (h < delta) {
                 delta = h;
-                rank = n + b;
+                rank = 2u * n + b;
                 kind = 4;
                 arg = b;
             }
@@ -786,8 +829,11 @@ __device__ __noinline__ int rl_pm_delta_step(struct rl_pm *__restrict__ p, uint3
     __syncwarp();
     int r = 0;
     if (lane == 0) {
-        if (kind == 2) {
-            rl_pm_label_t(p, p->top[rl_pm_head(p, arg)], arg);
+        if (kind == 1) {
+            rl_pm_augment_path(p, arg, RL_PM_BOUNDARY);
+            r = 1;
+        } else if (kind == 2) {
+            r = rl_pm_label_t(p, p->top[rl_pm_head(p, arg)], arg) ? 1 : 0;
         } else if (kind == 3) {
             r = rl_pm_tight_ss(p, arg) ? 1 : 0;
         } else {
@@ -843,13 +889,13 @@ __device__ __noinline__ int rl_pm_stage(struct rl_pm *__restrict__ p, uint32_t l
     }
 }
 
-/** solve (warp: all 32 lanes call it, each with the same arrays): false when the graph has
- * no perfect matching; else mate[v] holds the directed edge from v to its partner
- * (rl_pm_head(p, mate[v]) is the partner). The total is the caller's to sum (matching.rs
- * solve sums wt/2 over the matched edges). */
+/** solve (warp: all 32 lanes call it, each with the same arrays): false when no matching
+ * covers every vertex; else mate[v] holds the directed edge from v to its partner
+ * (rl_pm_head(p, mate[v]) is the partner) or RL_PM_BOUNDARY. The total is the caller's to
+ * sum (matching.rs sums wt/2 over the matched edges and cap/2 over the boundary's). */
 __device__ __noinline__ bool rl_pm_solve(struct rl_pm *__restrict__ p, uint32_t lane) {
     if (p->n == 0) return true;
-    if (p->n % 2u == 1u || !rl_pm_setup(p, lane)) return false;
+    if (!rl_pm_setup(p, lane)) return false;
     rl_pm_init_duals(p, lane);
     for (;;) {
         const int st = rl_pm_stage(p, lane);

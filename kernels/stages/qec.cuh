@@ -542,12 +542,12 @@ __device__ __forceinline__ uint32_t rl_qec_src32(const uint8_t *src, uint32_t nb
  * The cache (lane 0 of warp 0)
  * ------------------------------------------------------------------------------------- */
 
-/** The scratch's defect arrays (abi.h RL_QEC_SCRATCH_DEFECT_BYTES per detector: three of
+/** The scratch's defect arrays (abi.h RL_QEC_SCRATCH_DEFECT_BYTES per detector: two of
  * 64-bit entries, thirteen of 32-bit ones, cstart one longer), then the matchers' work
  * space (16-byte aligned). Indexed by defect (its index in the shot), by root (the lowest
  * defect of a cluster) or by cluster (its place in the list). */
 struct rl_qec_scr {
-    long long *y0, *y1;       /* [n] per defect: its two copies' doubled duals (exact.rs duals) */
+    long long *y;             /* [n] per defect: its doubled LP dual (exact.rs duals) */
     unsigned long long *cost; /* [n] per root: its cluster's matching weight */
     uint32_t *def;            /* [n] per defect: its detector, increasing */
     uint32_t *bnd;            /* [n] per defect: its boundary distance */
@@ -561,7 +561,7 @@ struct rl_qec_scr {
     uint32_t *stat;           /* [n] per root: RL_QEC_ST_* */
     uint32_t *at;             /* [n] per cluster: its matcher's place / 16, or RL_QEC_AT_* */
     uint32_t *owner;          /* [n] per cluster: the warp that runs its matcher */
-    uint32_t *edges;          /* [n] per cluster: its doubled graph's edges (all ones: over the cap) */
+    uint32_t *edges;          /* [n] per cluster: its matcher's edges, the linked pairs (all ones: over the cap) */
     uint8_t *pm;              /* the matchers' work space (rl_pm_carve) */
     uint32_t *pd;             /* the pairs' distances by defect, rows below pdn (rl_qec_pair); 0: none */
     uint32_t pdn;             /* rows pd holds: RL_QEC_PD_CAP with pd, else 0 */
@@ -570,15 +570,14 @@ struct rl_qec_scr {
 /** Bytes of the defect arrays for `cap` defects (abi.h RL_QEC_SCRATCH_DEFECT_BYTES per
  * defect, and cstart's extra entry), rounded up to 16. */
 __host__ __device__ __forceinline__ unsigned long long rl_qec_lists_bytes(uint32_t cap) {
-    return (24ull * cap + 4ull * (13ull * cap + 1ull) + 15ull) & ~15ull;
+    return (16ull * cap + 4ull * (13ull * cap + 1ull) + 15ull) & ~15ull;
 }
-static_assert(24u + 4u * 13u == RL_QEC_SCRATCH_DEFECT_BYTES, "abi.h RL_QEC_SCRATCH_DEFECT_BYTES: the scratch's defect arrays");
+static_assert(16u + 4u * 13u == RL_QEC_SCRATCH_DEFECT_BYTES, "abi.h RL_QEC_SCRATCH_DEFECT_BYTES: the scratch's defect arrays");
 
 __device__ __forceinline__ struct rl_qec_scr rl_qec_scr_of(uint8_t *at, uint32_t cap) {
     struct rl_qec_scr r;
-    r.y0 = (long long *)at;
-    r.y1 = r.y0 + cap;
-    r.cost = (unsigned long long *)(r.y1 + cap);
+    r.y = (long long *)at;
+    r.cost = (unsigned long long *)(r.y + cap);
     r.def = (uint32_t *)(r.cost + cap);
     r.bnd = r.def + cap;
     r.uf = r.bnd + cap;
@@ -600,13 +599,13 @@ __device__ __forceinline__ struct rl_qec_scr rl_qec_scr_of(uint8_t *at, uint32_t
 
 /* The host's scratch_stride (qec_state.rs) counts a matcher's arrays at RL_PM_VERTEX_BYTES a
  * vertex and RL_PM_EDGE_BYTES an edge, and the slack for the rest: the solver's struct at the
- * area's head and up to 15 bytes of alignment after each of its 35 arrays. */
-static_assert(RL_PM_HEAD_BYTES + 35u * 15u <= RL_PM_SLACK_BYTES, "abi.h RL_PM_SLACK_BYTES: the matcher's struct and its arrays' alignment");
+ * area's head and up to 15 bytes of alignment after each of its 36 arrays. */
+static_assert(RL_PM_HEAD_BYTES + 36u * 15u <= RL_PM_SLACK_BYTES, "abi.h RL_PM_SLACK_BYTES: the matcher's struct and its arrays' alignment");
 
-/** Bytes of scratch a block needs: the defect arrays and a matcher of 2n vertices and
+/** Bytes of scratch a block needs: the defect arrays and a matcher of n vertices and
  * `edges` edges. */
 __device__ __forceinline__ unsigned long long rl_qec_scr_bytes(uint32_t n, uint32_t edges) {
-    return rl_qec_lists_bytes(n) + rl_pm_bytes(2u * n, edges);
+    return rl_qec_lists_bytes(n) + rl_pm_bytes(n, edges);
 }
 
 /** Refills the cache from the blob's header (one round of loads) and checks the header: a
@@ -1883,7 +1882,7 @@ __device__ __noinline__ bool rl_qec_solve_small(const struct rl_qec_cache *kc, c
 #pragma unroll
     for (uint32_t i = 0; i < C; i++) {
         const long long y = base[i] + ca[i] * t1 + cv[i] * t2;
-        w.y0[x[i]] = w.y1[x[i]] = y;
+        w.y[x[i]] = y;
         const uint64_t ai = (uint64_t)dx[i] * stride;
         if (m[i] == i) {
             cost += (unsigned long long)cb[i];
@@ -1905,10 +1904,10 @@ __device__ __noinline__ bool rl_qec_solve_small(const struct rl_qec_cache *kc, c
 }
 
 /** One cluster of three defects or more (exact.rs solve_cluster), by one warp (all 32 lanes
- * call it): w.list[start..start+c], root `root`, solved on its doubled graph (`E` edges)
- * with the matcher in `mem`: its weight, observables and outcome by its root, its defects'
- * duals. The edges go in exact.rs's order (copy one's pairs by (i, j), copy two's likewise,
- * then the joins by i): 32 pairs at a time, each after the linked ones before it. */
+ * call it): w.list[start..start+c], root `root`, matched with the boundary (its `E` linked
+ * pairs, each defect's boundary distance as its cap) by the matcher in `mem`: its weight,
+ * observables and outcome by its root, its defects' duals. The edges go in exact.rs's order
+ * (the pairs by (i, j)): 32 pairs at a time, each after the linked ones before it. */
 __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc, const struct rl_qec_scr w, uint32_t start, uint32_t c,
                                                   uint32_t E, uint8_t *mem, uint32_t lane) {
     const uint32_t n = kc->n;
@@ -1919,7 +1918,7 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     const uint32_t root = m[0];
     const uint32_t below = rl_pm_below(lane);
     struct rl_pm pm;
-    rl_pm_carve(&pm, mem, 2u * c, E);
+    rl_pm_carve(&pm, mem, c, E);
     uint32_t L = 0;
     for (uint32_t i = 0; i + 1u < c; i++) {
         const uint32_t xi = m[i], bi = w.bnd[xi];
@@ -1941,32 +1940,17 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
             L += (uint32_t)__popc(bal);
         }
     }
-    __syncwarp();
-    for (uint32_t o = lane; o < L; o += 32u) {
-        pm.ends[2u * (L + o)] = c + pm.ends[2u * o];
-        pm.ends[2u * (L + o) + 1u] = c + pm.ends[2u * o + 1u];
-        pm.wt[L + o] = pm.wt[o];
+    for (uint32_t i = lane; i < c; i += 32u) {
+        const uint32_t b = w.bnd[m[i]];
+        pm.cap[i] = b != RL_QEC_INF ? 2ll * b : RL_PM_NO_CAP;
     }
-    uint32_t q = 2u * L;
-    for (uint32_t i0 = 0; i0 < c; i0 += 32u) {
-        const uint32_t i = i0 + lane;
-        const uint32_t b = i < c ? w.bnd[m[i]] : RL_QEC_INF;
-        const uint32_t bal = __ballot_sync(RL_PM_WARP, b != RL_QEC_INF);
-        if (b != RL_QEC_INF) {
-            const uint32_t o = q + (uint32_t)__popc(bal & below);
-            pm.ends[2u * o] = i;
-            pm.ends[2u * o + 1u] = c + i;
-            pm.wt[o] = 4ll * b;
-        }
-        q += (uint32_t)__popc(bal);
-    }
-    pm.n = 2u * c;
-    pm.m = q;
+    pm.n = c;
+    pm.m = L;
     struct rl_pm *const placed = rl_pm_place(pm, mem, lane);
     if (lane == 0) w.size[root] = c;
     __syncwarp();
     if (!rl_pm_solve(placed, lane)) {
-        for (uint32_t i = lane; i < c; i += 32u) w.y0[m[i]] = w.y1[m[i]] = RL_QEC_BIG;
+        for (uint32_t i = lane; i < c; i += 32u) w.y[m[i]] = RL_QEC_BIG;
         if (lane == 0) w.stat[root] = RL_QEC_ST_UNMATCHABLE;
         __syncwarp();
         return;
@@ -1975,14 +1959,14 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     uint32_t obs = 0;
     for (uint32_t i = lane; i < c; i += 32u) {
         const uint32_t x = m[i];
-        w.y0[x] = pm.y[i];
-        w.y1[x] = pm.y[c + i];
-        const uint32_t u = rl_pm_head(&pm, pm.mate[i]);
+        w.y[x] = pm.y[i];
+        const uint32_t mi = pm.mate[i];
+        const uint32_t u = mi == RL_PM_BOUNDARY ? RL_PM_BOUNDARY : rl_pm_head(&pm, mi);
         const uint64_t ax = (uint64_t)w.def[x] * stride;
-        if (u == c + i) {
+        if (u == RL_PM_BOUNDARY) {
             cost += w.bnd[x];
             obs ^= rl_qec_par(sh, P, ax + n);
-        } else if (u < c && i < u) {
+        } else if (i < u) {
             cost += rl_qec_pair(w, sh, D, stride, x, m[u]);
             obs ^= rl_qec_par(sh, P, ax + w.def[m[u]]);
         }
@@ -2010,25 +1994,25 @@ __device__ __forceinline__ void rl_qec_solve_two(const struct rl_qec_cache *kc, 
     w.size[x] = c;
     if (c == 1u) {
         if (bx == RL_QEC_INF) {
-            w.y0[x] = w.y1[x] = RL_QEC_BIG;
+            w.y[x] = RL_QEC_BIG;
             w.stat[x] = RL_QEC_ST_UNMATCHABLE;
             return;
         }
-        w.y0[x] = w.y1[x] = 2ll * bx;
+        w.y[x] = 2ll * bx;
         w.cost[x] = bx;
         w.obs[x] = rl_qec_par(sh, kc->par, ax + n);
         w.stat[x] = RL_QEC_ST_OK;
         return;
     }
-    /* linked, so the pair beats both to the boundary; duals y_x + y_y = e in both copies,
-     * y_x <= c_x and y_y <= c_y (the joins), as even as those allow */
+    /* linked, so the pair beats both to the boundary; duals y_x + y_y = e,
+     * y_x <= c_x and y_y <= c_y (the boundary edges), as even as those allow */
     const uint32_t y = w.list[start + 1u], by = w.bnd[y];
     const long long e = rl_qec_pair(w, sh, kc->dist, stride, x, y);
     const long long lo = by == RL_QEC_INF ? -RL_QEC_BIG : 2ll * e - 2ll * by;
     const long long hi = bx == RL_QEC_INF ? RL_QEC_BIG : 2ll * bx;
     const long long yx = e < lo ? lo : e > hi ? hi : e;
-    w.y0[x] = w.y1[x] = yx;
-    w.y0[y] = w.y1[y] = 2ll * e - yx;
+    w.y[x] = yx;
+    w.y[y] = 2ll * e - yx;
     w.cost[x] = (unsigned long long)e;
     w.obs[x] = rl_qec_par(sh, kc->par, ax + w.def[y]);
     w.stat[x] = RL_QEC_ST_OK;
@@ -2071,12 +2055,12 @@ struct rl_qec_ws {
  * order the threads join them in); a cluster with a young defect is deferred (neither solved
  * nor checked: w.cnt 2 at its root); every other cluster not solved at its present size is solved,
  * one or two defects in closed form, three or four by enumeration (each by one thread), more
- * by the matcher (blossom.cuh) on its doubled graph, each by one warp; the duals then prove the sum of
+ * by the matcher (blossom.cuh) with its boundary, each by one warp; the duals then prove the sum of
  * the clusters' matchings optimal for the mt defects, or the pairs across clusters whose
  * reduced cost is negative join their clusters. Matchers run side by side in the arena
  * (each in its own part, in the order of the clusters, the j-th to warp j % W) and those
- * that do not fit beside the others after them, one at a time on warp 0. s->r.edges nonzero after it: a cluster's doubled graph
- * has more edges than the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. */
+ * that do not fit beside the others after them, one at a time on warp 0. s->r.edges nonzero after it: a cluster
+ * has more linked pairs than the scratch's matcher takes (exact.rs edge_cap) or fits nowhere. */
 __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struct rl_qec_ws &ws, uint32_t m, uint32_t ml, uint32_t mj,
                                               uint32_t mt) {
     const struct rl_qec_cache *kc = &s->k;
@@ -2194,7 +2178,7 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
         __syncthreads();
         RL_QEC_SMARK(9);
         const uint32_t nc = s->r.left;
-        /* up to four defects now where their duals allow; more: their doubled graph's size.
+        /* up to four defects now where their duals allow; more: their matcher's edge count.
          * Neighbouring clusters go to different warps (cluster lane * W + warp), so that the
          * few to solve run side by side, not as one warp's divergent lanes. */
         for (uint32_t ci = (tid & 31u) * (T / 32u) + (tid >> 5); ci < nc; ci += T) {
@@ -2216,17 +2200,15 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
                 continue;
             }
             if (c == 3u ? rl_qec_solve_small<3>(kc, w, start) : c == 4u && rl_qec_solve_small<4>(kc, w, start)) continue;
-            uint32_t L = 0, J = 0;
+            uint32_t L = 0;
             for (uint32_t i = 0; i < c; i++) {
                 const uint32_t xi = w.list[start + i];
-                J += w.bnd[xi] != RL_QEC_INF;
                 for (uint32_t j = i + 1u; j < c; j++) {
                     const uint32_t xj = w.list[start + j];
                     L += rl_qec_linked(rl_qec_pair(w, sh, D, stride, xi, xj), w.bnd[xi], w.bnd[xj]);
                 }
             }
-            const unsigned long long E = 2ull * L + J;
-            w.edges[ci] = E > kc->scr_edges ? 0xFFFFFFFFu : (uint32_t)E;
+            w.edges[ci] = L > kc->scr_edges ? 0xFFFFFFFFu : L;
             w.at[ci] = RL_QEC_AT_WAIT;
             s->r.wait = 1;
         }
@@ -2247,7 +2229,7 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
                         w.at[ci] = RL_QEC_AT_DONE;
                         continue;
                     }
-                    const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
+                    const unsigned long long b = rl_pm_bytes(c, w.edges[ci]);
                     if (rank < T && off + b <= room) {
                         w.at[ci] = (uint32_t)(off >> 4);
                         w.owner[ci] = rank % (T / 32u);
@@ -2272,7 +2254,7 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
                 for (uint32_t ci = 0; ci < nc; ci++) {
                     if (w.at[ci] != RL_QEC_AT_ALONE) continue;
                     const uint32_t start = w.cstart[ci], c = w.cstart[ci + 1u] - start;
-                    const unsigned long long b = rl_pm_bytes(2u * c, w.edges[ci]);
+                    const unsigned long long b = rl_pm_bytes(c, w.edges[ci]);
                     uint8_t *const mem = b <= room ? arena : in_fast && global_pm != 0 ? global_pm : 0;
                     if (mem == 0) {
                         if (tid == 0) s->r.edges = 1;
@@ -2286,7 +2268,7 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
         RL_QEC_SMARK(10);
         if (s->r.edges != 0) break; /* block-uniform */
         /* the proof: a pair across clusters that an optimal matching may use, with a
-         * negative reduced cost in either copy, joins its clusters. Only pairs that touch a
+         * negative reduced cost, joins its clusters. Only pairs that touch a
          * cluster solved in this pass: the duals of the others are those of the pass that
          * last checked them (or, before this step's first pass, of the last step's proof,
          * which held), and the pair's distance and links never change. */
@@ -2296,7 +2278,7 @@ __device__ __forceinline__ void rl_qec_settle(struct rl_qec_smem *s, const struc
             if (rx == ry || (w.cnt[rx] | w.cnt[ry]) != 1u) continue; /* 0: none solved now; 2, 3: one deferred */
             const uint32_t e = rl_qec_pair(w, sh, D, stride, x, y);
             if (!rl_qec_linked(e, w.bnd[x], w.bnd[y])) continue;
-            if (w.y0[x] + w.y0[y] > 2ll * e || w.y1[x] + w.y1[y] > 2ll * e) {
+            if (w.y[x] + w.y[y] > 2ll * e) {
                 rl_qec_uf_union(w.uf, x, y);
                 s->r.done = 1;
             }
@@ -2386,7 +2368,7 @@ __device__ __forceinline__ void rl_qec_clusters(struct rl_qec_smem *s, uint32_t 
     ws.w = ws.in_fast ? rl_qec_scr_of((uint8_t *)rl_qec_tab_s, cap) : rl_qec_scr_of(kc->scr, n);
     /* the matchers' arena: after the arrays; the global scratch's matcher beside it */
     ws.arena = ws.w.pm;
-    ws.room = ws.in_fast ? kc->fast_bytes - rl_qec_lists_bytes(cap) : rl_pm_bytes(2u * n, kc->scr_edges);
+    ws.room = ws.in_fast ? kc->fast_bytes - rl_qec_lists_bytes(cap) : rl_pm_bytes(n, kc->scr_edges);
     /* the pairs' cache, in shared memory only (where a matcher's arena keeps at least as
      * much room again): a global one would be another table to load */
     if (ws.in_fast && ws.room >= 2ull * rl_qec_pd_bytes()) {

@@ -1,5 +1,5 @@
 //! Properties: the DEM loader never panics on token soup; the decoder never panics on any
-//! shot bytes, the clusters matched on their doubled graphs (K = 0) weigh what the DP of the
+//! shot bytes, the clusters matched with their boundary (K = 0) weigh what the DP of the
 //! whole shot does, and the observables use only the DEM's observable bits.
 
 use std::path::Path;
@@ -84,7 +84,7 @@ proptest! {
             b & mask
         }).collect();
         // K = 14: the whole shot by the DP (up to 14 defects); K = 0: every cluster by the
-        // matcher on its doubled graph. Equal weights wherever both decode.
+        // matcher with its boundary. Equal weights wherever both decode.
         let mut dp = ExactDecoder::new(Arc::clone(&table), 14).unwrap();
         let mut matcher = ExactDecoder::new(Arc::clone(&table), 0).unwrap();
         let e = dp.decode_b8(&shot);

@@ -66,8 +66,8 @@ pub const RL_QEC_NOT_READY: u32 = 4;
 pub const RL_QEC_SYNDROMES_DROPPED: u32 = 6;
 pub const RL_QEC_MAGIC: u32 = 826492241;
 pub const RL_QEC_MAX_STREAM: u32 = 28;
-pub const RL_QEC_SCRATCH_DEFECT_BYTES: u32 = 76;
-pub const RL_PM_VERTEX_BYTES: u32 = 238;
+pub const RL_QEC_SCRATCH_DEFECT_BYTES: u32 = 68;
+pub const RL_PM_VERTEX_BYTES: u32 = 246;
 pub const RL_PM_EDGE_BYTES: u32 = 40;
 pub const RL_PM_SLACK_BYTES: u32 = 1024;
 /** Control segment, first 16 bytes of every send WQE. All fields BE.

@@ -49,9 +49,9 @@
 //! never taken for this blob's state.
 //!
 //! The scratch: a shot of more than K defects is split into clusters and a cluster above K
-//! is matched exactly on its doubled graph (kernels/stages/blossom.cuh), in per-block
+//! is matched exactly with its boundary (kernels/stages/blossom.cuh), in per-block
 //! scratch of global memory sized for the largest cluster (every defect) with
-//! [`scratch_edges`] edges; a cluster whose doubled graph has more edges is answered
+//! [`scratch_edges`] edges; a cluster with more linked pairs is answered
 //! OVERFLOW (no decode), as the model (exact.rs) does with the same cap.
 //!
 //! Capacities (qec.cuh): K <= 12 (the DP's 2^K weights and parities, 32 KiB of shared
@@ -439,20 +439,20 @@ fn write_header(b: &mut [u8], h: &QecHeader) {
     }
 }
 
-/// Edges a block's scratch holds for one cluster's doubled graph on `n` detectors: the
-/// model's cap (exact.rs [`crate::qec::exact::matching_edge_cap`]), one definition.
+/// Edges (linked pairs) a block's scratch holds for one cluster's matching on `n` detectors:
+/// the model's cap (exact.rs [`crate::qec::exact::matching_edge_cap`]), one definition.
 pub fn scratch_edges(n: usize) -> usize {
     crate::qec::exact::matching_edge_cap(n)
 }
 
-/// Bytes of one block's scratch (abi.h): the defect arrays, and the matcher for 2n vertices
+/// Bytes of one block's scratch (abi.h): the defect arrays, and the matcher for n vertices
 /// and `edges` edges, rounded up to the section alignment; the stage checks the matcher's
 /// own count against it.
 pub fn scratch_stride(n: usize, edges: usize) -> Option<usize> {
     use crate::abi::{RL_PM_EDGE_BYTES, RL_PM_SLACK_BYTES, RL_PM_VERTEX_BYTES, RL_QEC_SCRATCH_DEFECT_BYTES};
     let b = (RL_QEC_SCRATCH_DEFECT_BYTES as usize)
         .checked_mul(n)?
-        .checked_add((RL_PM_VERTEX_BYTES as usize).checked_mul(2 * n)?)?
+        .checked_add((RL_PM_VERTEX_BYTES as usize).checked_mul(n)?)?
         .checked_add((RL_PM_EDGE_BYTES as usize).checked_mul(edges)?)?
         .checked_add(RL_PM_SLACK_BYTES as usize)?;
     align(b)

@@ -35,20 +35,18 @@
 //!   than both going to the boundary, so only linked pairs matter. Each defect first joins
 //!   its nearest linked partner (the lowest index among equals; clusters are the components,
 //!   rooted at their lowest defect). Then, until the proof holds: each cluster not solved at
-//!   its present size is matched exactly on its doubled graph `H` (two copies of its linked
-//!   pairs, each defect's copies joined by twice its boundary distance, so that a perfect
-//!   matching of `H` is two matchings with boundary), with LP duals `y` per copy (doubled
-//!   units); the sum of
+//!   its present size is matched exactly (its linked pairs, each defect free to go to the
+//!   boundary at its distance: `PerfectMatching::solve_with_boundary`), with an LP dual `y` per
+//!   defect (doubled units); the sum of
 //!   the clusters' matchings is optimal for the whole shot when every linked pair across
-//!   clusters has `y_x + y_y <= 2 e` in both copies (blossom duals only add to a pair's
+//!   clusters has `y_x + y_y <= 2 e` (blossom duals only add to a pair's
 //!   reduced cost), and the pairs where that fails join their clusters. Clusters only grow,
 //!   so the loop ends (at one cluster at worst). Clusters of one and two defects are solved
 //!   in closed form; of three and four by enumeration of their matchings with duals from
 //!   each matched pair's free split (`solve_small`; when no split satisfies every join and
 //!   linked pair, the matcher decides); larger by `rocelink_qec::matching::PerfectMatching`,
-//!   its edges in the order the GPU writes them: copy one's pairs by (i, j), copy two's
-//!   likewise, then the joins by i. The GPU's matcher (kernels/stages/blossom.cuh) is this
-//!   one run on a warp, making the same choices in the same order. A cluster without a perfect matching gets duals above
+//!   its edges in the order the GPU writes them: the linked pairs by (i, j). The GPU's matcher
+//!   (kernels/stages/blossom.cuh) is this one run on a warp, making the same choices in the same order. A cluster without a perfect matching gets duals above
 //!   any distance, so it joins every neighbour it may pair with; the shot is unmatchable
 //!   when one is left at the end. Weights equal PyMatching's; observables differ only on
 //!   ties.
@@ -76,6 +74,8 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
+use rocelink_qec::matching::{BOUNDARY, NO_BOUNDARY};
+
 use super::graph::{DistanceTable, TableWeight};
 
 /// K, the most defects the subset DP takes (docs/qec.md, "The table decoder"); 12 by default.
@@ -84,10 +84,10 @@ pub const DEFAULT_MAX_DEFECTS: usize = 12;
 /// The DP holds 2^K entries; 20 keeps that at 16 MiB and sums of 20 16-bit entries in a u32.
 pub const MAX_MAX_DEFECTS: usize = 20;
 
-/// The edges a cluster's doubled graph may have on a table of `n` detectors: what the GPU
-/// stage's per-block scratch holds (gpu/qec_state.rs sizes it so); a cluster with more is
-/// not decoded (status [`DecodeStatus::Overflow`]). Generous: a cluster of c defects has
-/// 2 L + c edges for L linked pairs, and at circuit-level noise a defect links to a few.
+/// The edges (linked pairs) a cluster's matching may have on a table of `n` detectors: what
+/// the GPU stage's per-block scratch holds (gpu/qec_state.rs sizes it so); a cluster with
+/// more is not decoded (status [`DecodeStatus::Overflow`]). Generous: at circuit-level noise
+/// a defect links to a few.
 pub const fn matching_edge_cap(n: usize) -> usize {
     16 * n + 1024
 }
@@ -213,7 +213,7 @@ pub enum DecodeStatus {
     /// Exact minimum-weight matching.
     #[default]
     Ok,
-    /// Not decoded: a cluster's doubled graph above [`matching_edge_cap`] (module docs).
+    /// Not decoded: a cluster's linked pairs above [`matching_edge_cap`] (module docs).
     /// Observables 0, infinite weight.
     Overflow,
     /// No perfect matching: a defect with no path to any partner or the boundary (odd
@@ -311,10 +311,10 @@ pub struct ExactDecoder<W: TableWeight = u32> {
     starts: Vec<usize>,
     cursor: Vec<usize>,
     /// The shot's defects' distances to each other (k x k) and to the boundary, as matcher
-    /// weights; per defect its two copies' doubled duals; per root its last solve.
+    /// weights; per defect its doubled LP dual; per root its last solve.
     near: Vec<i64>,
     bnd: Vec<i64>,
-    duals: Vec<(i64, i64)>,
+    duals: Vec<i64>,
     solved: Vec<Solved<W::Acc>>,
     /// Per root: its cluster was solved in this pass of the proof. The GPU checks only the
     /// pairs that touch such a cluster (qec.cuh rl_qec_settle); `narrow_misses` counts the
@@ -324,8 +324,9 @@ pub struct ExactDecoder<W: TableWeight = u32> {
     /// Per root: its cluster has a young defect this step (`settle`), so it is left alone.
     deferred: Vec<bool>,
     narrow_misses: u64,
-    /// A cluster's doubled graph and matching.
+    /// A cluster's linked pairs, its defects' boundary distances, and its matching.
     edges: Vec<(u32, u32, i64)>,
+    boundary: Vec<i64>,
     mate: Vec<u32>,
     matcher: rocelink_qec::matching::PerfectMatching,
     edge_cap: usize,
@@ -371,6 +372,7 @@ impl<W: TableWeight> ExactDecoder<W> {
             deferred: Vec::new(),
             narrow_misses: 0,
             edges: Vec::new(),
+            boundary: Vec::new(),
             mate: Vec::new(),
             matcher: rocelink_qec::matching::PerfectMatching::new(),
             edge_cap: matching_edge_cap(n),
@@ -731,7 +733,7 @@ impl<W: TableWeight> ExactDecoder<W> {
         let loaded = self.uf.len() as u32;
         self.uf.extend(loaded..mt as u32);
         self.solved.resize(mt, Solved { size: 0, status: DecodeStatus::Ok, cost: W::ACC_ZERO, obs: 0 });
-        self.duals.resize(mt, (0, 0));
+        self.duals.resize(mt, 0);
         for x in m..mj {
             let mut best = (NO_PATH, usize::MAX);
             for y in 0..mt {
@@ -771,7 +773,7 @@ impl<W: TableWeight> ExactDecoder<W> {
                 self.solved[root] = s;
             }
             // The proof: every pair across clusters that an optimal matching may use has a
-            // non-negative reduced cost in both copies, or joins its two clusters.
+            // non-negative reduced cost, or joins its two clusters.
             let mut joined = 0;
             self.roots.clear();
             self.roots.extend_from_slice(&self.uf);
@@ -782,7 +784,7 @@ impl<W: TableWeight> ExactDecoder<W> {
                         continue;
                     }
                     let (yx, yy, e2) = (self.duals[x], self.duals[y], 2 * near[x * k + y]);
-                    if yx.0 + yy.0 > e2 || yx.1 + yy.1 > e2 {
+                    if yx + yy > e2 {
                         if !self.fresh[self.roots[x] as usize] && !self.fresh[self.roots[y] as usize] {
                             self.narrow_misses += 1;
                         }
@@ -885,7 +887,7 @@ impl<W: TableWeight> ExactDecoder<W> {
         for i in 0..c {
             let x = cluster[i] as usize;
             let y = base[i] + coef[i].0 * t1 + coef[i].1 * t2;
-            self.duals[x] = (y, y);
+            self.duals[x] = y;
             let dx = defects[x] as usize;
             let j = m[i];
             if j == i {
@@ -933,16 +935,16 @@ impl<W: TableWeight> ExactDecoder<W> {
 
     /// One cluster (defect indices, increasing), exactly, with its duals (module docs): one
     /// defect to the boundary and two to each other in closed form, more by the matcher on
-    /// the cluster's doubled graph.
+    /// the cluster's linked pairs, each defect with its boundary edge.
     fn solve_cluster(&mut self, defects: &[u32], cluster: &[u32], near: &[i64], bnd: &[i64]) -> Solved<W::Acc> {
         let k = defects.len();
         let t = Arc::clone(&self.table);
         let b = t.boundary();
         let c = cluster.len();
         let failed = |status| Solved { size: c as u32, status, cost: W::ACC_ZERO, obs: 0 };
-        let unmatchable = |duals: &mut Vec<(i64, i64)>| {
+        let unmatchable = |duals: &mut Vec<i64>| {
             for &x in cluster {
-                duals[x as usize] = (BIG, BIG);
+                duals[x as usize] = BIG;
             }
             failed(DecodeStatus::Unmatchable)
         };
@@ -952,20 +954,20 @@ impl<W: TableWeight> ExactDecoder<W> {
             if bnd[x] == NO_PATH {
                 return unmatchable(&mut self.duals);
             }
-            self.duals[x] = (2 * bnd[x], 2 * bnd[x]);
+            self.duals[x] = 2 * bnd[x];
             let obs = t.parity(defects[x] as usize, b);
             return Solved { size: 1, status: DecodeStatus::Ok, cost: entry(defects[x] as usize, b), obs };
         }
         if c == 2 {
-            // Linked, so the pair beats both to the boundary. Duals: y_x + y_y = e in both
-            // copies, y_x <= c_x, y_y <= c_y (the joins), as even as those allow.
+            // Linked, so the pair beats both to the boundary. Duals: y_x + y_y = e,
+            // y_x <= c_x, y_y <= c_y (the boundary edges), as even as those allow.
             let (x, y) = (cluster[0] as usize, cluster[1] as usize);
             let e = near[x * k + y];
             let lo = if bnd[y] == NO_PATH { -BIG } else { 2 * e - 2 * bnd[y] };
             let hi = if bnd[x] == NO_PATH { BIG } else { 2 * bnd[x] };
             let yx = e.clamp(lo, hi);
-            self.duals[x] = (yx, yx);
-            self.duals[y] = (2 * e - yx, 2 * e - yx);
+            self.duals[x] = yx;
+            self.duals[y] = 2 * e - yx;
             let obs = t.parity(defects[x] as usize, defects[y] as usize);
             let cost = entry(defects[x] as usize, defects[y] as usize);
             return Solved { size: 2, status: DecodeStatus::Ok, cost, obs };
@@ -977,45 +979,37 @@ impl<W: TableWeight> ExactDecoder<W> {
             }
             self.counters.small_fallbacks += 1;
         }
-        // The doubled graph: copy one's linked pairs by (i, j), copy two's likewise, then the
-        // joins by i (the order the GPU writes them in).
+        // The cluster's linked pairs by (i, j) (the order the GPU writes them in), each
+        // defect's boundary distance beside them.
         self.edges.clear();
-        for i in 0..c {
-            for j in i + 1..c {
-                let (x, y) = (cluster[i] as usize, cluster[j] as usize);
+        self.boundary.clear();
+        for (i, &x) in cluster.iter().enumerate() {
+            let x = x as usize;
+            self.boundary.push(if bnd[x] == NO_PATH { NO_BOUNDARY } else { bnd[x] });
+            for (j, &y) in cluster.iter().enumerate().skip(i + 1) {
+                let y = y as usize;
                 if Self::linked(near[x * k + y], bnd[x], bnd[y]) {
                     self.edges.push((i as u32, j as u32, near[x * k + y]));
                 }
             }
         }
-        let pairs = self.edges.len();
-        let joins = cluster.iter().filter(|&&x| bnd[x as usize] != NO_PATH).count();
-        if 2 * pairs + joins > self.edge_cap {
+        if self.edges.len() > self.edge_cap {
             return failed(DecodeStatus::Overflow);
         }
-        for q in 0..pairs {
-            let (i, j, w) = self.edges[q];
-            self.edges.push((c as u32 + i, c as u32 + j, w));
-        }
-        for (i, &x) in cluster.iter().enumerate() {
-            if bnd[x as usize] != NO_PATH {
-                self.edges.push((i as u32, (c + i) as u32, 2 * bnd[x as usize]));
-            }
-        }
         self.counters.blossom_clusters += 1;
-        if self.matcher.solve(2 * c, &self.edges, &mut self.mate).is_none() {
+        if self.matcher.solve_with_boundary(c, &self.edges, &self.boundary, &mut self.mate).is_none() {
             return unmatchable(&mut self.duals);
         }
         let (mut cost, mut obs) = (W::ACC_ZERO, 0u64);
         for (i, &x) in cluster.iter().enumerate() {
-            self.duals[x as usize] = (self.matcher.vertex_dual_doubled(i), self.matcher.vertex_dual_doubled(c + i));
-            let u = self.mate[i] as usize;
+            self.duals[x as usize] = self.matcher.vertex_dual_doubled(i);
+            let u = self.mate[i];
             let dx = defects[x as usize] as usize;
-            if u == c + i {
+            if u == BOUNDARY {
                 cost = cost + entry(dx, b);
                 obs ^= t.parity(dx, b);
-            } else if u < c && i < u {
-                let y = cluster[u] as usize;
+            } else if (i as u32) < u {
+                let y = cluster[u as usize] as usize;
                 cost = cost + entry(dx, defects[y] as usize);
                 obs ^= t.parity(dx, defects[y] as usize);
             }
@@ -1223,7 +1217,7 @@ mod tests {
     fn above_k_the_clusters_are_exact() {
         let g = repetition(8);
         let mut d = decoder(g.fine_table().unwrap(), 2);
-        // D0, D1, D2: one cluster above K = 2, matched on its doubled graph: D0 to the
+        // D0, D1, D2: one cluster above K = 2, matched with its boundary: D0 to the
         // boundary (w, L0) + D1-D2 (w) = 2w, L0, as the DP finds it.
         let r = d.decode_b8(&[0b111]);
         let mut e = decoder(g.fine_table().unwrap(), 12);
