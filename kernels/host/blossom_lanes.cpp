@@ -5,8 +5,9 @@
  * a GPU.
  *
  * stdin, one instance after another: a line "n m", then m lines "u v w" (an edge of weight
- * w >= 0, u != v, no two on one pair). stdout, a line an instance: "none" when it has no
- * perfect matching, else "total | partner of each vertex | doubled dual of each vertex".
+ * w >= 0, u != v, no two on one pair), then n boundary costs (-1: none). stdout, a line an
+ * instance: "none" when it has no perfect matching, else "total | partner of each vertex
+ * (B: the boundary) | doubled dual of each vertex".
  */
 #include "warp_lanes.h"
 
@@ -22,7 +23,9 @@ int main() {
     while (std::cin >> n >> m) {
         std::vector<unsigned> u(m), v(m);
         std::vector<long long> w(m);
+        std::vector<long long> c(n);
         for (unsigned e = 0; e < m; e++) std::cin >> u[e] >> v[e] >> w[e];
+        for (unsigned x = 0; x < n; x++) std::cin >> c[x];
         if (!std::cin) {
             std::fprintf(stderr, "blossom_lanes: an instance cut short\n");
             return 2;
@@ -37,6 +40,7 @@ int main() {
             pm.ends[2 * e + 1] = v[e];
             pm.wt[e] = 2 * w[e];
         }
+        for (unsigned x = 0; x < n; x++) pm.cap[x] = c[x] < 0 ? RL_PM_NO_CAP : 2 * c[x];
         pm.n = n;
         pm.m = m;
         bool ok = false;
@@ -58,9 +62,14 @@ int main() {
         std::string mates, duals;
         for (unsigned x = 0; x < n; x++) {
             const unsigned d = placed->mate[x];
-            const unsigned y = rl_pm_head(placed, d);
-            if (x < y) total += w[d >> 1];
-            mates += " " + std::to_string(y);
+            if (d == RL_PM_BOUNDARY) {
+                total += c[x];
+                mates += " B";
+            } else {
+                const unsigned y = rl_pm_head(placed, d);
+                if (x < y) total += w[d >> 1];
+                mates += " " + std::to_string(y);
+            }
             duals += " " + std::to_string(placed->y[x]);
         }
         std::printf("%lld |%s |%s\n", total, mates.c_str(), duals.c_str());

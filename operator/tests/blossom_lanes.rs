@@ -1,6 +1,7 @@
 //! The GPU stage's warp matcher (`kernels/stages/blossom.cuh`) equals the CPU matcher it
-//! mirrors (`rocelink_qec::matching::PerfectMatching`) on random instances, ties included:
-//! the same total, the same partner for every vertex, the same duals. It runs on the host,
+//! mirrors (`rocelink_qec::matching::PerfectMatching::solve_with_boundary`) on random
+//! instances, ties included: the same total, the same partner (or the boundary) for every
+//! vertex, the same duals. It runs on the host,
 //! a thread a lane (`kernels/host/warp_lanes.h`), so every CI run checks the device code's
 //! logic without a GPU; the GPU machine's `qec_gpu_match` checks it on the device.
 //!
@@ -11,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use rocelink_qec::matching::PerfectMatching;
+use rocelink_qec::matching::{PerfectMatching, BOUNDARY, NO_BOUNDARY};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace").to_path_buf()
@@ -39,8 +40,8 @@ fn build() -> Option<PathBuf> {
     }
 }
 
-/// A matching instance: vertex count and edges `(u, v, weight)`.
-type Instance = (usize, Vec<(u32, u32, i64)>);
+/// A matching instance: vertex count, edges `(u, v, weight)`, boundary costs.
+type Instance = (usize, Vec<(u32, u32, i64)>, Vec<i64>);
 
 struct Rng(u64);
 
@@ -54,15 +55,14 @@ impl Rng {
 }
 
 /// An instance: `n` vertices and simple edges, of random weights from a small range (many
-/// ties) or a large one, or distances between random points (a metric, as clusters are).
+/// ties) or a large one, or distances between random points (a metric, as clusters are,
+/// with boundary costs the distance to a side), and boundary costs on none, some or all.
 fn instance(rng: &mut Rng) -> Instance {
     let n = match rng.below(3) {
         0 => rng.below(9),
         1 => 4 + rng.below(20),
         _ => 20 + rng.below(30),
     } as usize;
-    // Mostly even: an odd instance has no perfect matching, which setup finds at once.
-    let n = if rng.below(4) == 0 { n } else { n & !1 };
     let density = [100, 50, 20, 8][rng.below(4) as usize];
     let wmax = [1, 3, 20, 1_000_000][rng.below(4) as usize];
     let metric = rng.below(3) == 0;
@@ -85,7 +85,15 @@ fn instance(rng: &mut Rng) -> Instance {
     for i in (1..edges.len()).rev() {
         edges.swap(i, rng.below(i as u64 + 1) as usize);
     }
-    (n, edges)
+    let without = [100, 90, 50, 10, 0][rng.below(5) as usize];
+    let caps = (0..n)
+        .map(|v| match () {
+            _ if rng.below(100) < without => NO_BOUNDARY,
+            _ if metric => points[v].0.min(29 - points[v].0) + 1,
+            _ => rng.below(wmax + 1) as i64,
+        })
+        .collect();
+    (n, edges, caps)
 }
 
 #[test]
@@ -94,11 +102,14 @@ fn the_warp_matcher_equals_the_cpu_matcher() {
     let mut rng = Rng(0x5DEE_CE66_D1CE_5EED);
     let cases: Vec<Instance> = (0..400).map(|_| instance(&mut rng)).collect();
     let mut input = String::new();
-    for (n, edges) in &cases {
+    for (n, edges, caps) in &cases {
         input += &format!("{n} {}\n", edges.len());
         for (u, v, w) in edges {
             input += &format!("{u} {v} {w}\n");
         }
+        let caps: Vec<String> =
+            caps.iter().map(|&c| if c == NO_BOUNDARY { "-1".into() } else { c.to_string() }).collect();
+        input += &format!("{}\n", caps.join(" "));
     }
     let mut child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("blossom_lanes");
     let mut stdin = child.stdin.take().expect("stdin");
@@ -110,22 +121,27 @@ fn the_warp_matcher_equals_the_cpu_matcher() {
     assert_eq!(lines.len(), cases.len(), "an answer an instance");
 
     let (mut pm, mut mate) = (PerfectMatching::new(), Vec::new());
-    let (mut solved, mut none) = (0, 0);
-    for (i, ((n, edges), got)) in cases.iter().zip(&lines).enumerate() {
-        let want = match pm.solve(*n, edges, &mut mate) {
+    let (mut solved, mut none, mut to_boundary) = (0, 0, 0);
+    for (i, ((n, edges, caps), got)) in cases.iter().zip(&lines).enumerate() {
+        let want = match pm.solve_with_boundary(*n, edges, caps, &mut mate) {
             None => {
                 none += 1;
                 "none".to_string()
             }
             Some(total) => {
                 solved += 1;
-                let mates: String = mate.iter().map(|m| format!(" {m}")).collect();
+                to_boundary += mate.iter().filter(|&&m| m == BOUNDARY).count();
+                let mates: String =
+                    mate.iter().map(|&m| if m == BOUNDARY { " B".to_string() } else { format!(" {m}") }).collect();
                 let duals: String = (0..*n).map(|v| format!(" {}", pm.vertex_dual_doubled(v))).collect();
                 format!("{total} |{mates} |{duals}")
             }
         };
-        assert_eq!(*got, want, "instance {i}: n = {n}, edges {edges:?}");
+        assert_eq!(*got, want, "instance {i}: n = {n}, edges {edges:?}, boundary {caps:?}");
     }
-    // Both outcomes were exercised.
-    assert!(solved > 200 && none > 40, "{solved} solved, {none} without a perfect matching");
+    // Every outcome was exercised.
+    assert!(
+        solved > 200 && none > 20 && to_boundary > 500,
+        "{solved} solved ({to_boundary} vertices to the boundary), {none} without a perfect matching"
+    );
 }
