@@ -232,6 +232,8 @@ pub struct MatchingDecoder {
     /// Counting-sort scratch of `solve_round` (per root: its cluster's start in `order`).
     starts: Vec<u32>,
     order: Vec<u32>,
+    /// Per defect, its index in the cluster being matched; `NONE` outside it (kept so, the
+    /// cluster's entries reset after use: no clearing per cluster).
     local: Vec<u32>,
     /// Per defect, its LP dual in its cluster's matching, doubled (`2 y`).
     duals: Vec<i64>,
@@ -1018,20 +1020,30 @@ impl MatchingDecoder {
         }
         self.counters.blossom_clusters += 1;
         // The cluster's defects 0..size, each with its boundary edge (module docs, step 3).
-        self.local.clear();
-        self.local.resize(self.defects.len(), NONE);
+        if self.local.len() < self.defects.len() {
+            self.local.resize(self.defects.len(), NONE);
+        }
         self.boundary.clear();
         for (x, &i) in self.order[start..end].iter().enumerate() {
             self.local[i as usize] = x as u32;
             let (d, _) = c(i);
             self.boundary.push(if d == UNREACHABLE { NO_BOUNDARY } else { d as i64 });
         }
+        // The cluster's linked pairs in the pairs' order (sorted by `(a, b)`): its defects
+        // are in increasing index (`solve_round`'s counting sort), and each one's pairs
+        // `(a, _)` are found by a binary search, not by a scan of the shot's pairs.
         self.edges.clear();
-        for p in &self.pairs {
-            let (x, y) = (self.local[p.a as usize], self.local[p.b as usize]);
-            if p.linked && x != NONE && y != NONE {
-                self.edges.push((x, y, p.dist as i64));
+        for (x, &i) in self.order[start..end].iter().enumerate() {
+            let from = self.pairs.partition_point(|p| p.a < i);
+            for p in self.pairs[from..].iter().take_while(|p| p.a == i) {
+                let y = self.local[p.b as usize];
+                if p.linked && y != NONE {
+                    self.edges.push((x as u32, y, p.dist as i64));
+                }
             }
+        }
+        for &i in &self.order[start..end] {
+            self.local[i as usize] = NONE;
         }
         let Some(total) = self.matcher.solve_with_boundary(size, &self.edges, &self.boundary, &mut self.mate) else {
             self.unmatchable_cluster(start, end);
