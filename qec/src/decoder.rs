@@ -1029,16 +1029,16 @@ impl MatchingDecoder {
             let (d, _) = c(i);
             self.boundary.push(if d == UNREACHABLE { NO_BOUNDARY } else { d as i64 });
         }
-        // The cluster's linked pairs in the pairs' order (sorted by `(a, b)`): its defects
+        // The cluster's linked pairs in the pairs' order (sorted by `(b, a)`): its defects
         // are in increasing index (`solve_round`'s counting sort), and each one's pairs
-        // `(a, _)` are found by a binary search, not by a scan of the shot's pairs.
+        // `(_, b)` are found by a binary search, not by a scan of the shot's pairs.
         self.edges.clear();
-        for (x, &i) in self.order[start..end].iter().enumerate() {
-            let from = self.pairs.partition_point(|p| p.a < i);
-            for p in self.pairs[from..].iter().take_while(|p| p.a == i) {
-                let y = self.local[p.b as usize];
-                if p.linked && y != NONE {
-                    self.edges.push((x as u32, y, p.dist as i64));
+        for (y, &i) in self.order[start..end].iter().enumerate() {
+            let from = self.pairs.partition_point(|p| p.b < i);
+            for p in self.pairs[from..].iter().take_while(|p| p.b == i) {
+                let x = self.local[p.a as usize];
+                if p.linked && x != NONE {
+                    self.edges.push((x, y as u32, p.dist as i64));
                 }
             }
         }
@@ -1076,21 +1076,27 @@ impl MatchingDecoder {
         }
     }
 
-    /// Sorts and deduplicates the candidates: the shortest per pair, then the smallest
-    /// observable mask, so the choice does not depend on the order the balls were grown in; a
-    /// pair linked once stays linked. Only the candidates found since the last call are
-    /// sorted, then merged with the others (a stream settles after every round: sorting all
-    /// of them each time cost more than the solving). Unstable sorts: the keys are total, and
+    /// Sorts and deduplicates the candidates by `(b, a)`: the shortest per pair, then the
+    /// smallest observable mask, so the choice does not depend on the order the balls were
+    /// grown in; a pair linked once stays linked. Only the candidates found since the last
+    /// call are sorted, then merged into the others' tail from the first place one of them
+    /// goes: a stream's new defects have the highest indices, so the pairs their first balls
+    /// find (most of a round's) sort after every earlier pair and the merge is an append, not
+    /// a pass over all the shot's pairs each round. Unstable sorts: the keys are total, and
     /// they do not allocate.
     fn sort_pairs(&mut self) {
-        let key = |p: &Pair| (p.a, p.b, p.dist, p.obs, !p.linked);
+        let key = |p: &Pair| (p.b, p.a, p.dist, p.obs, !p.linked);
         let s = self.sorted_pairs;
         if s == self.pairs.len() {
             return;
         }
         self.pairs[s..].sort_unstable_by_key(key);
+        let first = (self.pairs[s].b, self.pairs[s].a);
+        // Every earlier pair before `from` is another pair than the new ones.
+        let from = self.pairs[..s].partition_point(|p| (p.b, p.a) < first);
         self.merged.clear();
         let (old, new) = self.pairs.split_at(s);
+        let old = &old[from..];
         let (mut i, mut j) = (0, 0);
         while i < old.len() || j < new.len() {
             let p = if j == new.len() || (i < old.len() && key(&old[i]) <= key(&new[j])) {
@@ -1105,7 +1111,8 @@ impl MatchingDecoder {
                 _ => self.merged.push(p),
             }
         }
-        std::mem::swap(&mut self.pairs, &mut self.merged);
+        self.pairs.truncate(from);
+        self.pairs.extend_from_slice(&self.merged);
         self.sorted_pairs = self.pairs.len();
     }
 
@@ -1119,9 +1126,9 @@ impl MatchingDecoder {
         }
     }
 
-    /// The candidate of pair `(a, b)`, `a < b` (pairs are sorted and deduplicated).
+    /// The candidate of pair `(a, b)`, `a < b` (pairs are sorted by `(b, a)` and deduplicated).
     fn pair_index(&self, a: u32, b: u32) -> Option<usize> {
-        self.pairs.binary_search_by_key(&(a, b), |p| (p.a, p.b)).ok()
+        self.pairs.binary_search_by_key(&(b, a), |p| (p.b, p.a)).ok()
     }
 }
 
