@@ -1417,6 +1417,10 @@ mod tests {
                         asked += 1;
                         allow != 3 && asked > allow
                     });
+                    // The sorted pairs stay one per pair, by `(b, a)`, whatever the order the
+                    // defects came in (new pairs merged anywhere, not only appended).
+                    let sorted = &streamed.pairs[..streamed.sorted_pairs];
+                    assert!(sorted.windows(2).all(|w| (w[0].b, w[0].a) < (w[1].b, w[1].a)), "seed {seed} shot {shot}");
                 }
                 let got = streamed.finish();
                 assert_eq!(
