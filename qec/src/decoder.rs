@@ -550,7 +550,13 @@ impl MatchingDecoder {
         // A regrown ball within the boundary distance (every one, the widening keeps to it)
         // is a prefix of the detector's complete ball, read rather than searched once known.
         let c = g.boundary_distance(source).0;
-        if first || c == UNREACHABLE || new_radius > c || !self.read_complete_ball(&g, source, c, new_radius, old) {
+        if first && new_radius == self.first_radius && self.first_radius > 0 {
+            self.first_ball(&g, source);
+        } else if first
+            || c == UNREACHABLE
+            || new_radius > c
+            || !self.read_complete_ball(&g, source, c, new_radius, old)
+        {
             self.search(&g, source, new_radius, old, first);
         }
         let ball = self.ball;
@@ -626,6 +632,32 @@ impl MatchingDecoder {
             self.offer_stamp.fill(0);
             self.ball = 1;
         }
+    }
+
+    /// The first ball of `source` when its radius is the graph's lightest weight, and that is
+    /// not zero: the source and the neighbours one lightest arc away, since any longer path
+    /// weighs at least twice that. The same ball as the search's, in its order (distance,
+    /// then node; a neighbour's observables from its first such arc), without a heap.
+    fn first_ball(&mut self, g: &SparseGraph, source: u32) {
+        let (ball, m) = (self.ball, self.first_radius);
+        let s = source as usize;
+        self.stamp[s] = ball;
+        self.settled[s] = ball;
+        self.dist[s] = 0;
+        self.obs[s] = 0;
+        self.ball_nodes.push(source);
+        let from = self.ball_nodes.len();
+        for a in g.arcs(source) {
+            let v = a.to as usize;
+            if u64::from(a.weight) == m && self.stamp[v] != ball {
+                self.stamp[v] = ball;
+                self.settled[v] = ball;
+                self.dist[v] = m;
+                self.obs[v] = a.observables;
+                self.ball_nodes.push(a.to);
+            }
+        }
+        self.ball_nodes[from..].sort_unstable();
     }
 
     /// Dijkstra from `source` to `radius` into the ball's scratch, with the heap its
@@ -1337,6 +1369,37 @@ mod tests {
             }
         }
         assert!(compared > 500, "{compared}");
+    }
+
+    /// A first ball built from the lightest arcs is the search's first ball: the same nodes
+    /// in the same order, distances and observables (equal weights everywhere included).
+    #[test]
+    fn first_balls_are_the_searched_first_balls() {
+        let mut compared = 0;
+        for (seed, text) in (1..12u64)
+            .map(|s| (s, random_dem(s, 3 + s as usize % 5, 2 + s as usize % 4, 1 + s as usize % 3)))
+            .chain([(0, uniform_dem(7, 6)), (0, uniform_dem(3, 9))])
+        {
+            let g = crate::sparse_graph_from_dem_text(&text).unwrap();
+            let mut d = MatchingDecoder::new(Arc::clone(&g));
+            assert!(d.first_radius > 0);
+            let ball = |d: &MatchingDecoder| -> Vec<(u32, u64, u64)> {
+                d.ball_nodes.iter().map(|&u| (u, d.dist[u as usize], d.obs[u as usize])).collect()
+            };
+            for v in 0..g.num_detectors() as u32 {
+                d.next_ball();
+                d.ball_nodes.clear();
+                d.search(&g, v, d.first_radius, 0, true);
+                let searched = ball(&d);
+                d.next_ball();
+                d.ball_nodes.clear();
+                d.first_ball(&g, v);
+                assert_eq!(ball(&d), searched, "seed {seed} detector {v}\n{text}");
+                assert!(d.ball_nodes.iter().all(|&u| d.settled[u as usize] == d.ball));
+                compared += usize::from(searched.len() > 1);
+            }
+        }
+        assert!(compared > 50, "{compared}");
     }
 
     /// The balls' cache changes no answer: decoders of a graph without it and of one with it
