@@ -1332,15 +1332,19 @@ mod tests {
         s
     }
 
+    /// The balls' tests' DEMs (seed, text): random weights, and equal weights everywhere.
+    fn ball_test_dems() -> impl Iterator<Item = (u64, String)> {
+        (1..12u64)
+            .map(|s| (s, random_dem(s, 3 + s as usize % 5, 2 + s as usize % 4, 1 + s as usize % 3)))
+            .chain([(0, uniform_dem(7, 6)), (0, uniform_dem(3, 9))])
+    }
+
     /// A complete ball's prefix to any radius is the ball the search grows to that radius:
     /// the same nodes in the same order, with the same distances and observables.
     #[test]
     fn complete_ball_prefixes_are_the_searched_balls() {
         let mut compared = 0;
-        for (seed, text) in (1..12u64)
-            .map(|s| (s, random_dem(s, 3 + s as usize % 5, 2 + s as usize % 4, 1 + s as usize % 3)))
-            .chain([(0, uniform_dem(7, 6)), (0, uniform_dem(3, 9))])
-        {
+        for (seed, text) in ball_test_dems() {
             let g = crate::sparse_graph_from_dem_text(&text).unwrap();
             let mut d = MatchingDecoder::new(Arc::clone(&g));
             for v in 0..g.num_detectors() as u32 {
@@ -1376,10 +1380,7 @@ mod tests {
     #[test]
     fn first_balls_are_the_searched_first_balls() {
         let mut compared = 0;
-        for (seed, text) in (1..12u64)
-            .map(|s| (s, random_dem(s, 3 + s as usize % 5, 2 + s as usize % 4, 1 + s as usize % 3)))
-            .chain([(0, uniform_dem(7, 6)), (0, uniform_dem(3, 9))])
-        {
+        for (seed, text) in ball_test_dems() {
             let g = crate::sparse_graph_from_dem_text(&text).unwrap();
             let mut d = MatchingDecoder::new(Arc::clone(&g));
             assert!(d.first_radius > 0);
