@@ -49,6 +49,13 @@
 #define RL_PM_BOUNDARY 0xFFFFFFFEu
 #define RL_PM_NO_CAP RL_PM_I64_MAX
 
+/* A phase mark (the QEC stage's profiler defines it; measurement only). */
+#ifndef RL_PM_MARK
+#define RL_PM_MARK(i) \
+    do {              \
+    } while (0)
+#endif
+
 /* rl_pm_stage's outcomes (matching.rs Stage) */
 #define RL_PM_PERFECT 0
 #define RL_PM_AUGMENTED 1
@@ -897,6 +904,7 @@ __device__ __noinline__ bool rl_pm_solve(struct rl_pm *__restrict__ p, uint32_t 
     if (p->n == 0) return true;
     if (!rl_pm_setup(p, lane)) return false;
     rl_pm_init_duals(p, lane);
+    RL_PM_MARK(10);
     for (;;) {
         const int st = rl_pm_stage(p, lane);
         if (st == RL_PM_PERFECT) return true;

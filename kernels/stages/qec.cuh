@@ -75,6 +75,19 @@
 
 #include "../abi.h"
 #include "stage.cuh"
+
+/* The phase timer's marks (-DRL_QEC_PROFILE, "Phase timer" below), declared before the matcher
+ * so that its RL_PM_MARK hook can use them. */
+#define RL_QEC_PROF_N 12
+#ifdef RL_QEC_PROFILE
+__shared__ long long rl_qec_prof[RL_QEC_PROF_N];
+#endif
+#if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_PM)
+#define RL_PM_MARK(i)                                     \
+    do {                                                  \
+        if (threadIdx.x == 0) rl_qec_prof[i] = clock64(); \
+    } while (0)
+#endif
 #include "blossom.cuh"
 
 /* The function ids and response status codes are abi.h's (RL_QEC_FN_*, RL_QEC_OK, ...). */
@@ -371,7 +384,6 @@ struct rl_qec_smem {
  *   the request's last settle step (rl_qec_settle): 8 its first joins made, 9 its clusters
  *   listed, 10 solved (the last round of its proof), 11 proved.
  * ------------------------------------------------------------------------------------- */
-#define RL_QEC_PROF_N 12
 /* RL_QEC_PROFILE_ACK (with RL_QEC_PROFILE; measurement only): marks 2..5, the decode's
  * otherwise, time the fast path's steps instead: 2 the shot and its defects appended, 3 the
  * record updated, 4 the answer's header written, 5 the token checked. */
@@ -380,11 +392,17 @@ struct rl_qec_smem {
  * steps done (the thresholds passed and, in a final call, the final step), 10 the same in a
  * final call, 11 the sum. RL_QEC_PROFILE_HAND (likewise): marks 8..11 the hand-over instead: 8
  * the block's entry (rl_qec_block), 9 the clusters' work space and held state, 10 the last
- * settle step's new defects and pairs loaded, 11 its first joins' nearest partners. */
+ * settle step's new defects and pairs loaded, 11 its first joins' nearest partners.
+ * RL_QEC_PROFILE_PM (likewise): marks 8..11 the request's last matcher run (blossom.cuh
+ * RL_PM_MARK) instead: 8 its entry, 9 its edges written, 10 its setup and initial duals, 11
+ * its stages done. */
 #if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_HAND)
 #define RL_QEC_SMARK(i) do { } while (0)
 #define RL_QEC_CMARK(i) do { } while (0)
 #define RL_QEC_HMARK(i) RL_QEC_MARK(i)
+#elif defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_PM)
+#define RL_QEC_SMARK(i) do { } while (0)
+#define RL_QEC_CMARK(i) do { } while (0)
 #elif defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_STEPS)
 #define RL_QEC_SMARK(i) do { } while (0)
 #define RL_QEC_CMARK(i) RL_QEC_MARK(i)
@@ -404,7 +422,6 @@ struct rl_qec_smem {
 #endif
 #ifdef RL_QEC_PROFILE
 #define RL_QEC_PROFILE_MARKS 1
-__shared__ long long rl_qec_prof[RL_QEC_PROF_N];
 #define RL_QEC_MARK(i)                                    \
     do {                                                  \
         if (threadIdx.x == 0) rl_qec_prof[i] = clock64(); \
@@ -1917,6 +1934,7 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     const uint32_t *const m = w.list + start;
     const uint32_t root = m[0];
     const uint32_t below = rl_pm_below(lane);
+    RL_PM_MARK(8);
     struct rl_pm pm;
     rl_pm_carve(&pm, mem, c, E);
     uint32_t L = 0;
@@ -1949,7 +1967,10 @@ __device__ __noinline__ void rl_qec_solve_cluster(const struct rl_qec_cache *kc,
     struct rl_pm *const placed = rl_pm_place(pm, mem, lane);
     if (lane == 0) w.size[root] = c;
     __syncwarp();
-    if (!rl_pm_solve(placed, lane)) {
+    RL_PM_MARK(9);
+    const bool solved = rl_pm_solve(placed, lane);
+    RL_PM_MARK(11);
+    if (!solved) {
         for (uint32_t i = lane; i < c; i += 32u) w.y[m[i]] = RL_QEC_BIG;
         if (lane == 0) w.stat[root] = RL_QEC_ST_UNMATCHABLE;
         __syncwarp();

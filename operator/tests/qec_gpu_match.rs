@@ -40,7 +40,8 @@
 //! decoder), each also checked byte for byte: the stage as committed with its phase marks
 //! (`-DRL_QEC_PROFILE`: cycles from entry to each mark; with `-DRL_QEC_PROFILE_ACK` the fast
 //! path's steps instead of the decode's, with `-DRL_QEC_PROFILE_STEPS` the clusters' steps
-//! instead of the last settle step's, with `-DRL_QEC_PROFILE_HAND` the hand-over to the block), variants given as NVRTC options in
+//! instead of the last settle step's, with `-DRL_QEC_PROFILE_HAND` the hand-over to the block,
+//! with `-DRL_QEC_PROFILE_PM` the last matcher run's phases), variants given as NVRTC options in
 //! `ROCELINK_QEC_GPU_VARIANTS` (`;`-separated, e.g. `-DRL_QEC_WARP_K=0;-DRL_QEC_WARP_K=4`),
 //! and other qec.cuh files given by path in `ROCELINK_QEC_GPU_BASELINE` (`,`-separated; e.g.
 //! the previous commit's, to time before and after in one run; they must read the same blob
@@ -1344,7 +1345,8 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
     }
     let ack_marks = ["-DRL_QEC_PROFILE".to_string(), "-DRL_QEC_PROFILE_ACK".to_string()];
     let step_marks = ["-DRL_QEC_PROFILE".to_string(), "-DRL_QEC_PROFILE_STEPS".to_string()];
-    for opts in [&[][..], &["-DRL_QEC_PROFILE".to_string()][..], &ack_marks[..], &step_marks[..]] {
+    let matcher_marks = ["-DRL_QEC_PROFILE".to_string(), "-DRL_QEC_PROFILE_PM".to_string()];
+    for opts in [&[][..], &["-DRL_QEC_PROFILE".to_string()][..], &ack_marks[..], &step_marks[..], &matcher_marks[..]] {
         let c = nvrtc::compile(&replay_source(), &headers(), "sm_90", opts, false).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(&c.cubin[..4], b"\x7fELF");
         // For reading the stage's SASS without a GPU.
@@ -1357,6 +1359,7 @@ fn workloads_cover_every_path_and_the_replay_kernel_compiles() {
                 None => "qec_replay.cubin",
                 Some("-DRL_QEC_PROFILE") => "qec_replay_profile.cubin",
                 Some("-DRL_QEC_PROFILE_ACK") => "qec_replay_profile_ack.cubin",
+                Some("-DRL_QEC_PROFILE_PM") => "qec_replay_profile_pm.cubin",
                 _ => "qec_replay_profile_steps.cubin",
             });
             std::fs::write(&path, &c.cubin).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
