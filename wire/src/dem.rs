@@ -10,7 +10,11 @@
 //!   `DetectorErrorModel.flattened()` does: the result lists every error mechanism with
 //!   absolute detector ids, in file order (the order matters for merging parallel edges,
 //!   see rocelink-operator's `qec::graph`).
-//! - A malformed file never panics: [`DemError`] names the 1-based line and the reason.
+//! - A malformed file never panics: [`DemError`] names the 1-based line and the reason of
+//!   the first error in the order the instructions run (file order; a `repeat` block's body
+//!   at its closing brace).
+//! - One pass: top-level instructions are flattened as they are read, so a flat DEM (stim's
+//!   usual output) is never held twice.
 //! - The expansion is bounded ([`MAX_FLAT_STEPS`]), so `repeat 1000000000 { ... }` is an
 //!   error, not a hang, and so is the nesting ([`MAX_REPEAT_DEPTH`]), so a file of 100,000
 //!   nested `repeat`s is an error, not a stack overflow.
@@ -137,28 +141,30 @@ impl DemErrorKind {
     }
 }
 
-/// A parsed, not yet flattened, instruction.
+/// A parsed instruction inside a `repeat` block, kept to run once per iteration (top-level
+/// instructions run as they are parsed).
 #[derive(Debug)]
 enum Instr {
-    Error { line: usize, p: f64, components: Vec<RawComponent> },
+    Error { line: usize, p: f64, targets: RawTargets },
     Detector { line: usize, coords: Vec<f64>, ids: Vec<u64> },
     Observable { line: usize, ids: Vec<u64> },
     Shift { line: usize, coords: Vec<f64>, by: u64 },
     Repeat { line: usize, count: u64, body: Vec<Instr> },
 }
 
-#[derive(Debug)]
-struct RawComponent {
+/// An error's targets as written: the detector ids of all its components in one list, and
+/// each component's end in it with its observables.
+#[derive(Debug, Clone, Default)]
+struct RawTargets {
     detectors: Vec<u64>,
-    observables: u64,
+    components: Vec<(usize, u64)>,
 }
 
 impl DetectorErrorModel {
     /// Parses and flattens DEM text.
     pub fn parse(text: &str) -> Result<Self, DemError> {
-        let program = parse_program(text)?;
         let mut f = Flattener::default();
-        f.run(&program)?;
+        parse_program(text, &mut f)?;
         let mut detector_coords = f.coords;
         detector_coords.resize(f.num_detectors as usize, Vec::new());
         Ok(DetectorErrorModel {
@@ -219,19 +225,61 @@ fn split_instruction(s: &str) -> Result<(&str, Option<&str>, &str), DemErrorKind
 }
 
 fn parse_args(args: Option<&str>) -> Result<Vec<f64>, DemErrorKind> {
-    let Some(a) = args else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    parse_args_into(args, &mut out)?;
+    Ok(out)
+}
+
+/// [`parse_args`] into a reused buffer (cleared first).
+fn parse_args_into(args: Option<&str>, out: &mut Vec<f64>) -> Result<(), DemErrorKind> {
+    out.clear();
+    let Some(a) = args else { return Ok(()) };
     if a.trim().is_empty() {
-        return Ok(Vec::new());
+        return Ok(());
     }
-    a.split(',')
-        .map(|x| {
-            let x = x.trim();
-            x.parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite())
-                .ok_or_else(|| DemErrorKind::BadArguments(format!("`{x}` is not a number")))
-        })
-        .collect()
+    for x in a.split(',') {
+        let x = x.trim();
+        let v = x.parse::<f64>().ok().filter(|v| v.is_finite());
+        out.push(v.ok_or_else(|| DemErrorKind::BadArguments(format!("`{x}` is not a number")))?);
+    }
+    Ok(())
+}
+
+/// An error's targets (`D#`, `L#`, `^`) into `raw` (cleared first).
+fn parse_error_targets(targets: &[&str], raw: &mut RawTargets) -> Result<(), DemErrorKind> {
+    raw.detectors.clear();
+    raw.components.clear();
+    let mut observables = 0u64;
+    let mut empty = true;
+    for t in targets {
+        if *t == "^" {
+            if empty {
+                return Err(DemErrorKind::EmptyComponent);
+            }
+            raw.components.push((raw.detectors.len(), observables));
+            observables = 0;
+            empty = true;
+        } else if let Some(d) = parse_id(t, 'D') {
+            raw.detectors.push(d);
+            empty = false;
+        } else if let Some(l) = parse_id(t, 'L') {
+            if l >= MAX_OBSERVABLES as u64 {
+                return Err(DemErrorKind::TooManyObservables(l));
+            }
+            observables ^= 1 << l;
+            empty = false;
+        } else {
+            return Err(bad_target("error", t));
+        }
+    }
+    if empty {
+        if !raw.components.is_empty() {
+            return Err(DemErrorKind::EmptyComponent);
+        }
+    } else {
+        raw.components.push((raw.detectors.len(), observables));
+    }
+    Ok(())
 }
 
 fn parse_id(target: &str, prefix: char) -> Option<u64> {
@@ -246,141 +294,117 @@ fn bad_target(instruction: &'static str, target: &str) -> DemErrorKind {
     DemErrorKind::BadTarget { instruction, target: target.to_string() }
 }
 
-fn parse_program(text: &str) -> Result<Vec<Instr>, DemError> {
-    // A stack of open blocks: (repeat line, count, body so far).
-    let mut stack: Vec<(usize, u64, Vec<Instr>)> = vec![(0, 1, Vec::new())];
-    for (idx, raw) in text.lines().enumerate() {
+/// Parses `text` line by line, running each top-level instruction as it comes (a `repeat`
+/// block at its closing brace) and keeping only the open blocks' bodies: a flat DEM is never
+/// held twice, and an error line allocates only what the flattened model keeps.
+fn parse_program(text: &str, f: &mut Flattener) -> Result<(), DemError> {
+    // The open blocks: (repeat line, count, body so far).
+    let mut stack: Vec<(usize, u64, Vec<Instr>)> = Vec::new();
+    // Buffers reused from line to line.
+    let mut targets: Vec<&str> = Vec::new();
+    let mut args: Vec<f64> = Vec::new();
+    let mut raw = RawTargets::default();
+    for (idx, line_text) in text.lines().enumerate() {
         let line = idx + 1;
-        let s = raw.split('#').next().unwrap_or("").trim();
+        let s = line_text.split('#').next().unwrap_or("").trim();
         if s.is_empty() {
             continue;
         }
         if s == "}" {
-            if stack.len() == 1 {
-                return Err(DemErrorKind::UnbalancedClose.at(line));
-            }
             let Some((rline, count, body)) = stack.pop() else {
                 return Err(DemErrorKind::UnbalancedClose.at(line));
             };
-            if let Some(top) = stack.last_mut() {
-                top.2.push(Instr::Repeat { line: rline, count, body });
+            let instr = Instr::Repeat { line: rline, count, body };
+            match stack.last_mut() {
+                Some(top) => top.2.push(instr),
+                None => f.run_one(&instr)?,
             }
             continue;
         }
-        let (name, args, rest) = split_instruction(s).map_err(|k| k.at(line))?;
-        let targets: Vec<&str> = rest.split_whitespace().collect();
-        let lower = name.to_ascii_lowercase();
-        let instr = match lower.as_str() {
-            "error" => {
-                let a = parse_args(args).map_err(|k| k.at(line))?;
-                let [p] = a[..] else {
-                    return Err(DemErrorKind::BadArguments("`error` takes exactly one probability".into()).at(line));
-                };
-                if !(0.0..=1.0).contains(&p) {
-                    return Err(DemErrorKind::BadProbability(p).at(line));
-                }
-                let mut components = Vec::new();
-                let mut cur = RawComponent { detectors: Vec::new(), observables: 0 };
-                let mut cur_empty = true;
-                for t in &targets {
-                    if *t == "^" {
-                        if cur_empty {
-                            return Err(DemErrorKind::EmptyComponent.at(line));
-                        }
-                        components
-                            .push(std::mem::replace(&mut cur, RawComponent { detectors: Vec::new(), observables: 0 }));
-                        cur_empty = true;
-                    } else if let Some(d) = parse_id(t, 'D') {
-                        cur.detectors.push(d);
-                        cur_empty = false;
-                    } else if let Some(l) = parse_id(t, 'L') {
-                        if l >= MAX_OBSERVABLES as u64 {
-                            return Err(DemErrorKind::TooManyObservables(l).at(line));
-                        }
-                        cur.observables ^= 1 << l;
-                        cur_empty = false;
-                    } else {
-                        return Err(bad_target("error", t).at(line));
-                    }
-                }
-                if cur_empty {
-                    if !components.is_empty() {
-                        return Err(DemErrorKind::EmptyComponent.at(line));
-                    }
-                } else {
-                    components.push(cur);
-                }
-                Instr::Error { line, p, components }
+        let (name, arg_text, rest) = split_instruction(s).map_err(|k| k.at(line))?;
+        targets.clear();
+        targets.extend(rest.split_whitespace());
+        let is = |n: &str| name.eq_ignore_ascii_case(n);
+        let instr = if is("error") {
+            parse_args_into(arg_text, &mut args).map_err(|k| k.at(line))?;
+            let [p] = args[..] else {
+                return Err(DemErrorKind::BadArguments("`error` takes exactly one probability".into()).at(line));
+            };
+            if !(0.0..=1.0).contains(&p) {
+                return Err(DemErrorKind::BadProbability(p).at(line));
             }
-            "detector" => {
-                let coords = parse_args(args).map_err(|k| k.at(line))?;
-                let ids = targets
-                    .iter()
-                    .map(|t| parse_id(t, 'D').ok_or_else(|| bad_target("detector", t).at(line)))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Instr::Detector { line, coords, ids }
-            }
-            "logical_observable" => {
-                if args.is_some() {
-                    return Err(DemErrorKind::BadArguments("`logical_observable` takes no arguments".into()).at(line));
-                }
-                let ids = targets
-                    .iter()
-                    .map(|t| match parse_id(t, 'L') {
-                        Some(l) if l >= MAX_OBSERVABLES as u64 => Err(DemErrorKind::TooManyObservables(l).at(line)),
-                        Some(l) => Ok(l),
-                        None => Err(bad_target("logical_observable", t).at(line)),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Instr::Observable { line, ids }
-            }
-            "shift_detectors" => {
-                let coords = parse_args(args).map_err(|k| k.at(line))?;
-                let by = match targets[..] {
-                    [] => 0,
-                    [t] => t.parse::<u64>().map_err(|_| bad_target("shift_detectors", t).at(line))?,
-                    _ => return Err(bad_target("shift_detectors", &targets.join(" ")).at(line)),
-                };
-                Instr::Shift { line, coords, by }
-            }
-            "repeat" => {
-                if args.is_some() {
-                    return Err(DemErrorKind::BadRepeat("takes no arguments".into()).at(line));
-                }
-                // `repeat N {` (stim writes the brace on the same line).
-                let (count_text, brace) = match targets[..] {
-                    [c, "{"] => (c, true),
-                    [c] if c.ends_with('{') => (c.trim_end_matches('{'), true),
-                    [c] => (c, false),
-                    _ => ("", false),
-                };
-                if !brace {
-                    return Err(DemErrorKind::BadRepeat("expected `repeat N {`".into()).at(line));
-                }
-                let count = count_text
-                    .parse::<u64>()
-                    .map_err(|_| DemErrorKind::BadRepeat(format!("`{count_text}` is not a count")).at(line))?;
-                if count == 0 {
-                    return Err(DemErrorKind::BadRepeat("count must be at least 1".into()).at(line));
-                }
-                // (the flattening recurses once per level)
-                if stack.len() > MAX_REPEAT_DEPTH {
-                    return Err(DemErrorKind::TooDeep.at(line));
-                }
-                stack.push((line, count, Vec::new()));
+            parse_error_targets(&targets, &mut raw).map_err(|k| k.at(line))?;
+            if stack.is_empty() {
+                f.error(line, p, &raw)?;
                 continue;
             }
-            _ => return Err(DemErrorKind::UnknownInstruction(name.to_string()).at(line)),
+            Instr::Error { line, p, targets: raw.clone() }
+        } else if is("detector") {
+            let coords = parse_args(arg_text).map_err(|k| k.at(line))?;
+            let ids = targets
+                .iter()
+                .map(|t| parse_id(t, 'D').ok_or_else(|| bad_target("detector", t).at(line)))
+                .collect::<Result<Vec<_>, _>>()?;
+            Instr::Detector { line, coords, ids }
+        } else if is("logical_observable") {
+            if arg_text.is_some() {
+                return Err(DemErrorKind::BadArguments("`logical_observable` takes no arguments".into()).at(line));
+            }
+            let ids = targets
+                .iter()
+                .map(|t| match parse_id(t, 'L') {
+                    Some(l) if l >= MAX_OBSERVABLES as u64 => Err(DemErrorKind::TooManyObservables(l).at(line)),
+                    Some(l) => Ok(l),
+                    None => Err(bad_target("logical_observable", t).at(line)),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Instr::Observable { line, ids }
+        } else if is("shift_detectors") {
+            let coords = parse_args(arg_text).map_err(|k| k.at(line))?;
+            let by = match targets[..] {
+                [] => 0,
+                [t] => t.parse::<u64>().map_err(|_| bad_target("shift_detectors", t).at(line))?,
+                _ => return Err(bad_target("shift_detectors", &targets.join(" ")).at(line)),
+            };
+            Instr::Shift { line, coords, by }
+        } else if is("repeat") {
+            if arg_text.is_some() {
+                return Err(DemErrorKind::BadRepeat("takes no arguments".into()).at(line));
+            }
+            // `repeat N {` (stim writes the brace on the same line).
+            let (count_text, brace) = match targets[..] {
+                [c, "{"] => (c, true),
+                [c] if c.ends_with('{') => (c.trim_end_matches('{'), true),
+                [c] => (c, false),
+                _ => ("", false),
+            };
+            if !brace {
+                return Err(DemErrorKind::BadRepeat("expected `repeat N {`".into()).at(line));
+            }
+            let count = count_text
+                .parse::<u64>()
+                .map_err(|_| DemErrorKind::BadRepeat(format!("`{count_text}` is not a count")).at(line))?;
+            if count == 0 {
+                return Err(DemErrorKind::BadRepeat("count must be at least 1".into()).at(line));
+            }
+            // (the flattening recurses once per level)
+            if stack.len() >= MAX_REPEAT_DEPTH {
+                return Err(DemErrorKind::TooDeep.at(line));
+            }
+            stack.push((line, count, Vec::new()));
+            continue;
+        } else {
+            return Err(DemErrorKind::UnknownInstruction(name.to_string()).at(line));
         };
-        if let Some(top) = stack.last_mut() {
-            top.2.push(instr);
+        match stack.last_mut() {
+            Some(top) => top.2.push(instr),
+            None => f.run_one(&instr)?,
         }
     }
-    if stack.len() > 1 {
-        let line = stack.last().map_or(0, |b| b.0);
-        return Err(DemErrorKind::UnclosedRepeat.at(line));
+    match stack.last() {
+        Some(open) => Err(DemErrorKind::UnclosedRepeat.at(open.0)),
+        None => Ok(()),
     }
-    Ok(stack.pop().map(|b| b.2).unwrap_or_default())
 }
 
 #[derive(Default)]
@@ -412,69 +436,75 @@ impl Flattener {
         Ok(abs as u32)
     }
 
-    fn run(&mut self, program: &[Instr]) -> Result<(), DemError> {
-        for instr in program {
-            match instr {
-                Instr::Error { line, p, components } => {
-                    self.step(*line)?;
-                    let mut out = Vec::with_capacity(components.len());
-                    for c in components {
-                        let mut detectors: Vec<u32> = Vec::with_capacity(c.detectors.len());
-                        for &d in &c.detectors {
-                            let abs = self.detector(d, *line)?;
-                            // A detector flipped twice is not flipped.
-                            if let Some(i) = detectors.iter().position(|&x| x == abs) {
-                                detectors.remove(i);
-                            } else {
-                                detectors.push(abs);
-                            }
-                        }
-                        if c.observables != 0 {
-                            let top = 64 - u64::from(c.observables.leading_zeros());
-                            self.num_observables = self.num_observables.max(top);
-                        }
-                        out.push(Component { detectors, observables: c.observables });
-                    }
-                    self.errors.push(ErrorMechanism { probability: *p, components: out, line: *line });
+    /// One flattened error: its components' detectors shifted, a detector written twice in
+    /// a component cancelled (detectors are parities).
+    fn error(&mut self, line: usize, p: f64, raw: &RawTargets) -> Result<(), DemError> {
+        self.step(line)?;
+        let mut out = Vec::with_capacity(raw.components.len());
+        let mut start = 0;
+        for &(end, observables) in &raw.components {
+            let mut detectors: Vec<u32> = Vec::with_capacity(end - start);
+            for &d in &raw.detectors[start..end] {
+                let abs = self.detector(d, line)?;
+                if let Some(i) = detectors.iter().position(|&x| x == abs) {
+                    detectors.remove(i);
+                } else {
+                    detectors.push(abs);
                 }
-                Instr::Detector { line, coords, ids } => {
-                    self.step(*line)?;
-                    for &id in ids {
-                        let abs = self.detector(id, *line)? as usize;
-                        if self.coords.len() <= abs {
-                            self.coords.resize(abs + 1, Vec::new());
-                        }
-                        self.coords[abs] = coords
-                            .iter()
-                            .enumerate()
-                            .map(|(k, c)| c + self.coord_shift.get(k).copied().unwrap_or(0.0))
-                            .collect();
+            }
+            start = end;
+            if observables != 0 {
+                let top = 64 - u64::from(observables.leading_zeros());
+                self.num_observables = self.num_observables.max(top);
+            }
+            out.push(Component { detectors, observables });
+        }
+        self.errors.push(ErrorMechanism { probability: p, components: out, line });
+        Ok(())
+    }
+
+    fn run_one(&mut self, instr: &Instr) -> Result<(), DemError> {
+        match instr {
+            Instr::Error { line, p, targets } => self.error(*line, *p, targets)?,
+            Instr::Detector { line, coords, ids } => {
+                self.step(*line)?;
+                for &id in ids {
+                    let abs = self.detector(id, *line)? as usize;
+                    if self.coords.len() <= abs {
+                        self.coords.resize(abs + 1, Vec::new());
                     }
+                    self.coords[abs] = coords
+                        .iter()
+                        .enumerate()
+                        .map(|(k, c)| c + self.coord_shift.get(k).copied().unwrap_or(0.0))
+                        .collect();
                 }
-                Instr::Observable { line, ids } => {
-                    self.step(*line)?;
-                    for &l in ids {
-                        self.num_observables = self.num_observables.max(l + 1);
-                    }
+            }
+            Instr::Observable { line, ids } => {
+                self.step(*line)?;
+                for &l in ids {
+                    self.num_observables = self.num_observables.max(l + 1);
                 }
-                Instr::Shift { line, coords, by } => {
-                    self.step(*line)?;
-                    self.offset = self
-                        .offset
-                        .checked_add(*by)
-                        .filter(|&o| o < u32::MAX as u64)
-                        .ok_or_else(|| DemErrorKind::DetectorTooLarge(*by).at(*line))?;
-                    if self.coord_shift.len() < coords.len() {
-                        self.coord_shift.resize(coords.len(), 0.0);
-                    }
-                    for (s, c) in self.coord_shift.iter_mut().zip(coords) {
-                        *s += c;
-                    }
+            }
+            Instr::Shift { line, coords, by } => {
+                self.step(*line)?;
+                self.offset = self
+                    .offset
+                    .checked_add(*by)
+                    .filter(|&o| o < u32::MAX as u64)
+                    .ok_or_else(|| DemErrorKind::DetectorTooLarge(*by).at(*line))?;
+                if self.coord_shift.len() < coords.len() {
+                    self.coord_shift.resize(coords.len(), 0.0);
                 }
-                Instr::Repeat { line, count, body } => {
-                    for _ in 0..*count {
-                        self.step(*line)?;
-                        self.run(body)?;
+                for (s, c) in self.coord_shift.iter_mut().zip(coords) {
+                    *s += c;
+                }
+            }
+            Instr::Repeat { line, count, body } => {
+                for _ in 0..*count {
+                    self.step(*line)?;
+                    for instr in body {
+                        self.run_one(instr)?;
                     }
                 }
             }
