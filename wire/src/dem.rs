@@ -304,9 +304,12 @@ fn parse_program(text: &str, f: &mut Flattener) -> Result<(), DemError> {
     let mut targets: Vec<&str> = Vec::new();
     let mut args: Vec<f64> = Vec::new();
     let mut raw = RawTargets::default();
+    // Lines are searched for a comment only in a file that has one (one scan of the text).
+    let comments = text.contains('#');
     for (idx, line_text) in text.lines().enumerate() {
         let line = idx + 1;
-        let s = line_text.split('#').next().unwrap_or("").trim();
+        let code = if comments { line_text.split('#').next().unwrap_or("") } else { line_text };
+        let s = code.trim();
         if s.is_empty() {
             continue;
         }
