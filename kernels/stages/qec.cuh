@@ -76,17 +76,23 @@
 #include "../abi.h"
 #include "stage.cuh"
 
-/* The phase timer's marks (-DRL_QEC_PROFILE, "Phase timer" below), declared before the matcher
- * so that its RL_PM_MARK hook can use them. */
+/* The phase timer's marks (-DRL_QEC_PROFILE, "Phase timer" below), defined before the matcher
+ * so that its RL_PM_MARK hook can be one of them. */
 #define RL_QEC_PROF_N 12
 #ifdef RL_QEC_PROFILE
+#define RL_QEC_PROFILE_MARKS 1
 __shared__ long long rl_qec_prof[RL_QEC_PROF_N];
-#endif
-#if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_PM)
-#define RL_PM_MARK(i)                                     \
+#define RL_QEC_MARK(i)                                    \
     do {                                                  \
         if (threadIdx.x == 0) rl_qec_prof[i] = clock64(); \
     } while (0)
+#else
+#define RL_QEC_MARK(i) \
+    do {               \
+    } while (0)
+#endif
+#if defined(RL_QEC_PROFILE) && defined(RL_QEC_PROFILE_PM)
+#define RL_PM_MARK(i) RL_QEC_MARK(i)
 #endif
 #include "blossom.cuh"
 
@@ -420,18 +426,6 @@ struct rl_qec_smem {
     do {                \
     } while (0)
 #endif
-#ifdef RL_QEC_PROFILE
-#define RL_QEC_PROFILE_MARKS 1
-#define RL_QEC_MARK(i)                                    \
-    do {                                                  \
-        if (threadIdx.x == 0) rl_qec_prof[i] = clock64(); \
-    } while (0)
-#else
-#define RL_QEC_MARK(i) \
-    do {               \
-    } while (0)
-#endif
-
 /* ---------------------------------------------------------------------------------------
  * Small helpers
  * ------------------------------------------------------------------------------------- */
