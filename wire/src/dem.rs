@@ -621,6 +621,16 @@ mod tests {
     }
 
     #[test]
+    fn the_first_error_in_file_order_is_reported() {
+        // a detector beyond the limit (found flattening) before a bad line (found parsing)
+        let e = err(&format!("error(0.1) D{MAX_DETECTORS}\nerrror(0.1) D1\n"));
+        assert_eq!((e.line, e.kind), (1, DemErrorKind::DetectorTooLarge(MAX_DETECTORS as u64)));
+        // a repeat block's body runs at its closing brace, so a bad line before it comes first
+        let e = err(&format!("repeat 2 {{\n error(0.1) D{MAX_DETECTORS}\n errror D0\n}}\n"));
+        assert_eq!((e.line, e.kind), (3, DemErrorKind::UnknownInstruction("errror".into())));
+    }
+
+    #[test]
     fn runaway_repeat_is_refused() {
         let e = err("repeat 1000000000 {\n repeat 1000000000 {\n  shift_detectors 0\n }\n}\n");
         assert_eq!(e.kind, DemErrorKind::TooLarge);
